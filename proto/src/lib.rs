@@ -1,0 +1,17 @@
+//! The gRPC API of provider-service, generated from `peerpods/provider/v1/provider.proto`.
+//!
+//! - [`v1`]: messages plus `provider_service_client` / `provider_service_server`.
+//! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
+
+/// `peerpods.provider.v1`.
+// Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.
+#[allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]
+pub mod v1 {
+    tonic::include_proto!("peerpods.provider.v1");
+}
+
+/// Encoded `FileDescriptorSet` of `peerpods.provider.v1` (with its imports), for server reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(
+    env!("OUT_DIR"),
+    "/peerpods_provider_v1_descriptor.bin"
+));

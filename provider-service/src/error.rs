@@ -1,0 +1,101 @@
+//! The one error type of provider-service. Each variant maps to one gRPC status code (see
+//! `grpc::status`); [`Error::reason`] is a stable label for logs and metrics.
+
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is malformed, empty or too long. `field` is the proto field name.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        field: &'static str,
+        message: String,
+    },
+
+    /// `cloud_provider` is not a provider name cloud-api-adaptor knows.
+    #[error("cloud_provider: unknown provider {name:?}")]
+    UnknownProvider { name: String },
+
+    /// `cloud_provider` is a known name, but this service has no configuration for it.
+    #[error("cloud_provider: provider {name:?} is not configured on this service")]
+    ProviderNotConfigured { name: String },
+
+    /// The configuration is unusable. Never carries a secret value, only the key.
+    #[error("config {key}: {message}")]
+    Config { key: String, message: String },
+
+    /// The cloud throttled us; try again after `retry_after`.
+    #[error("cloud throttled the call, retry after {retry_after:?}: {message}")]
+    Throttled {
+        retry_after: Duration,
+        message: String,
+    },
+
+    /// The cloud (or hypervisor) cannot be reached now.
+    #[error("cloud unavailable: {message}")]
+    Unavailable { message: String },
+
+    /// The cloud refused this service's own credentials.
+    #[error("cloud refused the service's credentials: {message}")]
+    CloudPermissionDenied { message: String },
+
+    /// The caller presented no valid token.
+    #[error("unauthenticated: {message}")]
+    Unauthenticated { message: String },
+
+    /// The caller is authenticated but not in the allow-list.
+    #[error("caller {caller} is not allowed")]
+    CallerNotAllowed { caller: String },
+
+    /// TLS certificate or key cannot be loaded.
+    #[error("tls: {message}")]
+    Tls { message: String },
+
+    /// Reading or binding something local failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Anything else went wrong; the message says what.
+    #[error("internal: {message}")]
+    Internal { message: String },
+}
+
+impl Error {
+    /// Stable, low-cardinality name of the variant, for metric labels and logs.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidArgument { .. } => "InvalidArgument",
+            Error::UnknownProvider { .. } => "UnknownProvider",
+            Error::ProviderNotConfigured { .. } => "ProviderNotConfigured",
+            Error::Config { .. } => "InvalidConfig",
+            Error::Throttled { .. } => "Throttled",
+            Error::Unavailable { .. } => "CloudUnavailable",
+            Error::CloudPermissionDenied { .. } => "CloudPermissionDenied",
+            Error::Unauthenticated { .. } => "Unauthenticated",
+            Error::CallerNotAllowed { .. } => "CallerNotAllowed",
+            Error::Tls { .. } => "Tls",
+            Error::Io { .. } => "Io",
+            Error::Internal { .. } => "Internal",
+        }
+    }
+
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(field: &'static str, message: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            field,
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Io`].
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,393 @@
+//! libvirt backend (the `virt` crate over the system libvirt library).
+//!
+//! Instance ids are domain UUIDs. Delete follows cloud-api-adaptor's order: look the domain up by
+//! UUID (gone = success), destroy it when it runs, delete its file-backed volumes, undefine it
+//! with its NVRAM (falling back to a plain undefine for drivers without NVRAM support).
+//!
+//! libvirt has no tags. Tags are read from a metadata element of the domain,
+//! `<peerpods:tags xmlns:peerpods="urn:peerpods:tags:v1"><peerpods:tag key="k">v</peerpods:tag>...`;
+//! domains without it have no tags, so they never match a non-empty selector (and therefore are
+//! never mistaken for this cluster's orphans).
+//!
+//! libvirt calls block, so each runs on tokio's blocking pool. One connection is shared (libvirt
+//! connections are thread-safe); when a call fails because the connection broke, the connection
+//! is dropped, reopened and the call retried once — every operation here is idempotent.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use virt::connect::Connect;
+use virt::domain::Domain;
+use virt::error::{Error as VirtError, ErrorNumber};
+
+use crate::Error;
+use crate::config::ProviderConfig;
+use crate::metrics::CloudCalls;
+use crate::provider::{Capacity, DeleteOutcome, Figure, Health, Instance, Provider, TagSelector};
+
+/// `LIBVIRT_URI` when the configuration sets none: libvirt's in-process test driver, so the
+/// service runs locally without a hypervisor. Deployments set their own URI.
+pub const DEFAULT_URI: &str = "test:///default";
+
+/// XML namespace of the tags metadata element.
+pub const TAGS_NAMESPACE: &str = "urn:peerpods:tags:v1";
+
+const NAME: &str = "libvirt";
+
+/// The libvirt provider.
+pub struct LibvirtProvider {
+    uri: String,
+    conn: Arc<Mutex<Option<Connect>>>,
+    calls: CloudCalls,
+}
+
+impl LibvirtProvider {
+    /// Reads `LIBVIRT_URI` (default [`DEFAULT_URI`]). Connects lazily, on the first call.
+    pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
+        let uri = config.get("LIBVIRT_URI").unwrap_or(DEFAULT_URI);
+        validate_uri(uri)?;
+        Ok(LibvirtProvider {
+            uri: uri.to_owned(),
+            conn: Arc::new(Mutex::new(None)),
+            calls,
+        })
+    }
+
+    /// Runs `op` with a live connection on the blocking pool, reconnecting once when the
+    /// connection turns out to be broken.
+    async fn with_conn<T, F>(&self, op_name: &'static str, op: F) -> Result<T, Error>
+    where
+        T: Send + 'static,
+        F: Fn(&Connect) -> Result<T, VirtError> + Send + 'static,
+    {
+        let uri = self.uri.clone();
+        let conn = self.conn.clone();
+        let calls = self.calls.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let mut last = None;
+            for _attempt in 0..2 {
+                let c = match connection(&conn, &uri) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        calls.record(NAME, op_name, "error");
+                        return Err(e);
+                    }
+                };
+                match op(&c) {
+                    Ok(v) => {
+                        calls.record(NAME, op_name, "ok");
+                        return Ok(v);
+                    }
+                    Err(e) if is_connection_error(&e) => {
+                        calls.record(NAME, op_name, "error");
+                        tracing::warn!(error = %e.message(), "libvirt connection broken, reconnecting");
+                        if let Ok(mut guard) = conn.lock() {
+                            *guard = None;
+                        }
+                        last = Some(e);
+                    }
+                    Err(e) => {
+                        calls.record(NAME, op_name, "error");
+                        return Err(map_error(&e));
+                    }
+                }
+            }
+            Err(last.map_or_else(
+                || Error::Internal {
+                    message: "libvirt: no attempt made".into(),
+                },
+                |e| map_error(&e),
+            ))
+        })
+        .await;
+        joined.map_err(|e| Error::Internal {
+            message: format!("libvirt call {op_name} did not finish: {e}"),
+        })?
+    }
+}
+
+/// The shared connection, opened when missing or dead.
+fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error> {
+    let mut guard = conn.lock().map_err(|_| Error::Internal {
+        message: "libvirt connection lock poisoned".into(),
+    })?;
+    if let Some(c) = guard.as_ref()
+        && c.is_alive().unwrap_or(false)
+    {
+        // A clone is a new reference to the same connection, so the lock is not held during calls.
+        return Ok(c.clone());
+    }
+    let c = Connect::open(Some(uri)).map_err(|e| Error::Unavailable {
+        message: format!("cannot connect to libvirt: {}", e.message()),
+    })?;
+    *guard = Some(c.clone());
+    Ok(c)
+}
+
+#[async_trait]
+impl Provider for LibvirtProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        // libvirt prints UUIDs hyphenated; other spellings uuid accepts (braced, urn) would be
+        // lookups of ids no caller got from libvirt.
+        if instance_id.len() == 36 && uuid::Uuid::try_parse(instance_id).is_ok() {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "instance_id",
+                "not a libvirt domain UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)",
+            ))
+        }
+    }
+
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        let id = instance_id.to_owned();
+        self.with_conn("delete_domain", move |c| delete_domain(c, &id))
+            .await
+    }
+
+    async fn capacity(&self) -> Result<Capacity, Error> {
+        self.with_conn("capacity", capacity).await
+    }
+
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
+        let mut instances = self.with_conn("list_domains", list_domains).await?;
+        instances.retain(|i| i.matches(selector));
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(instances)
+    }
+
+    async fn health(&self) -> Health {
+        match self.with_conn("node_info", |c| c.driver_type()).await {
+            Ok(driver) => Health {
+                healthy: true,
+                message: format!("libvirt answers (driver {driver})"),
+            },
+            Err(e) => Health {
+                healthy: false,
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+fn delete_domain(conn: &Connect, uuid: &str) -> Result<DeleteOutcome, VirtError> {
+    let domain = match conn.lookup_domain_by_uuid_string(uuid) {
+        Ok(d) => d,
+        Err(e) if e.code().is(ErrorNumber::NoDomain) => return Ok(DeleteOutcome::AlreadyGone),
+        Err(e) => return Err(e),
+    };
+    // Read the disks before destroying: a transient domain disappears with destroy.
+    let xml = domain.xml_desc(0)?;
+    if domain.is_active()? {
+        match domain.destroy() {
+            Ok(()) => {}
+            // It stopped (or vanished) between the check and the call: that is what we wanted.
+            Err(e) if e.code().is(ErrorNumber::OperationInvalid) => {}
+            Err(e) if e.code().is(ErrorNumber::NoDomain) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for path in file_disks(&xml) {
+        delete_volume(conn, &path)?;
+    }
+    match domain.is_persistent() {
+        Ok(true) => undefine(&domain)?,
+        Ok(false) => {}
+        // A transient domain is gone once destroyed.
+        Err(e) if e.code().is(ErrorNumber::NoDomain) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(DeleteOutcome::Deleted)
+}
+
+fn undefine(domain: &Domain) -> Result<(), VirtError> {
+    match domain.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM) {
+        Ok(()) => Ok(()),
+        Err(e) if e.code().is(ErrorNumber::NoDomain) => Ok(()),
+        Err(e) => {
+            tracing::debug!(error = %e.message(), "undefine with NVRAM refused, plain undefine");
+            match domain.undefine() {
+                Err(e) if e.code().is(ErrorNumber::NoDomain) => Ok(()),
+                other => other,
+            }
+        }
+    }
+}
+
+/// Deletes the storage volume behind `path`; files no pool manages are left alone (libvirt
+/// cannot tell who else uses them).
+fn delete_volume(conn: &Connect, path: &str) -> Result<(), VirtError> {
+    match conn.lookup_storage_vol_by_path(path) {
+        Ok(vol) => match vol.delete(0) {
+            Ok(()) => Ok(()),
+            Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => Ok(()),
+            Err(e) => Err(e),
+        },
+        Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => {
+            tracing::debug!(path, "disk file is not a pool volume; left alone");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Source paths of the file-backed disks in a domain XML.
+fn file_disks(xml: &str) -> Vec<String> {
+    let Ok(doc) = roxmltree::Document::parse(xml) else {
+        return Vec::new();
+    };
+    doc.descendants()
+        .filter(|n| n.has_tag_name("disk") && n.attribute("type") == Some("file"))
+        .filter_map(|disk| {
+            disk.children()
+                .find(|n| n.has_tag_name("source"))
+                .and_then(|s| s.attribute("file"))
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+fn capacity(conn: &Connect) -> Result<Capacity, VirtError> {
+    let node = conn.node_info()?;
+    let domains = conn.list_all_domains(0)?;
+    let (mut vcpus, mut memory_kib) = (0u64, 0u64);
+    for d in &domains {
+        let info = d.info()?;
+        vcpus += u64::from(info.nr_virt_cpu);
+        memory_kib += info.max_mem;
+    }
+    Ok(Capacity {
+        // libvirt sets no limit on the number of domains; the host's CPUs and memory are the limit.
+        instances: Figure {
+            limit: None,
+            in_use: Some(domains.len() as u64),
+        },
+        vcpus: Figure {
+            limit: Some(u64::from(node.cpus)),
+            in_use: Some(vcpus),
+        },
+        memory_mib: Figure {
+            limit: Some(node.memory / 1024),
+            in_use: Some(memory_kib / 1024),
+        },
+    })
+}
+
+fn list_domains(conn: &Connect) -> Result<Vec<Instance>, VirtError> {
+    let mut out = Vec::new();
+    for d in conn.list_all_domains(0)? {
+        let id = d.uuid_string()?;
+        let tags = match d.metadata(
+            virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+            Some(TAGS_NAMESPACE),
+            0,
+        ) {
+            Ok(xml) => parse_tags(&xml),
+            Err(e) if e.code().is(ErrorNumber::NoDomainMetadata) => BTreeMap::new(),
+            // The domain went away while listing: it is not an instance any more.
+            Err(e) if e.code().is(ErrorNumber::NoDomain) => continue,
+            Err(e) => return Err(e),
+        };
+        out.push(Instance {
+            id,
+            created: None,
+            tags,
+        });
+    }
+    Ok(out)
+}
+
+/// Tags from the `<peerpods:tags>` metadata element; malformed entries are skipped.
+pub fn parse_tags(xml: &str) -> BTreeMap<String, String> {
+    let Ok(doc) = roxmltree::Document::parse(xml) else {
+        return BTreeMap::new();
+    };
+    doc.descendants()
+        .filter(|n| n.has_tag_name((TAGS_NAMESPACE, "tag")))
+        .filter_map(|n| {
+            let key = n.attribute("key")?;
+            Some((key.to_owned(), n.text().unwrap_or_default().to_owned()))
+        })
+        .collect()
+}
+
+/// A connection URI needs a scheme (`qemu:///system`, `qemu+ssh://host/system`, `test:///default`).
+fn validate_uri(uri: &str) -> Result<(), Error> {
+    let scheme_ok = uri.split_once(':').is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.')
+    });
+    if scheme_ok {
+        Ok(())
+    } else {
+        Err(Error::Config {
+            key: "LIBVIRT_URI".into(),
+            message: "not a libvirt connection URI (e.g. qemu:///system)".into(),
+        })
+    }
+}
+
+/// Errors after which the connection is not usable any more.
+fn is_connection_error(e: &VirtError) -> bool {
+    e.code().is_any(vec![
+        ErrorNumber::InvalidConn,
+        ErrorNumber::NoConnect,
+        ErrorNumber::Rpc,
+    ])
+}
+
+fn map_error(e: &VirtError) -> Error {
+    let message = format!("libvirt: {}", e.message());
+    if is_connection_error(e) || e.code().is(ErrorNumber::OperationTimeout) {
+        Error::Unavailable { message }
+    } else if e
+        .code()
+        .is_any(vec![ErrorNumber::AuthFailed, ErrorNumber::AccessDenied])
+    {
+        Error::CloudPermissionDenied { message }
+    } else {
+        Error::Internal { message }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_file_disks_only() {
+        let xml = r#"<domain><devices>
+            <disk type='file' device='disk'><source file='/pool/a.qcow2'/></disk>
+            <disk type='file' device='cdrom'><source file='/pool/ci.iso'/></disk>
+            <disk type='block' device='disk'><source dev='/dev/sdb'/></disk>
+        </devices></domain>"#;
+        assert_eq!(file_disks(xml), vec!["/pool/a.qcow2", "/pool/ci.iso"]);
+    }
+
+    #[test]
+    fn parses_tags_in_our_namespace_only() {
+        let xml = r#"<peerpods:tags xmlns:peerpods="urn:peerpods:tags:v1">
+            <peerpods:tag key="cluster">c1</peerpods:tag><peerpods:tag key="empty"/>
+            <peerpods:tag>no key</peerpods:tag></peerpods:tags>"#;
+        let tags = parse_tags(xml);
+        assert_eq!(tags.len(), 2);
+        assert_eq!(tags["cluster"], "c1");
+        assert_eq!(tags["empty"], "");
+        assert!(parse_tags("<tags><tag key='x'>y</tag></tags>").is_empty());
+    }
+
+    #[test]
+    fn uris_need_a_scheme() {
+        assert!(validate_uri("qemu+ssh://root@192.168.122.1/system?no_verify=1").is_ok());
+        assert!(validate_uri("test:///default").is_ok());
+        assert!(validate_uri("not a uri").is_err());
+        assert!(validate_uri(":///x").is_err());
+    }
+}
