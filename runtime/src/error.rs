@@ -1,0 +1,38 @@
+//! The one error type of the runtime crate.
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Logging or tracing could not be set up.
+    #[error("telemetry: {message}")]
+    Telemetry { message: String },
+
+    /// The provider-service endpoint or its TLS settings are unusable.
+    #[error("provider client: {message}")]
+    ProviderClient { message: String },
+
+    /// Reading a file or binding a socket failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Stable, low-cardinality name of the variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Telemetry { .. } => "Telemetry",
+            Error::ProviderClient { .. } => "ProviderClient",
+            Error::Io { .. } => "Io",
+        }
+    }
+
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Shared runtime of the peer-pods services (provider-service and the controllers).
+//!
+//! - [`telemetry`]: logs, OTLP traces, W3C trace context over gRPC metadata.
+//! - [`admin`]: `/healthz`, `/readyz` and `/metrics` on the admin port.
+//! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
+//! - [`client`]: the provider-service client (TLS, ServiceAccount token, trace context).
+//! - [`Error`]: the one error type, with a stable `reason()`.
+
+pub mod admin;
+pub mod client;
+mod error;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use error::Error;
