@@ -43,6 +43,10 @@ pub enum Error {
     #[error("unauthenticated: {message}")]
     Unauthenticated { message: String },
 
+    /// The caller's token cannot be checked now (the Kubernetes API does not answer).
+    #[error("cannot verify the caller's token now: {message}")]
+    AuthUnavailable { message: String },
+
     /// The caller is authenticated but not in the allow-list.
     #[error("caller {caller} is not allowed")]
     CallerNotAllowed { caller: String },
@@ -76,6 +80,7 @@ impl Error {
             Error::Unavailable { .. } => "CloudUnavailable",
             Error::CloudPermissionDenied { .. } => "CloudPermissionDenied",
             Error::Unauthenticated { .. } => "Unauthenticated",
+            Error::AuthUnavailable { .. } => "AuthUnavailable",
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
             Error::Tls { .. } => "Tls",
             Error::Io { .. } => "Io",

@@ -2,15 +2,23 @@
 //!
 //! - [`provider`]: the domain — the `Provider` trait, its types and the registry of backends.
 //! - [`libvirt`]: one module per cloud backend; each registers in `provider::build_backend`.
-//! - [`config`]: cloud-api-adaptor-style configuration from files and env.
-//! - [`metrics`]: Prometheus metrics.
-//! - [`Error`]: the one error type, with a stable `reason()`.
+//! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes).
+//! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + allow-list;
+//!   [`tls`]: rustls with certificate reload.
+//! - [`config`] and [`reload`]: cloud-api-adaptor-style configuration from files and env,
+//!   reloaded on change.
+//! - [`metrics`]: Prometheus metrics. [`Error`]: the one error type, with a stable `reason()`.
 
+pub mod auth;
 pub mod config;
 mod error;
+pub mod grpc;
 pub mod libvirt;
 pub mod metrics;
 pub mod provider;
+pub mod reload;
+pub mod server;
+pub mod tls;
 // Cloud backends: one module each (declared here), one line each in `provider::build_backend`.
 
 pub use error::Error;

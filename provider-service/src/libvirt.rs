@@ -47,6 +47,9 @@ impl LibvirtProvider {
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let uri = config.get("LIBVIRT_URI").unwrap_or(DEFAULT_URI);
         validate_uri(uri)?;
+        // libvirt prints every error to stderr by default; we return and log them ourselves
+        // (lookups of gone domains are normal and must not look like failures).
+        virt::error::clear_error_callback();
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
@@ -302,13 +305,15 @@ fn list_domains(conn: &Connect) -> Result<Vec<Instance>, VirtError> {
     Ok(out)
 }
 
-/// Tags from the `<peerpods:tags>` metadata element; malformed entries are skipped.
+/// Tags from the metadata element libvirt returns for [`TAGS_NAMESPACE`]. libvirt hands it
+/// back without the namespace (`<tags><tag key="k">v</tag></tags>`): the lookup by namespace
+/// already picked our element. Entries without a key are skipped.
 pub fn parse_tags(xml: &str) -> BTreeMap<String, String> {
     let Ok(doc) = roxmltree::Document::parse(xml) else {
         return BTreeMap::new();
     };
     doc.descendants()
-        .filter(|n| n.has_tag_name((TAGS_NAMESPACE, "tag")))
+        .filter(|n| n.tag_name().name() == "tag")
         .filter_map(|n| {
             let key = n.attribute("key")?;
             Some((key.to_owned(), n.text().unwrap_or_default().to_owned()))
@@ -372,15 +377,14 @@ mod tests {
     }
 
     #[test]
-    fn parses_tags_in_our_namespace_only() {
-        let xml = r#"<peerpods:tags xmlns:peerpods="urn:peerpods:tags:v1">
-            <peerpods:tag key="cluster">c1</peerpods:tag><peerpods:tag key="empty"/>
-            <peerpods:tag>no key</peerpods:tag></peerpods:tags>"#;
+    fn parses_tags_as_libvirt_returns_them() {
+        let xml =
+            "<tags>\n  <tag key=\"cluster\">c1</tag><tag key=\"empty\"/><tag>no key</tag>\n</tags>";
         let tags = parse_tags(xml);
         assert_eq!(tags.len(), 2);
         assert_eq!(tags["cluster"], "c1");
         assert_eq!(tags["empty"], "");
-        assert!(parse_tags("<tags><tag key='x'>y</tag></tags>").is_empty());
+        assert!(parse_tags("not xml").is_empty());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! `cloud_provider` and converts the answer. One module per cloud implements [`Provider`].
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -199,6 +199,35 @@ impl Registry {
     /// Configured providers, ordered by name.
     pub fn providers(&self) -> impl Iterator<Item = &Arc<dyn Provider>> {
         self.providers.values()
+    }
+}
+
+/// The registry in use, swapped as a whole when the configuration changes. Calls in flight keep
+/// the providers they started with.
+#[derive(Clone, Default)]
+pub struct SharedRegistry(Arc<RwLock<Arc<Registry>>>);
+
+impl SharedRegistry {
+    pub fn new(registry: Registry) -> Self {
+        SharedRegistry(Arc::new(RwLock::new(Arc::new(registry))))
+    }
+
+    /// The registry now in use.
+    pub fn current(&self) -> Arc<Registry> {
+        match self.0.read() {
+            Ok(r) => r.clone(),
+            // A writer cannot panic half-way through an Arc swap, so the value is whole.
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Puts `registry` in use for every later call.
+    pub fn replace(&self, registry: Registry) {
+        let new = Arc::new(registry);
+        match self.0.write() {
+            Ok(mut r) => *r = new,
+            Err(poisoned) => *poisoned.into_inner() = new,
+        }
     }
 }
 

@@ -1,0 +1,408 @@
+//! The gRPC layer: checks input limits, converts protobuf to domain types and back, maps
+//! [`Error`] to status codes and records a metric per call. It knows no cloud.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use pb::provider_service_server::ProviderService;
+use peerpods_proto::v1 as pb;
+use tonic::{Request, Response, Status};
+use tonic_types::{ErrorDetails, StatusExt};
+use tracing::Instrument;
+
+use crate::Error;
+use crate::auth::Caller;
+use crate::metrics::{CallLabels, MethodLabels, Metrics};
+use crate::provider::{
+    Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, SharedRegistry, TagSelector,
+};
+
+/// Longest accepted `cloud_provider`.
+pub const MAX_PROVIDER_LEN: usize = 64;
+/// Longest accepted `instance_id` (Azure resource ids are the longest, a few hundred bytes).
+pub const MAX_INSTANCE_ID_LEN: usize = 1024;
+/// Longest accepted requester field (a Kubernetes object name is at most 253 bytes).
+pub const MAX_REQUESTER_FIELD_LEN: usize = 253;
+/// Most entries in a tag selector, and the longest key and value (AWS's tag limits).
+pub const MAX_SELECTOR_TAGS: usize = 64;
+pub const MAX_TAG_KEY_LEN: usize = 128;
+pub const MAX_TAG_VALUE_LEN: usize = 256;
+/// Largest request message accepted. Far above any valid request, far below tonic's 4 MiB
+/// default, so garbage is rejected before it is buffered.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+
+/// `ErrorInfo.domain` of every error detail this service sends.
+pub const ERROR_DOMAIN: &str = "provider.peerpods.io";
+
+/// The `ProviderService` implementation.
+#[derive(Clone)]
+pub struct ProviderApi {
+    registry: SharedRegistry,
+    metrics: Metrics,
+}
+
+impl ProviderApi {
+    pub fn new(registry: SharedRegistry, metrics: Metrics) -> Self {
+        ProviderApi { registry, metrics }
+    }
+
+    /// The tonic service, with the request size limit applied.
+    pub fn into_service(self) -> pb::provider_service_server::ProviderServiceServer<Self> {
+        pb::provider_service_server::ProviderServiceServer::new(self)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
+    }
+
+    fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, Error> {
+        check_len("cloud_provider", name, MAX_PROVIDER_LEN)?;
+        self.registry.current().get(name)
+    }
+
+    /// Records metrics for one finished call and turns the result into a gRPC answer.
+    fn finish<T>(
+        &self,
+        method: &'static str,
+        provider: &str,
+        started: Instant,
+        result: Result<(T, &'static str), Error>,
+    ) -> Result<Response<T>, Status> {
+        let (label, answer) = match result {
+            Ok((body, label)) => (label.to_owned(), Ok(Response::new(body))),
+            Err(e) => {
+                if matches!(
+                    e,
+                    Error::Internal { .. } | Error::Io { .. } | Error::Tls { .. }
+                ) {
+                    tracing::error!(error = %e, reason = e.reason(), "call failed");
+                } else {
+                    tracing::warn!(error = %e, reason = e.reason(), "call failed");
+                }
+                (e.reason().to_owned(), Err(status(&e)))
+            }
+        };
+        self.metrics
+            .calls
+            .get_or_create(&CallLabels {
+                method,
+                provider: provider.to_owned(),
+                result: label,
+            })
+            .inc();
+        self.metrics
+            .latency
+            .get_or_create(&MethodLabels { method })
+            .observe(started.elapsed().as_secs_f64());
+        answer
+    }
+
+    /// Label for metrics: the configured provider's own name, or `unknown` so caller input
+    /// never becomes a label value.
+    fn provider_label(&self, name: &str) -> String {
+        match self.registry.current().get(name) {
+            Ok(p) => p.name().to_owned(),
+            Err(_) => "unknown".to_owned(),
+        }
+    }
+}
+
+fn caller_of<T>(request: &Request<T>) -> String {
+    request
+        .extensions()
+        .get::<Caller>()
+        .map_or_else(|| "anonymous".to_owned(), Caller::to_string)
+}
+
+#[tonic::async_trait]
+impl ProviderService for ProviderApi {
+    async fn delete_instance(
+        &self,
+        request: Request<pb::DeleteInstanceRequest>,
+    ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
+        let started = Instant::now();
+        let caller = caller_of(&request);
+        let req = request.into_inner();
+        let label = self.provider_label(&req.cloud_provider);
+        let result = async {
+            let provider = self.provider(&req.cloud_provider)?;
+            check_len("instance_id", &req.instance_id, MAX_INSTANCE_ID_LEN)?;
+            provider.validate_instance_id(&req.instance_id)?;
+            let requester = requester(req.requester.as_ref())?;
+            let span = tracing::info_span!(
+                "delete_instance",
+                provider = provider.name(),
+                instance_id = %req.instance_id,
+                caller = %caller,
+                requester.component = %requester.component,
+                requester.namespace = %requester.namespace,
+                requester.name = %requester.name,
+                requester.reason = %requester.reason,
+                outcome = tracing::field::Empty,
+            );
+            async {
+                let outcome = provider.delete_instance(&req.instance_id).await?;
+                tracing::Span::current().record("outcome", outcome.as_str());
+                tracing::info!(outcome = outcome.as_str(), "instance delete answered");
+                Ok::<_, Error>(outcome)
+            }
+            .instrument(span)
+            .await
+        }
+        .await;
+        let result = result.map(|outcome| {
+            let body = pb::DeleteInstanceResponse {
+                result: match outcome {
+                    DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
+                    DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
+                } as i32,
+            };
+            (body, outcome.as_str())
+        });
+        self.finish("DeleteInstance", &label, started, result)
+    }
+
+    async fn get_capacity(
+        &self,
+        request: Request<pb::GetCapacityRequest>,
+    ) -> Result<Response<pb::GetCapacityResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let label = self.provider_label(&req.cloud_provider);
+        let result = async {
+            let provider = self.provider(&req.cloud_provider)?;
+            provider.capacity().await
+        }
+        .await
+        .map(|c| (capacity_to_pb(c), "ok"));
+        self.finish("GetCapacity", &label, started, result)
+    }
+
+    async fn list_instances(
+        &self,
+        request: Request<pb::ListInstancesRequest>,
+    ) -> Result<Response<pb::ListInstancesResponse>, Status> {
+        let started = Instant::now();
+        let req = request.into_inner();
+        let label = self.provider_label(&req.cloud_provider);
+        let result = async {
+            let provider = self.provider(&req.cloud_provider)?;
+            let selector = selector(req.tag_selector)?;
+            provider.list_instances(&selector).await
+        }
+        .await
+        .map(|instances| {
+            let body = pb::ListInstancesResponse {
+                instances: instances.into_iter().map(instance_to_pb).collect(),
+            };
+            (body, "ok")
+        });
+        self.finish("ListInstances", &label, started, result)
+    }
+
+    async fn list_providers(
+        &self,
+        _request: Request<pb::ListProvidersRequest>,
+    ) -> Result<Response<pb::ListProvidersResponse>, Status> {
+        let started = Instant::now();
+        let registry = self.registry.current();
+        let checks = registry.providers().map(|p| async move {
+            let health = p.health().await;
+            pb::ProviderStatus {
+                name: p.name().to_owned(),
+                healthy: health.healthy,
+                message: health.message,
+            }
+        });
+        let providers = futures::future::join_all(checks).await;
+        self.finish(
+            "ListProviders",
+            "all",
+            started,
+            Ok((pb::ListProvidersResponse { providers }, "ok")),
+        )
+    }
+}
+
+/// The status code and details for an error. Throttling carries `google.rpc.RetryInfo`; every
+/// error carries `google.rpc.ErrorInfo` with the stable reason.
+pub fn status(e: &Error) -> Status {
+    use tonic::Code;
+    let code = match e {
+        Error::InvalidArgument { .. } | Error::UnknownProvider { .. } => Code::InvalidArgument,
+        Error::ProviderNotConfigured { .. } | Error::Config { .. } => Code::FailedPrecondition,
+        Error::Throttled { .. } => Code::ResourceExhausted,
+        Error::Unavailable { .. } | Error::AuthUnavailable { .. } => Code::Unavailable,
+        Error::CloudPermissionDenied { .. } | Error::CallerNotAllowed { .. } => {
+            Code::PermissionDenied
+        }
+        Error::Unauthenticated { .. } => Code::Unauthenticated,
+        Error::Tls { .. } | Error::Io { .. } | Error::Internal { .. } => Code::Internal,
+    };
+    let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
+    if let Error::Throttled { retry_after, .. } = e {
+        details.set_retry_info(Some(*retry_after));
+    }
+    Status::with_error_details(code, e.to_string(), details)
+}
+
+fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), Error> {
+    if value.is_empty() {
+        Err(Error::invalid(field, "must not be empty"))
+    } else if value.len() > max {
+        Err(Error::invalid(
+            field,
+            format!("is {} bytes, at most {max} are allowed", value.len()),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn requester(r: Option<&pb::Requester>) -> Result<Requester, Error> {
+    let Some(r) = r else {
+        return Ok(Requester::default());
+    };
+    for (field, value) in [
+        ("requester.component", &r.component),
+        ("requester.namespace", &r.namespace),
+        ("requester.name", &r.name),
+        ("requester.reason", &r.reason),
+    ] {
+        if value.len() > MAX_REQUESTER_FIELD_LEN {
+            return Err(Error::invalid(
+                field,
+                format!(
+                    "is {} bytes, at most {MAX_REQUESTER_FIELD_LEN} are allowed",
+                    value.len()
+                ),
+            ));
+        }
+    }
+    Ok(Requester {
+        component: r.component.clone(),
+        namespace: r.namespace.clone(),
+        name: r.name.clone(),
+        reason: r.reason.clone(),
+    })
+}
+
+fn selector(map: HashMap<String, String>) -> Result<TagSelector, Error> {
+    if map.len() > MAX_SELECTOR_TAGS {
+        return Err(Error::invalid(
+            "tag_selector",
+            format!(
+                "has {} tags, at most {MAX_SELECTOR_TAGS} are allowed",
+                map.len()
+            ),
+        ));
+    }
+    for (k, v) in &map {
+        if k.is_empty() || k.len() > MAX_TAG_KEY_LEN {
+            return Err(Error::invalid(
+                "tag_selector",
+                format!("keys must be 1 to {MAX_TAG_KEY_LEN} bytes"),
+            ));
+        }
+        if v.len() > MAX_TAG_VALUE_LEN {
+            return Err(Error::invalid(
+                "tag_selector",
+                format!("value of {k:?} is longer than {MAX_TAG_VALUE_LEN} bytes"),
+            ));
+        }
+    }
+    Ok(map.into_iter().collect())
+}
+
+fn figure_to_pb(f: Figure) -> Option<pb::Figure> {
+    (f.limit.is_some() || f.in_use.is_some()).then_some(pb::Figure {
+        limit: f.limit,
+        in_use: f.in_use,
+    })
+}
+
+fn capacity_to_pb(c: Capacity) -> pb::GetCapacityResponse {
+    pb::GetCapacityResponse {
+        instances: figure_to_pb(c.instances),
+        vcpus: figure_to_pb(c.vcpus),
+        memory_mib: figure_to_pb(c.memory_mib),
+    }
+}
+
+fn instance_to_pb(i: Instance) -> pb::Instance {
+    pb::Instance {
+        instance_id: i.id,
+        create_time: i.created.map(|t| prost_types::Timestamp {
+            seconds: t.as_second(),
+            nanos: t.subsec_nanosecond(),
+        }),
+        tags: i.tags.into_iter().collect::<HashMap<_, _>>(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_name_the_field() {
+        let e = check_len("instance_id", &"x".repeat(2000), MAX_INSTANCE_ID_LEN).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "instance_id: is 2000 bytes, at most 1024 are allowed"
+        );
+        let e = check_len("cloud_provider", "", MAX_PROVIDER_LEN).unwrap_err();
+        assert_eq!(e.to_string(), "cloud_provider: must not be empty");
+        let long = pb::Requester {
+            reason: "r".repeat(300),
+            ..Default::default()
+        };
+        assert!(
+            requester(Some(&long))
+                .unwrap_err()
+                .to_string()
+                .starts_with("requester.reason:")
+        );
+    }
+
+    #[test]
+    fn throttling_carries_a_retry_delay() {
+        let s = status(&Error::Throttled {
+            retry_after: std::time::Duration::from_secs(3),
+            message: "RequestLimitExceeded".into(),
+        });
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(
+            s.get_details_retry_info().and_then(|r| r.retry_delay),
+            Some(std::time::Duration::from_secs(3))
+        );
+        assert_eq!(
+            s.get_details_error_info().map(|i| i.reason),
+            Some("Throttled".to_owned())
+        );
+    }
+
+    #[test]
+    fn unknown_and_unconfigured_providers_have_different_codes() {
+        assert_eq!(
+            status(&Error::UnknownProvider { name: "x".into() }).code(),
+            tonic::Code::InvalidArgument
+        );
+        assert_eq!(
+            status(&Error::ProviderNotConfigured { name: "aws".into() }).code(),
+            tonic::Code::FailedPrecondition
+        );
+    }
+
+    #[test]
+    fn unknown_figures_stay_unknown() {
+        let pb = capacity_to_pb(Capacity {
+            vcpus: Figure {
+                limit: Some(8),
+                in_use: None,
+            },
+            ..Default::default()
+        });
+        assert_eq!(pb.instances, None);
+        assert_eq!(pb.vcpus.and_then(|f| f.in_use), None);
+        assert_eq!(pb.vcpus.and_then(|f| f.limit), Some(8));
+    }
+}
