@@ -1,0 +1,131 @@
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+/// The repository root (this crate lives in `<root>/testenv`).
+pub fn repo_root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Creates a namespace named `<prefix>-<random>` and waits until its `default` ServiceAccount exists (Pods
+/// cannot be created before that). Returns its name.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{prefix}-")),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    let created = namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace {prefix}-*: {e}"));
+    let name = created.metadata.name.unwrap_or_default();
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+    wait_for(
+        &format!("ServiceAccount default in {name}"),
+        Duration::from_secs(30),
+        || async { accounts.get_opt("default").await.ok().flatten() },
+    )
+    .await;
+    name
+}
+
+/// Applies every CustomResourceDefinition in a YAML file (one or more documents; the path is relative to the
+/// repository root) with server-side apply, then waits until each is Established.
+pub async fn apply_crds(client: &Client, repo_relative_path: &str) {
+    let path = repo_root().join(repo_relative_path);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let crds: Vec<CustomResourceDefinition> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()));
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let params = PatchParams::apply("testenv").force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &params, &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("applying CRD {name}: {e}"));
+        wait_for(
+            &format!("CRD {name} Established"),
+            Duration::from_secs(30),
+            || async {
+                let crd = api.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            },
+        )
+        .await;
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, and returns that value.
+///
+/// # Panics
+/// After `timeout`, naming `what` was awaited.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Mints a token for ServiceAccount `ns/sa` with the TokenRequest API, creating the ServiceAccount if missing.
+pub async fn service_account_token(
+    client: &Client,
+    ns: &str,
+    sa: &str,
+    audiences: &[&str],
+) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    if accounts.get_opt(sa).await.ok().flatten().is_none() {
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(sa.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        match accounts.create(&PostParams::default(), &account).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("creating ServiceAccount {ns}/{sa}: {e}"),
+        }
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(audiences.iter().map(|a| (*a).to_owned()).collect()),
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let response = accounts
+        .create_token_request(sa, &PostParams::default(), &request)
+        .await
+        .unwrap_or_else(|e| panic!("TokenRequest for {ns}/{sa}: {e}"));
+    response.status.and_then(|s| s.token).unwrap_or_default()
+}
