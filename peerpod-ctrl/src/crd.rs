@@ -1,0 +1,149 @@
+//! The `PeerPod` custom resource, wire-compatible with what cloud-api-adaptor (CAA) writes.
+//!
+//! CAA creates one PeerPod per pod VM in the Pod's namespace, owned by the Pod, carrying the finalizer
+//! [`FINALIZER`]. The field names (`instanceID`, and the misspelt `cleand`) are CAA's wire names and must not
+//! change. Everything this project adds is optional so that CAA's create body stays valid.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, CustomResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+
+/// The finalizer CAA puts on every PeerPod. It stays until the VM is confirmed deleted.
+pub const FINALIZER: &str = "peer.pod/finalizer";
+
+/// The condition type this controller maintains on PeerPods it cleans up.
+pub const CONDITION_CLEANED: &str = "Cleaned";
+
+/// A cloud VM running one peer pod, recorded so that the VM is deleted even when the pod's node or
+/// cloud-api-adaptor cannot do it. Created by cloud-api-adaptor in the pod's namespace and owned by the pod;
+/// when the pod is deleted the garbage collector deletes the PeerPod, and the finalizer `peer.pod/finalizer`
+/// holds it until the VM is gone.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "confidentialcontainers.org",
+    version = "v1alpha1",
+    kind = "PeerPod",
+    plural = "peerpods",
+    singular = "peerpod",
+    namespaced,
+    status = "PeerPodStatus",
+    doc = "A cloud VM that runs one peer pod. Deleting it deletes the VM before the finalizer is released.",
+    printcolumn = r#"{"name":"Provider","type":"string","description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
+    printcolumn = r#"{"name":"Instance","type":"string","description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
+    printcolumn = r#"{"name":"Cleaned","type":"string","description":"Whether the VM has been deleted","jsonPath":".status.conditions[?(@.type==\"Cleaned\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Why the VM is or is not deleted yet","jsonPath":".status.conditions[?(@.type==\"Cleaned\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+pub struct PeerPodSpec {
+    /// Cloud provider that runs the VM, as cloud-api-adaptor's CLOUD_PROVIDER names it:
+    /// aws, azure, gcp, ibmcloud, ibmcloud-powervs, libvirt, alibabacloud or byom.
+    #[serde(rename = "cloudProvider", default)]
+    pub cloud_provider: String,
+    /// The provider's identifier of the VM: an EC2 instance ID (i-...) on aws, the domain UUID on libvirt,
+    /// the full ARM resource ID on azure, the instance name on gcp.
+    #[serde(rename = "instanceID", default)]
+    pub instance_id: String,
+}
+
+/// What is known about the VM's cleanup.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct PeerPodStatus {
+    /// True once the VM has been deleted (or was found already gone) and the finalizer can be released.
+    /// The field name is cloud-api-adaptor's wire name.
+    #[serde(default)]
+    pub cleand: bool,
+    /// The latest observations of the cleanup. Type "Cleaned" is True once the VM is confirmed gone, and False
+    /// with a reason (for example ProviderUnavailable or InvalidInstance) while deleting it fails.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The metadata.generation the conditions were computed from.
+    #[serde(
+        rename = "observedGeneration",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub observed_generation: Option<i64>,
+}
+
+impl PeerPod {
+    /// The condition of type [`CONDITION_CLEANED`], if any.
+    pub fn cleaned_condition(&self) -> Option<&Condition> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_CLEANED)
+    }
+}
+
+/// The CustomResourceDefinition as YAML, exactly as committed under `deploy/crds/peerpods.yaml`.
+pub fn crd_yaml() -> Result<String, Error> {
+    let yaml = serde_saphyr::to_string(&PeerPod::crd())
+        .map_err(|e| Error::CrdSerialization(e.to_string()))?;
+    Ok(format!(
+        "# Generated from peerpod-ctrl/src/crd.rs by `make manifests`; do not edit.\n{yaml}"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn caa_create_body_deserializes() {
+        let body = include_str!("../tests/fixtures/caa-peerpod.json");
+        let pp: PeerPod = serde_json::from_str(body).expect("CAA body parses");
+        assert_eq!(pp.spec.cloud_provider, "aws");
+        assert_eq!(pp.spec.instance_id, "i-0123456789abcdef0");
+        assert_eq!(
+            pp.metadata.finalizers.as_deref(),
+            Some(&[FINALIZER.to_string()][..])
+        );
+        assert_eq!(pp.status, Some(PeerPodStatus::default()));
+    }
+
+    #[test]
+    fn wire_names_are_caas() {
+        let pp = PeerPod::new(
+            "p",
+            PeerPodSpec {
+                cloud_provider: "libvirt".into(),
+                instance_id: "abc".into(),
+            },
+        );
+        let json = serde_json::to_value(&pp.spec).expect("serializes");
+        assert_eq!(
+            json,
+            serde_json::json!({"cloudProvider": "libvirt", "instanceID": "abc"})
+        );
+        let status = serde_json::to_value(PeerPodStatus {
+            cleand: true,
+            ..Default::default()
+        })
+        .expect("serializes");
+        assert_eq!(status, serde_json::json!({"cleand": true}));
+    }
+
+    #[test]
+    fn schema_requires_nothing_caa_might_omit() {
+        let crd = serde_json::to_value(PeerPod::crd()).expect("serializes");
+        let version = &crd["spec"]["versions"][0];
+        let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+        assert!(
+            schema["spec"].get("required").is_none(),
+            "spec must not require fields"
+        );
+        assert!(
+            schema["status"].get("required").is_none(),
+            "status must not require fields"
+        );
+        assert_eq!(crd["spec"]["scope"], "Namespaced");
+        assert_eq!(crd["spec"]["group"], "confidentialcontainers.org");
+        assert_eq!(version["name"], "v1alpha1");
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+    }
+}

@@ -1,0 +1,491 @@
+//! Pure decisions: what to do with a PeerPod, how to release the finalizer, which PeerPods are stale, which
+//! VMs are orphans, how long to wait before retrying. No I/O here, so every rule has a plain unit test.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation};
+use kube::ResourceExt;
+
+use crate::crd::{FINALIZER, PeerPod};
+
+/// What a PeerPod needs from this controller right now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Not being deleted. Nothing to clean up (stale siblings may still need deleting).
+    Live,
+    /// Being deleted without `peer.pod/finalizer`: cloud-api-adaptor deleted the VM and released it already.
+    AlreadyReleased,
+    /// Being deleted with the finalizer: delete this VM, then release the finalizer.
+    DeleteInstance {
+        provider: String,
+        instance_id: String,
+    },
+    /// Being deleted with the finalizer, but the spec does not say which VM. The finalizer stays: nothing
+    /// proves the VM is gone, so an operator has to look.
+    Invalid(String),
+}
+
+/// Decides the cleanup for one PeerPod. Only `deletionTimestamp` set AND our finalizer present means work.
+pub fn cleanup(peerpod: &PeerPod) -> Cleanup {
+    if peerpod.metadata.deletion_timestamp.is_none() {
+        return Cleanup::Live;
+    }
+    if !peerpod.finalizers().iter().any(|f| f == FINALIZER) {
+        return Cleanup::AlreadyReleased;
+    }
+    let provider = peerpod.spec.cloud_provider.trim();
+    let instance_id = peerpod.spec.instance_id.trim();
+    match (provider.is_empty(), instance_id.is_empty()) {
+        (true, true) => Cleanup::Invalid("spec.cloudProvider and spec.instanceID are empty".into()),
+        (true, false) => Cleanup::Invalid("spec.cloudProvider is empty".into()),
+        (false, true) => Cleanup::Invalid("spec.instanceID is empty".into()),
+        (false, false) => Cleanup::DeleteInstance {
+            provider: provider.to_string(),
+            instance_id: instance_id.to_string(),
+        },
+    }
+}
+
+/// A JSON patch removing every `peer.pod/finalizer` entry and nothing else. Each removal is guarded by a
+/// `test` of the same index, so the patch fails as a whole when the list changed under us (CAA released the
+/// object, someone inserted a finalizer before ours) instead of removing somebody else's finalizer.
+/// Indices go from the back so earlier removals do not shift later ones. `None` when there is nothing to remove.
+pub fn release_finalizer_patch(finalizers: &[String]) -> Option<Patch> {
+    let mut ops = Vec::new();
+    for (index, _) in finalizers
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, f)| *f == FINALIZER)
+    {
+        let path = PointerBuf::from_tokens(["metadata", "finalizers", &index.to_string()]);
+        ops.push(PatchOperation::Test(TestOperation {
+            path: path.clone(),
+            value: serde_json::Value::String(FINALIZER.to_string()),
+        }));
+        ops.push(PatchOperation::Remove(RemoveOperation { path }));
+    }
+    (!ops.is_empty()).then_some(Patch(ops))
+}
+
+/// The UID of the owner marked `controller: true` (CAA sets it to the Pod). PeerPods without one are not
+/// part of any "same pod" group.
+pub fn controlling_owner_uid(peerpod: &PeerPod) -> Option<&str> {
+    peerpod
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// Among PeerPods of one controlling owner, the ones that are older than the newest and so belong to a dead
+/// sandbox of the same Pod. Creation timestamps have one-second granularity: PeerPods created in the same
+/// second are indistinguishable, so they are never deleted (a leftover VM is cheaper than killing a live one).
+/// PeerPods already being deleted or without a creation timestamp are never returned.
+pub fn stale_peerpods<'a>(group: &[&'a PeerPod]) -> Vec<&'a PeerPod> {
+    let Some(newest) = group
+        .iter()
+        .filter_map(|p| p.metadata.creation_timestamp.as_ref())
+        .max()
+    else {
+        return Vec::new();
+    };
+    group
+        .iter()
+        .copied()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|t| t < newest)
+        })
+        .collect()
+}
+
+/// Key identifying a VM across PeerPods and `ListInstances`: provider plus ID. IDs are compared
+/// case-insensitively because libvirt UUIDs and Azure resource IDs are case-insensitive and the other
+/// providers' IDs are lowercase anyway.
+pub fn instance_key(provider: &str, instance_id: &str) -> (String, String) {
+    (
+        provider.trim().to_string(),
+        instance_id.trim().to_ascii_lowercase(),
+    )
+}
+
+/// The VMs some PeerPod (live or being deleted) refers to.
+pub fn tracked_instances<'a>(
+    peerpods: impl IntoIterator<Item = &'a PeerPod>,
+) -> HashSet<(String, String)> {
+    peerpods
+        .into_iter()
+        .filter(|p| !p.spec.instance_id.trim().is_empty())
+        .map(|p| instance_key(&p.spec.cloud_provider, &p.spec.instance_id))
+        .collect()
+}
+
+/// A VM as `ListInstances` reports it, with the time we use as its age: the cloud's creation time, or when
+/// the provider does not know it, the time this controller first saw the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vm {
+    pub provider: String,
+    pub instance_id: String,
+    pub name: String,
+    pub since: jiff::Timestamp,
+}
+
+/// VMs older than `grace` that no PeerPod refers to. The grace period covers cloud-api-adaptor's window
+/// between creating a VM and creating its PeerPod.
+pub fn orphans<'a>(
+    vms: &'a [Vm],
+    tracked: &HashSet<(String, String)>,
+    now: jiff::Timestamp,
+    grace: Duration,
+) -> Vec<&'a Vm> {
+    vms.iter()
+        .filter(|vm| !tracked.contains(&instance_key(&vm.provider, &vm.instance_id)))
+        .filter(|vm| {
+            now.duration_since(vm.since)
+                .try_into()
+                .is_ok_and(|age: Duration| age >= grace)
+        })
+        .collect()
+}
+
+/// Per-object retry policy: exponential from `base`, capped at `cap`; permanent errors wait the full cap so
+/// they never loop hot; a server's retry hint is honoured (up to the cap). `seed` (a hash of the object)
+/// spreads retries of many objects that failed together by up to 10 %.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Backoff {
+    /// Delay before the next attempt after `failures` consecutive failures (1 for the first).
+    pub fn delay(
+        &self,
+        failures: u32,
+        permanent: bool,
+        retry_after: Option<Duration>,
+        seed: u64,
+    ) -> Duration {
+        let exponential = if permanent {
+            self.cap
+        } else {
+            let factor = 2u32.saturating_pow(failures.saturating_sub(1));
+            self.base.saturating_mul(factor).min(self.cap)
+        };
+        let wanted = exponential
+            .max(retry_after.unwrap_or_default())
+            .min(self.cap);
+        let jitter = wanted.mul_f64((seed % 1000) as f64 / 10_000.0);
+        wanted + jitter
+    }
+}
+
+/// A stable hash of an object's identity, used as jitter seed.
+pub fn seed(namespace: &str, name: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    (namespace, name).hash(&mut hasher);
+    hasher.finish()
+}
+
+/// The parts of a PeerPod whose change may need a reconcile: spec (generation), deletion, finalizers and
+/// owners. Status is left out on purpose: our own condition updates must not trigger another pass, or a
+/// failing cleanup would loop as fast as the API server answers.
+pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> Option<u64> {
+    let mut hasher = DefaultHasher::new();
+    peerpod.metadata.generation.hash(&mut hasher);
+    peerpod
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    peerpod.finalizers().hash(&mut hasher);
+    let owners: BTreeSet<&str> = peerpod
+        .owner_references()
+        .iter()
+        .map(|o| o.uid.as_str())
+        .collect();
+    owners.hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::PeerPodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    fn time(secs: i64) -> Time {
+        Time(jiff::Timestamp::from_second(1_700_000_000 + secs).expect("valid"))
+    }
+
+    fn peerpod(name: &str, created: i64) -> PeerPod {
+        let mut p = PeerPod::new(
+            name,
+            PeerPodSpec {
+                cloud_provider: "libvirt".into(),
+                instance_id: format!("id-{name}"),
+            },
+        );
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.metadata.creation_timestamp = Some(time(created));
+        p.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        p
+    }
+
+    fn owned_by(mut p: PeerPod, uid: &str, controller: Option<bool>) -> PeerPod {
+        p.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "pod".into(),
+            uid: uid.into(),
+            controller,
+            block_owner_deletion: Some(true),
+        }]);
+        p
+    }
+
+    fn deleting(mut p: PeerPod) -> PeerPod {
+        p.metadata.deletion_timestamp = Some(time(100));
+        p
+    }
+
+    #[test]
+    fn live_peerpod_needs_no_cleanup() {
+        assert_eq!(cleanup(&peerpod("a", 0)), Cleanup::Live);
+    }
+
+    #[test]
+    fn deleting_with_finalizer_deletes_the_instance() {
+        assert_eq!(
+            cleanup(&deleting(peerpod("a", 0))),
+            Cleanup::DeleteInstance {
+                provider: "libvirt".into(),
+                instance_id: "id-a".into()
+            }
+        );
+    }
+
+    #[test]
+    fn deleting_without_our_finalizer_was_released_by_caa() {
+        let mut p = deleting(peerpod("a", 0));
+        p.metadata.finalizers = Some(vec!["example.com/other".into()]);
+        assert_eq!(cleanup(&p), Cleanup::AlreadyReleased);
+        p.metadata.finalizers = None;
+        assert_eq!(cleanup(&p), Cleanup::AlreadyReleased);
+    }
+
+    #[test]
+    fn empty_provider_or_id_is_invalid_not_deleted() {
+        let mut p = deleting(peerpod("a", 0));
+        p.spec.instance_id = "  ".into();
+        assert!(matches!(cleanup(&p), Cleanup::Invalid(m) if m.contains("instanceID")));
+        p.spec.instance_id = "x".into();
+        p.spec.cloud_provider = String::new();
+        assert!(matches!(cleanup(&p), Cleanup::Invalid(m) if m.contains("cloudProvider")));
+    }
+
+    #[test]
+    fn release_patch_tests_and_removes_only_our_finalizer() {
+        let finalizers = vec![
+            "a/first".to_string(),
+            FINALIZER.to_string(),
+            "b/last".to_string(),
+        ];
+        let patch = release_finalizer_patch(&finalizers).expect("has ours");
+        assert_eq!(
+            serde_json::to_value(&patch).expect("serializes"),
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": FINALIZER},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ])
+        );
+        let mut doc = serde_json::json!({"metadata": {"finalizers": finalizers}});
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        assert_eq!(
+            doc["metadata"]["finalizers"],
+            serde_json::json!(["a/first", "b/last"])
+        );
+    }
+
+    #[test]
+    fn release_patch_fails_when_the_list_changed_concurrently() {
+        let read = vec!["a/first".to_string(), FINALIZER.to_string()];
+        let patch = release_finalizer_patch(&read).expect("has ours");
+        // CAA removed every finalizer in the meantime.
+        let mut released = serde_json::json!({"metadata": {}});
+        assert!(json_patch::patch(&mut released, &patch).is_err());
+        // Someone removed the finalizer before ours, so ours moved to index 0.
+        let mut shifted = serde_json::json!({"metadata": {"finalizers": [FINALIZER, "z/new"]}});
+        assert!(json_patch::patch(&mut shifted, &patch).is_err());
+        assert_eq!(
+            shifted["metadata"]["finalizers"],
+            serde_json::json!([FINALIZER, "z/new"])
+        );
+    }
+
+    #[test]
+    fn release_patch_removes_duplicates_from_the_back() {
+        let finalizers = vec![
+            FINALIZER.to_string(),
+            "x".to_string(),
+            FINALIZER.to_string(),
+        ];
+        let patch = release_finalizer_patch(&finalizers).expect("has ours");
+        let mut doc = serde_json::json!({"metadata": {"finalizers": finalizers}});
+        json_patch::patch(&mut doc, &patch).expect("applies");
+        assert_eq!(doc["metadata"]["finalizers"], serde_json::json!(["x"]));
+        assert!(release_finalizer_patch(&["x".to_string()]).is_none());
+    }
+
+    #[test]
+    fn controlling_owner_is_the_controller_reference_only() {
+        assert_eq!(controlling_owner_uid(&peerpod("a", 0)), None);
+        assert_eq!(
+            controlling_owner_uid(&owned_by(peerpod("a", 0), "pod-1", Some(true))),
+            Some("pod-1")
+        );
+        assert_eq!(
+            controlling_owner_uid(&owned_by(peerpod("a", 0), "pod-1", None)),
+            None
+        );
+    }
+
+    #[test]
+    fn strictly_older_peerpods_of_the_same_owner_are_stale() {
+        let old = peerpod("old", 0);
+        let new = peerpod("new", 5);
+        let stale = stale_peerpods(&[&new, &old]);
+        assert_eq!(stale.len(), 1);
+        assert_eq!(stale[0].name_any(), "old");
+    }
+
+    #[test]
+    fn equal_creation_timestamps_never_delete() {
+        let a = peerpod("a", 3);
+        let b = peerpod("b", 3);
+        assert!(stale_peerpods(&[&a, &b]).is_empty());
+        let older = peerpod("older", 1);
+        let names: Vec<_> = stale_peerpods(&[&a, &b, &older])
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        assert_eq!(names, vec!["older"]);
+    }
+
+    #[test]
+    fn single_deleting_or_timeless_peerpods_are_not_stale() {
+        let only = peerpod("only", 0);
+        assert!(stale_peerpods(&[&only]).is_empty());
+        let old_deleting = deleting(peerpod("old", 0));
+        let new = peerpod("new", 9);
+        assert!(stale_peerpods(&[&old_deleting, &new]).is_empty());
+        let mut timeless = peerpod("timeless", 0);
+        timeless.metadata.creation_timestamp = None;
+        assert!(stale_peerpods(&[&timeless, &new]).is_empty());
+    }
+
+    fn vm(id: &str, since: i64) -> Vm {
+        Vm {
+            provider: "libvirt".into(),
+            instance_id: id.into(),
+            name: format!("podvm-{id}"),
+            since: time(since).0,
+        }
+    }
+
+    #[test]
+    fn orphans_are_old_untracked_vms() {
+        let tracked = tracked_instances([&peerpod("a", 0)]);
+        let vms = vec![vm("ID-A", 0), vm("lost", 0), vm("young", 95)];
+        let found = orphans(&vms, &tracked, time(100).0, Duration::from_secs(10));
+        let ids: Vec<_> = found.iter().map(|v| v.instance_id.as_str()).collect();
+        assert_eq!(ids, vec!["lost"]);
+        // Exactly at the grace boundary counts as old enough.
+        let found = orphans(&vms, &tracked, time(105).0, Duration::from_secs(10));
+        assert_eq!(found.len(), 2);
+    }
+
+    #[test]
+    fn a_vm_of_another_provider_with_the_same_id_is_not_tracked() {
+        let tracked = tracked_instances([&peerpod("a", 0)]);
+        let mut other = vm("id-a", 0);
+        other.provider = "aws".into();
+        let found = orphans(
+            std::slice::from_ref(&other),
+            &tracked,
+            time(100).0,
+            Duration::ZERO,
+        );
+        assert_eq!(found.len(), 1);
+    }
+
+    #[test]
+    fn backoff_grows_and_caps() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(60),
+        };
+        assert_eq!(b.delay(1, false, None, 0), Duration::from_secs(1));
+        assert_eq!(b.delay(2, false, None, 0), Duration::from_secs(2));
+        assert_eq!(b.delay(4, false, None, 0), Duration::from_secs(8));
+        assert_eq!(b.delay(40, false, None, 0), Duration::from_secs(60));
+        assert_eq!(b.delay(u32::MAX, false, None, 0), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn permanent_errors_wait_the_cap_and_hints_are_honoured() {
+        let b = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(60),
+        };
+        assert_eq!(b.delay(1, true, None, 0), Duration::from_secs(60));
+        assert_eq!(
+            b.delay(1, false, Some(Duration::from_secs(7)), 0),
+            Duration::from_secs(7)
+        );
+        assert_eq!(
+            b.delay(1, false, Some(Duration::from_secs(999)), 0),
+            Duration::from_secs(60)
+        );
+    }
+
+    #[test]
+    fn jitter_adds_at_most_ten_percent() {
+        let b = Backoff::default();
+        let d = b.delay(3, false, None, 999);
+        assert!(
+            d >= Duration::from_secs(4) && d <= Duration::from_millis(4400),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn status_only_changes_do_not_trigger() {
+        let mut p = peerpod("a", 0);
+        let before = reconcile_trigger_hash(&p);
+        p.status = Some(crate::crd::PeerPodStatus {
+            cleand: true,
+            ..Default::default()
+        });
+        assert_eq!(reconcile_trigger_hash(&p), before);
+        let p = deleting(p);
+        assert_ne!(reconcile_trigger_hash(&p), before);
+    }
+}

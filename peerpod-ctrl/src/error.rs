@@ -1,0 +1,91 @@
+//! The one error type of this crate. `reason()` is stable: it is the condition reason on PeerPods, the Event
+//! reason and the `reason` label of metrics, so renaming a reason is a breaking change for alerts.
+
+use std::time::Duration;
+
+/// Everything that can go wrong while cleaning up PeerPods.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The PeerPod names no provider or no instance, so there is nothing that could be deleted safely.
+    #[error("PeerPod names no usable instance: {0}")]
+    InvalidInstance(String),
+    /// provider-service rejected the request as malformed (gRPC INVALID_ARGUMENT): unknown provider,
+    /// malformed instance ID. Retrying the same request cannot help.
+    #[error("provider-service rejected the instance: {0}")]
+    ProviderRejected(String),
+    /// provider-service cannot act in its current configuration (gRPC FAILED_PRECONDITION), for example the
+    /// provider is not configured. Needs an operator; retried slowly in case the configuration is fixed.
+    #[error("provider-service cannot delete the instance in its current configuration: {0}")]
+    ProviderPrecondition(String),
+    /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
+    #[error("provider-service refused our credentials: {0}")]
+    ProviderUnauthorized(String),
+    /// The cloud or provider-service asked us to slow down (RESOURCE_EXHAUSTED).
+    #[error("provider-service is throttling: {message}")]
+    ProviderThrottled {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// provider-service could not be reached or is not ready (UNAVAILABLE, DEADLINE_EXCEEDED, connect errors).
+    #[error("provider-service is unavailable: {0}")]
+    ProviderUnavailable(String),
+    /// provider-service answered with an unexpected error (INTERNAL, UNKNOWN, ...).
+    #[error("provider-service failed: {0}")]
+    ProviderFailed(String),
+    /// Somebody changed the finalizers between our read and our patch; the next pass sees the new state.
+    #[error("finalizers changed concurrently; will re-read")]
+    FinalizerConflict,
+    /// A Kubernetes API call failed.
+    #[error("Kubernetes API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// The CustomResourceDefinition could not be rendered.
+    #[error("cannot render the PeerPod CRD: {0}")]
+    CrdSerialization(String),
+    /// The Lease could not be created or kept.
+    #[error("leader election failed: {0}")]
+    LeaderElection(String),
+    /// A setting makes no sense (for example a provider endpoint that is not a URI).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Stable, CamelCase reason for conditions, Events and metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidInstance(_) => "InvalidInstance",
+            Error::ProviderRejected(_) => "ProviderRejected",
+            Error::ProviderPrecondition(_) => "ProviderPrecondition",
+            Error::ProviderUnauthorized(_) => "ProviderUnauthorized",
+            Error::ProviderThrottled { .. } => "ProviderThrottled",
+            Error::ProviderUnavailable(_) => "ProviderUnavailable",
+            Error::ProviderFailed(_) => "ProviderFailed",
+            Error::FinalizerConflict => "FinalizerConflict",
+            Error::Kube(_) => "KubernetesApiError",
+            Error::CrdSerialization(_) => "CrdSerialization",
+            Error::Config(_) => "InvalidConfiguration",
+            Error::LeaderElection(_) => "LeaderElection",
+        }
+    }
+
+    /// Errors that the same request can never fix by itself. They are retried only at the backoff cap, so a
+    /// fixed configuration is eventually picked up without hammering anything meanwhile.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidInstance(_)
+                | Error::ProviderRejected(_)
+                | Error::ProviderPrecondition(_)
+                | Error::CrdSerialization(_)
+                | Error::Config(_)
+        )
+    }
+
+    /// The earliest retry the other side asked for, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::ProviderThrottled { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! peerpod-ctrl: deletes the cloud VM of every deleted PeerPod before its finalizer is released, deletes
+//! PeerPods left behind by an earlier sandbox of the same Pod, and finds VMs that never got a PeerPod.
+//!
+//! - [`crd`]: the `PeerPod` type, wire-compatible with cloud-api-adaptor, and its CRD.
+//! - [`decide`]: pure decisions (cleanup, finalizer patch, stale PeerPods, orphans, backoff).
+//! - [`index`]: PeerPods by controlling owner UID.
+//! - [`provider`]: the provider-service calls.
+//! - [`reconcile`]: the controller (watch → decide → act → record).
+//! - [`orphans`]: the periodic orphan-VM scan.
+//! - [`metrics`]: Prometheus metrics.
+
+pub mod crd;
+pub mod decide;
+mod error;
+pub mod index;
+pub mod metrics;
+pub mod orphans;
+pub mod provider;
+pub mod reconcile;
+
+pub use error::Error;
+
+use kube::runtime::events::{Recorder, Reporter};
+use peerpods_runtime::admin::Readiness;
+use peerpods_runtime::leader::{self, LeaderConfig};
+use peerpods_runtime::shutdown::CancellationToken;
+
+/// Everything one leadership term needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub reconciler: reconcile::ReconcilerSettings,
+    pub orphans: orphans::OrphanSettings,
+    /// Reported as the Event source; the Pod name distinguishes replicas.
+    pub reporter: Reporter,
+}
+
+/// Runs the reconciler and the orphan scan until the future is dropped. Called once per leadership term, so
+/// a replica that lost the lease stops acting the moment this future is dropped.
+pub async fn run(
+    client: kube::Client,
+    provider: provider::Provider,
+    metrics: metrics::Metrics,
+    settings: Settings,
+) {
+    let recorder = Recorder::new(client.clone(), settings.reporter.clone());
+    let (store_tx, store_rx) = tokio::sync::watch::channel(None);
+    let scanner = orphans::Scanner {
+        provider: provider.clone(),
+        recorder: recorder.clone(),
+        metrics: metrics.clone(),
+        settings: settings.orphans,
+        first_seen: orphans::FirstSeen::default(),
+    };
+    let controller = reconcile::run(
+        client,
+        provider,
+        recorder,
+        metrics,
+        settings.reconciler,
+        Some(store_tx),
+    );
+    // The scan ends early when it is disabled; the controller decides how long the term lasts.
+    let scan = async move {
+        scanner.run(store_rx).await;
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = controller => {}
+        () = scan => {}
+    }
+}
+
+/// Runs until `shutdown` is cancelled: with a [`LeaderConfig`] only while holding the Lease (released on
+/// shutdown for a quick handover), without one straight away.
+pub async fn run_until(
+    client: kube::Client,
+    provider: provider::Provider,
+    metrics: metrics::Metrics,
+    settings: Settings,
+    leader: Option<LeaderConfig>,
+    shutdown: CancellationToken,
+    readiness: Option<Readiness>,
+) -> Result<(), Error> {
+    let work = || {
+        run(
+            client.clone(),
+            provider.clone(),
+            metrics.clone(),
+            settings.clone(),
+        )
+    };
+    match leader {
+        Some(config) => leader::run_while_leader(client.clone(), config, shutdown, readiness, work)
+            .await
+            .map_err(|e| Error::LeaderElection(e.to_string())),
+        None => {
+            if let Some(r) = &readiness {
+                r.set("controller", true, "");
+            }
+            tokio::select! {
+                () = work() => {}
+                () = shutdown.cancelled() => {}
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,277 @@
+//! Orphan VMs: VMs carrying this cluster's tag that no PeerPod refers to, typically because
+//! cloud-api-adaptor crashed between creating the VM and creating its PeerPod.
+//!
+//! Findings are reported as a metric, a log line and an Event on the controller's Namespace object: orphans
+//! have no PeerPod to attach an Event to, and the Namespace is the one cluster-visible object that always
+//! exists whether or not leader election (a Lease) or a Deployment is in use. `kubectl describe namespace
+//! <ns>` shows them. Deletion happens only with the `delete` policy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use tracing::{info, warn};
+
+use crate::Error;
+use crate::crd::PeerPod;
+use crate::decide::{self, Vm};
+use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, provider_label};
+use crate::provider::{About, Provider};
+
+/// What to do with an orphan VM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OrphanPolicy {
+    /// Report only (metric, log, Event).
+    #[default]
+    Report,
+    /// Report and delete.
+    Delete,
+}
+
+/// Settings of the orphan scan.
+#[derive(Debug, Clone)]
+pub struct OrphanSettings {
+    pub interval: Duration,
+    pub grace: Duration,
+    pub policy: OrphanPolicy,
+    /// The tag (key, value) this cluster's VMs carry. Without one, no scan runs: a VM we cannot attribute
+    /// to this cluster must never be touched.
+    pub cluster_tag: Option<(String, String)>,
+    /// Namespace whose Namespace object receives orphan Events.
+    pub event_namespace: String,
+}
+
+/// Parses `key=value`.
+pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(Error::Config(format!(
+            "cluster tag {text:?} is not KEY=VALUE"
+        ))),
+    }
+}
+
+/// Remembers when a VM without a creation time was first seen, so its age can still be judged.
+#[derive(Default)]
+pub struct FirstSeen(HashMap<(String, String), jiff::Timestamp>);
+
+/// One scan result, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ScanReport {
+    pub orphans: Vec<Vm>,
+    pub deleted: Vec<Vm>,
+}
+
+/// The orphan scanner of one leadership term.
+pub struct Scanner {
+    pub provider: Provider,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub settings: OrphanSettings,
+    pub first_seen: FirstSeen,
+}
+
+impl Scanner {
+    /// Scans every `interval` once the PeerPod cache is complete, until dropped.
+    pub async fn run(mut self, mut store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
+        if self.settings.cluster_tag.is_none() {
+            info!("no --cluster-tag: orphan VM scan disabled");
+            return;
+        }
+        let store = loop {
+            if let Some(store) = store.borrow_and_update().clone() {
+                break store;
+            }
+            if store.changed().await.is_err() {
+                return;
+            }
+        };
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(self.settings.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let report = self.scan(&store).await;
+            if !report.orphans.is_empty() {
+                info!(
+                    orphans = report.orphans.len(),
+                    deleted = report.deleted.len(),
+                    "orphan scan done"
+                );
+            }
+        }
+    }
+
+    /// One pass over all providers.
+    pub async fn scan(&mut self, store: &Store<PeerPod>) -> ScanReport {
+        let mut report = ScanReport::default();
+        let Some((key, value)) = self.settings.cluster_tag.clone() else {
+            return report;
+        };
+        let selector = BTreeMap::from([(key, value)]);
+        let providers = match self.provider.providers().await {
+            Ok(p) => p,
+            Err(error) => {
+                self.scan_failed("*", &error);
+                return report;
+            }
+        };
+        for name in providers {
+            if let Err(error) = self
+                .scan_provider(&name, &selector, store, &mut report)
+                .await
+            {
+                self.scan_failed(&name, &error);
+            }
+        }
+        report
+    }
+
+    fn scan_failed(&self, provider: &str, error: &Error) {
+        warn!(provider, reason = error.reason(), %error, "orphan scan failed");
+        self.metrics
+            .orphan_scan_errors
+            .get_or_create(&ReasonLabels {
+                reason: error.reason().to_string(),
+            })
+            .inc();
+    }
+
+    async fn scan_provider(
+        &mut self,
+        provider: &str,
+        selector: &BTreeMap<String, String>,
+        store: &Store<PeerPod>,
+        report: &mut ScanReport,
+    ) -> Result<(), Error> {
+        let listed = self.provider.instances(provider, selector).await?;
+        let now = jiff::Timestamp::now();
+        let vms: Vec<Vm> = listed
+            .into_iter()
+            .map(|i| {
+                let since = i.created.unwrap_or_else(|| {
+                    *self
+                        .first_seen
+                        .0
+                        .entry(decide::instance_key(provider, &i.instance_id))
+                        .or_insert(now)
+                });
+                Vm {
+                    provider: provider.to_string(),
+                    name: i.instance_id.clone(),
+                    instance_id: i.instance_id,
+                    since,
+                }
+            })
+            .collect();
+        // Forget VMs that disappeared so the map does not grow forever.
+        self.first_seen.0.retain(|(p, id), _| {
+            p != provider
+                || vms
+                    .iter()
+                    .any(|v| &decide::instance_key(p, &v.instance_id).1 == id)
+        });
+        // The cache is read after listing, so a PeerPod created meanwhile is seen.
+        let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
+        let orphans: Vec<Vm> = decide::orphans(&vms, &tracked, now, self.settings.grace)
+            .into_iter()
+            .cloned()
+            .collect();
+        self.metrics
+            .orphans_found
+            .get_or_create(&ProviderLabels {
+                provider: provider_label(provider),
+            })
+            .set(orphans.len() as i64);
+        for vm in orphans {
+            warn!(provider, instance_id = %vm.instance_id, since = %vm.since, "orphan VM: no PeerPod refers to it");
+            let note = format!(
+                "{provider} instance {} carries this cluster's tag, exists since {} and no PeerPod refers to it",
+                vm.instance_id, vm.since
+            );
+            self.publish(
+                EventType::Warning,
+                "OrphanInstanceFound",
+                "ScanInstances",
+                note,
+            )
+            .await;
+            if self.settings.policy == OrphanPolicy::Delete {
+                // Re-check right before deleting: a PeerPod may have appeared since the scan started.
+                let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
+                if tracked.contains(&decide::instance_key(provider, &vm.instance_id)) {
+                    continue;
+                }
+                let about = About {
+                    namespace: &self.settings.event_namespace,
+                    name: &vm.instance_id,
+                    reason: "OrphanInstance",
+                };
+                let outcome = self
+                    .provider
+                    .delete_instance(provider, &vm.instance_id, about)
+                    .await?;
+                self.metrics
+                    .orphans_deleted
+                    .get_or_create(&ProviderLabels {
+                        provider: provider_label(provider),
+                    })
+                    .inc();
+                info!(provider, instance_id = %vm.instance_id, result = outcome.label(), "orphan VM deleted");
+                let note = format!("Deleted orphan {provider} instance {}", vm.instance_id);
+                self.publish(
+                    EventType::Normal,
+                    "OrphanInstanceDeleted",
+                    "DeleteInstance",
+                    note,
+                )
+                .await;
+                report.deleted.push(vm.clone());
+            }
+            report.orphans.push(vm);
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, type_: EventType, reason: &str, action: &str, note: String) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(self.settings.event_namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: action.to_string(),
+            secondary: None,
+        };
+        if let Err(error) = self.recorder.publish(&event, &reference).await {
+            warn!(%error, reason, "cannot publish Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_tag_is_key_equals_value() {
+        assert_eq!(
+            parse_tag("peerpods.io/cluster=prod").expect("valid"),
+            ("peerpods.io/cluster".to_string(), "prod".to_string())
+        );
+        assert_eq!(
+            parse_tag("k=").expect("valid"),
+            ("k".to_string(), String::new())
+        );
+        assert!(parse_tag("novalue").is_err());
+        assert!(parse_tag("=v").is_err());
+    }
+}

@@ -1,0 +1,423 @@
+//! watch → decide → act → record for PeerPods.
+//!
+//! - A PeerPod being deleted with `peer.pod/finalizer`: `DeleteInstance`, then record (status, Event, metric)
+//!   and release exactly that finalizer.
+//! - A live PeerPod: delete older PeerPods of the same Pod, which then come back here for cleanup.
+//! - Failures keep the finalizer, say why on the object, and retry with per-object backoff.
+//!
+//! We never add a finalizer of our own: cloud-api-adaptor removes *all* finalizers when it releases a
+//! PeerPod, so ours would be gone exactly when we would need it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::Error;
+use crate::crd::{CONDITION_CLEANED, PeerPod, PeerPodStatus};
+use crate::decide::{self, Backoff, Cleanup};
+use crate::index::OwnerIndex;
+use crate::metrics::Metrics;
+use crate::provider::{About, Deleted, Provider};
+
+/// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
+pub struct Context {
+    pub client: kube::Client,
+    pub provider: Provider,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub backoff: Backoff,
+    pub store: Store<PeerPod>,
+    pub index: OwnerIndex,
+    /// Consecutive failures per PeerPod, for the exponential backoff. Cleared on success and on deletion.
+    failures: Mutex<HashMap<ObjectRef<PeerPod>, u32>>,
+}
+
+impl Context {
+    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, u32>> {
+        // Only plain counters live behind this lock; a poisoned one is still consistent enough.
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn forget(&self, key: &ObjectRef<PeerPod>) {
+        self.failures().remove(key);
+    }
+}
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcilerSettings {
+    /// Reconciles in flight at once.
+    pub concurrency: u16,
+    pub backoff: Backoff,
+}
+
+/// Watches PeerPods in all namespaces and reconciles them until the future is dropped (leadership lost) or
+/// the watch ends.
+pub async fn run(
+    client: kube::Client,
+    provider: Provider,
+    recorder: Recorder,
+    metrics: Metrics,
+    settings: ReconcilerSettings,
+    store_out: Option<tokio::sync::watch::Sender<Option<Store<PeerPod>>>>,
+) {
+    let api: Api<PeerPod> = Api::all(client.clone());
+    let (store, writer) = reflector::store();
+    let index = OwnerIndex::default();
+    let ctx = Arc::new(Context {
+        client,
+        provider,
+        recorder,
+        metrics,
+        backoff: settings.backoff,
+        store: store.clone(),
+        index: index.clone(),
+        failures: Mutex::default(),
+    });
+    if let Some(tx) = store_out {
+        // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
+        tx.send_replace(Some(store.clone()));
+    }
+    let forget = ctx.clone();
+    let trigger = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        // managedFields are the largest part of a PeerPod and we never read them: drop them before caching.
+        .modify(|p| p.managed_fields_mut().clear())
+        .map(move |event| {
+            if let Ok(event) = &event {
+                index.apply(event);
+                if let watcher::Event::Delete(p) = event {
+                    forget.forget(&ObjectRef::from_obj(p));
+                }
+            }
+            event
+        })
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(decide::reconcile_trigger_hash, PredicateConfig::default());
+    Controller::for_stream(trigger, store)
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                // Reconcile errors were recorded in reconcile(); these are watch/queue errors.
+                debug!(%error, "controller stream");
+            }
+        })
+        .await;
+}
+
+async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!(
+        "reconcile",
+        namespace = %peerpod.namespace().unwrap_or_default(),
+        name = %peerpod.name_any(),
+    );
+    async move {
+        ctx.metrics.reconciles.inc();
+        let key = ObjectRef::from_obj(peerpod.as_ref());
+        let result = match decide::cleanup(&peerpod) {
+            Cleanup::Live => reap_stale(&peerpod, &ctx).await,
+            Cleanup::AlreadyReleased => {
+                debug!("released by cloud-api-adaptor; nothing to do");
+                Ok(Action::await_change())
+            }
+            Cleanup::Invalid(why) => Err(Error::InvalidInstance(why)),
+            Cleanup::DeleteInstance {
+                provider,
+                instance_id,
+            } => delete_instance(&peerpod, &ctx, &provider, &instance_id).await,
+        };
+        match result {
+            Ok(action) => {
+                ctx.forget(&key);
+                Ok(action)
+            }
+            Err(error) => {
+                record_failure(&peerpod, &ctx, &error).await;
+                Err(error)
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Per-object exponential backoff. Counting happens here because kube calls `error_policy` exactly once
+/// per failed reconcile.
+fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = ObjectRef::from_obj(peerpod.as_ref());
+    let failures = {
+        let mut map = ctx.failures();
+        let n = map.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    if matches!(error, Error::FinalizerConflict) {
+        // Not a failure of anything: re-read soon and decide again.
+        return Action::requeue(Duration::from_millis(200));
+    }
+    let seed = decide::seed(
+        &peerpod.namespace().unwrap_or_default(),
+        &peerpod.name_any(),
+    );
+    let delay = ctx
+        .backoff
+        .delay(failures, error.is_permanent(), error.retry_after(), seed);
+    Action::requeue(delay)
+}
+
+async fn delete_instance(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    provider: &str,
+    instance_id: &str,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let name = peerpod.name_any();
+    let about = About {
+        namespace: &namespace,
+        name: &name,
+        reason: "PeerPodDeleted",
+    };
+    let outcome = match ctx
+        .provider
+        .delete_instance(provider, instance_id, about)
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            ctx.metrics.instance_delete(provider, error.reason());
+            return Err(error);
+        }
+    };
+    ctx.metrics.instance_delete(provider, outcome.label());
+    let message = match outcome {
+        Deleted::Deleted => format!("Deleted {provider} instance {instance_id}"),
+        Deleted::AlreadyGone => format!("{provider} instance {instance_id} was already gone"),
+    };
+    info!(
+        provider,
+        instance_id,
+        result = outcome.label(),
+        "instance deleted; releasing finalizer"
+    );
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_cleaned(&api, peerpod, true, outcome.reason(), &message).await? {
+        return Ok(Action::await_change());
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Normal,
+        outcome.reason(),
+        "DeleteInstance",
+        message,
+    )
+    .await;
+    release_finalizer(&api, peerpod).await?;
+    if let Some(deleted_at) = &peerpod.metadata.deletion_timestamp
+        && let Ok(elapsed) = Duration::try_from(jiff::Timestamp::now().duration_since(deleted_at.0))
+    {
+        ctx.metrics
+            .finalizer_release_seconds
+            .observe(elapsed.as_secs_f64());
+    }
+    Ok(Action::await_change())
+}
+
+/// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
+async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {
+    let Some(patch) = decide::release_finalizer_patch(peerpod.finalizers()) else {
+        return Ok(());
+    };
+    match api
+        .patch(
+            &peerpod.name_any(),
+            &PatchParams::default(),
+            &Patch::Json::<()>(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+        // A failed `test` op is 422 Invalid; a resourceVersion race is 409.
+        Err(kube::Error::Api(status)) if status.is_invalid() || status.is_conflict() => {
+            Err(Error::FinalizerConflict)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `status.cleand` and the Cleaned condition when they differ from what is there. Returns false when
+/// the PeerPod no longer exists.
+async fn set_cleaned(
+    api: &Api<PeerPod>,
+    peerpod: &PeerPod,
+    cleaned: bool,
+    reason: &str,
+    message: &str,
+) -> Result<bool, Error> {
+    let status_value = if cleaned { "True" } else { "False" };
+    let current = peerpod.cleaned_condition();
+    let generation = peerpod.metadata.generation;
+    let old_status = peerpod.status.clone().unwrap_or_default();
+    if current
+        .is_some_and(|c| c.status == status_value && c.reason == reason && c.message == message)
+        && old_status.cleand == cleaned
+        && old_status.observed_generation == generation
+    {
+        return Ok(true);
+    }
+    let last_transition_time = match current {
+        Some(c) if c.status == status_value => c.last_transition_time.clone(),
+        _ => Time(jiff::Timestamp::now()),
+    };
+    let mut conditions: Vec<Condition> = old_status
+        .conditions
+        .into_iter()
+        .filter(|c| c.type_ != CONDITION_CLEANED)
+        .collect();
+    conditions.push(Condition {
+        type_: CONDITION_CLEANED.to_string(),
+        status: status_value.to_string(),
+        reason: reason.to_string(),
+        message: message.to_string(),
+        observed_generation: generation,
+        last_transition_time,
+    });
+    let status = PeerPodStatus {
+        cleand: cleaned,
+        conditions,
+        observed_generation: generation,
+    };
+    let patch = serde_json::json!({ "status": status });
+    match api
+        .patch_status(
+            &peerpod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Makes a failure visible: metric always; condition and Event when the PeerPod is waiting for cleanup.
+async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error) {
+    ctx.metrics.reconcile_error(error.reason());
+    if matches!(error, Error::FinalizerConflict) {
+        debug!("finalizers changed concurrently; re-reading");
+        return;
+    }
+    warn!(reason = error.reason(), %error, "reconcile failed");
+    if matches!(
+        decide::cleanup(peerpod),
+        Cleanup::Live | Cleanup::AlreadyReleased
+    ) {
+        return;
+    }
+    let api: Api<PeerPod> =
+        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
+    let message = format!("Instance not deleted yet, finalizer kept: {error}");
+    if let Err(e) = set_cleaned(&api, peerpod, false, error.reason(), &message).await {
+        warn!(error = %e, "cannot record the failure in status");
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Warning,
+        error.reason(),
+        "DeleteInstance",
+        message,
+    )
+    .await;
+}
+
+/// Deletes PeerPods of the same Pod that are older than this one: they belong to a sandbox that is gone.
+async fn reap_stale(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
+    let Some(owner) = decide::controlling_owner_uid(peerpod) else {
+        info!("PeerPod has no controlling owner; not comparing it with other PeerPods");
+        return Ok(Action::await_change());
+    };
+    let siblings: Vec<Arc<PeerPod>> = ctx
+        .index
+        .owned_by(owner)
+        .iter()
+        .filter_map(|key| ctx.store.get(key))
+        .filter(|p| p.uid() != peerpod.uid())
+        .collect();
+    if siblings.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let mut group: Vec<&PeerPod> = siblings.iter().map(Arc::as_ref).collect();
+    group.push(peerpod);
+    for stale in decide::stale_peerpods(&group) {
+        let api: Api<PeerPod> =
+            Api::namespaced(ctx.client.clone(), &stale.namespace().unwrap_or_default());
+        // The UID precondition makes sure we delete the object we compared, never a namesake created since.
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: stale.uid(),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&stale.name_any(), &params).await {
+            Ok(_) => {
+                ctx.metrics.stale_peerpods_deleted.inc();
+                info!(stale = %stale.name_any(), "deleted older PeerPod of the same Pod");
+                let note = format!(
+                    "A newer PeerPod of the same Pod exists ({}); deleting this one so its VM is reaped",
+                    peerpod.name_any()
+                );
+                publish(
+                    ctx,
+                    stale,
+                    EventType::Normal,
+                    "StalePeerPodDeleted",
+                    "DeletePeerPod",
+                    note,
+                )
+                .await;
+            }
+            Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Action::await_change())
+}
+
+async fn publish(
+    ctx: &Context,
+    peerpod: &PeerPod,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &peerpod.object_ref(&())).await {
+        // Events are best effort: the condition and the metric carry the same information.
+        warn!(%error, reason, "cannot publish Event");
+    }
+}
