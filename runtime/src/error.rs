@@ -10,6 +10,10 @@ pub enum Error {
     #[error("provider client: {message}")]
     ProviderClient { message: String },
 
+    /// The Lease could not be created, read or kept.
+    #[error("leader election: {message}")]
+    LeaderElection { message: String },
+
     /// Reading a file or binding a socket failed.
     #[error("{context}: {source}")]
     Io {
@@ -26,6 +30,7 @@ impl Error {
             Error::Telemetry { .. } => "Telemetry",
             Error::ProviderClient { .. } => "ProviderClient",
             Error::Io { .. } => "Io",
+            Error::LeaderElection { .. } => "LeaderElection",
         }
     }
 

@@ -4,11 +4,13 @@
 //! - [`admin`]: `/healthz`, `/readyz` and `/metrics` on the admin port.
 //! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
 //! - [`client`]: the provider-service client (TLS, ServiceAccount token, trace context).
+//! - [`leader`]: leader election on a Lease; work runs only while leading.
 //! - [`Error`]: the one error type, with a stable `reason()`.
 
 pub mod admin;
 pub mod client;
 mod error;
+pub mod leader;
 pub mod shutdown;
 pub mod telemetry;
 
