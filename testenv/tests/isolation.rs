@@ -25,7 +25,7 @@ struct Probe {
 fn parse_probe(stdout: &str) -> Probe {
     let line = stdout
         .lines()
-        .find_map(|l| l.strip_prefix("PROBE "))
+        .find_map(|l| l.split_once("PROBE ").map(|(_, rest)| rest))
         .unwrap_or_else(|| panic!("no PROBE line in child output:\n{stdout}"));
     let field = |key: &str| {
         line.split_whitespace()
