@@ -48,11 +48,16 @@ controlplane:
 	@mkdir -p $(dir $(CONTROLPLANE))
 	cd testenv/controlplane && $(GO) build -o $(CONTROLPLANE) .
 
+# kubectl from the same Kubernetes release as the control plane, stamped with its version.
+KUBE_VERSION = $(shell cd testenv/controlplane && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)
+KUBE_LDFLAGS = -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/client-go/pkg/version.gitVersion=$(KUBE_VERSION)
+
 .PHONY: kubectl
 kubectl: $(KUBECTL)
 $(KUBECTL): testenv/controlplane/go.mod testenv/controlplane/go.sum
 	@mkdir -p $(dir $@)
-	cd testenv/controlplane && $(GO) build -o $@ k8s.io/kubernetes/cmd/kubectl
+	cd testenv/controlplane && $(GO) build -ldflags "$(KUBE_LDFLAGS)" -o $@ k8s.io/kubernetes/cmd/kubectl
 
 .PHONY: testenv-up
 testenv-up: controlplane
