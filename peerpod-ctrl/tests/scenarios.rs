@@ -1,0 +1,563 @@
+//! peerpod-ctrl against the real control plane and the real provider-service (libvirt test driver).
+//! Each scenario reads like the story it checks.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams};
+use peerpod_ctrl::crd::{FINALIZER, PeerPod};
+use peerpod_ctrl::orphans::OrphanPolicy;
+use peerpods_runtime::leader::LeaderConfig;
+use support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+fn cleaned(p: &PeerPod) -> Option<(String, String)> {
+    p.cleaned_condition()
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn caa_create_body_and_release_patch_are_accepted() {
+    let s = Scenario::start("caa-wire").await;
+    let pod = s.create_pod("nginx").await;
+    // Exactly CAA's body, with the name, namespace and owner replaced as the fixture's README says.
+    let body = include_str!("fixtures/caa-peerpod.json")
+        .replace(
+            "\"namespace\":\"default\"",
+            &format!("\"namespace\":\"{}\"", s.ns),
+        )
+        .replace(
+            "00000000-0000-0000-0000-000000000000",
+            &pod.uid().expect("uid"),
+        );
+    let url = format!(
+        "/apis/confidentialcontainers.org/v1alpha1/namespaces/{}/peerpods",
+        s.ns
+    );
+    let request = http::Request::post(url)
+        .header("content-type", "application/json")
+        .body(body.into_bytes())
+        .expect("request");
+    s.client
+        .request_text(request)
+        .await
+        .expect("CAA's create body is accepted");
+    let created = s
+        .peerpods()
+        .get("nginx-resource-q7z9r")
+        .await
+        .expect("created");
+    assert_eq!(created.spec.cloud_provider, "aws");
+    assert_eq!(created.spec.instance_id, "i-0123456789abcdef0");
+    assert_eq!(created.finalizers(), [FINALIZER.to_string()]);
+
+    // CAA's release: delete, then its JSON patch removing every finalizer.
+    s.delete_peerpod("nginx-resource-q7z9r").await;
+    let patch = include_str!("fixtures/caa-release-patch.json");
+    let url = format!(
+        "/apis/confidentialcontainers.org/v1alpha1/namespaces/{}/peerpods/nginx-resource-q7z9r",
+        s.ns
+    );
+    let request = http::Request::patch(url)
+        .header("content-type", "application/json-patch+json")
+        .body(patch.as_bytes().to_vec())
+        .expect("request");
+    s.client
+        .request_text(request)
+        .await
+        .expect("CAA's release patch is accepted");
+    s.wait_peerpod_gone("nginx-resource-q7z9r", MINUTE).await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_the_pod_deletes_its_vm_and_releases_the_peerpod() {
+    let s = Scenario::start("story").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+
+    let pod = s.create_pod("web").await;
+    let vm = s.define_domain(true);
+    s.create_peerpod("web-resource-abcde", Some(&pod), "libvirt", &vm)
+        .await;
+    assert!(s.domain_exists(&vm));
+
+    s.pods()
+        .delete("web", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    // The garbage collector deletes the PeerPod, the controller deletes the VM and releases it.
+    s.wait_peerpod_gone("web-resource-abcde", MINUTE).await;
+    assert!(
+        !s.domain_exists(&vm),
+        "the VM is deleted before the PeerPod goes"
+    );
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    let reasons = s.event_reasons("web-resource-abcde").await;
+    assert!(
+        reasons.contains(&"InstanceDeleted".to_string()),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &["result=\"deleted\""]
+        ),
+        1
+    );
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_finalizer_release_seconds_count", &[]),
+        1
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_peerpod_released_by_caa_needs_no_provider_call() {
+    let s = Scenario::start("released").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    // Another party's finalizer keeps the object visible while Terminating; ours is already gone.
+    let hold = "example.com/hold".to_string();
+    s.create_peerpod_with(
+        "released",
+        None,
+        "libvirt",
+        &uuid::Uuid::new_v4().to_string(),
+        vec![hold],
+    )
+    .await;
+    s.delete_peerpod("released").await;
+    // A marker PeerPod being cleaned up after it proves the controller has been through the watch events.
+    let marker_vm = s.define_domain(false);
+    s.create_peerpod("marker", None, "libvirt", &marker_vm)
+        .await;
+    s.delete_peerpod("marker").await;
+    s.wait_peerpod_gone("marker", MINUTE).await;
+    testenv::wait_for("the released PeerPod to be reconciled", MINUTE, || async {
+        (ctrl.metric("peerpod_ctrl_reconciles_total", &[]) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        provider.delete_calls("libvirt"),
+        1,
+        "only the marker's VM was deleted"
+    );
+    let released = s
+        .peerpods()
+        .get("released")
+        .await
+        .expect("still held by the other finalizer");
+    assert!(
+        released.status.is_none_or(|st| st.conditions.is_empty()),
+        "nothing was written"
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_already_gone_vm_is_released_in_one_pass() {
+    let s = Scenario::start("gone").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let never_existed = uuid::Uuid::new_v4().to_string();
+    s.create_peerpod("gone", None, "libvirt", &never_existed)
+        .await;
+    s.delete_peerpod("gone").await;
+    s.wait_peerpod_gone("gone", MINUTE).await;
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    assert_eq!(
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &["result=\"already_gone\""]
+        ),
+        1
+    );
+    assert!(
+        s.event_reasons("gone")
+            .await
+            .contains(&"InstanceAlreadyGone".to_string())
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_service_down_keeps_the_finalizer_until_it_is_back() {
+    let s = Scenario::start("down").await;
+    let addr = unused_addr();
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("waiting", None, "libvirt", &vm).await;
+    s.delete_peerpod("waiting").await;
+
+    let held = s
+        .wait_peerpod("waiting", "condition ProviderUnavailable", |p| {
+            cleaned(p) == Some(("False".into(), "ProviderUnavailable".into()))
+        })
+        .await;
+    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    assert!(s.domain_exists(&vm));
+    assert!(
+        s.event_reasons("waiting")
+            .await
+            .contains(&"ProviderUnavailable".to_string())
+    );
+    assert!(
+        ctrl.metric(
+            "peerpod_ctrl_reconcile_errors_total",
+            &["reason=\"ProviderUnavailable\""]
+        ) >= 1
+    );
+
+    let provider = ProviderService::start(Some(addr)).await;
+    s.wait_peerpod_gone("waiting", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_provider_and_empty_id_are_reported_without_a_hot_loop() {
+    let s = Scenario::start("invalid").await;
+    let provider = ProviderService::start(None).await;
+    let mut options = ControllerOptions::new(provider.addr);
+    options.retry_cap = Duration::from_secs(300);
+    let ctrl = Controller::start(s.client.clone(), options).await;
+    s.create_peerpod("unknown", None, "made-up-cloud", "vm-1")
+        .await;
+    s.create_peerpod("empty", None, "libvirt", "").await;
+    s.delete_peerpod("unknown").await;
+    s.delete_peerpod("empty").await;
+
+    let unknown = s
+        .wait_peerpod("unknown", "a False condition", |p| {
+            cleaned(p).is_some_and(|(status, _)| status == "False")
+        })
+        .await;
+    assert_eq!(
+        cleaned(&unknown),
+        Some(("False".into(), "ProviderRejected".into()))
+    );
+    assert_eq!(unknown.finalizers(), [FINALIZER.to_string()]);
+    let empty = s
+        .wait_peerpod("empty", "condition InvalidInstance", |p| {
+            cleaned(p) == Some(("False".into(), "InvalidInstance".into()))
+        })
+        .await;
+    assert_eq!(empty.finalizers(), [FINALIZER.to_string()]);
+
+    // Give a hot loop every chance to show: with backoff, nothing more happens for the full cap.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        provider.delete_calls("unknown"),
+        1,
+        "permanent errors are not retried hot"
+    );
+    assert_eq!(
+        provider.delete_calls("libvirt"),
+        0,
+        "an empty instance ID is never sent"
+    );
+    assert_eq!(
+        ctrl.metric(
+            "peerpod_ctrl_reconcile_errors_total",
+            &["reason=\"InvalidInstance\""]
+        ),
+        1
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn another_finalizer_survives_the_release() {
+    let s = Scenario::start("shared").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vm = s.define_domain(false);
+    let finalizers = vec![
+        "example.com/first".to_string(),
+        FINALIZER.to_string(),
+        "example.com/last".to_string(),
+    ];
+    s.create_peerpod_with("shared", None, "libvirt", &vm, finalizers)
+        .await;
+    s.delete_peerpod("shared").await;
+    let released = s
+        .wait_peerpod("shared", "our finalizer released", |p| {
+            !p.finalizers().contains(&FINALIZER.to_string())
+        })
+        .await;
+    assert_eq!(
+        released.finalizers(),
+        [
+            "example.com/first".to_string(),
+            "example.com/last".to_string()
+        ]
+    );
+    assert!(!s.domain_exists(&vm));
+    let status = released.status.clone().expect("status");
+    assert!(status.cleand);
+    assert_eq!(
+        cleaned(&released),
+        Some(("True".into(), "InstanceDeleted".into()))
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_older_peerpod_of_the_same_pod_is_deleted_and_its_vm_reaped() {
+    let s = Scenario::start("stale").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let pod = s.create_pod("app").await;
+    let old_vm = s.define_domain(false);
+    let old = s
+        .create_peerpod("app-resource-old00", Some(&pod), "libvirt", &old_vm)
+        .await;
+    // Creation timestamps have one-second resolution: the newer one must be created in a later second.
+    let old_created = old
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("timestamp")
+        .0;
+    testenv::wait_for("the next second", Duration::from_secs(5), || async {
+        (jiff::Timestamp::now().as_second() > old_created.as_second()).then_some(())
+    })
+    .await;
+    let new_vm = s.define_domain(false);
+    s.create_peerpod("app-resource-new00", Some(&pod), "libvirt", &new_vm)
+        .await;
+
+    s.wait_peerpod_gone("app-resource-old00", MINUTE).await;
+    assert!(
+        !s.domain_exists(&old_vm),
+        "the stale PeerPod's VM is reaped"
+    );
+    assert!(s.domain_exists(&new_vm), "the current VM stays");
+    let current = s
+        .peerpods()
+        .get("app-resource-new00")
+        .await
+        .expect("current PeerPod stays");
+    assert!(current.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_stale_peerpods_deleted_total", &[]),
+        1
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn peerpods_without_owners_are_left_alone() {
+    let s = Scenario::start("ownerless").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let first_vm = s.define_domain(false);
+    s.create_peerpod("orphaned-a", None, "libvirt", &first_vm)
+        .await;
+    let second_vm = s.define_domain(false);
+    s.create_peerpod("orphaned-b", None, "libvirt", &second_vm)
+        .await;
+    // The controller keeps working: a cleanup right after goes through.
+    let vm = s.define_domain(false);
+    s.create_peerpod("after", None, "libvirt", &vm).await;
+    s.delete_peerpod("after").await;
+    s.wait_peerpod_gone("after", MINUTE).await;
+    for name in ["orphaned-a", "orphaned-b"] {
+        let p = s
+            .peerpods()
+            .get(name)
+            .await
+            .expect("ownerless PeerPods are not deleted");
+        assert!(p.metadata.deletion_timestamp.is_none());
+    }
+    assert!(s.domain_exists(&first_vm) && s.domain_exists(&second_vm));
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_stale_peerpods_deleted_total", &[]),
+        0
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_delete_policy() {
+    let s = Scenario::start("orphans").await;
+    let provider = ProviderService::start(None).await;
+    let untracked = s.define_domain(true);
+    let tracked = s.define_domain(true);
+    let foreign = s.define_domain(false);
+    s.create_peerpod("tracked", None, "libvirt", &tracked).await;
+
+    let mut options = ControllerOptions::new(provider.addr);
+    options.cluster_tag = true;
+    options.orphan_interval = Duration::from_millis(500);
+    options.orphan_grace = Duration::ZERO;
+    let ctrl = Controller::start(s.client.clone(), options).await;
+    testenv::wait_for("an orphan report", MINUTE, || async {
+        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 1).then_some(())
+    })
+    .await;
+    let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.client.clone(), "default");
+    let reported = namespace_events
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .any(|e| {
+            e.reason.as_deref() == Some("OrphanInstanceFound")
+                && e.note.unwrap_or_default().contains(&untracked)
+        });
+    assert!(reported, "an Event names the orphan VM");
+    assert!(s.domain_exists(&untracked), "report policy never deletes");
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+    ctrl.stop().await;
+
+    let mut options = ControllerOptions::new(provider.addr);
+    options.cluster_tag = true;
+    options.orphan_interval = Duration::from_millis(500);
+    options.orphan_grace = Duration::ZERO;
+    options.orphan_policy = OrphanPolicy::Delete;
+    let ctrl = Controller::start(s.client.clone(), options).await;
+    testenv::wait_for("the orphan VM deleted", MINUTE, || async {
+        (!s.domain_exists(&untracked)).then_some(())
+    })
+    .await;
+    assert!(s.domain_exists(&tracked), "a VM with a PeerPod stays");
+    assert!(
+        s.domain_exists(&foreign),
+        "a VM without this cluster's tag is never touched"
+    );
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_orphan_instances_deleted_total", &[]),
+        1
+    );
+    ctrl.stop().await;
+    // Leave the test driver as we found it.
+    for vm in [tracked, foreign] {
+        if let Ok(d) = s.libvirt.lookup_domain_by_uuid_string(&vm) {
+            let _ = d.destroy();
+            let _ = d.undefine();
+        }
+    }
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_two_replicas_only_the_leader_acts_and_stopping_it_hands_over() {
+    let s = Scenario::start("ha").await;
+    let provider = ProviderService::start(None).await;
+    let lease = |identity: &str| LeaderConfig {
+        lease_duration: Duration::from_secs(4),
+        renew_before: Duration::from_secs(1),
+        ..LeaderConfig::new("peerpod-ctrl", s.ns.clone(), identity)
+    };
+    let mut a = ControllerOptions::new(provider.addr);
+    a.leader = Some(lease("replica-a"));
+    let first = Controller::start(s.client.clone(), a).await;
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let holder = || async {
+        leases
+            .get_opt("peerpod-ctrl")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    testenv::wait_for("replica-a to lead", MINUTE, || async {
+        (holder().await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let mut b = ControllerOptions::new(provider.addr);
+    b.leader = Some(lease("replica-b"));
+    let second = Controller::start(s.client.clone(), b).await;
+
+    let vm = s.define_domain(false);
+    s.create_peerpod("one", None, "libvirt", &vm).await;
+    s.delete_peerpod("one").await;
+    s.wait_peerpod_gone("one", MINUTE).await;
+    assert_eq!(first.metric("peerpod_ctrl_instance_deletes_total", &[]), 1);
+    assert_eq!(
+        second.metric("peerpod_ctrl_reconciles_total", &[]),
+        0,
+        "the standby does nothing"
+    );
+    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+
+    // SIGTERM-like stop of the leader: it releases the Lease, the standby takes over.
+    first.stop().await;
+    testenv::wait_for("replica-b to lead", MINUTE, || async {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("two", None, "libvirt", &vm).await;
+    s.delete_peerpod("two").await;
+    s.wait_peerpod_gone("two", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(second.metric("peerpod_ctrl_instance_deletes_total", &[]), 1);
+    second.stop().await;
+    s.cleanup().await;
+}
+
+/// Figures for the report: how long a storm of PeerPod deletions takes to drain.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_storm_of_deleted_peerpods_is_drained() {
+    const N: usize = 200;
+    let s = Scenario::start("storm").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let mut vms = Vec::with_capacity(N);
+    for i in 0..N {
+        let vm = s.define_domain(false);
+        s.create_peerpod(&format!("storm-{i}"), None, "libvirt", &vm)
+            .await;
+        vms.push(vm);
+    }
+    let api = s.peerpods();
+    let started = Instant::now();
+    api.delete_collection(&DeleteParams::default(), &Default::default())
+        .await
+        .expect("delete all");
+    testenv::wait_for(
+        "every PeerPod released",
+        Duration::from_secs(300),
+        || async {
+            api.list(&Default::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        },
+    )
+    .await;
+    let elapsed = started.elapsed();
+    let reconciles = ctrl.metric("peerpod_ctrl_reconciles_total", &[]);
+    eprintln!(
+        "storm: {N} PeerPods released in {:.2}s ({:.1} PeerPods/s, {reconciles} reconciles)",
+        elapsed.as_secs_f64(),
+        N as f64 / elapsed.as_secs_f64()
+    );
+    assert!(
+        vms.iter().all(|vm| !s.domain_exists(vm)),
+        "every VM is deleted"
+    );
+    assert_eq!(provider.delete_calls("libvirt"), N as u64);
+    ctrl.stop().await;
+    s.cleanup().await;
+}

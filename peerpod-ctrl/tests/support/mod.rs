@@ -1,0 +1,439 @@
+//! Real parts for the scenarios: the local control plane (testenv), provider-service started in-process on
+//! 127.0.0.1 with libvirt's `test:///default` driver, and peerpod-ctrl itself, each stopped by the test.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::events::Reporter;
+use kube::{Client, ResourceExt};
+use peerpod_ctrl::Settings;
+use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
+use peerpod_ctrl::decide::Backoff;
+use peerpod_ctrl::metrics::Metrics;
+use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings};
+use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
+use peerpod_ctrl::reconcile::ReconcilerSettings;
+use peerpods_runtime::admin::Readiness;
+use peerpods_runtime::leader::LeaderConfig;
+use peerpods_runtime::shutdown::CancellationToken;
+use prometheus_client::registry::Registry;
+use tokio::sync::{Mutex, MutexGuard};
+use virt::connect::Connect;
+
+/// Every scenario runs alone: controllers watch all namespaces, and libvirt's test driver keeps one state
+/// per process.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+pub const TAG_KEY: &str = "peerpods.io/cluster";
+pub const TAG_VALUE: &str = "scenario-cluster";
+
+pub struct Scenario {
+    pub client: Client,
+    pub ns: String,
+    /// Keeps libvirt's test driver state alive while the scenario runs.
+    pub libvirt: Connect,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Scenario {
+    pub async fn start(prefix: &str) -> Scenario {
+        let serial = SERIAL.lock().await;
+        let cp = testenv::shared();
+        let client = cp.client().await;
+        testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
+        let ns = testenv::namespace(&client, prefix).await;
+        let libvirt = Connect::open(Some("test:///default")).expect("libvirt test driver");
+        Scenario {
+            client,
+            ns,
+            libvirt,
+            _serial: serial,
+        }
+    }
+
+    pub fn peerpods(&self) -> Api<PeerPod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub async fn create_pod(&self, name: &str) -> Pod {
+        let pod = Pod {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "app".into(),
+                    image: Some("nginx".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create Pod")
+    }
+
+    /// A PeerPod as cloud-api-adaptor creates it: in the Pod's namespace, the finalizer, and one controller
+    /// ownerReference to the Pod.
+    pub async fn create_peerpod(
+        &self,
+        name: &str,
+        owner: Option<&Pod>,
+        provider: &str,
+        instance_id: &str,
+    ) -> PeerPod {
+        self.create_peerpod_with(
+            name,
+            owner,
+            provider,
+            instance_id,
+            vec![FINALIZER.to_string()],
+        )
+        .await
+    }
+
+    pub async fn create_peerpod_with(
+        &self,
+        name: &str,
+        owner: Option<&Pod>,
+        provider: &str,
+        instance_id: &str,
+        finalizers: Vec<String>,
+    ) -> PeerPod {
+        let mut pp = PeerPod::new(
+            name,
+            PeerPodSpec {
+                cloud_provider: provider.into(),
+                instance_id: instance_id.into(),
+            },
+        );
+        pp.metadata.finalizers = Some(finalizers);
+        pp.metadata.owner_references = owner.map(|pod| {
+            vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.name_any(),
+                uid: pod.uid().expect("Pod has a uid"),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]
+        });
+        self.peerpods()
+            .create(&PostParams::default(), &pp)
+            .await
+            .expect("create PeerPod")
+    }
+
+    pub async fn delete_peerpod(&self, name: &str) {
+        self.peerpods()
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete PeerPod");
+    }
+
+    pub async fn wait_peerpod_gone(&self, name: &str, timeout: Duration) {
+        let api = self.peerpods();
+        testenv::wait_for(&format!("PeerPod {name} to disappear"), timeout, || async {
+            matches!(api.get_opt(name).await, Ok(None)).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until `check` holds for the PeerPod and returns it.
+    pub async fn wait_peerpod(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&PeerPod) -> bool,
+    ) -> PeerPod {
+        let api = self.peerpods();
+        let check = &check;
+        testenv::wait_for(
+            &format!("PeerPod {name}: {what}"),
+            Duration::from_secs(60),
+            || {
+                let api = api.clone();
+                async move { api.get_opt(name).await.ok().flatten().filter(|p| check(p)) }
+            },
+        )
+        .await
+    }
+
+    /// Event reasons recorded for objects in this namespace.
+    pub async fn event_reasons(&self, object_name: &str) -> Vec<String> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("list Events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object_name))
+            .filter_map(|e| e.reason)
+            .collect()
+    }
+
+    /// Removes every finalizer left in the namespace (scenarios that keep finalizers on purpose) and deletes
+    /// the namespace, so the next scenario's controller has nothing of ours to look at.
+    pub async fn cleanup(self) {
+        let api = self.peerpods();
+        if let Ok(list) = api.list(&ListParams::default()).await {
+            for p in list.items {
+                let patch = serde_json::json!({"metadata": {"finalizers": null}});
+                let _ = api
+                    .patch(
+                        &p.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+                let _ = api.delete(&p.name_any(), &DeleteParams::default()).await;
+            }
+        }
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let _ = namespaces.delete(&self.ns, &DeleteParams::default()).await;
+    }
+
+    /// A persistent, running test-driver domain, optionally tagged as this cluster's. Returns its UUID.
+    pub fn define_domain(&self, tagged: bool) -> String {
+        let uuid = uuid::Uuid::new_v4().to_string();
+        let tags = if tagged {
+            format!("<peerpods:tag key='{TAG_KEY}'>{TAG_VALUE}</peerpods:tag>")
+        } else {
+            String::new()
+        };
+        let xml = format!(
+            "<domain type='test'><name>podvm-{uuid}</name><uuid>{uuid}</uuid>\
+             <memory unit='MiB'>128</memory><vcpu>1</vcpu><os><type arch='i686'>hvm</type></os>\
+             <metadata><peerpods:tags xmlns:peerpods='urn:peerpods:tags:v1'>{tags}</peerpods:tags></metadata>\
+             </domain>"
+        );
+        let domain = self.libvirt.define_domain_xml(&xml).expect("define domain");
+        domain.create().expect("start domain");
+        uuid
+    }
+
+    pub fn domain_exists(&self, uuid: &str) -> bool {
+        self.libvirt.lookup_domain_by_uuid_string(uuid).is_ok()
+    }
+}
+
+/// provider-service running in this process on 127.0.0.1 with the libvirt test driver and no auth.
+pub struct ProviderService {
+    pub addr: SocketAddr,
+    pub registry: Arc<Registry>,
+    shutdown: CancellationToken,
+    _config: tempfile::TempDir,
+}
+
+impl Drop for ProviderService {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl ProviderService {
+    /// Starts on a free port, or on `addr` (to restart where a controller already points).
+    pub async fn start(addr: Option<SocketAddr>) -> ProviderService {
+        use provider_service::grpc::ProviderApi;
+        use provider_service::reload::ConfigReloader;
+        use provider_service::server::{GrpcServer, serve};
+        let config = tempfile::tempdir().expect("tempdir");
+        for (k, v) in [
+            ("CLOUD_PROVIDER", "libvirt"),
+            ("LIBVIRT_URI", "test:///default"),
+        ] {
+            std::fs::write(config.path().join(k), v).expect("write config");
+        }
+        let mut registry = Registry::default();
+        let metrics = provider_service::metrics::Metrics::register(&mut registry);
+        let readiness = Readiness::default();
+        let shutdown = CancellationToken::new();
+        let reloader = ConfigReloader::start(
+            vec![config.path().to_owned()],
+            metrics.clone(),
+            readiness.clone(),
+        )
+        .await
+        .expect("provider config");
+        let bind = addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let listener = bind_retrying(bind).await;
+        let addr = listener.local_addr().expect("local addr");
+        let api = ProviderApi::new(reloader.registry(), metrics);
+        tokio::spawn(reloader.run(Duration::from_secs(1), None, shutdown.clone()));
+        let server = GrpcServer {
+            listener,
+            api,
+            reviewer: None,
+            tls: None,
+            readiness,
+        };
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(server, stop).await {
+                eprintln!("provider-service stopped: {e}");
+            }
+        });
+        ProviderService {
+            addr,
+            registry: Arc::new(registry),
+            shutdown,
+            _config: config,
+        }
+    }
+
+    pub fn stop(self) {}
+
+    /// DeleteInstance calls received for `provider`, all results.
+    pub fn delete_calls(&self, provider: &str) -> u64 {
+        count_metric(
+            &self.registry,
+            "provider_service_grpc_calls_total",
+            &[
+                "method=\"DeleteInstance\"",
+                &format!("provider=\"{provider}\""),
+            ],
+        )
+    }
+}
+
+async fn bind_retrying(addr: SocketAddr) -> tokio::net::TcpListener {
+    // A port just released by a stopped server can take a moment to be free again.
+    testenv::wait_for(
+        &format!("binding {addr}"),
+        Duration::from_secs(20),
+        || async { tokio::net::TcpListener::bind(addr).await.ok() },
+    )
+    .await
+}
+
+/// A free loopback port nobody listens on (yet).
+pub fn unused_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr")
+}
+
+/// Sum of all samples of `name` whose labels contain every one of `labels`.
+pub fn count_metric(registry: &Registry, name: &str, labels: &[&str]) -> u64 {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).expect("encode metrics");
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// peerpod-ctrl running in this process.
+pub struct Controller {
+    pub registry: Arc<Registry>,
+    pub identity: String,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), peerpod_ctrl::Error>>,
+}
+
+pub struct ControllerOptions {
+    pub provider: SocketAddr,
+    pub retry_cap: Duration,
+    pub orphan_policy: OrphanPolicy,
+    pub orphan_interval: Duration,
+    pub orphan_grace: Duration,
+    pub cluster_tag: bool,
+    pub leader: Option<LeaderConfig>,
+    pub concurrency: u16,
+}
+
+impl ControllerOptions {
+    pub fn new(provider: SocketAddr) -> Self {
+        ControllerOptions {
+            provider,
+            retry_cap: Duration::from_secs(2),
+            orphan_policy: OrphanPolicy::Report,
+            orphan_interval: Duration::from_secs(3600),
+            orphan_grace: Duration::from_secs(3600),
+            cluster_tag: false,
+            leader: None,
+            concurrency: 32,
+        }
+    }
+}
+
+impl Controller {
+    pub async fn start(client: Client, options: ControllerOptions) -> Controller {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let provider = Provider::connect(&ProviderClientConfig {
+            endpoint: format!("http://{}", options.provider),
+            timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        })
+        .expect("provider client");
+        let identity = options
+            .leader
+            .as_ref()
+            .map(|l| l.identity.clone())
+            .unwrap_or_else(|| "scenario".into());
+        let settings = Settings {
+            reconciler: ReconcilerSettings {
+                concurrency: options.concurrency,
+                backoff: Backoff {
+                    base: Duration::from_millis(200),
+                    cap: options.retry_cap,
+                },
+            },
+            orphans: OrphanSettings {
+                interval: options.orphan_interval,
+                grace: options.orphan_grace,
+                policy: options.orphan_policy,
+                cluster_tag: options
+                    .cluster_tag
+                    .then(|| (TAG_KEY.to_string(), TAG_VALUE.to_string())),
+                event_namespace: "default".into(),
+            },
+            reporter: Reporter {
+                controller: "peerpod-ctrl".into(),
+                instance: Some(identity.clone()),
+            },
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(peerpod_ctrl::run_until(
+            client,
+            provider,
+            metrics,
+            settings,
+            options.leader,
+            shutdown.clone(),
+            None,
+        ));
+        Controller {
+            registry: Arc::new(registry),
+            identity,
+            shutdown,
+            task,
+        }
+    }
+
+    /// Stops like SIGTERM does (releasing the Lease when leading) and waits for it.
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.task.await;
+    }
+
+    pub fn metric(&self, name: &str, labels: &[&str]) -> u64 {
+        count_metric(&self.registry, name, labels)
+    }
+}
