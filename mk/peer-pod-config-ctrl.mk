@@ -1,0 +1,44 @@
+# peer-pod-config-ctrl: CRD generation and the local dev loop.
+
+.PHONY: manifests manifests-peerpodconfig dev-peerpodconfig
+
+# Double-colon so every controller's fragment adds its own CRDs to `make manifests`.
+manifests:: manifests-peerpodconfig
+
+manifests-peerpodconfig:
+	$(CARGO) run --quiet -p peer-pod-config-ctrl -- crd > $(ROOT)/deploy/crds/peerpodconfigs.yaml
+
+# `make dev`: install the CRD, the peer-pods namespace, a few Node objects (three of them labelled as workers)
+# and the sample PeerPodConfig; the controller then spreads its limit over the workers. Once it has,
+# this prints what every node advertises.
+PEERPODS_DEV_NAMESPACE := confidential-containers-system
+
+dev-peerpodconfig: $(KUBECTL)
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -f deploy/crds/peerpodconfigs.yaml
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) wait --for condition=established --timeout=60s \
+	  crd/peerpodconfigs.confidentialcontainers.org
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -f deploy/samples/dev-nodes.yaml
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) create namespace $(PEERPODS_DEV_NAMESPACE) --dry-run=client -o yaml \
+	  | $(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -f -
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -n $(PEERPODS_DEV_NAMESPACE) -f deploy/samples/peerpodconfig.yaml
+	@echo "peer-pod-config-ctrl prints the capacity each node got into its log; see it again with"
+	@echo "  make dev-peerpodconfig-capacity"
+
+# Prints the capacity each node got once the controller (started by `make dev`) has written it.
+.PHONY: dev-peerpodconfig-capacity
+dev-peerpodconfig-capacity: $(KUBECTL)
+	@$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) get nodes \
+	  -o custom-columns='NODE:.metadata.name,WORKER:.metadata.labels.node\.kubernetes\.io/worker,KATA_PEERPODS_VM:.status.capacity.kata\.peerpods\.io/vm'
+	@$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) get peerpodconfigs -A
+
+DEV_PREREQS += dev-peerpodconfig
+DEV_PROCS += peer-pod-config-ctrl
+# The controller, then (in the same log) the capacity every node got once the sample is set up.
+DEV_CMD_peer-pod-config-ctrl = \
+	PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(CARGO) run --quiet -p peer-pod-config-ctrl -- \
+	  --admin-listen 127.0.0.1:18082 & \
+	for i in $$(seq 1 600); do \
+	  [ "$$($(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) get peerpodconfig -n $(PEERPODS_DEV_NAMESPACE) peerpodconfig -o jsonpath='{.status.setupCompleted}' 2>/dev/null)" = true ] && break; sleep 1; \
+	done; \
+	$(MAKE) --no-print-directory dev-peerpodconfig-capacity | tee /dev/stderr; \
+	wait

@@ -1,0 +1,121 @@
+//! The one error type of this crate. `reason()` is stable: it is used as a condition reason and a metric label.
+
+/// What went wrong while keeping a PeerPodConfig true.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Server-side apply of an owned object (DaemonSet, Deployment, Service, Secret, webhook configuration).
+    #[error("applying {kind} {name}: {source}")]
+    Apply {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Reading an owned object before deciding whether it needs a write.
+    #[error("reading {kind} {name}: {source}")]
+    Read {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Deleting the cluster-scoped webhook configuration during cleanup.
+    #[error("deleting {kind} {name}: {source}")]
+    Delete {
+        kind: &'static str,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Patching `status.capacity` of a node.
+    #[error("patching kata.peerpods.io/vm on node {node}: {source}")]
+    NodeCapacity {
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Writing the PeerPodConfig status.
+    #[error("writing status of PeerPodConfig {name}: {source}")]
+    Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// Adding or removing the finalizer, or a failure inside cleanup.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+
+    /// The node cache has not been filled yet; reconciling now would remove capacity from every node.
+    #[error("node cache is not ready yet")]
+    NodeCacheNotReady,
+
+    /// Generating or reading the webhook serving certificate.
+    #[error("webhook certificate: {0}")]
+    Certificate(String),
+
+    /// Asking provider-service for free capacity.
+    #[error("provider capacity for {provider}: {message}")]
+    ProviderCapacity { provider: String, message: String },
+
+    /// Turning an object into JSON or YAML.
+    #[error("serializing: {0}")]
+    Serialize(String),
+
+    /// The spec cannot be acted on (reported as the Invalid condition before this is ever returned).
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+
+    /// The object lacks a namespace or name (never true for objects the API server returns).
+    #[error("object without {0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Error {
+    /// A CamelCase word for conditions, Events and metric labels; never changes for a variant.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Apply { .. } => "ApplyFailed",
+            Self::Read { .. } => "ReadFailed",
+            Self::Delete { .. } => "DeleteFailed",
+            Self::NodeCapacity { .. } => "NodeCapacityFailed",
+            Self::Status { .. } => "StatusFailed",
+            Self::Finalizer(inner) => match inner.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e)
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.reason(),
+                _ => "FinalizerFailed",
+            },
+            Self::NodeCacheNotReady => "NodeCacheNotReady",
+            Self::Certificate(_) => "CertificateFailed",
+            Self::ProviderCapacity { .. } => "ProviderCapacityFailed",
+            Self::Serialize(_) => "SerializeFailed",
+            Self::InvalidSpec(_) => "InvalidSpec",
+            Self::MissingMetadata(_) => "MissingMetadata",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reasons_are_distinct() {
+        let errors = [
+            Error::NodeCacheNotReady,
+            Error::Certificate(String::new()),
+            Error::Serialize(String::new()),
+            Error::MissingMetadata("name"),
+            Error::ProviderCapacity {
+                provider: "aws".into(),
+                message: String::new(),
+            },
+        ];
+        let reasons: std::collections::BTreeSet<_> = errors.iter().map(Error::reason).collect();
+        assert_eq!(reasons.len(), errors.len());
+    }
+}

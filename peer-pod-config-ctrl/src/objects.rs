@@ -1,0 +1,607 @@
+//! The objects a PeerPodConfig owns, built as plain values (no I/O) so they can be unit-tested.
+//!
+//! Names follow upstream so existing clusters and runbooks recognise them: the CAA DaemonSet is
+//! `peerpodconfig-ctrl-caa-daemon`, the webhook objects carry the `peer-pods-webhook` prefix of the upstream
+//! webhook manifests, and the serving certificate lives in Secret `webhook-server-cert`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
+    ServiceReference, WebhookClientConfig,
+};
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
+    HTTPGetAction, HostPathVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    SecretEnvSource, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::Error;
+use crate::crd::PeerPodConfig;
+
+/// CAA DaemonSet name, as upstream.
+pub const CAA_DAEMONSET: &str = "peerpodconfig-ctrl-caa-daemon";
+/// Webhook Deployment name.
+pub const WEBHOOK_DEPLOYMENT: &str = "peer-pods-webhook";
+/// Webhook Service name; the serving certificate is issued for `<this>.<namespace>.svc`.
+pub const WEBHOOK_SERVICE: &str = "peer-pods-webhook-service";
+/// Cluster-scoped MutatingWebhookConfiguration name.
+pub const WEBHOOK_CONFIGURATION: &str = "peer-pods-webhook-mutating-webhook-configuration";
+/// The single webhook inside the configuration, as upstream.
+pub const MUTATING_WEBHOOK: &str = "mwebhook.peerpods.io";
+/// Secret with the webhook serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
+pub const WEBHOOK_CERT_SECRET: &str = "webhook-server-cert";
+/// Path the webhook serves.
+pub const WEBHOOK_PATH: &str = "/mutate-v1-pod";
+/// Port the webhook container listens on.
+pub const WEBHOOK_PORT: i32 = 9443;
+/// The extended resource this controller advertises on nodes and the webhook requests.
+pub const EXTENDED_RESOURCE: &str = "kata.peerpods.io/vm";
+/// Label on every owned object, naming the PeerPodConfig it belongs to (cluster-scoped objects cannot carry an
+/// owner reference to a namespaced owner).
+pub const OWNER_LABEL: &str = "confidentialcontainers.org/peerpodconfig";
+/// Label naming the namespace of that PeerPodConfig.
+pub const OWNER_NAMESPACE_LABEL: &str = "confidentialcontainers.org/peerpodconfig-namespace";
+
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", crate::FIELD_MANAGER);
+// Upstream's DaemonSet selector. A DaemonSet's selector is immutable, so keeping it lets this controller adopt a
+// DaemonSet the upstream controller created.
+const CAA_SELECTOR: (&str, &str) = ("name", "caa-daemonset");
+const WEBHOOK_SELECTOR: (&str, &str) = ("app.kubernetes.io/name", "peer-pods-webhook");
+const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+const WEBHOOK_HEALTH_PORT: i32 = 8081;
+
+/// DNS name of the webhook Service, the name the API server dials and the certificate must match.
+pub fn webhook_dns_names(namespace: &str) -> Vec<String> {
+    vec![
+        format!("{WEBHOOK_SERVICE}.{namespace}.svc"),
+        format!("{WEBHOOK_SERVICE}.{namespace}.svc.cluster.local"),
+    ]
+}
+
+fn labels(config: &PeerPodConfig, extra: (&str, &str)) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        (OWNER_LABEL.to_owned(), config.name_any()),
+        (
+            OWNER_NAMESPACE_LABEL.to_owned(),
+            config.namespace().unwrap_or_default(),
+        ),
+        (extra.0.to_owned(), extra.1.to_owned()),
+    ])
+}
+
+fn owner_reference(config: &PeerPodConfig) -> Result<OwnerReference, Error> {
+    config
+        .controller_owner_ref(&())
+        .ok_or(Error::MissingMetadata("uid"))
+}
+
+fn owned_meta(
+    config: &PeerPodConfig,
+    name: &str,
+    namespace: &str,
+    extra: (&str, &str),
+) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(labels(config, extra)),
+        owner_references: Some(vec![owner_reference(config)?]),
+        ..ObjectMeta::default()
+    })
+}
+
+/// The cloud-api-adaptor DaemonSet, as upstream builds it, with `PEERPODS_LIMIT_PER_NODE=-1` so CAA leaves node
+/// capacity to this controller.
+pub fn caa_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<DaemonSet, Error> {
+    let spec = &config.spec;
+    let selector = BTreeMap::from([(CAA_SELECTOR.0.to_owned(), CAA_SELECTOR.1.to_owned())]);
+    let mut env = vec![EnvVar {
+        name: "PEERPODS_LIMIT_PER_NODE".into(),
+        value: Some("-1".into()),
+        ..EnvVar::default()
+    }];
+    env.extend(
+        spec.caa
+            .env
+            .iter()
+            .filter(|(name, _)| name.as_str() != "PEERPODS_LIMIT_PER_NODE")
+            .map(|(name, value)| EnvVar {
+                name: name.clone(),
+                value: Some(value.clone()),
+                ..EnvVar::default()
+            }),
+    );
+    let container = Container {
+        name: "cc-runtime-install-pod".into(),
+        image: Some(spec.caa.image.clone()),
+        image_pull_policy: spec.caa.image_pull_policy.map(|p| p.as_str().to_owned()),
+        command: Some(vec!["/usr/local/bin/entrypoint.sh".into()]),
+        security_context: Some(SecurityContext {
+            privileged: Some(true),
+            ..SecurityContext::default()
+        }),
+        env_from: Some(vec![
+            EnvFromSource {
+                secret_ref: Some(SecretEnvSource {
+                    name: spec.cloud_secret_name.clone(),
+                    ..SecretEnvSource::default()
+                }),
+                ..EnvFromSource::default()
+            },
+            EnvFromSource {
+                config_map_ref: Some(ConfigMapEnvSource {
+                    name: spec.config_map_name.clone(),
+                    ..ConfigMapEnvSource::default()
+                }),
+                ..EnvFromSource::default()
+            },
+        ]),
+        env: Some(env),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "ssh".into(),
+                mount_path: "/root/.ssh/".into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "pods-dir".into(),
+                mount_path: "/run/peerpod".into(),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "netns".into(),
+                mount_path: "/run/netns".into(),
+                mount_propagation: Some("HostToContainer".into()),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: "auth-json-volume".into(),
+                mount_path: "/root/containers/".into(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    };
+    let host_path = |name: &str, path: &str| Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            ..HostPathVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let optional_secret = |name: &str, secret: &str, mode: Option<i32>| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            optional: Some(true),
+            default_mode: mode,
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mut pod_labels = labels(config, CAA_SELECTOR);
+    pod_labels.insert("app.kubernetes.io/name".into(), "cloud-api-adaptor".into());
+    Ok(DaemonSet {
+        metadata: owned_meta(
+            config,
+            CAA_DAEMONSET,
+            namespace,
+            ("app.kubernetes.io/name", "cloud-api-adaptor"),
+        )?,
+        spec: DaemonSetSpec {
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    node_selector: Some(spec.node_selector.clone()).filter(|s| !s.is_empty()),
+                    host_network: Some(true),
+                    service_account_name: Some(spec.caa.service_account_name.clone()),
+                    containers: vec![container],
+                    volumes: Some(vec![
+                        optional_secret("ssh", "ssh-key-secret", Some(0o600)),
+                        host_path("pods-dir", "/run/peerpod"),
+                        host_path("netns", "/run/netns"),
+                        optional_secret("auth-json-volume", "auth-json-secret", None),
+                    ]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DaemonSetSpec::default()
+        },
+        status: None,
+    })
+}
+
+/// Metadata of the webhook serving certificate Secret.
+pub fn secret_meta(config: &PeerPodConfig, namespace: &str) -> Result<ObjectMeta, Error> {
+    owned_meta(config, WEBHOOK_CERT_SECRET, namespace, WEBHOOK_SELECTOR)
+}
+
+/// The peer-pods webhook Deployment. Non-root, read-only root filesystem, serving certificate from
+/// `webhook-server-cert`.
+pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Deployment, Error> {
+    let spec = &config.spec;
+    let selector = BTreeMap::from([(WEBHOOK_SELECTOR.0.to_owned(), WEBHOOK_SELECTOR.1.to_owned())]);
+    let mut env = vec![
+        EnvVar {
+            name: "TARGET_RUNTIMECLASS".into(),
+            value: Some(spec.webhook.target_runtime_class.clone()),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "POD_VM_EXTENDED_RESOURCE".into(),
+            value: Some(EXTENDED_RESOURCE.into()),
+            ..EnvVar::default()
+        },
+    ];
+    if let Some(instance_type) = spec.instance_type.as_ref().filter(|t| !t.is_empty()) {
+        env.push(EnvVar {
+            name: "POD_VM_INSTANCE_TYPE".into(),
+            value: Some(instance_type.clone()),
+            ..EnvVar::default()
+        });
+    }
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::Int(WEBHOOK_HEALTH_PORT),
+            ..HTTPGetAction::default()
+        }),
+        ..Probe::default()
+    };
+    let container = Container {
+        name: "manager".into(),
+        image: Some(spec.webhook.image.clone()),
+        image_pull_policy: spec
+            .webhook
+            .image_pull_policy
+            .map(|p| p.as_str().to_owned()),
+        args: Some(vec![format!(
+            "--health-probe-bind-address=:{WEBHOOK_HEALTH_PORT}"
+        )]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some("webhook-server".into()),
+            container_port: WEBHOOK_PORT,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "cert".into(),
+            mount_path: WEBHOOK_CERT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    };
+    Ok(Deployment {
+        metadata: owned_meta(config, WEBHOOK_DEPLOYMENT, namespace, WEBHOOK_SELECTOR)?,
+        spec: DeploymentSpec {
+            replicas: Some(spec.webhook.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels(config, WEBHOOK_SELECTOR)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(spec.webhook.service_account_name.clone()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        ..PodSecurityContext::default()
+                    }),
+                    termination_grace_period_seconds: Some(10),
+                    containers: vec![container],
+                    volumes: Some(vec![Volume {
+                        name: "cert".into(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(WEBHOOK_CERT_SECRET.into()),
+                            ..SecretVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    }]),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        status: None,
+    })
+}
+
+/// The webhook Service: port 443 in front of the container's 9443.
+pub fn webhook_service(config: &PeerPodConfig, namespace: &str) -> Result<Service, Error> {
+    Ok(Service {
+        metadata: owned_meta(config, WEBHOOK_SERVICE, namespace, WEBHOOK_SELECTOR)?,
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([(
+                WEBHOOK_SELECTOR.0.to_owned(),
+                WEBHOOK_SELECTOR.1.to_owned(),
+            )])),
+            ports: Some(vec![ServicePort {
+                name: Some("webhook".into()),
+                port: 443,
+                protocol: Some("TCP".into()),
+                target_port: Some(IntOrString::Int(WEBHOOK_PORT)),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The MutatingWebhookConfiguration wiring the API server to the webhook, carrying `ca_bundle` (PEM).
+///
+/// Besides upstream's wiring it has a match condition on the runtime class: the webhook fails closed, and this way
+/// a webhook outage only blocks peer pods, never every pod in the cluster.
+pub fn webhook_configuration(
+    config: &PeerPodConfig,
+    namespace: &str,
+    ca_bundle: &[u8],
+) -> MutatingWebhookConfiguration {
+    let runtime_class = &config.spec.webhook.target_runtime_class;
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(WEBHOOK_CONFIGURATION.into()),
+            labels: Some(labels(config, WEBHOOK_SELECTOR)),
+            ..ObjectMeta::default()
+        },
+        webhooks: Some(vec![MutatingWebhook {
+            name: MUTATING_WEBHOOK.into(),
+            admission_review_versions: vec!["v1".into()],
+            client_config: WebhookClientConfig {
+                ca_bundle: Some(ByteString(ca_bundle.to_vec())),
+                service: Some(ServiceReference {
+                    name: WEBHOOK_SERVICE.into(),
+                    namespace: namespace.into(),
+                    path: Some(WEBHOOK_PATH.into()),
+                    port: Some(443),
+                }),
+                url: None,
+            },
+            failure_policy: Some("Fail".into()),
+            side_effects: "None".into(),
+            reinvocation_policy: Some("IfNeeded".into()),
+            rules: Some(vec![RuleWithOperations {
+                api_groups: Some(vec![String::new()]),
+                api_versions: Some(vec!["v1".into()]),
+                operations: Some(vec!["CREATE".into()]),
+                resources: Some(vec!["pods".into()]),
+                scope: None,
+            }]),
+            namespace_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".into(),
+                    operator: "NotIn".into(),
+                    values: Some(vec!["kube-system".into(), namespace.to_owned()]),
+                }]),
+                match_labels: None,
+            }),
+            match_conditions: Some(vec![MatchCondition {
+                name: "peer-pod-runtime-class".into(),
+                expression: format!(
+                    "has(object.spec.runtimeClassName) && object.spec.runtimeClassName == '{}'",
+                    runtime_class.replace('\\', "\\\\").replace('\'', "\\'")
+                ),
+            }]),
+            ..MutatingWebhook::default()
+        }]),
+    }
+}
+
+/// Whether `config` is the owner recorded on an owned object's labels.
+pub fn labelled_for(meta: &ObjectMeta, config: &PeerPodConfig) -> bool {
+    let labels = meta.labels.as_ref();
+    labels.and_then(|l| l.get(OWNER_LABEL)) == Some(&config.name_any())
+        && labels.and_then(|l| l.get(OWNER_NAMESPACE_LABEL)) == config.namespace().as_ref()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::crd::PeerPodConfigSpec;
+
+    pub(crate) fn config(spec: serde_json::Value) -> PeerPodConfig {
+        let spec: PeerPodConfigSpec = serde_json::from_value(spec).unwrap();
+        let mut config = PeerPodConfig::new("peerpodconfig", spec);
+        config.metadata.namespace = Some("peer-pods".into());
+        config.metadata.uid = Some("5b0c1e8e-1111-2222-3333-444455556666".into());
+        config
+    }
+
+    #[test]
+    fn daemonset_matches_upstream_and_disables_caa_capacity() {
+        let config = config(
+            serde_json::json!({"limit": "10", "caa": {"env": {"PEERPODS_LIMIT_PER_NODE": "5", "X": "1"}}}),
+        );
+        let ds = caa_daemonset(&config, "peer-pods").unwrap();
+        assert_eq!(ds.metadata.name.as_deref(), Some(CAA_DAEMONSET));
+        assert_eq!(
+            ds.metadata.owner_references.as_ref().unwrap()[0].controller,
+            Some(true)
+        );
+        let pod = ds.spec.template.spec.unwrap();
+        assert_eq!(pod.host_network, Some(true));
+        assert_eq!(
+            pod.service_account_name.as_deref(),
+            Some("cloud-api-adaptor")
+        );
+        assert_eq!(
+            pod.node_selector.unwrap().get("node.kubernetes.io/worker"),
+            Some(&String::new())
+        );
+        let c = &pod.containers[0];
+        assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
+        let env = c.env.as_ref().unwrap();
+        let limit: Vec<_> = env
+            .iter()
+            .filter(|e| e.name == "PEERPODS_LIMIT_PER_NODE")
+            .collect();
+        assert_eq!(
+            limit.len(),
+            1,
+            "the user cannot turn CAA's own advertising back on"
+        );
+        assert_eq!(limit[0].value.as_deref(), Some("-1"));
+        assert!(env.iter().any(|e| e.name == "X"));
+        let env_from = c.env_from.as_ref().unwrap();
+        assert_eq!(
+            env_from[0].secret_ref.as_ref().unwrap().name,
+            "peer-pods-secret"
+        );
+        assert_eq!(
+            env_from[1].config_map_ref.as_ref().unwrap().name,
+            "peer-pods-cm"
+        );
+        let netns = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.mount_path == "/run/netns")
+            .unwrap();
+        assert_eq!(netns.mount_propagation.as_deref(), Some("HostToContainer"));
+        let volumes = pod.volumes.unwrap();
+        let ssh = volumes
+            .iter()
+            .find(|v| v.name == "ssh")
+            .unwrap()
+            .secret
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            (ssh.secret_name.as_deref(), ssh.optional),
+            (Some("ssh-key-secret"), Some(true))
+        );
+    }
+
+    #[test]
+    fn webhook_configuration_wiring() {
+        let config = config(serde_json::json!({"limit": 3}));
+        let mwc = webhook_configuration(&config, "peer-pods", b"PEM");
+        let hook = &mwc.webhooks.unwrap()[0];
+        assert_eq!(hook.name, MUTATING_WEBHOOK);
+        assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+        assert_eq!(hook.side_effects, "None");
+        assert_eq!(hook.reinvocation_policy.as_deref(), Some("IfNeeded"));
+        let svc = hook.client_config.service.as_ref().unwrap();
+        assert_eq!(
+            (
+                svc.name.as_str(),
+                svc.namespace.as_str(),
+                svc.path.as_deref()
+            ),
+            (WEBHOOK_SERVICE, "peer-pods", Some("/mutate-v1-pod"))
+        );
+        assert_eq!(hook.client_config.ca_bundle.as_ref().unwrap().0, b"PEM");
+        let rule = &hook.rules.as_ref().unwrap()[0];
+        assert_eq!(rule.operations.as_deref(), Some(&["CREATE".to_owned()][..]));
+        let excluded = hook
+            .namespace_selector
+            .as_ref()
+            .unwrap()
+            .match_expressions
+            .as_ref()
+            .unwrap()[0]
+            .values
+            .clone();
+        assert_eq!(
+            excluded,
+            Some(vec!["kube-system".to_owned(), "peer-pods".to_owned()])
+        );
+        assert!(
+            hook.match_conditions.as_ref().unwrap()[0]
+                .expression
+                .contains("'kata-remote'")
+        );
+    }
+
+    #[test]
+    fn webhook_deployment_and_service_line_up() {
+        let config = config(serde_json::json!({"limit": 3, "instanceType": "t3.small"}));
+        let deployment = webhook_deployment(&config, "peer-pods").unwrap();
+        let service = webhook_service(&config, "peer-pods").unwrap();
+        let pod = deployment.spec.template.spec.as_ref().unwrap();
+        let port = pod.containers[0].ports.as_ref().unwrap()[0].container_port;
+        let svc_spec = service.spec.as_ref().unwrap();
+        assert_eq!(
+            svc_spec.ports.as_ref().unwrap()[0].target_port,
+            Some(IntOrString::Int(port))
+        );
+        let pod_labels = deployment
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .clone()
+            .unwrap();
+        assert!(
+            svc_spec
+                .selector
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| pod_labels.get(k) == Some(v))
+        );
+        assert_eq!(
+            pod.volumes.as_ref().unwrap()[0]
+                .secret
+                .as_ref()
+                .unwrap()
+                .secret_name
+                .as_deref(),
+            Some(WEBHOOK_CERT_SECRET)
+        );
+        let env = pod.containers[0].env.as_ref().unwrap();
+        assert!(env.iter().any(|e| e.name == "POD_VM_INSTANCE_TYPE" && e.value.as_deref() == Some("t3.small")));
+        assert!(labelled_for(&deployment.metadata, &config));
+    }
+
+    #[test]
+    fn runtime_class_is_quoted_in_the_match_condition() {
+        let config =
+            config(serde_json::json!({"limit": 3, "webhook": {"targetRuntimeClass": "a'b"}}));
+        let mwc = webhook_configuration(&config, "ns", b"");
+        assert!(
+            mwc.webhooks.unwrap()[0].match_conditions.as_ref().unwrap()[0]
+                .expression
+                .ends_with("== 'a\\'b'")
+        );
+    }
+}

@@ -1,0 +1,391 @@
+//! The PeerPodConfig status, computed from what a reconcile observed (pure).
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::crd::PeerPodConfigStatus;
+
+pub const READY: &str = "Ready";
+pub const DAEMONSET_READY: &str = "DaemonSetReady";
+pub const WEBHOOK_READY: &str = "WebhookReady";
+pub const CAPACITY_ADVERTISED: &str = "CapacityAdvertised";
+pub const INVALID: &str = "Invalid";
+
+/// Why a PeerPodConfig cannot be acted on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// CamelCase reason, e.g. `InvalidLimit`, `DuplicateConfig`.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Node capacity figures of one reconcile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capacity {
+    pub requested: u64,
+    pub provider_free: Option<u64>,
+    pub effective: u64,
+    pub selected_nodes: u32,
+    pub per_node_min: Option<u32>,
+    pub per_node_max: Option<u32>,
+}
+
+/// What one reconcile saw and did.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub generation: Option<i64>,
+    pub invalid: Option<Invalid>,
+    pub capacity: Option<Capacity>,
+    /// Asking provider-service failed (the requested total was used).
+    pub provider_problem: Option<String>,
+    /// Every owned object exists as desired.
+    pub objects_applied: bool,
+    pub daemonset: Option<DaemonSet>,
+    pub webhook: Option<Deployment>,
+}
+
+struct Verdict {
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
+    let Some(status) = ds.and_then(|d| d.status.as_ref()) else {
+        return Verdict {
+            ok: false,
+            reason: "NotCreated",
+            message: "the CAA DaemonSet does not exist yet".into(),
+        };
+    };
+    let generation = ds.and_then(|d| d.metadata.generation);
+    let desired = status.desired_number_scheduled;
+    let updated = status.updated_number_scheduled.unwrap_or(0);
+    if status.observed_generation < generation {
+        Verdict {
+            ok: false,
+            reason: "Progressing",
+            message: "the DaemonSet controller has not seen the latest spec".into(),
+        }
+    } else if desired == 0 {
+        Verdict {
+            ok: false,
+            reason: "NoNodes",
+            message: "no node matches nodeSelector".into(),
+        }
+    } else if status.number_ready < desired || updated < desired {
+        Verdict {
+            ok: false,
+            reason: "PodsNotReady",
+            message: format!(
+                "{}/{desired} CAA pods ready, {updated}/{desired} updated",
+                status.number_ready
+            ),
+        }
+    } else {
+        Verdict {
+            ok: true,
+            reason: "PodsReady",
+            message: format!("{desired}/{desired} CAA pods ready"),
+        }
+    }
+}
+
+fn webhook_verdict(deployment: Option<&Deployment>) -> Verdict {
+    let Some(d) = deployment else {
+        return Verdict {
+            ok: false,
+            reason: "NotCreated",
+            message: "the webhook Deployment does not exist yet".into(),
+        };
+    };
+    let wanted = d.spec.replicas.unwrap_or(1);
+    let available = d
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0);
+    if available >= 1 {
+        Verdict {
+            ok: true,
+            reason: "Available",
+            message: format!("{available}/{wanted} webhook replicas available"),
+        }
+    } else {
+        Verdict {
+            ok: false,
+            reason: "Unavailable",
+            message: format!("0/{wanted} webhook replicas available"),
+        }
+    }
+}
+
+fn capacity_verdict(observed: &Observed) -> Verdict {
+    match &observed.capacity {
+        None => Verdict {
+            ok: false,
+            reason: "NotAdvertised",
+            message: "capacity has not been advertised".into(),
+        },
+        Some(c) if c.selected_nodes == 0 => Verdict {
+            ok: false,
+            reason: "NoNodesSelected",
+            message: "no node matches nodeSelector".into(),
+        },
+        Some(c) => {
+            let range = match (c.per_node_min, c.per_node_max) {
+                (Some(lo), Some(hi)) if lo != hi => format!("{lo}-{hi}"),
+                (Some(lo), _) => lo.to_string(),
+                _ => "0".into(),
+            };
+            let capped = match (c.provider_free, &observed.provider_problem) {
+                (Some(free), _) if free < c.requested => {
+                    format!(", capped by {free} free in the provider")
+                }
+                (_, Some(problem)) => format!(", provider capacity unknown: {problem}"),
+                _ => String::new(),
+            };
+            Verdict {
+                ok: true,
+                reason: "Advertised",
+                message: format!(
+                    "kata.peerpods.io/vm {} over {} nodes ({range} each){capped}",
+                    c.effective, c.selected_nodes
+                ),
+            }
+        }
+    }
+}
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: now.clone(),
+    }
+}
+
+/// The status for `observed`. Conditions whose status did not change keep their lastTransitionTime, so an
+/// unchanged cluster yields an identical status and no write.
+pub fn compute(
+    previous: Option<&PeerPodConfigStatus>,
+    observed: &Observed,
+    now: Time,
+) -> PeerPodConfigStatus {
+    let generation = observed.generation;
+    let mut conditions = Vec::new();
+    let invalid = observed.invalid.as_ref();
+    conditions.push(match invalid {
+        Some(i) => condition(INVALID, true, i.reason, i.message.clone(), generation, &now),
+        None => condition(
+            INVALID,
+            false,
+            "Valid",
+            "spec is valid".into(),
+            generation,
+            &now,
+        ),
+    });
+    let (ds, hook, cap) = if let Some(i) = invalid {
+        let blocked = || Verdict {
+            ok: false,
+            reason: "Invalid",
+            message: i.message.clone(),
+        };
+        (blocked(), blocked(), blocked())
+    } else {
+        (
+            daemonset_verdict(observed.daemonset.as_ref()),
+            webhook_verdict(observed.webhook.as_ref()),
+            capacity_verdict(observed),
+        )
+    };
+    let all_ok = invalid.is_none() && ds.ok && hook.ok && cap.ok;
+    let not_ready: Vec<&str> = [
+        (DAEMONSET_READY, &ds),
+        (WEBHOOK_READY, &hook),
+        (CAPACITY_ADVERTISED, &cap),
+    ]
+    .iter()
+    .filter(|(_, v)| !v.ok)
+    .map(|(t, _)| *t)
+    .collect();
+    let ready = if let Some(i) = invalid {
+        condition(READY, false, i.reason, i.message.clone(), generation, &now)
+    } else if all_ok {
+        condition(
+            READY,
+            true,
+            "Ready",
+            "peer pods are ready on this cluster".into(),
+            generation,
+            &now,
+        )
+    } else {
+        condition(
+            READY,
+            false,
+            "NotReady",
+            format!("waiting for {}", not_ready.join(", ")),
+            generation,
+            &now,
+        )
+    };
+    conditions.insert(0, ready);
+    for (type_, v) in [
+        (DAEMONSET_READY, ds),
+        (WEBHOOK_READY, hook),
+        (CAPACITY_ADVERTISED, cap),
+    ] {
+        conditions.push(condition(
+            type_, v.ok, v.reason, v.message, generation, &now,
+        ));
+    }
+    // Keep the transition time of conditions whose status stayed the same.
+    if let Some(prev) = previous {
+        for c in &mut conditions {
+            if let Some(old) = prev
+                .conditions
+                .iter()
+                .find(|o| o.type_ == c.type_ && o.status == c.status)
+            {
+                c.last_transition_time = old.last_transition_time.clone();
+            }
+        }
+    }
+    let capacity = observed.capacity.clone().filter(|_| invalid.is_none());
+    PeerPodConfigStatus {
+        setup_completed: invalid.is_none()
+            && observed.objects_applied
+            && capacity.as_ref().is_some_and(|c| c.selected_nodes > 0),
+        observed_generation: generation,
+        requested_limit: capacity.as_ref().map(|c| c.requested),
+        provider_free_capacity: capacity.as_ref().and_then(|c| c.provider_free),
+        effective_limit: capacity.as_ref().map(|c| c.effective),
+        selected_nodes: capacity.as_ref().map(|c| c.selected_nodes),
+        per_node_min: capacity.as_ref().and_then(|c| c.per_node_min),
+        per_node_max: capacity.as_ref().and_then(|c| c.per_node_max),
+        conditions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::apps::v1::DaemonSetStatus;
+
+    fn at(seconds: i64) -> Time {
+        Time(jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    fn find<'a>(s: &'a PeerPodConfigStatus, t: &str) -> &'a Condition {
+        s.conditions.iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    fn ready_daemonset() -> DaemonSet {
+        DaemonSet {
+            status: Some(DaemonSetStatus {
+                desired_number_scheduled: 3,
+                number_ready: 3,
+                updated_number_scheduled: Some(3),
+                ..DaemonSetStatus::default()
+            }),
+            ..DaemonSet::default()
+        }
+    }
+
+    fn advertised() -> Observed {
+        Observed {
+            generation: Some(2),
+            capacity: Some(Capacity {
+                requested: 10,
+                provider_free: None,
+                effective: 10,
+                selected_nodes: 3,
+                per_node_min: Some(3),
+                per_node_max: Some(4),
+            }),
+            objects_applied: true,
+            daemonset: Some(ready_daemonset()),
+            ..Observed::default()
+        }
+    }
+
+    #[test]
+    fn invalid_blocks_everything() {
+        let observed = Observed {
+            invalid: Some(Invalid {
+                reason: "InvalidLimit",
+                message: "limit \"x\" is not an integer".into(),
+            }),
+            ..advertised()
+        };
+        let s = compute(None, &observed, at(1));
+        assert_eq!(find(&s, INVALID).status, "True");
+        assert_eq!(find(&s, READY).reason, "InvalidLimit");
+        assert!(!s.setup_completed);
+        assert_eq!(s.effective_limit, None);
+    }
+
+    #[test]
+    fn setup_completes_before_pods_are_ready() {
+        let s = compute(None, &advertised(), at(1));
+        assert!(s.setup_completed);
+        assert_eq!(
+            find(&s, CAPACITY_ADVERTISED).message,
+            "kata.peerpods.io/vm 10 over 3 nodes (3-4 each)"
+        );
+        assert_eq!(find(&s, DAEMONSET_READY).status, "True");
+        assert_eq!(find(&s, WEBHOOK_READY).reason, "NotCreated");
+        assert_eq!(find(&s, READY).message, "waiting for WebhookReady");
+        assert_eq!(s.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn unchanged_observation_gives_identical_status() {
+        let first = compute(None, &advertised(), at(1));
+        let second = compute(Some(&first), &advertised(), at(100));
+        assert_eq!(first, second);
+        let mut changed = advertised();
+        changed.daemonset = None;
+        let third = compute(Some(&second), &changed, at(200));
+        assert_eq!(find(&third, DAEMONSET_READY).last_transition_time, at(200));
+        assert_eq!(
+            find(&third, CAPACITY_ADVERTISED).last_transition_time,
+            at(1)
+        );
+    }
+
+    #[test]
+    fn provider_cap_is_explained() {
+        let mut observed = advertised();
+        if let Some(c) = observed.capacity.as_mut() {
+            c.provider_free = Some(4);
+            c.effective = 4;
+        }
+        let s = compute(None, &observed, at(1));
+        assert!(
+            find(&s, CAPACITY_ADVERTISED)
+                .message
+                .contains("capped by 4 free")
+        );
+        assert_eq!(
+            (
+                s.requested_limit,
+                s.provider_free_capacity,
+                s.effective_limit
+            ),
+            (Some(10), Some(4), Some(4))
+        );
+    }
+}
