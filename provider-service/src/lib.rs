@@ -10,6 +10,7 @@
 //! - [`metrics`]: Prometheus metrics. [`Error`]: the one error type, with a stable `reason()`.
 
 pub mod auth;
+pub mod aws;
 pub mod config;
 mod error;
 pub mod grpc;

@@ -250,7 +250,9 @@ async fn build_backend(
             config,
             cloud_calls.clone(),
         )?)),
-        // AWS registers here: "aws" => Some(Arc::new(crate::aws::AwsProvider::from_config(config)...)),
+        "aws" => Some(Arc::new(
+            crate::aws::AwsProvider::from_config(config, cloud_calls.clone()).await?,
+        )),
         _ => None,
     })
 }

@@ -1,0 +1,234 @@
+//! Coalescing of concurrent instance deletions into batched `TerminateInstances` calls.
+//!
+//! Pure bookkeeping: no I/O and no clock of its own (callers pass `now`), so every rule below is
+//! unit-tested with plain values. The I/O driver (`deleter.rs`) owns one [`DeleteQueue`].
+//!
+//! Rules:
+//! - a batch is flushed when no new id arrived for `idle`, when its oldest id waited `max_wait`,
+//!   or as soon as it holds `max_ids` ids;
+//! - an id that is already queued or in flight is not queued again: its caller joins the callers
+//!   already waiting for that id (singleflight), so all of them get the answer of one cloud call.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+/// When a batch of deletions is sent to the cloud.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchPolicy {
+    /// Flush after no new id arrived for this long.
+    pub idle: Duration,
+    /// Flush when the oldest queued id has waited this long, even if ids keep arriving.
+    pub max_wait: Duration,
+    /// Most ids in one `TerminateInstances` call.
+    pub max_ids: usize,
+}
+
+impl Default for BatchPolicy {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_millis(100),
+            max_wait: Duration::from_secs(1),
+            // EC2 accepts up to 1000 ids per TerminateInstances; 500 keeps one failed call cheap.
+            max_ids: 500,
+        }
+    }
+}
+
+/// What happened to a deletion request handed to [`DeleteQueue::enqueue`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Enqueued {
+    /// The id was new: it waits for the next batch.
+    Queued,
+    /// The id was already queued or in flight: the caller shares that call's answer.
+    Joined,
+}
+
+/// Ids waiting for a batch and the callers waiting for each id (`W` is a caller's reply handle).
+#[derive(Debug)]
+pub struct DeleteQueue<W> {
+    policy: BatchPolicy,
+    /// Every id that is queued or in flight, with the callers waiting for its answer.
+    waiters: HashMap<String, Vec<W>>,
+    /// Queued ids in arrival order, with their arrival time.
+    pending: VecDeque<(String, Instant)>,
+    /// Arrival time of the newest queued id.
+    last_arrival: Option<Instant>,
+}
+
+impl<W> DeleteQueue<W> {
+    pub fn new(policy: BatchPolicy) -> Self {
+        Self {
+            policy: BatchPolicy {
+                // A zero-sized batch would never flush anything.
+                max_ids: policy.max_ids.max(1),
+                ..policy
+            },
+            waiters: HashMap::new(),
+            pending: VecDeque::new(),
+            last_arrival: None,
+        }
+    }
+
+    /// Registers a caller that wants `instance_id` deleted.
+    pub fn enqueue(&mut self, instance_id: &str, waiter: W, now: Instant) -> Enqueued {
+        if let Some(waiting) = self.waiters.get_mut(instance_id) {
+            waiting.push(waiter);
+            return Enqueued::Joined;
+        }
+        self.waiters.insert(instance_id.to_owned(), vec![waiter]);
+        self.pending.push_back((instance_id.to_owned(), now));
+        self.last_arrival = Some(now);
+        Enqueued::Queued
+    }
+
+    /// The moment the queued ids must be flushed, if any are queued.
+    pub fn deadline(&self) -> Option<Instant> {
+        let (_, oldest) = self.pending.front()?;
+        let by_age = *oldest + self.policy.max_wait;
+        let by_idle = self
+            .last_arrival
+            .map_or(by_age, |last| last + self.policy.idle);
+        Some(by_age.min(by_idle))
+    }
+
+    /// Takes the next batch if one is due at `now`: up to `max_ids` ids, oldest first. Taken ids
+    /// stay registered (in flight) until [`DeleteQueue::complete`], so late callers still join.
+    pub fn take_batch(&mut self, now: Instant) -> Option<Vec<String>> {
+        let full = self.pending.len() >= self.policy.max_ids;
+        let due = self.deadline().is_some_and(|deadline| now >= deadline);
+        if !(full || due) {
+            return None;
+        }
+        let count = self.pending.len().min(self.policy.max_ids);
+        let batch: Vec<String> = self.pending.drain(..count).map(|(id, _)| id).collect();
+        if self.pending.is_empty() {
+            self.last_arrival = None;
+        }
+        Some(batch)
+    }
+
+    /// Ends the flight of `instance_id` and returns every caller waiting for its answer.
+    pub fn complete(&mut self, instance_id: &str) -> Vec<W> {
+        self.waiters.remove(instance_id).unwrap_or_default()
+    }
+
+    /// Number of ids queued for the next batch (not counting ids in flight).
+    pub fn queued(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Number of ids queued or in flight.
+    pub fn outstanding(&self) -> usize {
+        self.waiters.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> BatchPolicy {
+        BatchPolicy {
+            idle: Duration::from_millis(100),
+            max_wait: Duration::from_secs(1),
+            max_ids: 3,
+        }
+    }
+
+    fn ms(base: Instant, millis: u64) -> Instant {
+        base + Duration::from_millis(millis)
+    }
+
+    #[test]
+    fn empty_queue_has_no_deadline_and_no_batch() {
+        let mut queue: DeleteQueue<u32> = DeleteQueue::new(policy());
+        let now = Instant::now();
+        assert_eq!(queue.deadline(), None);
+        assert_eq!(queue.take_batch(ms(now, 10_000)), None);
+    }
+
+    #[test]
+    fn flushes_after_idle_period() {
+        let t0 = Instant::now();
+        let mut queue = DeleteQueue::new(policy());
+        queue.enqueue("i-1", 1, t0);
+        queue.enqueue("i-2", 2, ms(t0, 50));
+        assert_eq!(queue.deadline(), Some(ms(t0, 150)));
+        assert_eq!(queue.take_batch(ms(t0, 149)), None);
+        assert_eq!(
+            queue.take_batch(ms(t0, 150)),
+            Some(vec!["i-1".to_owned(), "i-2".to_owned()])
+        );
+        assert_eq!(queue.queued(), 0);
+        assert_eq!(queue.deadline(), None);
+    }
+
+    #[test]
+    fn steady_arrivals_flush_at_max_wait() {
+        let t0 = Instant::now();
+        let mut queue = DeleteQueue::new(BatchPolicy {
+            max_ids: 100,
+            ..policy()
+        });
+        // One id every 90 ms never lets the idle timer fire.
+        for n in 0..12u64 {
+            queue.enqueue(&format!("i-{n}"), n, ms(t0, n * 90));
+        }
+        assert_eq!(queue.deadline(), Some(ms(t0, 1000)));
+        let batch = queue.take_batch(ms(t0, 1000)).expect("due at max wait");
+        assert_eq!(batch.len(), 12);
+    }
+
+    #[test]
+    fn full_batch_is_ready_at_once_and_rest_keeps_its_age() {
+        let t0 = Instant::now();
+        let mut queue = DeleteQueue::new(policy());
+        for n in 0..5u64 {
+            queue.enqueue(&format!("i-{n}"), n, ms(t0, n));
+        }
+        let first = queue.take_batch(ms(t0, 5)).expect("full batch");
+        assert_eq!(first, vec!["i-0", "i-1", "i-2"]);
+        // Two left: not full, so they wait for idle after the newest arrival (t0+4ms).
+        assert_eq!(queue.take_batch(ms(t0, 5)), None);
+        assert_eq!(queue.deadline(), Some(ms(t0, 104)));
+        assert_eq!(
+            queue.take_batch(ms(t0, 104)),
+            Some(vec!["i-3".into(), "i-4".into()])
+        );
+    }
+
+    #[test]
+    fn same_id_joins_queued_and_in_flight_calls() {
+        let t0 = Instant::now();
+        let mut queue = DeleteQueue::new(policy());
+        assert_eq!(queue.enqueue("i-a", 1, t0), Enqueued::Queued);
+        assert_eq!(queue.enqueue("i-a", 2, t0), Enqueued::Joined);
+        let batch = queue.take_batch(ms(t0, 100)).expect("due");
+        assert_eq!(batch, vec!["i-a"]);
+        // In flight now: a third caller still joins instead of starting a new call.
+        assert_eq!(queue.enqueue("i-a", 3, ms(t0, 101)), Enqueued::Joined);
+        assert_eq!(queue.queued(), 0);
+        assert_eq!(queue.complete("i-a"), vec![1, 2, 3]);
+        assert_eq!(queue.outstanding(), 0);
+        // After completion the id starts a fresh call.
+        assert_eq!(queue.enqueue("i-a", 4, ms(t0, 200)), Enqueued::Queued);
+    }
+
+    #[test]
+    fn completing_unknown_id_returns_no_waiters() {
+        let mut queue: DeleteQueue<u8> = DeleteQueue::new(policy());
+        assert!(queue.complete("i-nope").is_empty());
+    }
+
+    #[test]
+    fn zero_max_ids_still_flushes_one_at_a_time() {
+        let t0 = Instant::now();
+        let mut queue = DeleteQueue::new(BatchPolicy {
+            max_ids: 0,
+            ..policy()
+        });
+        queue.enqueue("i-1", (), t0);
+        queue.enqueue("i-2", (), t0);
+        assert_eq!(queue.take_batch(t0), Some(vec!["i-1".to_owned()]));
+    }
+}

@@ -1,0 +1,240 @@
+//! The task that batches instance deletions: it owns a [`DeleteQueue`], flushes batches when
+//! they are due and answers every waiting caller once its id's batch has finished.
+//!
+//! One batch: release the Elastic IPs of all its instances (one `DescribeAddresses` per 200
+//! ids), then terminate them in one `TerminateInstances` call. If EC2 rejects the call because
+//! of unknown ids, the ids it names are gone and the rest is retried as a batch; if the answer
+//! does not say which id is at fault, each id is asked alone (see `terminate.rs`).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{Id as TaskId, JoinSet};
+
+use super::batch::{BatchPolicy, DeleteQueue};
+use super::ec2::Ec2;
+use super::failure::Failure;
+use super::terminate::{NextStep, after_failure, resolve_success};
+use crate::provider::DeleteOutcome;
+
+/// How often a batch may shrink by EC2-named unknown ids before we ask per id instead. Each
+/// round removes at least one id, so this only bounds pathological answers.
+const MAX_DROP_ROUNDS: usize = 3;
+
+pub type Answer = Result<DeleteOutcome, Failure>;
+type Reply = oneshot::Sender<Answer>;
+
+/// Handle to the batching task. The task ends once every handle is dropped and the deletions it
+/// already accepted are answered.
+#[derive(Clone)]
+pub struct Deleter {
+    requests: mpsc::UnboundedSender<(String, Reply)>,
+}
+
+impl Deleter {
+    /// Starts the batching task on the current tokio runtime.
+    pub fn spawn(ec2: Arc<Ec2>, policy: BatchPolicy) -> Self {
+        let (requests, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(drive(receiver, ec2, policy));
+        Self { requests }
+    }
+
+    /// Deletes one instance (already validated) together with whatever else is being deleted now.
+    pub async fn delete(&self, instance_id: &str) -> Answer {
+        let (reply, answer) = oneshot::channel();
+        let stopped = || Failure::Internal {
+            detail: "the AWS deletion task has stopped".into(),
+        };
+        self.requests
+            .send((instance_id.to_owned(), reply))
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}
+
+async fn drive(
+    mut requests: mpsc::UnboundedReceiver<(String, Reply)>,
+    ec2: Arc<Ec2>,
+    policy: BatchPolicy,
+) {
+    let mut queue: DeleteQueue<Reply> = DeleteQueue::new(policy);
+    let mut batches: JoinSet<Vec<(String, Answer)>> = JoinSet::new();
+    let mut in_flight: HashMap<TaskId, Vec<String>> = HashMap::new();
+    let mut accepting = true;
+    loop {
+        while let Some(batch) = queue.take_batch(Instant::now()) {
+            let ec2 = Arc::clone(&ec2);
+            let ids = batch.clone();
+            let task = batches.spawn(async move { delete_batch(&ec2, ids).await });
+            in_flight.insert(task.id(), batch);
+        }
+        if !accepting && queue.outstanding() == 0 {
+            return;
+        }
+        // Without queued ids there is nothing to flush; sleep until something else happens.
+        let flush_at = queue
+            .deadline()
+            .map(tokio::time::Instant::from_std)
+            .unwrap_or_else(|| tokio::time::Instant::now() + policy.max_wait);
+        tokio::select! {
+            request = requests.recv(), if accepting => match request {
+                Some((instance_id, reply)) => {
+                    queue.enqueue(&instance_id, reply, Instant::now());
+                }
+                None => accepting = false,
+            },
+            Some(finished) = batches.join_next_with_id() => {
+                let answers = match finished {
+                    Ok((task, answers)) => {
+                        in_flight.remove(&task);
+                        answers
+                    }
+                    // A batch task that panicked still owes its callers an answer.
+                    Err(error) => in_flight
+                        .remove(&error.id())
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|id| {
+                            let failure = Failure::Internal {
+                                detail: "deleting this batch of instances failed unexpectedly".into(),
+                            };
+                            (id, Err(failure))
+                        })
+                        .collect(),
+                };
+                for (instance_id, answer) in answers {
+                    for reply in queue.complete(&instance_id) {
+                        // A caller that gave up (dropped its future) needs no answer.
+                        let _ = reply.send(answer.clone());
+                    }
+                }
+            }
+            () = tokio::time::sleep_until(flush_at), if queue.queued() > 0 => {}
+            else => return,
+        }
+    }
+}
+
+/// Deletes one batch and returns exactly one answer per id.
+async fn delete_batch(ec2: &Ec2, batch: Vec<String>) -> Vec<(String, Answer)> {
+    ec2.cloud_calls().record_batch(super::NAME, batch.len());
+    tracing::debug!(instances = batch.len(), "deleting a batch of EC2 instances");
+    let mut answers: Vec<(String, Answer)> = Vec::with_capacity(batch.len());
+
+    // Elastic IPs first, as cloud-api-adaptor does: a terminated instance's address would
+    // otherwise stay allocated (and billed). An instance whose addresses could not be released
+    // is not terminated, so the caller sees the failure and retries the whole deletion.
+    let blocked = match release_elastic_ips(ec2, &batch).await {
+        Ok(blocked) => blocked,
+        Err(failure) => {
+            return batch
+                .into_iter()
+                .map(|id| (id, Err(failure.clone())))
+                .collect();
+        }
+    };
+    let mut remaining: Vec<String> = Vec::with_capacity(batch.len());
+    for id in batch {
+        match blocked.get(&id) {
+            Some(failure) => answers.push((id, Err(failure.clone()))),
+            None => remaining.push(id),
+        }
+    }
+
+    let mut rounds = 0;
+    while !remaining.is_empty() {
+        match ec2.terminate_instances(&remaining).await {
+            Ok(terminating) => {
+                let (answered, unmentioned) = resolve_success(&remaining, &terminating);
+                answers.extend(answered.into_iter().map(|(id, outcome)| (id, Ok(outcome))));
+                answers.extend(terminate_each(ec2, unmentioned).await);
+                break;
+            }
+            Err(failure) => match after_failure(&remaining, &failure) {
+                NextStep::DropUnknown { gone, retry } if rounds < MAX_DROP_ROUNDS => {
+                    answers.extend(
+                        gone.into_iter()
+                            .map(|id| (id, Ok(DeleteOutcome::AlreadyGone))),
+                    );
+                    remaining = retry;
+                    rounds += 1;
+                }
+                NextStep::DropUnknown { .. } | NextStep::PerId => {
+                    answers.extend(terminate_each(ec2, std::mem::take(&mut remaining)).await);
+                }
+                NextStep::FailAll => {
+                    answers.extend(remaining.drain(..).map(|id| (id, Err(failure.clone()))));
+                }
+            },
+        }
+    }
+    answers
+}
+
+/// Terminates each instance in its own call, so each gets its own answer.
+async fn terminate_each(ec2: &Ec2, instance_ids: Vec<String>) -> Vec<(String, Answer)> {
+    join_all(instance_ids.into_iter().map(|id| async move {
+        let answer = terminate_one(ec2, &id).await;
+        (id, answer)
+    }))
+    .await
+}
+
+async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
+    let ids = [instance_id.to_owned()];
+    match ec2.terminate_instances(&ids).await {
+        Ok(terminating) => {
+            let (answered, _) = resolve_success(&ids, &terminating);
+            answered
+                .into_iter()
+                .next()
+                .map(|(_, outcome)| outcome)
+                .ok_or_else(|| Failure::Internal {
+                    detail: "EC2 accepted TerminateInstances but did not mention the instance"
+                        .into(),
+                })
+        }
+        Err(failure) => match after_failure(&ids, &failure) {
+            NextStep::DropUnknown { .. } => Ok(DeleteOutcome::AlreadyGone),
+            NextStep::PerId | NextStep::FailAll => Err(failure),
+        },
+    }
+}
+
+/// Releases the Elastic IPs bound to the batch's instances. Returns the instances whose
+/// addresses could not all be released; fails as a whole only if the lookup itself failed.
+async fn release_elastic_ips(
+    ec2: &Ec2,
+    batch: &[String],
+) -> Result<HashMap<String, Failure>, Failure> {
+    let addresses = ec2.elastic_ips_of(batch).await?;
+    let wanted: BTreeSet<&str> = batch.iter().map(String::as_str).collect();
+    let mut blocked = HashMap::new();
+    for address in addresses {
+        // EC2 filtered by instance id already; this only guards against a surprising answer.
+        if !wanted.contains(address.instance_id.as_str()) {
+            continue;
+        }
+        let mut result = Ok(());
+        if let Some(association) = &address.association_id {
+            result = ec2.disassociate_address(association).await;
+        }
+        if result.is_ok()
+            && let Some(allocation) = &address.allocation_id
+        {
+            result = ec2.release_address(allocation).await;
+        }
+        if let Err(failure) = result {
+            tracing::warn!(
+                instance_id = %address.instance_id,
+                ?failure,
+                "could not release an Elastic IP of an instance being deleted"
+            );
+            blocked.insert(address.instance_id, failure);
+        }
+    }
+    Ok(blocked)
+}

@@ -1,0 +1,369 @@
+//! The EC2 calls the provider makes, each one bounded, rate-limited, counted and classified.
+//!
+//! Every call goes through [`Ec2::call`]: a semaphore bounds how many are in flight, a
+//! governor rate limiter keeps the provider under EC2's request limits, the shared cloud call
+//! counter counts it (by operation and result),
+//! and a failure becomes a [`Failure`] with secrets removed. The SDK's own retries (standard
+//! mode, `AWS_MAX_ATTEMPTS`) happen inside one counted call.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_sdk_ec2::config::{Credentials, Region};
+use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_ec2::types::{AccountAttributeName, Filter};
+use aws_smithy_http_client::tls;
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use tokio::sync::Semaphore;
+
+use super::NAME;
+use super::failure::{Failure, Redactor, classify_service_error};
+use super::settings::AwsSettings;
+use crate::metrics::CloudCalls;
+
+/// Result labels of the shared cloud call counter.
+const RESULT_OK: &str = "ok";
+const RESULT_ERROR: &str = "error";
+const RESULT_THROTTLED: &str = "throttled";
+
+/// EC2 accepts at most this many values in one filter.
+const MAX_FILTER_VALUES: usize = 200;
+
+/// Where the credentials came from, for logs (never the credentials themselves).
+const STATIC_CREDENTIALS_SOURCE: &str = "peer-pods-config";
+
+/// An Elastic IP address bound to one of the instances being deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElasticIp {
+    pub instance_id: String,
+    pub allocation_id: Option<String>,
+    pub association_id: Option<String>,
+}
+
+/// An instance as `DescribeInstances` reports it.
+#[derive(Clone, Debug)]
+pub struct Ec2Instance {
+    pub id: String,
+    pub launch_time: Option<aws_sdk_ec2::primitives::DateTime>,
+    pub tags: Vec<(String, String)>,
+    /// Cores × threads per core, when EC2 reports the CPU options.
+    pub vcpus: Option<u64>,
+}
+
+pub struct Ec2 {
+    client: aws_sdk_ec2::Client,
+    permits: Semaphore,
+    limiter: DefaultDirectRateLimiter,
+    calls: CloudCalls,
+    redactor: Redactor,
+}
+
+/// Why no EC2 client could be built (e.g. no region anywhere).
+pub struct ConnectProblem(pub String);
+
+impl Ec2 {
+    /// Builds the EC2 client from the settings: ring-based rustls (no aws-lc, no legacy hyper),
+    /// static credentials when configured, else the SDK's default chain.
+    pub async fn connect(
+        settings: &AwsSettings,
+        calls: CloudCalls,
+    ) -> Result<Self, ConnectProblem> {
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .retry_config(RetryConfig::standard().with_max_attempts(settings.max_attempts))
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(settings.connect_timeout)
+                    .operation_timeout(settings.operation_timeout)
+                    .build(),
+            );
+        if let Some(region) = &settings.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(credentials) = &settings.credentials {
+            loader = loader.credentials_provider(Credentials::new(
+                credentials.access_key_id.clone(),
+                credentials.secret_access_key.clone(),
+                credentials.session_token.clone(),
+                None,
+                STATIC_CREDENTIALS_SOURCE,
+            ));
+        }
+        if let Some(url) = &settings.endpoint_url {
+            loader = loader.endpoint_url(url.clone());
+        }
+        let sdk_config = loader.load().await;
+        if sdk_config.region().is_none() {
+            return Err(ConnectProblem(
+                "AWS_REGION is not set and the default region chain found none".into(),
+            ));
+        }
+        let per_second = NonZeroU32::new(settings.calls_per_second).unwrap_or(NonZeroU32::MIN);
+        let burst = NonZeroU32::new(settings.call_burst).unwrap_or(per_second);
+        Ok(Self {
+            client: aws_sdk_ec2::Client::new(&sdk_config),
+            permits: Semaphore::new(settings.max_concurrent_calls.max(1)),
+            limiter: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
+            calls,
+            redactor: Redactor::new(settings.secrets()),
+        })
+    }
+
+    pub fn cloud_calls(&self) -> &CloudCalls {
+        &self.calls
+    }
+
+    /// EC2 calls made so far for `operation`, whatever their result.
+    pub fn calls_of(&self, operation: &'static str) -> u64 {
+        [RESULT_OK, RESULT_ERROR, RESULT_THROTTLED]
+            .into_iter()
+            .map(|result| self.calls.count(NAME, operation, result))
+            .sum()
+    }
+
+    /// Runs one EC2 operation under the concurrency bound and the rate limit, and counts it.
+    async fn call<T, E, F, Fut>(&self, operation: &'static str, send: F) -> Result<T, Failure>
+    where
+        F: FnOnce(aws_sdk_ec2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        // The semaphore is never closed, so acquiring only fails if that ever changes; treat
+        // it as an internal error rather than running unbounded.
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| Failure::Internal {
+                detail: "EC2 call limiter closed".into(),
+            })?;
+        self.limiter.until_ready().await;
+        let result = send(self.client.clone())
+            .await
+            .map_err(|error| self.classify(error));
+        let label = match &result {
+            Ok(_) => RESULT_OK,
+            Err(Failure::Throttled { .. }) => RESULT_THROTTLED,
+            Err(failure) => {
+                tracing::debug!(operation, ?failure, "EC2 call failed");
+                RESULT_ERROR
+            }
+        };
+        self.calls.record(NAME, operation, label);
+        result
+    }
+
+    fn classify<E>(&self, error: SdkError<E>) -> Failure
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let failure = match &error {
+            SdkError::ServiceError(context) => classify_service_error(
+                context.err().code(),
+                context.err().message().unwrap_or_default(),
+                context.raw().status().as_u16(),
+            ),
+            SdkError::TimeoutError(_) => Failure::Unavailable {
+                detail: "EC2 did not answer in time".into(),
+            },
+            SdkError::DispatchFailure(dispatch) => Failure::Unavailable {
+                detail: match dispatch.as_connector_error() {
+                    Some(connector) if connector.is_timeout() => {
+                        "timed out connecting to EC2".into()
+                    }
+                    _ => format!("could not reach EC2: {}", DisplayErrorContext(&error)),
+                },
+            },
+            SdkError::ResponseError(_) => Failure::Unavailable {
+                detail: format!(
+                    "unreadable answer from EC2: {}",
+                    DisplayErrorContext(&error)
+                ),
+            },
+            _ => Failure::Internal {
+                detail: format!("EC2 request failed: {}", DisplayErrorContext(&error)),
+            },
+        };
+        self.redact(failure)
+    }
+
+    fn redact(&self, failure: Failure) -> Failure {
+        let r = |text: String| self.redactor.redact(&text);
+        match failure {
+            Failure::InstanceNotFound { message } => Failure::InstanceNotFound {
+                message: r(message),
+            },
+            Failure::InstanceMalformed { message } => Failure::InstanceMalformed {
+                message: r(message),
+            },
+            Failure::ResourceNotFound { code, message } => Failure::ResourceNotFound {
+                code,
+                message: r(message),
+            },
+            Failure::Throttled { retry_after } => Failure::Throttled { retry_after },
+            Failure::Unavailable { detail } => Failure::Unavailable { detail: r(detail) },
+            Failure::PermissionDenied { code, message } => Failure::PermissionDenied {
+                code,
+                message: r(message),
+            },
+            Failure::Refused { code, message } => Failure::Refused {
+                code,
+                message: r(message),
+            },
+            Failure::Internal { detail } => Failure::Internal { detail: r(detail) },
+        }
+    }
+
+    /// `TerminateInstances`: the `(id, previous state)` of each instance EC2 accepted.
+    pub async fn terminate_instances(
+        &self,
+        instance_ids: &[String],
+    ) -> Result<Vec<(String, Option<String>)>, Failure> {
+        let ids = instance_ids.to_vec();
+        let output = self
+            .call("TerminateInstances", |client| {
+                client
+                    .terminate_instances()
+                    .set_instance_ids(Some(ids))
+                    .send()
+            })
+            .await?;
+        Ok(output
+            .terminating_instances()
+            .iter()
+            .filter_map(|change| {
+                let id = change.instance_id()?.to_owned();
+                let previous = change
+                    .previous_state()
+                    .and_then(|state| state.name())
+                    .map(|name| name.as_str().to_owned());
+                Some((id, previous))
+            })
+            .collect())
+    }
+
+    /// `DescribeAddresses` filtered by `instance-id`: the Elastic IPs bound to these instances.
+    pub async fn elastic_ips_of(&self, instance_ids: &[String]) -> Result<Vec<ElasticIp>, Failure> {
+        let mut found = Vec::new();
+        for chunk in instance_ids.chunks(MAX_FILTER_VALUES) {
+            let filter = Filter::builder()
+                .name("instance-id")
+                .set_values(Some(chunk.to_vec()))
+                .build();
+            let output = self
+                .call("DescribeAddresses", |client| {
+                    client.describe_addresses().filters(filter).send()
+                })
+                .await?;
+            found.extend(output.addresses().iter().filter_map(|address| {
+                Some(ElasticIp {
+                    instance_id: address.instance_id()?.to_owned(),
+                    allocation_id: address.allocation_id().map(str::to_owned),
+                    association_id: address.association_id().map(str::to_owned),
+                })
+            }));
+        }
+        Ok(found)
+    }
+
+    /// `DisassociateAddress`; an association that is already gone counts as done.
+    pub async fn disassociate_address(&self, association_id: &str) -> Result<(), Failure> {
+        let id = association_id.to_owned();
+        let result = self
+            .call("DisassociateAddress", |client| {
+                client.disassociate_address().association_id(id).send()
+            })
+            .await;
+        match result {
+            Ok(_) | Err(Failure::ResourceNotFound { .. }) => Ok(()),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// `ReleaseAddress`; an allocation that is already released counts as done.
+    pub async fn release_address(&self, allocation_id: &str) -> Result<(), Failure> {
+        let id = allocation_id.to_owned();
+        let result = self
+            .call("ReleaseAddress", |client| {
+                client.release_address().allocation_id(id).send()
+            })
+            .await;
+        match result {
+            Ok(_) | Err(Failure::ResourceNotFound { .. }) => Ok(()),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// `DescribeInstances` with these filters, every page.
+    pub async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+    ) -> Result<Vec<Ec2Instance>, Failure> {
+        let mut instances = Vec::new();
+        let mut next_token: Option<String> = None;
+        loop {
+            let filters = filters.clone();
+            let token = next_token.take();
+            let output = self
+                .call("DescribeInstances", |client| {
+                    client
+                        .describe_instances()
+                        .set_filters(Some(filters))
+                        .set_next_token(token)
+                        .max_results(1000)
+                        .send()
+                })
+                .await?;
+            for instance in output.reservations().iter().flat_map(|r| r.instances()) {
+                let Some(id) = instance.instance_id() else {
+                    continue;
+                };
+                instances.push(Ec2Instance {
+                    id: id.to_owned(),
+                    launch_time: instance.launch_time().copied(),
+                    tags: instance
+                        .tags()
+                        .iter()
+                        .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
+                        .collect(),
+                    vcpus: instance.cpu_options().and_then(|cpu| {
+                        let cores = u64::try_from(cpu.core_count()?).ok()?;
+                        let threads = u64::try_from(cpu.threads_per_core()?).ok()?;
+                        Some(cores * threads)
+                    }),
+                });
+            }
+            match output.next_token() {
+                Some(token) if !token.is_empty() => next_token = Some(token.to_owned()),
+                _ => return Ok(instances),
+            }
+        }
+    }
+
+    /// The account's `max-instances` attribute, if EC2 reports one.
+    pub async fn max_instances(&self) -> Result<Option<u64>, Failure> {
+        let output = self
+            .call("DescribeAccountAttributes", |client| {
+                client
+                    .describe_account_attributes()
+                    .attribute_names(AccountAttributeName::from("max-instances"))
+                    .send()
+            })
+            .await?;
+        Ok(output
+            .account_attributes()
+            .iter()
+            .find(|attribute| attribute.attribute_name() == Some("max-instances"))
+            .and_then(|attribute| attribute.attribute_values().first())
+            .and_then(|value| value.attribute_value())
+            .and_then(|value| value.parse().ok()))
+    }
+}

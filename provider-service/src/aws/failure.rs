@@ -1,0 +1,269 @@
+//! What a failed EC2 call means for the caller, decided from EC2's error code (pure).
+//!
+//! One batched call can fail for hundreds of callers at once, so a failure has to be cheap to
+//! copy to each of them ([`Failure`] is `Clone`); it becomes the crate's error only at the
+//! provider boundary, once per caller.
+
+use std::time::Duration;
+
+/// How long a throttled caller is asked to wait. EC2 sends no Retry-After; its token buckets
+/// refill within seconds, and the SDK has already retried with backoff before we give up.
+pub const THROTTLE_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// A failed EC2 call, classified. Texts are redacted (see [`Redactor`]) before they get here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// `InvalidInstanceID.NotFound`: EC2 does not know (some of) the ids; `message` names them.
+    InstanceNotFound { message: String },
+    /// `InvalidInstanceID.Malformed`: EC2 rejects the syntax of (some of) the ids.
+    InstanceMalformed { message: String },
+    /// Another `*.NotFound` code, e.g. an Elastic IP association that is already gone.
+    ResourceNotFound { code: String, message: String },
+    /// EC2 asks us to slow down.
+    Throttled { retry_after: Duration },
+    /// EC2 could not be reached or did not answer in time, or answered with a server error.
+    Unavailable { detail: String },
+    /// The credentials are missing, wrong, expired or lack the permission.
+    PermissionDenied { code: String, message: String },
+    /// EC2 refuses the operation in the instance's current state (e.g. termination protection).
+    Refused { code: String, message: String },
+    /// Anything else: a bug on our side or an EC2 answer we do not understand.
+    Internal { detail: String },
+}
+
+/// Classifies an error answer of EC2 by its error code (and HTTP status when the code is unknown).
+pub fn classify_service_error(code: Option<&str>, message: &str, http_status: u16) -> Failure {
+    let message = message.to_owned();
+    let Some(code) = code else {
+        return by_status(http_status, format!("HTTP {http_status}: {message}"));
+    };
+    match code {
+        "InvalidInstanceID.NotFound" => Failure::InstanceNotFound { message },
+        "InvalidInstanceID.Malformed" => Failure::InstanceMalformed { message },
+        "RequestLimitExceeded"
+        | "Throttling"
+        | "ThrottlingException"
+        | "RequestThrottled"
+        | "RequestThrottledException"
+        | "TooManyRequestsException"
+        | "PriorRequestNotComplete" => Failure::Throttled {
+            retry_after: THROTTLE_RETRY_AFTER,
+        },
+        "AuthFailure"
+        | "UnauthorizedOperation"
+        | "InvalidClientTokenId"
+        | "SignatureDoesNotMatch"
+        | "ExpiredToken"
+        | "RequestExpired"
+        | "AccessDenied"
+        | "AccessDeniedException"
+        | "OptInRequired"
+        | "PendingVerification"
+        | "Blocked"
+        | "MissingAuthenticationToken" => Failure::PermissionDenied {
+            code: code.to_owned(),
+            message,
+        },
+        "OperationNotPermitted" | "IncorrectInstanceState" | "IncorrectState" => Failure::Refused {
+            code: code.to_owned(),
+            message,
+        },
+        code if code.ends_with(".NotFound") => Failure::ResourceNotFound {
+            code: code.to_owned(),
+            message,
+        },
+        "Unavailable" | "ServiceUnavailable" | "InternalError" | "InternalFailure" => {
+            Failure::Unavailable {
+                detail: format!("{code}: {message}"),
+            }
+        }
+        _ => by_status(http_status, format!("{code}: {message}")),
+    }
+}
+
+fn by_status(http_status: u16, detail: String) -> Failure {
+    match http_status {
+        429 => Failure::Throttled {
+            retry_after: THROTTLE_RETRY_AFTER,
+        },
+        401 | 403 => Failure::PermissionDenied {
+            code: format!("HTTP{http_status}"),
+            message: detail,
+        },
+        500..=599 => Failure::Unavailable { detail },
+        _ => Failure::Internal { detail },
+    }
+}
+
+/// The ids an `InvalidInstanceID.NotFound` message names, e.g.
+/// `The instance IDs 'i-1, i-2' do not exist` or `The instance ID 'i-1' does not exist`.
+/// Returns nothing if the text has another shape: callers then ask per id.
+pub fn ids_named_not_found(message: &str) -> Vec<String> {
+    let (Some(start), Some(end)) = (message.find('\''), message.rfind('\'')) else {
+        return Vec::new();
+    };
+    if end <= start {
+        return Vec::new();
+    }
+    let quoted = &message[start + 1..end];
+    let ids: Vec<String> = quoted
+        .split(',')
+        .map(str::trim)
+        .map(str::to_owned)
+        .collect();
+    // Anything that is not an instance id means we misread the message: trust none of it.
+    if ids.iter().all(|id| super::instance_id::is_valid(id)) {
+        ids
+    } else {
+        Vec::new()
+    }
+}
+
+/// Removes configured secrets from text that may reach logs, errors or metrics. EC2 error texts
+/// do not normally contain them, but a signature mismatch may echo request details.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    pub fn new<I, S>(secrets: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            // Very short values would redact ordinary words; real keys are 16+ characters.
+            secrets: secrets
+                .into_iter()
+                .map(Into::into)
+                .filter(|s: &String| s.len() >= 4)
+                .collect(),
+        }
+    }
+
+    pub fn redact(&self, text: &str) -> String {
+        self.secrets.iter().fold(text.to_owned(), |text, secret| {
+            text.replace(secret, "[redacted]")
+        })
+    }
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_and_malformed_are_recognised() {
+        assert_eq!(
+            classify_service_error(Some("InvalidInstanceID.NotFound"), "gone", 400),
+            Failure::InstanceNotFound {
+                message: "gone".into()
+            }
+        );
+        assert!(matches!(
+            classify_service_error(Some("InvalidInstanceID.Malformed"), "bad", 400),
+            Failure::InstanceMalformed { .. }
+        ));
+    }
+
+    #[test]
+    fn other_not_found_codes_are_resource_not_found() {
+        assert!(matches!(
+            classify_service_error(Some("InvalidAssociationID.NotFound"), "gone", 400),
+            Failure::ResourceNotFound { .. }
+        ));
+    }
+
+    #[test]
+    fn throttling_codes_ask_to_retry_later() {
+        for code in ["RequestLimitExceeded", "Throttling", "ThrottlingException"] {
+            assert_eq!(
+                classify_service_error(Some(code), "slow down", 503),
+                Failure::Throttled {
+                    retry_after: THROTTLE_RETRY_AFTER
+                },
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            classify_service_error(None, "", 429),
+            Failure::Throttled { .. }
+        ));
+    }
+
+    #[test]
+    fn auth_codes_are_permission_denied() {
+        for code in [
+            "AuthFailure",
+            "UnauthorizedOperation",
+            "InvalidClientTokenId",
+            "SignatureDoesNotMatch",
+        ] {
+            assert!(
+                matches!(
+                    classify_service_error(Some(code), "no", 403),
+                    Failure::PermissionDenied { .. }
+                ),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn server_errors_are_unavailable_and_unknown_codes_internal() {
+        assert!(matches!(
+            classify_service_error(Some("InternalError"), "oops", 500),
+            Failure::Unavailable { .. }
+        ));
+        assert!(matches!(
+            classify_service_error(Some("SomethingNew"), "?", 502),
+            Failure::Unavailable { .. }
+        ));
+        assert!(matches!(
+            classify_service_error(Some("SomethingNew"), "?", 400),
+            Failure::Internal { .. }
+        ));
+        assert!(matches!(
+            classify_service_error(Some("OperationNotPermitted"), "protected", 400),
+            Failure::Refused { .. }
+        ));
+    }
+
+    #[test]
+    fn not_found_message_names_ids() {
+        assert_eq!(
+            ids_named_not_found("The instance IDs 'i-0123456789abcdef0, i-0123abcd' do not exist"),
+            vec!["i-0123456789abcdef0", "i-0123abcd"]
+        );
+        assert_eq!(
+            ids_named_not_found("The instance ID 'i-0123abcd' does not exist"),
+            vec!["i-0123abcd"]
+        );
+    }
+
+    #[test]
+    fn unreadable_not_found_message_names_nothing() {
+        assert!(ids_named_not_found("The instance does not exist").is_empty());
+        assert!(ids_named_not_found("'").is_empty());
+        assert!(
+            ids_named_not_found("The instance IDs 'i-0123abcd, vol-1' do not exist").is_empty()
+        );
+    }
+
+    #[test]
+    fn redactor_hides_secrets_but_not_short_values() {
+        let redactor = Redactor::new(["wJalrXUtnFEMI/K7MDENG", "ab"]);
+        assert_eq!(
+            redactor.redact("key wJalrXUtnFEMI/K7MDENG in about"),
+            "key [redacted] in about"
+        );
+        assert!(!format!("{redactor:?}").contains("wJalr"));
+    }
+}

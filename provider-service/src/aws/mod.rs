@@ -1,0 +1,298 @@
+//! The AWS backend: EC2 through the official AWS SDK for Rust.
+//!
+//! - [`AwsProvider`]: the [`Provider`] implementation; the only public entry.
+//! - `settings`: configuration keys (cloud-api-adaptor's names) → [`AwsSettings`].
+//! - `instance_id`: syntax of EC2 instance ids.
+//! - `batch` + `terminate`: pure rules for coalescing deletions and reading EC2's answers.
+//! - `deleter`: the task that runs those rules against EC2.
+//! - `ec2`: every EC2 call, bounded, rate-limited, counted; `failure`: what an EC2 error means.
+
+mod batch;
+mod deleter;
+mod ec2;
+mod failure;
+mod instance_id;
+mod settings;
+mod terminate;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_ec2::types::Filter;
+
+pub use batch::BatchPolicy;
+pub use settings::AwsSettings;
+
+use crate::Error;
+use crate::config::ProviderConfig;
+use crate::metrics::CloudCalls;
+use crate::provider::{Capacity, DeleteOutcome, Figure, Health, Instance, Provider, TagSelector};
+use deleter::Deleter;
+use ec2::{Ec2, Ec2Instance};
+use failure::Failure;
+
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "aws";
+
+/// Instance states of instances that still exist: everything but `terminated`.
+const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+
+pub struct AwsProvider {
+    ec2: Arc<Ec2>,
+    deleter: Deleter,
+    cluster_tags: BTreeMap<String, String>,
+    region: String,
+}
+
+impl AwsProvider {
+    /// Builds the provider from the `AWS_*` keys of `config`, counting its EC2 calls in `calls`.
+    /// Must run inside a tokio runtime: it starts the task that batches deletions.
+    pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
+        let settings = AwsSettings::from_lookup(|key| config.get(key).map(str::to_owned)).map_err(
+            |problem| Error::Config {
+                key: problem.key.to_owned(),
+                message: problem.reason,
+            },
+        )?;
+        Self::new(settings, calls).await
+    }
+
+    /// Builds the provider from parsed settings, counting its EC2 calls in `calls`.
+    pub async fn new(settings: AwsSettings, calls: CloudCalls) -> Result<Self, Error> {
+        let ec2 = Ec2::connect(&settings, calls)
+            .await
+            .map_err(|problem| Error::Config {
+                key: "AWS_REGION".into(),
+                message: problem.0,
+            })?;
+        let ec2 = Arc::new(ec2);
+        Ok(Self {
+            deleter: Deleter::spawn(Arc::clone(&ec2), settings.batch),
+            ec2,
+            cluster_tags: settings.cluster_tags,
+            region: settings.region.unwrap_or_default(),
+        })
+    }
+
+    /// EC2 API calls this provider made so far for `operation` (e.g. `TerminateInstances`).
+    pub fn api_calls(&self, operation: &'static str) -> u64 {
+        self.ec2.calls_of(operation)
+    }
+
+    async fn live_instances(&self, selector: &TagSelector) -> Result<Vec<Ec2Instance>, Error> {
+        let mut filters: Vec<Filter> = selector
+            .iter()
+            .map(|(key, value)| {
+                Filter::builder()
+                    .name(format!("tag:{key}"))
+                    .values(value.clone())
+                    .build()
+            })
+            .collect();
+        filters.push(
+            Filter::builder()
+                .name("instance-state-name")
+                .set_values(Some(LIVE_STATES.iter().map(|s| (*s).to_owned()).collect()))
+                .build(),
+        );
+        self.ec2
+            .describe_instances(filters)
+            .await
+            .map_err(into_error)
+    }
+}
+
+#[async_trait]
+impl Provider for AwsProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        match instance_id::problem(instance_id) {
+            None => Ok(()),
+            Some(problem) => Err(Error::invalid(
+                "instance_id",
+                format!("not an EC2 instance id: {problem}"),
+            )),
+        }
+    }
+
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        // Callers should have validated already; a malformed id in a batch would cost every
+        // other id in it an extra call, so it never gets that far.
+        self.validate_instance_id(instance_id)?;
+        let outcome = self.deleter.delete(instance_id).await.map_err(into_error);
+        match &outcome {
+            Ok(outcome) => tracing::info!(
+                instance_id,
+                outcome = outcome.as_str(),
+                "EC2 instance deletion answered"
+            ),
+            Err(error) => {
+                tracing::warn!(instance_id, reason = error.reason(), %error, "EC2 instance deletion failed")
+            }
+        }
+        outcome
+    }
+
+    async fn capacity(&self) -> Result<Capacity, Error> {
+        let limit = match self.ec2.max_instances().await {
+            Ok(limit) => limit,
+            // Without permission to read account attributes the limit is unknown, not an error.
+            Err(Failure::PermissionDenied { code, .. }) => {
+                tracing::warn!(code, "cannot read the EC2 instance limit");
+                None
+            }
+            Err(failure) => return Err(into_error(failure)),
+        };
+        let instances = self.live_instances(&self.cluster_tags).await?;
+        Ok(capacity_from(limit, &instances))
+    }
+
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
+        let mut instances: Vec<Instance> = self
+            .live_instances(selector)
+            .await?
+            .into_iter()
+            .map(|instance| Instance {
+                created: instance.launch_time.and_then(|time| {
+                    jiff::Timestamp::new(time.secs(), i32::try_from(time.subsec_nanos()).ok()?).ok()
+                }),
+                id: instance.id,
+                tags: instance.tags.into_iter().collect(),
+            })
+            .collect();
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(instances)
+    }
+
+    async fn health(&self) -> Health {
+        match self.ec2.max_instances().await {
+            Ok(_) => Health {
+                healthy: true,
+                message: format!("EC2 answers in region {}", self.region),
+            },
+            Err(failure) => Health {
+                healthy: false,
+                message: into_error(failure).to_string(),
+            },
+        }
+    }
+}
+
+/// Capacity from the account's instance limit and the cluster's live instances. The vCPU
+/// quota lives in Service Quotas, which this backend does not call: it stays unknown, as does
+/// memory, which EC2 does not report per instance.
+fn capacity_from(instance_limit: Option<u64>, instances: &[Ec2Instance]) -> Capacity {
+    let vcpus_in_use = instances
+        .iter()
+        .map(|instance| instance.vcpus)
+        .sum::<Option<u64>>();
+    Capacity {
+        instances: Figure {
+            limit: instance_limit,
+            in_use: Some(instances.len() as u64),
+        },
+        vcpus: Figure {
+            limit: None,
+            in_use: vcpus_in_use,
+        },
+        memory_mib: Figure::default(),
+    }
+}
+
+/// The crate error for one caller. Unknown ids never get here: they are `AlreadyGone`.
+fn into_error(failure: Failure) -> Error {
+    match failure {
+        Failure::InstanceMalformed { message } => Error::invalid("instance_id", message),
+        Failure::Throttled { retry_after } => Error::Throttled {
+            retry_after,
+            message: "EC2 request limit exceeded".into(),
+        },
+        Failure::Unavailable { detail } => Error::Unavailable { message: detail },
+        Failure::PermissionDenied { code, message } => Error::CloudPermissionDenied {
+            message: format!("{code}: {message}"),
+        },
+        Failure::Refused { code, message } => Error::Internal {
+            message: format!("EC2 refused the operation: {code}: {message}"),
+        },
+        Failure::InstanceNotFound { message } => Error::Internal {
+            message: format!("EC2 reported unknown instances: {message}"),
+        },
+        Failure::ResourceNotFound { code, message } => Error::Internal {
+            message: format!("{code}: {message}"),
+        },
+        Failure::Internal { detail } => Error::Internal { message: detail },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(id: &str, vcpus: Option<u64>) -> Ec2Instance {
+        Ec2Instance {
+            id: id.into(),
+            launch_time: None,
+            tags: vec![],
+            vcpus,
+        }
+    }
+
+    #[test]
+    fn capacity_counts_instances_and_knows_what_it_does_not_know() {
+        let capacity = capacity_from(
+            Some(20),
+            &[
+                instance("i-0000000a", Some(2)),
+                instance("i-0000000b", Some(4)),
+            ],
+        );
+        assert_eq!(capacity.instances.limit, Some(20));
+        assert_eq!(capacity.instances.in_use, Some(2));
+        assert_eq!(capacity.vcpus.in_use, Some(6));
+        assert_eq!(capacity.vcpus.limit, None);
+        assert_eq!(capacity.memory_mib, Figure::default());
+
+        let partly_unknown = capacity_from(None, &[instance("i-0000000a", None)]);
+        assert_eq!(partly_unknown.instances.limit, None);
+        assert_eq!(partly_unknown.vcpus.in_use, None);
+    }
+
+    #[test]
+    fn failures_map_to_the_crate_error_without_losing_the_field() {
+        let error = into_error(Failure::InstanceMalformed {
+            message: "bad id".into(),
+        });
+        assert!(matches!(
+            error,
+            Error::InvalidArgument {
+                field: "instance_id",
+                ..
+            }
+        ));
+        let error = into_error(Failure::Throttled {
+            retry_after: failure::THROTTLE_RETRY_AFTER,
+        });
+        assert!(
+            matches!(error, Error::Throttled { retry_after, .. } if retry_after == failure::THROTTLE_RETRY_AFTER)
+        );
+        assert_eq!(
+            into_error(Failure::Unavailable {
+                detail: "refused".into()
+            })
+            .reason(),
+            "CloudUnavailable"
+        );
+        assert_eq!(
+            into_error(Failure::PermissionDenied {
+                code: "AuthFailure".into(),
+                message: "no".into()
+            })
+            .reason(),
+            "CloudPermissionDenied"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! AWS settings from configuration keys (pure parsing; the keys are cloud-api-adaptor's names).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use super::batch::BatchPolicy;
+
+/// Static credentials given in the configuration. Never printed: `Debug` hides the values.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StaticCredentials {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub session_token: Option<String>,
+}
+
+impl fmt::Debug for StaticCredentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("StaticCredentials([redacted])")
+    }
+}
+
+/// Everything the AWS provider reads from its configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// `AWS_REGION`; without it the SDK's default region chain decides.
+    pub region: Option<String>,
+    /// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`); without them the
+    /// SDK's default credential chain (web identity, profile, instance metadata) is used.
+    pub credentials: Option<StaticCredentials>,
+    /// `AWS_ENDPOINT_URL`: another EC2 endpoint, e.g. a local emulator.
+    pub endpoint_url: Option<String>,
+    /// `TAGS` (`k=v,k2=v2`): the tags cloud-api-adaptor puts on the instances of this cluster.
+    pub cluster_tags: BTreeMap<String, String>,
+    /// `AWS_DELETE_BATCH_IDLE_MS`, `AWS_DELETE_BATCH_MAX_WAIT_MS`, `AWS_DELETE_BATCH_MAX_IDS`.
+    pub batch: BatchPolicy,
+    /// `AWS_MAX_CONCURRENT_CALLS`: EC2 calls in flight at once.
+    pub max_concurrent_calls: usize,
+    /// `AWS_CALLS_PER_SECOND`: sustained EC2 call rate (bursts up to `AWS_CALL_BURST`).
+    pub calls_per_second: u32,
+    /// `AWS_CALL_BURST`.
+    pub call_burst: u32,
+    /// `AWS_MAX_ATTEMPTS` (the SDK's own name): attempts per call including the SDK's retries.
+    pub max_attempts: u32,
+    /// `AWS_CONNECT_TIMEOUT_MS` and `AWS_OPERATION_TIMEOUT_MS`.
+    pub connect_timeout: Duration,
+    pub operation_timeout: Duration,
+}
+
+/// A configuration key with an unusable value: the key and why (never the value itself, which
+/// may be a secret).
+#[derive(Debug, PartialEq, Eq)]
+pub struct SettingsProblem {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+impl AwsSettings {
+    /// Reads the settings through `lookup` (configuration directory first, environment second:
+    /// the caller decides). Blank values count as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsProblem> {
+        let get = |key: &str| {
+            lookup(key)
+                .map(|value| value.trim().to_owned())
+                .filter(|value| !value.is_empty())
+        };
+        let credentials = match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(StaticCredentials {
+                access_key_id,
+                secret_access_key,
+                session_token: get("AWS_SESSION_TOKEN"),
+            }),
+            (None, None) => None,
+            (Some(_), None) => return Err(missing("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID")),
+            (None, Some(_)) => return Err(missing("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")),
+        };
+        let endpoint_url = get("AWS_ENDPOINT_URL");
+        if let Some(url) = &endpoint_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(SettingsProblem {
+                key: "AWS_ENDPOINT_URL",
+                reason: "must start with http:// or https://".into(),
+            });
+        }
+        let defaults = BatchPolicy::default();
+        let millis = |key: &'static str, default: Duration| -> Result<Duration, SettingsProblem> {
+            Ok(number::<u64>(key, get(key))?.map_or(default, Duration::from_millis))
+        };
+        Ok(Self {
+            region: get("AWS_REGION"),
+            credentials,
+            endpoint_url,
+            cluster_tags: parse_tags(get("TAGS").as_deref().unwrap_or(""))?,
+            batch: BatchPolicy {
+                idle: millis("AWS_DELETE_BATCH_IDLE_MS", defaults.idle)?,
+                max_wait: millis("AWS_DELETE_BATCH_MAX_WAIT_MS", defaults.max_wait)?,
+                max_ids: positive("AWS_DELETE_BATCH_MAX_IDS", get("AWS_DELETE_BATCH_MAX_IDS"))?
+                    .unwrap_or(defaults.max_ids)
+                    // EC2's own limit per TerminateInstances call.
+                    .min(1000),
+            },
+            max_concurrent_calls: positive(
+                "AWS_MAX_CONCURRENT_CALLS",
+                get("AWS_MAX_CONCURRENT_CALLS"),
+            )?
+            .unwrap_or(8),
+            // EC2 refills its API token buckets at 5 (mutating) to 20 (describe) calls/s per account.
+            calls_per_second: positive("AWS_CALLS_PER_SECOND", get("AWS_CALLS_PER_SECOND"))?
+                .unwrap_or(20),
+            call_burst: positive("AWS_CALL_BURST", get("AWS_CALL_BURST"))?.unwrap_or(50),
+            max_attempts: positive("AWS_MAX_ATTEMPTS", get("AWS_MAX_ATTEMPTS"))?.unwrap_or(3),
+            connect_timeout: millis("AWS_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
+            operation_timeout: millis("AWS_OPERATION_TIMEOUT_MS", Duration::from_secs(60))?,
+        })
+    }
+
+    /// Values that must never appear in logs, errors or metrics.
+    pub fn secrets(&self) -> Vec<String> {
+        self.credentials
+            .iter()
+            .flat_map(|c| {
+                [Some(c.secret_access_key.clone()), c.session_token.clone()]
+                    .into_iter()
+                    .flatten()
+            })
+            .collect()
+    }
+}
+
+fn missing(key: &'static str, other: &str) -> SettingsProblem {
+    SettingsProblem {
+        key,
+        reason: format!("must be set when {other} is set"),
+    }
+}
+
+fn number<T: std::str::FromStr>(
+    key: &'static str,
+    value: Option<String>,
+) -> Result<Option<T>, SettingsProblem> {
+    value
+        .map(|value| {
+            value.parse::<T>().map_err(|_| SettingsProblem {
+                key,
+                reason: "must be a non-negative whole number".into(),
+            })
+        })
+        .transpose()
+}
+
+fn positive<T>(key: &'static str, value: Option<String>) -> Result<Option<T>, SettingsProblem>
+where
+    T: std::str::FromStr + PartialEq + Default,
+{
+    match number::<T>(key, value)? {
+        Some(n) if n == T::default() => Err(SettingsProblem {
+            key,
+            reason: "must be greater than zero".into(),
+        }),
+        other => Ok(other),
+    }
+}
+
+/// Parses cloud-api-adaptor's `TAGS` value: `key=value` pairs separated by commas.
+pub fn parse_tags(value: &str) -> Result<BTreeMap<String, String>, SettingsProblem> {
+    let mut tags = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                tags.insert(key.trim().to_owned(), value.trim().to_owned());
+            }
+            _ => {
+                return Err(SettingsProblem {
+                    key: "TAGS",
+                    reason: format!("expected key=value pairs separated by commas, got {pair:?}"),
+                });
+            }
+        }
+    }
+    Ok(tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<AwsSettings, SettingsProblem> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        AwsSettings::from_lookup(|key| map.get(key).cloned())
+    }
+
+    #[test]
+    fn defaults_without_any_key() {
+        let s = settings(&[]).expect("defaults");
+        assert_eq!(s.region, None);
+        assert_eq!(s.credentials, None);
+        assert_eq!(s.batch, BatchPolicy::default());
+        assert!(s.cluster_tags.is_empty());
+        assert!(s.secrets().is_empty());
+    }
+
+    #[test]
+    fn static_keys_and_endpoint_are_read() {
+        let s = settings(&[
+            ("AWS_REGION", "eu-west-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret-value-1234"),
+            ("AWS_SESSION_TOKEN", " token-value-5678\n"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+            ("AWS_DELETE_BATCH_IDLE_MS", "20"),
+            ("AWS_DELETE_BATCH_MAX_IDS", "7"),
+        ])
+        .expect("valid");
+        assert_eq!(s.region.as_deref(), Some("eu-west-1"));
+        let creds = s.credentials.clone().expect("static credentials");
+        assert_eq!(creds.session_token.as_deref(), Some("token-value-5678"));
+        assert_eq!(s.endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
+        assert_eq!(s.batch.idle, Duration::from_millis(20));
+        assert_eq!(s.batch.max_ids, 7);
+        assert_eq!(s.secrets(), vec!["secret-value-1234", "token-value-5678"]);
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("secret-value-1234"), "{printed}");
+        assert!(!printed.contains("token-value-5678"), "{printed}");
+    }
+
+    #[test]
+    fn half_a_key_pair_names_the_missing_key() {
+        let err = settings(&[("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")]).expect_err("incomplete");
+        assert_eq!(err.key, "AWS_SECRET_ACCESS_KEY");
+        let err = settings(&[("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")]).expect_err("incomplete");
+        assert_eq!(err.key, "AWS_ACCESS_KEY_ID");
+        assert!(!err.reason.contains("s3cr3t"));
+    }
+
+    #[test]
+    fn bad_numbers_and_urls_name_their_key() {
+        assert_eq!(
+            settings(&[("AWS_DELETE_BATCH_MAX_IDS", "0")])
+                .expect_err("zero")
+                .key,
+            "AWS_DELETE_BATCH_MAX_IDS"
+        );
+        assert_eq!(
+            settings(&[("AWS_CALLS_PER_SECOND", "fast")])
+                .expect_err("nan")
+                .key,
+            "AWS_CALLS_PER_SECOND"
+        );
+        assert_eq!(
+            settings(&[("AWS_ENDPOINT_URL", "127.0.0.1:5000")])
+                .expect_err("scheme")
+                .key,
+            "AWS_ENDPOINT_URL"
+        );
+    }
+
+    #[test]
+    fn tags_parse_as_pairs() {
+        let tags = parse_tags("cluster=c1, team = pods ,").expect("valid");
+        assert_eq!(tags.get("cluster").map(String::as_str), Some("c1"));
+        assert_eq!(tags.get("team").map(String::as_str), Some("pods"));
+        assert_eq!(parse_tags("novalue").expect_err("bad").key, "TAGS");
+        assert_eq!(parse_tags("=x").expect_err("bad").key, "TAGS");
+    }
+
+    #[test]
+    fn batch_size_is_capped_at_ec2_limit() {
+        let s = settings(&[("AWS_DELETE_BATCH_MAX_IDS", "5000")]).expect("valid");
+        assert_eq!(s.batch.max_ids, 1000);
+    }
+}

@@ -1,0 +1,300 @@
+//! The AWS provider against moto server, through the `Provider` trait, with the real AWS SDK.
+
+mod aws_support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_support::{SERIAL, moto, run_instances, state_of, unknown_id};
+use futures::future::join_all;
+use provider_service::Error;
+use provider_service::aws::AwsProvider;
+use provider_service::metrics::CloudCalls;
+use provider_service::provider::{DeleteOutcome, Provider};
+
+async fn provider(extra: &[(&str, &str)]) -> Arc<AwsProvider> {
+    let config = moto().config(extra);
+    Arc::new(
+        AwsProvider::from_config(&config, CloudCalls::default())
+            .await
+            .expect("provider"),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_running_instance_terminates_it() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 1, &[]).await;
+    let provider = provider(&[]).await;
+
+    let outcome = provider.delete_instance(&ids[0]).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert_eq!(state_of(&client, &ids[0]).await, "terminated");
+    assert_eq!(provider.api_calls("TerminateInstances"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_twice_or_an_unknown_id_is_already_gone() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 1, &[]).await;
+    let provider = provider(&[]).await;
+
+    assert_eq!(
+        provider.delete_instance(&ids[0]).await.expect("first"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        provider.delete_instance(&ids[0]).await.expect("second"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(
+        provider
+            .delete_instance(&unknown_id(1))
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+    // An 8-digit id of the older format is accepted and unknown, too.
+    assert_eq!(
+        provider
+            .delete_instance("i-0badc0de")
+            .await
+            .expect("short unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_deletes_are_batched_and_each_caller_gets_its_own_answer() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let real = run_instances(&client, 150, &[("cluster", "storm")]).await;
+    let provider = provider(&[]).await;
+
+    // 200 callers: 150 real instances, 40 ids EC2 never heard of, and 10 callers asking for an
+    // instance someone else is deleting at the same moment.
+    let mut requests: Vec<(String, DeleteOutcome)> = real
+        .iter()
+        .map(|id| (id.clone(), DeleteOutcome::Deleted))
+        .collect();
+    requests.extend((0..40).map(|n| (unknown_id(1000 + n), DeleteOutcome::AlreadyGone)));
+    requests.extend(
+        real[..10]
+            .iter()
+            .map(|id| (id.clone(), DeleteOutcome::Deleted)),
+    );
+    assert_eq!(requests.len(), 200);
+
+    let answers = join_all(requests.iter().map(|(id, _)| {
+        let provider = Arc::clone(&provider);
+        let id = id.clone();
+        tokio::spawn(async move { provider.delete_instance(&id).await })
+    }))
+    .await;
+
+    for ((id, expected), answer) in requests.iter().zip(answers) {
+        let answer = answer
+            .expect("task")
+            .unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(&answer, expected, "{id}");
+    }
+    for id in &real {
+        assert_eq!(state_of(&client, id).await, "terminated", "{id}");
+    }
+    let terminate_calls = provider.api_calls("TerminateInstances");
+    let describe_calls = provider.api_calls("DescribeAddresses");
+    println!(
+        "200 concurrent deletes: {terminate_calls} TerminateInstances, {describe_calls} DescribeAddresses calls"
+    );
+    assert!(
+        terminate_calls <= 20,
+        "{terminate_calls} TerminateInstances calls"
+    );
+    assert!(
+        describe_calls <= 20,
+        "{describe_calls} DescribeAddresses calls"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_deletes_of_one_instance_make_one_call() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 1, &[]).await;
+    let provider = provider(&[]).await;
+
+    let answers = join_all((0..25).map(|_| {
+        let provider = Arc::clone(&provider);
+        let id = ids[0].clone();
+        tokio::spawn(async move { provider.delete_instance(&id).await })
+    }))
+    .await;
+
+    for answer in answers {
+        assert_eq!(
+            answer.expect("task").expect("delete"),
+            DeleteOutcome::Deleted
+        );
+    }
+    assert_eq!(provider.api_calls("TerminateInstances"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn elastic_ips_are_released_before_termination() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 2, &[]).await;
+    let allocation = client
+        .allocate_address()
+        .domain(aws_sdk_ec2::types::DomainType::Vpc)
+        .send()
+        .await
+        .expect("AllocateAddress");
+    let allocation_id = allocation
+        .allocation_id()
+        .expect("allocation id")
+        .to_owned();
+    client
+        .associate_address()
+        .instance_id(&ids[0])
+        .allocation_id(&allocation_id)
+        .send()
+        .await
+        .expect("AssociateAddress");
+    let provider = provider(&[]).await;
+
+    let answers = join_all(ids.iter().map(|id| provider.delete_instance(id))).await;
+
+    for answer in answers {
+        assert_eq!(answer.expect("delete"), DeleteOutcome::Deleted);
+    }
+    let remaining = client
+        .describe_addresses()
+        .send()
+        .await
+        .expect("DescribeAddresses");
+    assert!(
+        remaining.addresses().is_empty(),
+        "addresses left: {:?}",
+        remaining.addresses()
+    );
+    assert_eq!(provider.api_calls("DisassociateAddress"), 1);
+    assert_eq!(provider.api_calls("ReleaseAddress"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_protected_instance_fails_alone_and_the_rest_of_its_batch_is_deleted() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 3, &[]).await;
+    client
+        .modify_instance_attribute()
+        .instance_id(&ids[0])
+        .disable_api_termination(
+            aws_sdk_ec2::types::AttributeBooleanValue::builder()
+                .value(true)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("ModifyInstanceAttribute");
+    let provider = provider(&[]).await;
+
+    // The protected instance goes first: moto (unlike EC2) terminates the instances before the
+    // failing one in a call, which would turn their answers into AlreadyGone.
+    let answers = join_all(ids.iter().map(|id| provider.delete_instance(id))).await;
+
+    // The batched call fails as a whole; asking per id gives each caller its true answer.
+    let protected = answers[0].as_ref().expect_err("protected instance");
+    assert!(
+        protected.to_string().contains("OperationNotPermitted"),
+        "{protected}"
+    );
+    assert!(
+        !matches!(protected, Error::InvalidArgument { .. }),
+        "{protected:?}"
+    );
+    assert_eq!(
+        answers[1].as_ref().expect("second"),
+        &DeleteOutcome::Deleted
+    );
+    assert_eq!(answers[2].as_ref().expect("third"), &DeleteOutcome::Deleted);
+    assert_eq!(state_of(&client, &ids[0]).await, "running");
+    // One batched call plus one per id.
+    assert_eq!(provider.api_calls("TerminateInstances"), 4);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_ids_are_invalid_arguments_and_reach_no_cloud() {
+    let provider = provider(&[]).await;
+    for bad in ["", "i-xyz", "vm-0123456789abcdef0", "i-0123456789ABCDEF0"] {
+        assert!(provider.validate_instance_id(bad).is_err(), "{bad:?}");
+        match provider.delete_instance(bad).await {
+            Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "instance_id"),
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert_eq!(provider.api_calls("TerminateInstances"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_are_listed_by_tag_without_terminated_ones() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let mine = run_instances(&client, 2, &[("cluster", "a"), ("role", "peerpod")]).await;
+    let other = run_instances(&client, 1, &[("cluster", "b")]).await;
+    let provider = provider(&[]).await;
+    provider.delete_instance(&mine[1]).await.expect("delete");
+
+    let selector = BTreeMap::from([("cluster".to_owned(), "a".to_owned())]);
+    let listed = provider.list_instances(&selector).await.expect("list");
+
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, mine[0]);
+    assert!(listed[0].created.is_some());
+    assert_eq!(
+        listed[0].tags.get("role").map(String::as_str),
+        Some("peerpod")
+    );
+    let all = provider
+        .list_instances(&BTreeMap::new())
+        .await
+        .expect("list all");
+    let mut all_ids: Vec<&str> = all.iter().map(|i| i.id.as_str()).collect();
+    all_ids.sort_unstable();
+    let mut expected = vec![mine[0].as_str(), other[0].as_str()];
+    expected.sort_unstable();
+    assert_eq!(all_ids, expected);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capacity_reports_the_account_limit_and_the_cluster_instances() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    run_instances(&client, 3, &[("cluster", "c1")]).await;
+    run_instances(&client, 2, &[("cluster", "c2")]).await;
+    let provider = provider(&[("TAGS", "cluster=c1")]).await;
+
+    let capacity = provider.capacity().await.expect("capacity");
+
+    // moto reports the default account attribute `max-instances` = 20.
+    assert_eq!(capacity.instances.limit, Some(20));
+    assert_eq!(capacity.instances.in_use, Some(3));
+    // Neither moto nor EC2's DescribeInstances says anything about memory: unknown, not zero.
+    assert_eq!(capacity.memory_mib.limit, None);
+    assert_eq!(capacity.memory_mib.in_use, None);
+    assert_eq!(capacity.vcpus.limit, None);
+    let health = provider.health().await;
+    assert!(health.healthy, "{health:?}");
+}

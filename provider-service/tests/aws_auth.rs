@@ -1,0 +1,36 @@
+//! Credentials that EC2 (here: moto with request authentication switched on) refuses.
+//! A test binary of its own, because moto's authentication is a server-wide setting.
+
+mod aws_support;
+
+use aws_support::{SECRET_ACCESS_KEY, moto_with_env, unknown_id};
+use provider_service::Error;
+use provider_service::aws::AwsProvider;
+use provider_service::metrics::CloudCalls;
+use provider_service::provider::Provider;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_credentials_are_a_permission_error_without_the_secret() {
+    // moto checks every request against its IAM users once this count of free requests is spent.
+    let moto = moto_with_env(&[("INITIAL_NO_AUTH_ACTION_COUNT", "0")]);
+    let provider = AwsProvider::from_config(
+        &moto.config(&[("AWS_MAX_ATTEMPTS", "1")]),
+        CloudCalls::default(),
+    )
+    .await
+    .expect("provider");
+
+    let error = provider
+        .delete_instance(&unknown_id(3))
+        .await
+        .expect_err("unknown access key");
+
+    assert!(
+        matches!(error, Error::CloudPermissionDenied { .. }),
+        "{error:?}"
+    );
+    assert!(!error.to_string().contains(SECRET_ACCESS_KEY), "{error}");
+    let health = provider.health().await;
+    assert!(!health.healthy, "{health:?}");
+    assert!(!health.message.contains(SECRET_ACCESS_KEY));
+}
