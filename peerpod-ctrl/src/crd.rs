@@ -17,10 +17,10 @@ pub const FINALIZER: &str = "peer.pod/finalizer";
 /// The condition type this controller maintains on PeerPods it cleans up.
 pub const CONDITION_CLEANED: &str = "Cleaned";
 
-/// A cloud VM running one peer pod, recorded so that the VM is deleted even when the pod's node or
-/// cloud-api-adaptor cannot do it. Created by cloud-api-adaptor in the pod's namespace and owned by the pod;
-/// when the pod is deleted the garbage collector deletes the PeerPod, and the finalizer `peer.pod/finalizer`
-/// holds it until the VM is gone.
+// Doc comments on the CRD types are single lines on purpose: they become `kubectl explain` text, which keeps
+// line breaks as they are and would show a hard-wrapped comment as ragged lines.
+
+/// Which VM this is. Written by cloud-api-adaptor when it creates the VM; the PeerPod is owned by the pod, so deleting the pod deletes the PeerPod, and the finalizer peer.pod/finalizer holds it until the VM is deleted.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "confidentialcontainers.org",
@@ -38,25 +38,21 @@ pub const CONDITION_CLEANED: &str = "Cleaned";
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 pub struct PeerPodSpec {
-    /// Cloud provider that runs the VM, as cloud-api-adaptor's CLOUD_PROVIDER names it:
-    /// aws, azure, gcp, ibmcloud, ibmcloud-powervs, libvirt, alibabacloud or byom.
+    /// Cloud provider that runs the VM, as cloud-api-adaptor's CLOUD_PROVIDER names it: aws, azure, gcp, ibmcloud, ibmcloud-powervs, libvirt, alibabacloud or byom.
     #[serde(rename = "cloudProvider", default)]
     pub cloud_provider: String,
-    /// The provider's identifier of the VM: an EC2 instance ID (i-...) on aws, the domain UUID on libvirt,
-    /// the full ARM resource ID on azure, the instance name on gcp.
+    /// The provider's identifier of the VM: an EC2 instance ID (i-...) on aws, the domain UUID on libvirt, the full ARM resource ID on azure, the instance name on gcp.
     #[serde(rename = "instanceID", default)]
     pub instance_id: String,
 }
 
-/// What is known about the VM's cleanup.
+/// What is known about deleting the VM.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct PeerPodStatus {
-    /// True once the VM has been deleted (or was found already gone) and the finalizer can be released.
-    /// The field name is cloud-api-adaptor's wire name.
+    /// True once the VM has been deleted (or was found already gone) and the finalizer can be released. The spelling is cloud-api-adaptor's wire name.
     #[serde(default)]
     pub cleand: bool,
-    /// The latest observations of the cleanup. Type "Cleaned" is True once the VM is confirmed gone, and False
-    /// with a reason (for example ProviderUnavailable or InvalidInstance) while deleting it fails.
+    /// The latest observations of the cleanup. Type Cleaned is True once the VM is confirmed gone, and False with a reason (for example ProviderUnavailable or InvalidInstance) while deleting it fails; the finalizer stays until it is True.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -561,3 +561,85 @@ async fn a_storm_of_deleted_peerpods_is_drained() {
     ctrl.stop().await;
     s.cleanup().await;
 }
+
+/// Chaos: while a storm of PeerPods is being deleted, the controller and provider-service are killed and
+/// restarted several times. In the end every deleted PeerPod's VM is gone, every other VM is still there, and
+/// every finalizer of a deleted PeerPod is released.
+#[tokio::test(flavor = "multi_thread")]
+async fn kills_and_restarts_during_a_storm_lose_nothing_and_delete_nothing_else() {
+    const DELETED: usize = 200;
+    const KEPT: usize = 20;
+    let s = Scenario::start("chaos").await;
+    let mut provider = ProviderService::start(None).await;
+    let addr = provider.addr;
+    let mut ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+    let mut doomed = Vec::with_capacity(DELETED);
+    for i in 0..DELETED {
+        let vm = s.define_domain(false);
+        s.create_peerpod(&format!("doomed-{i}"), None, "libvirt", &vm)
+            .await;
+        doomed.push(vm);
+    }
+    let mut kept = Vec::with_capacity(KEPT);
+    for i in 0..KEPT {
+        let vm = s.define_domain(false);
+        s.create_peerpod(&format!("kept-{i}"), None, "libvirt", &vm)
+            .await;
+        kept.push(vm);
+    }
+    let api = s.peerpods();
+    let deleter = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..DELETED {
+                api.delete(&format!("doomed-{i}"), &DeleteParams::default())
+                    .await
+                    .expect("delete PeerPod");
+            }
+        })
+    };
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        ctrl.kill().await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        provider.stop();
+        ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        provider = ProviderService::start(Some(addr)).await;
+    }
+    deleter.await.expect("deleter");
+    testenv::wait_for(
+        "every deleted PeerPod released",
+        Duration::from_secs(180),
+        || async {
+            let left = api.list(&Default::default()).await.ok()?;
+            left.items
+                .iter()
+                .all(|p| p.name_any().starts_with("kept-"))
+                .then_some(())
+        },
+    )
+    .await;
+    let leaked: Vec<_> = doomed.iter().filter(|vm| s.domain_exists(vm)).collect();
+    assert!(
+        leaked.is_empty(),
+        "VMs of deleted PeerPods left running: {leaked:?}"
+    );
+    assert!(
+        kept.iter().all(|vm| s.domain_exists(vm)),
+        "a VM whose PeerPod was not deleted was deleted"
+    );
+    for i in 0..KEPT {
+        let p = api.get(&format!("kept-{i}")).await.expect("kept PeerPod");
+        assert!(p.metadata.deletion_timestamp.is_none());
+        assert_eq!(p.finalizers(), [FINALIZER.to_string()]);
+    }
+    ctrl.stop().await;
+    for vm in kept {
+        if let Ok(d) = s.libvirt.lookup_domain_by_uuid_string(&vm) {
+            let _ = d.destroy();
+            let _ = d.undefine();
+        }
+    }
+    s.cleanup().await;
+}

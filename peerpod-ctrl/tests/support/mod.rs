@@ -433,6 +433,12 @@ impl Controller {
         let _ = self.task.await;
     }
 
+    /// Stops abruptly, like a crash: every reconcile in flight is dropped at its current await point.
+    pub async fn kill(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
     pub fn metric(&self, name: &str, labels: &[&str]) -> u64 {
         count_metric(&self.registry, name, labels)
     }
