@@ -298,3 +298,24 @@ async fn capacity_reports_the_account_limit_and_the_cluster_instances() {
     let health = provider.health().await;
     assert!(health.healthy, "{health:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_instance_is_deleted_too() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let ids = run_instances(&client, 1, &[]).await;
+    client
+        .stop_instances()
+        .instance_ids(&ids[0])
+        .send()
+        .await
+        .expect("StopInstances");
+    assert_eq!(state_of(&client, &ids[0]).await, "stopped");
+    let provider = provider(&[]).await;
+
+    let outcome = provider.delete_instance(&ids[0]).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert_eq!(state_of(&client, &ids[0]).await, "terminated");
+}
