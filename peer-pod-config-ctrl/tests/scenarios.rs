@@ -1,0 +1,717 @@
+//! PeerPodConfig scenarios against the real control plane (testenv), with Node objects created through the API.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Secret, Service};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use peer_pod_config_ctrl::controller::{Context, FINALIZER, reconcile};
+use peer_pod_config_ctrl::crd::PeerPodConfig;
+use peer_pod_config_ctrl::objects::{
+    CAA_DAEMONSET, WEBHOOK_CERT_SECRET, WEBHOOK_CONFIGURATION, WEBHOOK_DEPLOYMENT, WEBHOOK_SERVICE,
+};
+use support::{ProviderService, Scenario, TIMEOUT};
+
+const NAME: &str = "peerpodconfig";
+
+fn condition(config: &PeerPodConfig, type_: &str) -> Option<(String, String, String)> {
+    let c = config
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_config<T>(
+    s: &Scenario,
+    name: &str,
+    what: &str,
+    check: impl Fn(&PeerPodConfig) -> Option<T>,
+) -> T {
+    let api = s.configs();
+    testenv::wait_for(what, TIMEOUT, || {
+        let api = api.clone();
+        let check = &check;
+        async move {
+            api.get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .as_ref()
+                .and_then(check)
+        }
+    })
+    .await
+}
+
+/// resourceVersions of everything a steady cluster must not write: the nodes and every owned object.
+async fn resource_versions(s: &Scenario) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = s
+        .node_state()
+        .await
+        .into_iter()
+        .map(|(name, (_, rv))| (format!("Node/{name}"), rv))
+        .collect();
+    let rv = |kind: &str, meta: &kube::api::ObjectMeta| {
+        (
+            kind.to_owned(),
+            meta.resource_version.clone().unwrap_or_default(),
+        )
+    };
+    let ds: DaemonSet = Api::namespaced(s.client.clone(), &s.ns)
+        .get(CAA_DAEMONSET)
+        .await
+        .expect("DaemonSet");
+    let deploy: Deployment = Api::namespaced(s.client.clone(), &s.ns)
+        .get(WEBHOOK_DEPLOYMENT)
+        .await
+        .expect("Deployment");
+    let svc: Service = Api::namespaced(s.client.clone(), &s.ns)
+        .get(WEBHOOK_SERVICE)
+        .await
+        .expect("Service");
+    let secret: Secret = Api::namespaced(s.client.clone(), &s.ns)
+        .get(WEBHOOK_CERT_SECRET)
+        .await
+        .expect("Secret");
+    let mwc: MutatingWebhookConfiguration = Api::all(s.client.clone())
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .expect("MWC");
+    let config = s.configs().get(NAME).await.expect("PeerPodConfig");
+    out.extend([
+        rv("DaemonSet", &ds.metadata),
+        rv("Deployment", &deploy.metadata),
+        rv("Service", &svc.metadata),
+        rv("Secret", &secret.metadata),
+        rv("MutatingWebhookConfiguration", &mwc.metadata),
+        rv("PeerPodConfig", &config.metadata),
+    ]);
+    out
+}
+
+/// Reconciles directly (the controller loop stopped) until one reconcile writes nothing; returns the writes the
+/// settling took. A controller that writes on every reconcile never settles and fails here.
+async fn settle(s: &Scenario, ctx: &Arc<Context>) -> u64 {
+    let start = ctx.metrics.writes();
+    let configs = s.configs();
+    testenv::wait_for("a reconcile that writes nothing", TIMEOUT, || {
+        let configs = configs.clone();
+        let ctx = ctx.clone();
+        async move {
+            let before = ctx.metrics.writes();
+            let config = configs.get(NAME).await.ok()?;
+            reconcile(Arc::new(config), ctx.clone()).await.ok()?;
+            (ctx.metrics.writes() == before).then_some(())
+        }
+    })
+    .await;
+    ctx.metrics.writes() - start
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_nodes_forty_selected_share_one_hundred_and_a_steady_cluster_costs_no_writes() {
+    let mut s = Scenario::start("ppc-spread").await;
+    s.create_nodes(0..50, |i| i < 40).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": "100", "nodeSelector": s.selector()}),
+    )
+    .await;
+
+    let values = s.wait_spread(100).await;
+    assert_eq!(values.len(), 40);
+    assert!(values.values().all(|v| *v == 2 || *v == 3), "{values:?}");
+    let state = s.node_state().await;
+    for i in 40..50 {
+        assert_eq!(
+            state[&s.node_name(i)].0,
+            None,
+            "unselected node {i} got capacity"
+        );
+    }
+    let status = wait_config(&s, NAME, "setupCompleted", |c| {
+        c.status.as_ref().filter(|st| st.setup_completed).cloned()
+    })
+    .await;
+    assert_eq!(
+        (status.effective_limit, status.selected_nodes),
+        (Some(100), Some(40))
+    );
+    assert_eq!(
+        (status.per_node_min, status.per_node_max),
+        (Some(2), Some(3))
+    );
+    let capacity = wait_config(&s, NAME, "CapacityAdvertised", |c| {
+        condition(c, "CapacityAdvertised")
+    })
+    .await;
+    assert_eq!(capacity.0, "True", "{capacity:?}");
+
+    // Steady state: stop the loop, settle, then one more reconcile must write nothing at all.
+    let ctx = s.stop_controller().await;
+    settle(&s, &ctx).await;
+    let writes = ctx.metrics.writes();
+    let before = resource_versions(&s).await;
+    let config = s.configs().get(NAME).await.unwrap();
+    reconcile(Arc::new(config), ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(
+        ctx.metrics.writes(),
+        writes,
+        "a reconcile of a steady cluster wrote something"
+    );
+    assert_eq!(
+        resource_versions(&s).await,
+        before,
+        "a steady reconcile changed an object"
+    );
+    eprintln!("steady state: 0 API writes per reconcile over 50 nodes and 5 owned objects");
+
+    s.run_controller(None);
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_leaving_and_relabelled_nodes_are_rebalanced_and_untouched_nodes_not_written() {
+    let s = Scenario::start("ppc-rebalance").await;
+    s.create_nodes(0..10, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 25, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let before = s.wait_spread(25).await;
+    assert_eq!(before.len(), 10);
+
+    // Checks a transition: the new spread sums to 25, and every node whose value did not change was not written.
+    async fn check_transition(
+        s: &Scenario,
+        before_state: &BTreeMap<String, (Option<u32>, String)>,
+        expect_nodes: usize,
+    ) {
+        let after = s.wait_spread(25).await;
+        assert_eq!(after.len(), expect_nodes);
+        let state = s.node_state().await;
+        let mut changed = 0;
+        for (name, (value, rv)) in &state {
+            if let Some((old_value, old_rv)) = before_state.get(name) {
+                if old_value == value {
+                    assert_eq!(
+                        rv, old_rv,
+                        "node {name} kept its value {value:?} but was written"
+                    );
+                } else {
+                    changed += 1;
+                }
+            }
+        }
+        // 25 over 10 → 11 nodes: the average drops from 2.5 to 2.27, so about 2 nodes must change; the spreading
+        // rule allows one more. Far from rewriting every node.
+        assert!(changed <= 4, "{changed} nodes changed");
+    }
+
+    let state = s.node_state().await;
+    s.create_nodes(10..11, |_| true).await;
+    check_transition(&s, &state, 11).await;
+
+    let state = s.node_state().await;
+    s.nodes()
+        .delete(&s.node_name(3), &DeleteParams::default())
+        .await
+        .expect("delete node");
+    check_transition(&s, &state, 10).await;
+
+    let state = s.node_state().await;
+    let relabel = serde_json::json!({"metadata": {"labels": {s.label.clone(): null}}});
+    s.nodes()
+        .patch(
+            &s.node_name(5),
+            &PatchParams::default(),
+            &Patch::Merge(&relabel),
+        )
+        .await
+        .expect("relabel");
+    check_transition(&s, &state, 9).await;
+    assert_eq!(
+        s.node_state().await[&s.node_name(5)].0,
+        None,
+        "a node that stopped matching keeps capacity"
+    );
+
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owned_objects_come_back_after_deletion_and_follow_edits() {
+    let s = Scenario::start("ppc-owned").await;
+    s.create_nodes(0..3, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limitPerNode": 2, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let values = s.wait_spread(6).await;
+    assert!(values.values().all(|v| *v == 2));
+
+    let daemonsets: Api<DaemonSet> = Api::namespaced(s.client.clone(), &s.ns);
+    let services: Api<Service> = Api::namespaced(s.client.clone(), &s.ns);
+    let ds = testenv::wait_for("DaemonSet", TIMEOUT, || async {
+        daemonsets.get_opt(CAA_DAEMONSET).await.ok().flatten()
+    })
+    .await;
+    let pod = ds.spec.template.spec.as_ref().unwrap();
+    let env = pod.containers[0].env.as_ref().unwrap();
+    assert!(
+        env.iter()
+            .any(|e| e.name == "PEERPODS_LIMIT_PER_NODE" && e.value.as_deref() == Some("-1"))
+    );
+    assert_eq!(
+        pod.node_selector
+            .as_ref()
+            .unwrap()
+            .get(&s.label)
+            .map(String::as_str),
+        Some("yes")
+    );
+    let owner = &ds.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("PeerPodConfig", NAME, Some(true))
+    );
+
+    for (what, uid) in [
+        ("DaemonSet", ds.uid()),
+        (
+            "Service",
+            services.get(WEBHOOK_SERVICE).await.unwrap().uid(),
+        ),
+    ] {
+        match what {
+            "DaemonSet" => daemonsets
+                .delete(CAA_DAEMONSET, &DeleteParams::background())
+                .await
+                .map(|_| ()),
+            _ => services
+                .delete(WEBHOOK_SERVICE, &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        }
+        .expect("delete by hand");
+        testenv::wait_for(&format!("{what} recreated"), TIMEOUT, || async {
+            let now = match what {
+                "DaemonSet" => daemonsets
+                    .get_opt(CAA_DAEMONSET)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| o.uid()),
+                _ => services
+                    .get_opt(WEBHOOK_SERVICE)
+                    .await
+                    .ok()
+                    .flatten()
+                    .and_then(|o| o.uid()),
+            };
+            now.filter(|u| Some(u) != uid.as_ref()).map(|_| ())
+        })
+        .await;
+    }
+
+    // Edit the PeerPodConfig: new CAA image and per-node value.
+    let edit = serde_json::json!({"spec": {"caa": {"image": "registry.example/caa:v2"}, "limitPerNode": 3}});
+    s.configs()
+        .patch(NAME, &PatchParams::default(), &Patch::Merge(&edit))
+        .await
+        .expect("edit");
+    testenv::wait_for("DaemonSet image updated", TIMEOUT, || async {
+        let ds = daemonsets.get_opt(CAA_DAEMONSET).await.ok().flatten()?;
+        let image = ds.spec.template.spec?.containers.first()?.image.clone()?;
+        (image == "registry.example/caa:v2").then_some(())
+    })
+    .await;
+    let values = s.wait_spread(9).await;
+    assert!(values.values().all(|v| *v == 3));
+
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_certificate_serves_the_service_name_and_the_configuration_trusts_its_ca() {
+    let s = Scenario::start("ppc-webhook").await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 1, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+    let mwc = testenv::wait_for("webhook configuration", TIMEOUT, || async {
+        mwcs.get_opt(WEBHOOK_CONFIGURATION).await.ok().flatten()
+    })
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.ns);
+    let secret = secrets
+        .get(WEBHOOK_CERT_SECRET)
+        .await
+        .expect("serving certificate Secret");
+    let data = secret.data.clone().expect("Secret data");
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+
+    let hook = &mwc.webhooks.as_ref().expect("webhooks")[0];
+    assert_eq!(hook.name, "mwebhook.peerpods.io");
+    assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
+    let svc = hook
+        .client_config
+        .service
+        .as_ref()
+        .expect("service reference");
+    assert_eq!(
+        (
+            svc.name.as_str(),
+            svc.namespace.as_str(),
+            svc.path.as_deref(),
+            svc.port
+        ),
+        (
+            WEBHOOK_SERVICE,
+            s.ns.as_str(),
+            Some("/mutate-v1-pod"),
+            Some(443)
+        )
+    );
+    assert_eq!(
+        hook.client_config.ca_bundle.as_ref().expect("caBundle").0,
+        data["ca.crt"].0,
+        "caBundle is the Secret's ca.crt"
+    );
+
+    // The leaf is signed by the CA in the bundle, valid now, and names <svc>.<ns>.svc.
+    let (_, ca_pem) = x509_parser::pem::parse_x509_pem(&data["ca.crt"].0).expect("ca.crt PEM");
+    let (_, leaf_pem) = x509_parser::pem::parse_x509_pem(&data["tls.crt"].0).expect("tls.crt PEM");
+    let ca = ca_pem.parse_x509().expect("CA");
+    let leaf = leaf_pem.parse_x509().expect("leaf");
+    leaf.verify_signature(Some(ca.public_key()))
+        .expect("leaf signed by the bundle's CA");
+    assert!(leaf.validity().is_valid(), "certificate valid now");
+    let dns = format!("{WEBHOOK_SERVICE}.{}.svc", s.ns);
+    let sans = leaf
+        .subject_alternative_name()
+        .expect("SAN")
+        .expect("SAN present");
+    assert!(
+        sans.value
+            .general_names
+            .iter()
+            .any(|n| matches!(n, x509_parser::extensions::GeneralName::DNSName(d) if *d == dns)),
+        "certificate not valid for {dns}"
+    );
+    assert!(!data["tls.key"].0.is_empty());
+
+    // The Service the configuration points at routes to the webhook's port 9443.
+    let service: Service = Api::namespaced(s.client.clone(), &s.ns)
+        .get(WEBHOOK_SERVICE)
+        .await
+        .expect("Service");
+    let port = &service.spec.as_ref().unwrap().ports.as_ref().unwrap()[0];
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9443))
+    );
+
+    s.finish().await;
+    assert!(
+        mwcs.get_opt(WEBHOOK_CONFIGURATION)
+            .await
+            .expect("get")
+            .is_none(),
+        "webhook configuration left behind"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_config_removes_capacity_owned_objects_and_releases_the_finalizer() {
+    let s = Scenario::start("ppc-delete").await;
+    s.create_nodes(0..6, |i| i < 5).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 7, "nodeSelector": s.selector()}),
+    )
+    .await;
+    s.wait_spread(7).await;
+    let config = wait_config(&s, NAME, "finalizer", |c| {
+        c.finalizers()
+            .contains(&FINALIZER.to_owned())
+            .then(|| c.clone())
+    })
+    .await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(s.client.clone(), &s.ns);
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    testenv::wait_for("DaemonSet", TIMEOUT, || async {
+        daemonsets.get_opt(CAA_DAEMONSET).await.ok().flatten()
+    })
+    .await;
+
+    s.configs()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .expect("delete PeerPodConfig");
+    testenv::wait_for(
+        "PeerPodConfig gone (finalizer released)",
+        TIMEOUT,
+        || async { matches!(s.configs().get_opt(NAME).await, Ok(None)).then_some(()) },
+    )
+    .await;
+    let state = s.node_state().await;
+    assert!(
+        state.values().all(|(v, _)| v.is_none()),
+        "capacity left on nodes: {state:?}"
+    );
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+    assert!(mwcs.get_opt(WEBHOOK_CONFIGURATION).await.unwrap().is_none());
+    // The garbage collector removes the namespaced objects through their owner references.
+    testenv::wait_for("owned objects collected", TIMEOUT, || async {
+        let ds = daemonsets.get_opt(CAA_DAEMONSET).await.ok()?;
+        let deploy = deployments.get_opt(WEBHOOK_DEPLOYMENT).await.ok()?;
+        (ds.is_none() && deploy.is_none()).then_some(())
+    })
+    .await;
+    assert!(config.metadata.deletion_timestamp.is_none());
+
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_limits_are_rejected_by_the_api_server_or_reported_as_invalid() {
+    let s = Scenario::start("ppc-invalid").await;
+    s.create_nodes(0..2, |_| true).await;
+    let api = s.configs();
+    for (spec, needle) in [
+        (
+            serde_json::json!({"limit": "ten"}),
+            "limit must be a non-negative integer",
+        ),
+        (
+            serde_json::json!({"limit": -1}),
+            "limit must be a non-negative integer",
+        ),
+        (
+            serde_json::json!({"limit": "1", "limitPerNode": 1}),
+            "not both",
+        ),
+        (serde_json::json!({}), "set limit"),
+        (serde_json::json!({"limitPerNode": -2}), "limitPerNode"),
+        (
+            serde_json::json!({"limit": 1, "webhook": {"replicas": 0}}),
+            "replicas",
+        ),
+    ] {
+        let body = serde_json::json!({
+            "apiVersion": "confidentialcontainers.org/v1alpha1", "kind": "PeerPodConfig",
+            "metadata": {"name": "bad"}, "spec": spec,
+        });
+        let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            s.client.clone(),
+            &s.ns,
+            &kube::api::ApiResource::erase::<PeerPodConfig>(&()),
+        );
+        let object: kube::api::DynamicObject = serde_json::from_value(body).unwrap();
+        match raw.create(&PostParams::default(), &object).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{spec}: {status:?}");
+                assert!(
+                    status.message.contains(needle),
+                    "{spec}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{spec} accepted: {other:?}"),
+        }
+    }
+
+    // What the schema cannot say is reported as Invalid, and the controller keeps working.
+    s.create_config(
+        "bad-selector",
+        serde_json::json!({"limit": 4, "nodeSelector": {"not a label!": "x"}}),
+    )
+    .await;
+    let invalid = wait_config(&s, "bad-selector", "Invalid condition", |c| {
+        condition(c, "Invalid")
+    })
+    .await;
+    assert_eq!(
+        (invalid.0.as_str(), invalid.1.as_str()),
+        ("True", "InvalidNodeSelector"),
+        "{invalid:?}"
+    );
+    api.delete("bad-selector", &DeleteParams::default())
+        .await
+        .expect("delete");
+
+    let other_ns = testenv::namespace(&s.client, "ppc-elsewhere").await;
+    let elsewhere: Api<PeerPodConfig> = Api::namespaced(s.client.clone(), &other_ns);
+    let spec =
+        serde_json::from_value(serde_json::json!({"limit": 4, "nodeSelector": s.selector()}))
+            .unwrap();
+    elsewhere
+        .create(&PostParams::default(), &PeerPodConfig::new(NAME, spec))
+        .await
+        .expect("create");
+    let misplaced = testenv::wait_for("WrongNamespace", TIMEOUT, || async {
+        elsewhere
+            .get_opt(NAME)
+            .await
+            .ok()
+            .flatten()
+            .as_ref()
+            .and_then(|c| condition(c, "Invalid"))
+    })
+    .await;
+    assert_eq!(
+        (misplaced.0.as_str(), misplaced.1.as_str()),
+        ("True", "WrongNamespace")
+    );
+
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 4, "nodeSelector": s.selector()}),
+    )
+    .await;
+    s.create_config(
+        "second",
+        serde_json::json!({"limit": 9, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let values = s.wait_spread(4).await;
+    assert_eq!(values.len(), 2);
+    let duplicate = wait_config(&s, "second", "DuplicateConfig", |c| condition(c, "Invalid")).await;
+    assert_eq!(duplicate.1, "DuplicateConfig", "{duplicate:?}");
+    // The misplaced one never wrote anything; deleting it must not touch the nodes.
+    elsewhere
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .expect("delete");
+    testenv::wait_for("misplaced config gone", TIMEOUT, || async {
+        matches!(elsewhere.get_opt(NAME).await, Ok(None)).then_some(())
+    })
+    .await;
+    assert_eq!(s.wait_spread(4).await, values);
+
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_with_less_free_capacity_caps_the_total() {
+    let provider = ProviderService::start().await;
+    // What the libvirt test driver's host reports, asked directly.
+    let mut client =
+        peerpods_proto::v1::provider_service_client::ProviderServiceClient::connect(provider.url())
+            .await
+            .expect("connect");
+    let figures = client
+        .get_capacity(peerpods_proto::v1::GetCapacityRequest {
+            cloud_provider: "libvirt".into(),
+        })
+        .await
+        .expect("GetCapacity")
+        .into_inner();
+    let vcpus = figures.vcpus.expect("vCPU figure");
+    let free_vcpus = vcpus.limit.expect("host vCPUs") - vcpus.in_use.expect("vCPUs in use");
+    let free_vms = free_vcpus / 2; // two vCPUs per VM below
+    assert!(
+        free_vms > 0 && free_vms < 100,
+        "the test driver's host is small: {free_vms} VMs fit"
+    );
+
+    let s = Scenario::start_with("ppc-provider", Some(provider.url())).await;
+    s.create_nodes(0..4, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({
+            "limit": 100,
+            "nodeSelector": s.selector(),
+            "capacityFromProvider": {"cloudProvider": "libvirt", "vcpusPerInstance": 2, "refreshSeconds": 10},
+        }),
+    )
+    .await;
+    let values = s.wait_spread(u32::try_from(free_vms).unwrap()).await;
+    assert_eq!(values.len(), 4);
+    let status = wait_config(&s, NAME, "status with provider capacity", |c| {
+        c.status
+            .as_ref()
+            .filter(|st| st.provider_free_capacity.is_some())
+            .cloned()
+    })
+    .await;
+    assert_eq!(status.requested_limit, Some(100));
+    assert_eq!(status.provider_free_capacity, Some(free_vms));
+    assert_eq!(status.effective_limit, Some(free_vms));
+    let advertised = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "CapacityAdvertised")
+        .expect("condition");
+    assert!(
+        advertised
+            .message
+            .contains(&format!("capped by {free_vms} free")),
+        "{}",
+        advertised.message
+    );
+
+    // A limit below the free capacity is not raised.
+    s.configs()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"limit": 2}})),
+        )
+        .await
+        .expect("edit");
+    s.wait_spread(2).await;
+
+    s.finish().await;
+    drop(provider);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_nodes_follow_a_limit_change() {
+    let s = Scenario::start("ppc-thousand").await;
+    s.create_nodes(0..1000, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 2500, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let first = s.wait_spread(2500).await;
+    assert_eq!(first.len(), 1000);
+    assert!(first.values().all(|v| *v == 2 || *v == 3));
+
+    let started = Instant::now();
+    s.configs()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"limit": 3200}})),
+        )
+        .await
+        .expect("edit");
+    let second = s.wait_spread(3200).await;
+    let elapsed = started.elapsed();
+    assert!(second.values().all(|v| *v == 3 || *v == 4));
+    let ctx = s.context();
+    eprintln!(
+        "1000 nodes: limit 2500 -> 3200 applied to every node in {:.2}s ({} node writes in total)",
+        elapsed.as_secs_f64(),
+        ctx.metrics.node_writes.get()
+    );
+    s.finish().await;
+}

@@ -1,0 +1,356 @@
+//! A PeerPodConfig controller running in-process against the local control plane, with helpers to create Node
+//! objects through the API and read back what they advertise.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+use peer_pod_config_ctrl::controller::{self, Context, Settings};
+use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
+use peer_pod_config_ctrl::metrics::Metrics;
+use peer_pod_config_ctrl::objects::EXTENDED_RESOURCE;
+use peerpods_runtime::admin::Readiness;
+use tokio::sync::{Mutex, MutexGuard};
+use tokio_util::sync::CancellationToken;
+
+/// Nodes are cluster-scoped and every controller here watches all of them: scenarios run one at a time.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Scenario {
+    pub client: Client,
+    pub ns: String,
+    /// Label every node of this scenario carries when selected: `<LABEL_PREFIX><prefix>`.
+    pub label: String,
+    pub prefix: String,
+    pub controller: Option<Running>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+pub struct Running {
+    pub context: Arc<Context>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Scenario {
+    /// A namespace (the controller's PEERPODS_NAMESPACE) with the ServiceAccounts the owned objects name, and a
+    /// running controller.
+    pub async fn start(prefix: &str) -> Scenario {
+        Self::start_with(prefix, None).await
+    }
+
+    pub async fn start_with(prefix: &str, provider: Option<String>) -> Scenario {
+        let serial = SERIAL.lock().await;
+        let client = testenv::shared().client().await;
+        testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
+        let ns = testenv::namespace(&client, prefix).await;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+        for name in ["cloud-api-adaptor", "peer-pods-webhook"] {
+            let sa = ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..ObjectMeta::default()
+                },
+                ..ServiceAccount::default()
+            };
+            accounts
+                .create(&PostParams::default(), &sa)
+                .await
+                .expect("create ServiceAccount");
+        }
+        let mut scenario = Scenario {
+            client,
+            ns,
+            label: format!("peerpods-test/{prefix}"),
+            prefix: prefix.to_owned(),
+            controller: None,
+            _serial: serial,
+        };
+        scenario.run_controller(provider);
+        scenario
+    }
+
+    pub fn run_controller(&mut self, provider: Option<String>) {
+        let provider = provider.map(|endpoint| {
+            peerpods_runtime::client::connect(&peerpods_runtime::client::ProviderClientConfig {
+                endpoint,
+                timeout: Some(Duration::from_secs(10)),
+                ..Default::default()
+            })
+            .expect("provider client")
+        });
+        let stop = CancellationToken::new();
+        let settings = Settings {
+            namespace: self.ns.clone(),
+            provider,
+            instance: Some("test".into()),
+        };
+        let running = controller::new(
+            self.client.clone(),
+            settings,
+            Metrics::default(),
+            stop.clone().cancelled_owned(),
+        );
+        let task = tokio::spawn(running.run);
+        self.controller = Some(Running {
+            context: running.context,
+            stop,
+            task,
+        });
+    }
+
+    /// Stops the controller loop; its context (caches as last seen) stays usable for direct reconciles.
+    pub async fn stop_controller(&mut self) -> Arc<Context> {
+        let running = self.controller.take().expect("controller running");
+        running.stop.cancel();
+        running.task.await.expect("controller task");
+        running.context
+    }
+
+    pub fn context(&self) -> Arc<Context> {
+        self.controller
+            .as_ref()
+            .expect("controller running")
+            .context
+            .clone()
+    }
+
+    pub fn configs(&self) -> Api<PeerPodConfig> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// The nodeSelector that picks this scenario's selected nodes.
+    pub fn selector(&self) -> serde_json::Value {
+        serde_json::json!({ self.label.clone(): "yes" })
+    }
+
+    pub async fn create_config(&self, name: &str, spec: serde_json::Value) -> PeerPodConfig {
+        let spec: PeerPodConfigSpec = serde_json::from_value(spec).expect("spec");
+        self.configs()
+            .create(&PostParams::default(), &PeerPodConfig::new(name, spec))
+            .await
+            .expect("create PeerPodConfig")
+    }
+
+    /// Node `<prefix>-<i>`; selected ones carry the scenario label.
+    pub fn node_name(&self, i: usize) -> String {
+        format!("{}-{i:04}", self.prefix)
+    }
+
+    pub async fn create_nodes(
+        &self,
+        range: std::ops::Range<usize>,
+        selected: impl Fn(usize) -> bool,
+    ) {
+        let api = self.nodes();
+        let nodes: Vec<Node> = range
+            .map(|i| {
+                let mut labels =
+                    BTreeMap::from([("peerpods-test/prefix".to_owned(), self.prefix.clone())]);
+                if selected(i) {
+                    labels.insert(self.label.clone(), "yes".into());
+                }
+                Node {
+                    metadata: ObjectMeta {
+                        name: Some(self.node_name(i)),
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    },
+                    ..Node::default()
+                }
+            })
+            .collect();
+        futures::stream::iter(nodes)
+            .map(|node| {
+                let api = api.clone();
+                async move {
+                    api.create(&PostParams::default(), &node)
+                        .await
+                        .expect("create Node")
+                }
+            })
+            .buffer_unordered(32)
+            .collect::<Vec<_>>()
+            .await;
+    }
+
+    /// This scenario's nodes: name → (advertised value, resourceVersion).
+    pub async fn node_state(&self) -> BTreeMap<String, (Option<u32>, String)> {
+        let list = self
+            .nodes()
+            .list(&ListParams::default().labels(&format!("peerpods-test/prefix={}", self.prefix)))
+            .await
+            .expect("list Nodes");
+        list.items
+            .into_iter()
+            .map(|node| {
+                let value = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.capacity.as_ref())
+                    .and_then(|c| c.get(EXTENDED_RESOURCE))
+                    .map(|q| {
+                        q.0.parse::<u32>()
+                            .expect("kata.peerpods.io/vm is an integer")
+                    });
+                (
+                    node.name_any(),
+                    (value, node.resource_version().unwrap_or_default()),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until the selected nodes (by label) carry values summing to `total` that differ by at most one, and
+    /// no other node of this scenario carries the resource. Returns name → value of the selected nodes.
+    pub async fn wait_spread(&self, total: u32) -> BTreeMap<String, u32> {
+        let selected_api = self.nodes();
+        let label = format!("{}=yes,peerpods-test/prefix={}", self.label, self.prefix);
+        let this = self;
+        testenv::wait_for(
+            &format!("kata.peerpods.io/vm summing to {total}"),
+            TIMEOUT,
+            || {
+                let selected_api = selected_api.clone();
+                let label = label.clone();
+                async move {
+                    let selected: Vec<String> = selected_api
+                        .list(&ListParams::default().labels(&label))
+                        .await
+                        .ok()?
+                        .items
+                        .iter()
+                        .map(ResourceExt::name_any)
+                        .collect();
+                    let state = this.node_state().await;
+                    let mut values = BTreeMap::new();
+                    for (name, (value, _)) in &state {
+                        match (selected.contains(name), value) {
+                            (true, Some(v)) => {
+                                values.insert(name.clone(), *v);
+                            }
+                            (false, None) => {}
+                            _ => return None,
+                        }
+                    }
+                    let (min, max) = (values.values().min()?, values.values().max()?);
+                    (values.values().sum::<u32>() == total && max - min <= 1).then_some(values)
+                }
+            },
+        )
+        .await
+    }
+
+    /// Deletes the scenario's PeerPodConfigs (waiting for the finalizer), its nodes, and stops the controller.
+    pub async fn finish(mut self) {
+        let configs = self.configs();
+        for config in configs
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+        {
+            let _ = configs
+                .delete(&config.name_any(), &DeleteParams::default())
+                .await;
+        }
+        testenv::wait_for("PeerPodConfigs gone", TIMEOUT, || async {
+            configs
+                .list(&ListParams::default())
+                .await
+                .ok()
+                .filter(|l| l.items.is_empty())
+                .map(|_| ())
+        })
+        .await;
+        let nodes = self.nodes();
+        let _ = nodes
+            .delete_collection(
+                &DeleteParams::default(),
+                &ListParams::default().labels(&format!("peerpods-test/prefix={}", self.prefix)),
+            )
+            .await;
+        if self.controller.is_some() {
+            self.stop_controller().await;
+        }
+    }
+}
+
+/// provider-service in-process on 127.0.0.1 with the libvirt test driver (`test:///default`).
+pub struct ProviderService {
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+    _config: tempfile::TempDir,
+}
+
+impl Drop for ProviderService {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl ProviderService {
+    pub async fn start() -> ProviderService {
+        use provider_service::grpc::ProviderApi;
+        use provider_service::reload::ConfigReloader;
+        use provider_service::server::{GrpcServer, serve};
+        let config = tempfile::tempdir().expect("tempdir");
+        for (k, v) in [
+            ("CLOUD_PROVIDER", "libvirt"),
+            ("LIBVIRT_URI", "test:///default"),
+        ] {
+            std::fs::write(config.path().join(k), v).expect("write config");
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = provider_service::metrics::Metrics::register(&mut registry);
+        let readiness = Readiness::default();
+        let shutdown = CancellationToken::new();
+        let reloader = ConfigReloader::start(
+            vec![config.path().to_owned()],
+            metrics.clone(),
+            readiness.clone(),
+        )
+        .await
+        .expect("provider config");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let api = ProviderApi::new(reloader.registry(), metrics);
+        tokio::spawn(reloader.run(Duration::from_secs(1), None, shutdown.clone()));
+        let server = GrpcServer {
+            listener,
+            api,
+            reviewer: None,
+            tls: None,
+            readiness,
+        };
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(server, stop).await {
+                eprintln!("provider-service stopped: {e}");
+            }
+        });
+        ProviderService {
+            addr,
+            shutdown,
+            _config: config,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
