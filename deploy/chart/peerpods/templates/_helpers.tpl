@@ -36,7 +36,7 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 
 {{- define "peerpods.componentLabels" -}}
 {{ include "peerpods.labels" .ctx }}
-{{ include "peerpods.selectorLabels" . }}
+app.kubernetes.io/name: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 

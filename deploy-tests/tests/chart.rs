@@ -1,0 +1,676 @@
+//! The Helm chart against the real API server of the local control plane.
+//!
+//! - Rendering: `helm lint` and `helm template` with the default, the full and the add-on values; every object
+//!   is validated by kubeconform (schemas from this API server, CRDs included) and by the API server itself
+//!   (server-side apply, dry run, strict field validation). The chart's values schema refuses bad values.
+//! - Installing: `helm install`, then the three service binaries run out of cluster as the chart's
+//!   ServiceAccounts with the chart's configuration, and a deleted PeerPod's VM is deleted and its finalizer
+//!   released: the chart's RBAC is enough. Reading the cloud credentials as anything but provider-service is
+//!   refused: it is not too much.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use peerpods_proto::v1::ListInstancesRequest;
+use peerpods_runtime::client::{ProviderClientConfig, connect};
+use support::*;
+
+/// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
+/// rendered and linted, but neither kubeconform nor the API server can check them here.
+const FOREIGN_KINDS: [&str; 3] = ["Certificate", "Issuer", "ServiceMonitor"];
+
+/// The CRDs are installed by whichever test comes first (Helm's crds/ or apply); never both at once.
+static CRDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
+    let cp = testenv::shared();
+    let client = cp.client().await;
+    {
+        let _crds = CRDS.lock().await;
+        testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
+        testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
+    }
+    wait_for_openapi_kind(&client, "confidentialcontainers.org", "PeerPod").await;
+    wait_for_openapi_kind(&client, "confidentialcontainers.org", "PeerPodConfig").await;
+    let schema_dir = tempfile::tempdir().expect("temp dir");
+    let location = write_schemas(&client, schema_dir.path(), true).await;
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+
+    for (case, values) in [
+        ("default", vec![]),
+        ("full", vec!["deploy/tests/values-full.yaml"]),
+        ("addons", vec!["deploy/tests/values-addons.yaml"]),
+    ] {
+        let mut lint = vec!["lint", "--strict", CHART, "--kube-version", KUBE_VERSION];
+        for v in &values {
+            lint.extend(["-f", v]);
+        }
+        run_ok(&tool("helm"), &lint, None).await;
+
+        let ns = testenv::namespace(&client, &format!("render-{case}")).await;
+        let manifest = render("peerpods", &ns, &values).await;
+        let docs = documents(&manifest);
+        let (foreign, ours): (Vec<_>, Vec<_>) = docs
+            .iter()
+            .partition(|d| FOREIGN_KINDS.contains(&kind_of(d)));
+        assert!(
+            ours.iter()
+                .filter(|d| kind_of(d) == "CustomResourceDefinition")
+                .count()
+                == 2,
+            "{case}: the chart must carry both CRDs"
+        );
+        if case == "addons" {
+            assert_eq!(
+                foreign.len(),
+                7,
+                "addons: 2 Issuers, 2 Certificates and 3 ServiceMonitors expected"
+            );
+        } else {
+            assert!(foreign.is_empty(), "{case}: unexpected add-on objects");
+        }
+        let checked = ours.iter().map(|d| format!("---\n{d}")).collect::<String>();
+
+        let summary = run_ok(
+            &tool("kubeconform"),
+            &[
+                "-strict",
+                "-summary",
+                "-schema-location",
+                &location,
+                "-kubernetes-version",
+                KUBE_VERSION,
+                "-",
+            ],
+            Some(&checked),
+        )
+        .await;
+        assert!(
+            summary.contains(&format!(
+                "Valid: {}, Invalid: 0, Errors: 0, Skipped: 0",
+                ours.len()
+            )),
+            "{case}: kubeconform: {summary}"
+        );
+
+        let applied = run_ok(
+            &tool("kubectl"),
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=chart-check",
+                "--dry-run=server",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            Some(&checked),
+        )
+        .await;
+        assert_eq!(
+            applied
+                .lines()
+                .filter(|l| l.ends_with("(server dry run)"))
+                .count(),
+            ours.len(),
+            "{case}: the API server accepted only:\n{applied}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validators_refuse_a_broken_object() {
+    // The checks above are only worth something if they can fail: a Deployment with a misspelt field and a
+    // string where a number belongs must be refused by both.
+    let cp = testenv::shared();
+    let client = cp.client().await;
+    let schema_dir = tempfile::tempdir().expect("temp dir");
+    let location = write_schemas(&client, schema_dir.path(), true).await;
+    let ns = testenv::namespace(&client, "broken").await;
+    let manifest = render("peerpods", &ns, &[]).await;
+    let deployment = documents(&manifest)
+        .into_iter()
+        .find(|d| kind_of(d) == "Deployment")
+        .expect("a Deployment");
+    let broken = deployment.replacen("replicas: 2", "replicas: two\n  replica: 2", 1);
+    assert_ne!(broken, deployment);
+
+    let (ok, out, _) = run(
+        &tool("kubeconform"),
+        &["-strict", "-summary", "-schema-location", &location, "-"],
+        Some(&broken),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("Invalid: 1"),
+        "kubeconform accepted: {out}"
+    );
+
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let (ok, _, err) = run(
+        &tool("kubectl"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            "-",
+        ],
+        Some(&broken),
+    )
+    .await;
+    assert!(
+        !ok && err.contains(".spec.replica"),
+        "the API server accepted: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn values_schema_refuses_bad_values() {
+    for (set, complaint) in [
+        ("peerpodCtrl.replicas=-1", "replicas"),
+        ("peerpodCtrl.orphans.policy=sometimes", "policy"),
+        ("providerService.grpcPort=70000", "grpcPort"),
+        ("networkPolicy.caaNodeCIDRs[0]=not-a-cidr", "caaNodeCIDRs"),
+        ("unknownSetting=true", "unknownSetting"),
+    ] {
+        let (ok, _, err) = run(
+            &tool("helm"),
+            &[
+                "template",
+                "x",
+                CHART,
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+                set,
+            ],
+            None,
+        )
+        .await;
+        assert!(
+            !ok && err.contains(complaint),
+            "--set {set} was accepted: {err}"
+        );
+    }
+}
+
+/// A libvirt test-driver host with one peer-pod VM; provider-service opens it as `test:///<file>`.
+fn libvirt_host(uuid: &str) -> String {
+    format!(
+        "<node>\n  <domain type='test'>\n    <name>peerpod-vm</name>\n    <uuid>{uuid}</uuid>\n    \
+         <memory>1048576</memory>\n    <vcpu>1</vcpu>\n    <os><type>hvm</type></os>\n  </domain>\n</node>\n"
+    )
+}
+
+async fn sa_client(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    sa: &str,
+) -> (String, kube::Client) {
+    // The chart must have created it: service_account_token would otherwise create it quietly.
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .get(sa)
+        .await
+        .unwrap_or_else(|e| panic!("ServiceAccount {ns}/{sa} from the chart: {e}"));
+    let token = testenv::service_account_token(admin, ns, sa, &[]).await;
+    let client = cp.client_with_token(&token).await;
+    (token, client)
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
+}
+
+fn secret_files(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, ByteString(v))| (k, v))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_credentials() {
+    let cp = testenv::shared();
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "chart").await;
+    let release = ns.clone();
+    let fullname = format!("{release}-peerpods");
+    let work = tempfile::tempdir().expect("temp dir");
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+
+    // helm install, as a user would (no --wait: the local control plane has no kubelet to run Pods).
+    let installed = {
+        let _crds = CRDS.lock().await;
+        let started = Instant::now();
+        run_ok(
+            &tool("helm"),
+            &[
+                "install",
+                &release,
+                CHART,
+                "--namespace",
+                &ns,
+                "--kubeconfig",
+                &kubeconfig,
+            ],
+            None,
+        )
+        .await;
+        started.elapsed()
+    };
+    eprintln!("helm install took {installed:?}");
+    for crd in [
+        "deploy/crds/peerpods.yaml",
+        "deploy/crds/peerpodconfigs.yaml",
+    ] {
+        testenv::apply_crds(&admin, crd).await;
+    }
+
+    // The operator's provider configuration: libvirt's test driver with one VM.
+    let vm = uuid::Uuid::new_v4().to_string();
+    let host = work.path().join("libvirt-host.xml");
+    std::fs::write(&host, libvirt_host(&vm)).expect("libvirt host file");
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("peer-pods-cm".into());
+    cm.data = Some(BTreeMap::from([
+        ("CLOUD_PROVIDER".into(), "libvirt".into()),
+        ("LIBVIRT_URI".into(), format!("test://{}", host.display())),
+    ]));
+    config_maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("peer-pods-cm");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("peer-pods-secret".into());
+    secret.string_data = Some(BTreeMap::from([("LIBVIRT_POOL".into(), "default".into())]));
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("peer-pods-secret");
+
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let ps_deploy = deployments
+        .get(&format!("{fullname}-provider-service"))
+        .await
+        .expect("provider-service Deployment");
+    let pc_deploy = deployments
+        .get(&format!("{fullname}-peerpod-ctrl"))
+        .await
+        .expect("peerpod-ctrl Deployment");
+    let cc_deploy = deployments
+        .get(&format!("{fullname}-peer-pod-config-ctrl"))
+        .await
+        .expect("peer-pod-config-ctrl Deployment");
+    let sa_of = |d: &Deployment| {
+        d.spec
+            .template
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .expect("serviceAccountName")
+    };
+    let (ps_token, ps_client) = sa_client(cp, &admin, &ns, &sa_of(&ps_deploy)).await;
+    let (_, pc_client) = sa_client(cp, &admin, &ns, &sa_of(&pc_deploy)).await;
+    let (_, cc_client) = sa_client(cp, &admin, &ns, &sa_of(&cc_deploy)).await;
+    let (_, caa_client) = sa_client(cp, &admin, &ns, "cloud-api-adaptor").await;
+
+    // provider-service: its volumes laid out as a kubelet would. The configuration and credentials are read
+    // through the API as provider-service itself (its by-name grant); the serving certificate as the kubelet.
+    let ps_dir = work.path().join("provider-service");
+    let cm_name = volume(&ps_deploy, "config")
+        .config_map
+        .as_ref()
+        .map(|c| c.name.clone())
+        .expect("config volume");
+    let secret_name = volume(&ps_deploy, "credentials")
+        .secret
+        .as_ref()
+        .and_then(|s| s.secret_name.clone())
+        .expect("credentials volume");
+    let tls_name = volume(&ps_deploy, "tls")
+        .secret
+        .as_ref()
+        .and_then(|s| s.secret_name.clone())
+        .expect("tls volume");
+    let own_cm = Api::<ConfigMap>::namespaced(ps_client.clone(), &ns)
+        .get(&cm_name)
+        .await
+        .expect("provider-service reads peer-pods-cm");
+    let own_secret = Api::<Secret>::namespaced(ps_client.clone(), &ns)
+        .get(&secret_name)
+        .await
+        .expect("provider-service reads peer-pods-secret");
+    let tls = secrets
+        .get(&tls_name)
+        .await
+        .expect("TLS Secret from the chart");
+    let mounted = |name: &str| ps_dir.join(mount_path(&ps_deploy, name).trim_start_matches('/'));
+    mount_files(
+        &mounted("config"),
+        &own_cm
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect(),
+    );
+    mount_files(&mounted("credentials"), &secret_files(&own_secret));
+    mount_files(&mounted("tls"), &secret_files(&tls));
+    let ps_kubeconfig = work.path().join("provider-service.kubeconfig");
+    token_kubeconfig(&ps_kubeconfig, &ps_token);
+    let grpc_port = free_port();
+    let ps_admin: std::net::SocketAddr =
+        format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let mut ps_env = container_env(&ps_deploy, "provider-service-0");
+    relocate(&mut ps_env, "/etc/peerpods", &ps_dir.join("etc/peerpods"));
+    ps_env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
+    ps_env.insert("ADMIN_LISTEN".into(), ps_admin.to_string());
+    ps_env.insert("HOME".into(), work.path().display().to_string());
+    ps_env.insert("KUBECONFIG".into(), ps_kubeconfig.display().to_string());
+    let mut provider = Service::start(
+        "provider-service",
+        &service_binary("provider-service"),
+        &ps_env,
+        ps_admin,
+        work.path(),
+    );
+    provider.wait_ready().await;
+
+    // The controllers: chart environment, a token for the audience of the chart's projected volume, the CA
+    // from the chart's Secret, and provider-service on 127.0.0.1 verified under the chart's Service name.
+    let start_controller = async |name: &str, deployment: &Deployment, client_for_api: &str| {
+        let dir = work.path().join(name);
+        let projected = volume(deployment, "provider-service")
+            .projected
+            .clone()
+            .expect("projected volume");
+        let sources = projected.sources.unwrap_or_default();
+        let audience = sources
+            .iter()
+            .find_map(|s| s.service_account_token.as_ref())
+            .and_then(|t| t.audience.clone())
+            .expect("token audience");
+        let ca_secret = sources
+            .iter()
+            .find_map(|s| s.secret.as_ref())
+            .map(|s| s.name.clone())
+            .expect("CA secret");
+        let sa = sa_of(deployment);
+        let provider_token = testenv::service_account_token(&admin, &ns, &sa, &[&audience]).await;
+        let ca = secrets.get(&ca_secret).await.expect("CA Secret");
+        let mount = dir.join("mount");
+        mount_files(
+            &mount,
+            &BTreeMap::from([
+                ("token".to_string(), provider_token.into_bytes()),
+                (
+                    "ca.crt".to_string(),
+                    secret_files(&ca).remove("ca.crt").expect("ca.crt"),
+                ),
+            ]),
+        );
+        let kubeconfig = dir.join("kubeconfig");
+        token_kubeconfig(&kubeconfig, client_for_api);
+        let admin_addr: std::net::SocketAddr =
+            format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let mut env = container_env(deployment, &format!("{name}-0"));
+        relocate(
+            &mut env,
+            &mount_path(deployment, "provider-service"),
+            &mount,
+        );
+        let endpoint = env
+            .get("PROVIDER_ENDPOINT")
+            .cloned()
+            .expect("PROVIDER_ENDPOINT");
+        let host = endpoint
+            .trim_start_matches("https://")
+            .rsplit_once(':')
+            .map(|(h, _)| h.to_string())
+            .expect("https endpoint");
+        env.insert(
+            "PROVIDER_ENDPOINT".into(),
+            format!("https://127.0.0.1:{grpc_port}"),
+        );
+        env.insert("PROVIDER_SERVER_NAME".into(), host);
+        env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
+        env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+        let mut service =
+            Service::start(name, &service_binary(name), &env, admin_addr, work.path());
+        service.wait_ready().await;
+        (service, env)
+    };
+    let pc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&pc_deploy), &[]).await;
+    let (peerpod_ctrl, pc_env) = start_controller("peerpod-ctrl", &pc_deploy, &pc_api_token).await;
+    let cc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
+    let (config_ctrl, _) =
+        start_controller("peer-pod-config-ctrl", &cc_deploy, &cc_api_token).await;
+
+    // Both controllers elected themselves on their Leases in the release namespace.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+    for (lease, holder) in [
+        (pc_env["LEASE_NAME"].as_str(), "peerpod-ctrl-0"),
+        ("peer-pod-config-ctrl", "peer-pod-config-ctrl-0"),
+    ] {
+        testenv::wait_for(
+            &format!("Lease {lease} held by {holder}"),
+            Duration::from_secs(30),
+            || async {
+                let l = leases.get_opt(lease).await.ok().flatten()?;
+                (l.spec?.holder_identity.as_deref() == Some(holder)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // cloud-api-adaptor's view: provider-service answers its ServiceAccount (chart allow-list, TLS under the
+    // chart's name); an account the chart does not list is refused.
+    let caa_token = testenv::service_account_token(
+        &admin,
+        &ns,
+        "cloud-api-adaptor",
+        &[&pc_env_audience(&ps_env)],
+    )
+    .await;
+    let stranger =
+        testenv::service_account_token(&admin, &ns, "default", &[&pc_env_audience(&ps_env)]).await;
+    let ca_file = work.path().join("peerpod-ctrl/mount/ca.crt");
+    let server_name = format!("{fullname}-provider-service.{ns}.svc");
+    let list_vms = async |token: &str| {
+        let token_file = work.path().join(format!("token-{}", token.len()));
+        std::fs::write(&token_file, token).expect("token file");
+        let mut grpc = connect(&ProviderClientConfig {
+            endpoint: format!("https://127.0.0.1:{grpc_port}"),
+            ca_file: Some(ca_file.clone()),
+            tls_server_name: Some(server_name.clone()),
+            token_file: Some(token_file),
+            timeout: Some(Duration::from_secs(10)),
+        })
+        .expect("provider client");
+        grpc.list_instances(ListInstancesRequest {
+            cloud_provider: "libvirt".into(),
+            tag_selector: Default::default(),
+        })
+        .await
+        .map(|r| {
+            r.into_inner()
+                .instances
+                .into_iter()
+                .map(|i| i.instance_id)
+                .collect::<Vec<_>>()
+        })
+    };
+    let vms = list_vms(&caa_token).await.expect("CAA lists VMs");
+    assert!(vms.contains(&vm), "VM {vm} in {vms:?}");
+    let refused = list_vms(&stranger)
+        .await
+        .expect_err("default ServiceAccount must be refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+
+    // The PeerPod cleanup story: CAA (as its chart ServiceAccount) records the VM in a PeerPod owned by the
+    // Pod; the Pod is deleted; the garbage collector deletes the PeerPod; peerpod-ctrl deletes the VM through
+    // provider-service and releases the finalizer.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "workload"},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
+    }))
+    .expect("Pod");
+    let pod = pods
+        .create(&PostParams::default(), &pod)
+        .await
+        .expect("create Pod");
+    let gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "peerpods");
+    let peerpod: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPod",
+        "metadata": {
+            "name": "workload-resource-x7k2p",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "workload",
+                                 "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+            "finalizers": ["peer.pod/finalizer"]
+        },
+        "spec": {"cloudProvider": "libvirt", "instanceID": vm},
+        "status": {}
+    }))
+    .expect("PeerPod");
+    Api::<DynamicObject>::namespaced_with(caa_client.clone(), &ns, &resource)
+        .create(&PostParams::default(), &peerpod)
+        .await
+        .expect("cloud-api-adaptor creates the PeerPod");
+    pods.delete("workload", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    let peerpods: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
+    testenv::wait_for(
+        "PeerPod gone (VM deleted, finalizer released)",
+        Duration::from_secs(60),
+        || async {
+            matches!(peerpods.get_opt("workload-resource-x7k2p").await, Ok(None)).then_some(())
+        },
+    )
+    .await;
+    let vms = list_vms(&caa_token).await.expect("CAA lists VMs");
+    assert!(!vms.contains(&vm), "VM {vm} still there: {vms:?}");
+
+    // peer-pod-config-ctrl with the chart's RBAC: a PeerPodConfig gets its CAA DaemonSet, which runs as the
+    // chart's CAA ServiceAccount, and the webhook serving certificate.
+    let ppc_gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig");
+    let ppc_resource = ApiResource::from_gvk_with_plural(&ppc_gvk, "peerpodconfigs");
+    let config: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPodConfig",
+        "metadata": {"name": "peerpodconfig"},
+        "spec": {"limit": "4", "nodeSelector": {"node.kubernetes.io/worker": ""}}
+    }))
+    .expect("PeerPodConfig");
+    Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &ppc_resource)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create PeerPodConfig");
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let daemonset = testenv::wait_for("CAA DaemonSet", Duration::from_secs(60), || async {
+        daemonsets
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let caa_account = daemonset
+        .spec
+        .template
+        .spec
+        .and_then(|s| s.service_account_name);
+    assert_eq!(caa_account.as_deref(), Some("cloud-api-adaptor"));
+    testenv::wait_for(
+        "webhook serving certificate",
+        Duration::from_secs(60),
+        || async { secrets.get_opt("webhook-server-cert").await.ok().flatten() },
+    )
+    .await;
+
+    // Not too much: only provider-service may read the cloud credentials, and only by name.
+    let credentials = |c: &kube::Client| Api::<Secret>::namespaced(c.clone(), &ns);
+    assert!(
+        forbidden(credentials(&pc_client).get("peer-pods-secret").await),
+        "peerpod-ctrl read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&cc_client).get("peer-pods-secret").await),
+        "peer-pod-config-ctrl read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&caa_client).get("peer-pods-secret").await),
+        "cloud-api-adaptor read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&pc_client).list(&ListParams::default()).await),
+        "peerpod-ctrl listed Secrets"
+    );
+    assert!(
+        forbidden(credentials(&cc_client).list(&ListParams::default()).await),
+        "peer-pod-config-ctrl listed Secrets"
+    );
+    assert!(
+        forbidden(credentials(&ps_client).list(&ListParams::default()).await),
+        "provider-service listed Secrets"
+    );
+    assert!(
+        forbidden(credentials(&ps_client).get(&tls_name).await),
+        "provider-service read a Secret not granted by name"
+    );
+    assert!(
+        forbidden(
+            Api::<Pod>::namespaced(pc_client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+        ),
+        "peerpod-ctrl listed Pods"
+    );
+
+    drop((peerpod_ctrl, config_ctrl, provider));
+    run_ok(
+        &tool("helm"),
+        &[
+            "uninstall",
+            &release,
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+        None,
+    )
+    .await;
+}
+
+/// The audience provider-service checks (from its chart environment).
+fn pc_env_audience(ps_env: &BTreeMap<String, String>) -> String {
+    ps_env.get("AUDIENCE").cloned().expect("AUDIENCE")
+}

@@ -1,0 +1,339 @@
+//! Real tools and real processes for the chart tests: helm, kubeconform and kubectl from `.tools/bin`, the
+//! services' binaries from the workspace's target directory, the local control plane from testenv.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use deploy_tests::schemas;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{EnvVar, Volume};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+pub const CHART: &str = "deploy/chart/peerpods";
+/// The local control plane's version (testenv/controlplane), for `helm template` and kubeconform.
+pub const KUBE_VERSION: &str = "1.37.1";
+
+/// A tool built into `.tools/bin` by `make test`'s prerequisites.
+pub fn tool(name: &str) -> PathBuf {
+    let path = testenv::repo_root().join(".tools/bin").join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make helm kubeconform kubectl`",
+        path.display()
+    );
+    path
+}
+
+/// A binary of the workspace, as `cargo test --workspace` builds it next to this test.
+pub fn service_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target directory");
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build it first (`cargo build --bins` or `cargo test --workspace`)",
+        path.display()
+    );
+    path
+}
+
+/// Runs a command to completion; returns (success, stdout, stderr).
+pub async fn run(program: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .current_dir(testenv::repo_root())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", program.display()));
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin pipe");
+        pipe.write_all(input.as_bytes())
+            .await
+            .expect("writing stdin");
+        drop(pipe);
+    }
+    let out = child.wait_with_output().await.expect("waiting for command");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Like [`run`], but the command must succeed; returns stdout.
+pub async fn run_ok(program: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, stdout, stderr) = run(program, args, stdin).await;
+    assert!(
+        ok,
+        "{} {} failed:\n{stderr}\n{stdout}",
+        program.display(),
+        args.join(" ")
+    );
+    stdout
+}
+
+/// `helm template` of the chart with the CRDs, as installed into `namespace`.
+pub async fn render(release: &str, namespace: &str, values: &[&str]) -> String {
+    let mut args = vec![
+        "template",
+        release,
+        CHART,
+        "--namespace",
+        namespace,
+        "--include-crds",
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    for v in values {
+        args.extend(["-f", v]);
+    }
+    run_ok(&tool("helm"), &args, None).await
+}
+
+/// The YAML documents of a rendered manifest (Helm separates them with `---` lines).
+pub fn documents(manifest: &str) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut current = String::new();
+    for line in manifest.lines() {
+        if line == "---" {
+            docs.push(std::mem::take(&mut current));
+        } else {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    docs.push(current);
+    docs.into_iter()
+        .filter(|d| d.lines().any(|l| l.starts_with("kind: ")))
+        .collect()
+}
+
+/// The top-level `kind` of one document.
+pub fn kind_of(doc: &str) -> &str {
+    doc.lines()
+        .find_map(|l| l.strip_prefix("kind: "))
+        .unwrap_or_default()
+        .trim()
+}
+
+/// Writes kubeconform schemas for every kind the API server serves (CRDs included) under `dir`; returns the
+/// `-schema-location` argument.
+pub async fn write_schemas(client: &kube::Client, dir: &Path, strict: bool) -> String {
+    let request = http::Request::get("/openapi/v2")
+        .body(Vec::new())
+        .expect("request");
+    let text = client.request_text(request).await.expect("GET /openapi/v2");
+    let document: serde_json::Value = serde_json::from_str(&text).expect("OpenAPI JSON");
+    let kinds = schemas::from_openapi_v2(&document, strict).expect("schemas from OpenAPI");
+    for kind in &kinds {
+        let path = dir.join(kind.relative_path());
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("schema dir");
+        std::fs::write(&path, kind.schema.to_string()).expect("writing schema");
+    }
+    format!("{}/{}", dir.display(), schemas::LOCATION_TEMPLATE)
+}
+
+/// Waits until the API server's OpenAPI document describes `kind` of `group` (CRD schemas are published a
+/// moment after the CRD is Established).
+pub async fn wait_for_openapi_kind(client: &kube::Client, group: &str, kind: &str) {
+    let needle = format!("\"group\":\"{group}\",\"kind\":\"{kind}\"");
+    testenv::wait_for(
+        &format!("{group}/{kind} in /openapi/v2"),
+        Duration::from_secs(60),
+        || async {
+            let request = http::Request::get("/openapi/v2").body(Vec::new()).ok()?;
+            let text = client.request_text(request).await.ok()?;
+            text.replace(' ', "").contains(&needle).then_some(())
+        },
+    )
+    .await;
+}
+
+/// A kubeconfig for the local control plane that authenticates with `token` only.
+pub fn token_kubeconfig(path: &Path, token: &str) {
+    let admin =
+        std::fs::read_to_string(testenv::shared().kubeconfig_path()).expect("admin kubeconfig");
+    let mut config: serde_json::Value = serde_saphyr::from_str(&admin).expect("kubeconfig YAML");
+    let users = config["users"].as_array_mut().expect("users");
+    for user in users.iter_mut() {
+        user["user"] = serde_json::json!({ "token": token });
+    }
+    // JSON is YAML: every kubeconfig reader accepts it.
+    std::fs::write(path, config.to_string()).expect("writing kubeconfig");
+}
+
+/// A free port on 127.0.0.1 (bound and released; the service binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// HTTP status of GET `path` on `addr`, if it answers.
+pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A service binary running as a child process, stopped (and its log shown) when dropped.
+pub struct Service {
+    pub name: String,
+    pub admin: SocketAddr,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Starts `binary` with exactly `env` (nothing inherited), logging to `<dir>/<name>.log`.
+    pub fn start(
+        name: &str,
+        binary: &Path,
+        env: &BTreeMap<String, String>,
+        admin: SocketAddr,
+        dir: &Path,
+    ) -> Service {
+        let log = dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let child = Command::new(binary)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("log file"))
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        Service {
+            name: name.to_string(),
+            admin,
+            child,
+            log,
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 (fails early if the process exits).
+    pub async fn wait_ready(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("{} exited with {status}:\n{}", self.name, self.log_text());
+            }
+            if http_status(self.admin, "/readyz").await == Some(200) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} not ready after 60s:\n{}",
+                self.name,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        if std::thread::panicking() {
+            eprintln!("---- {} log ----\n{}", self.name, self.log_text());
+        }
+    }
+}
+
+/// The first container's environment of a chart Deployment, with the downward-API values a kubelet would
+/// fill in (Pod name and namespace).
+pub fn container_env(deployment: &Deployment, pod_name: &str) -> BTreeMap<String, String> {
+    let spec = deployment.spec.template.spec.as_ref().expect("pod spec");
+    let namespace = deployment.metadata.namespace.clone().unwrap_or_default();
+    let mut env = BTreeMap::new();
+    for EnvVar {
+        name,
+        value,
+        value_from,
+    } in spec.containers[0].env.clone().unwrap_or_default()
+    {
+        let value = match (value, value_from.and_then(|f| f.field_ref)) {
+            (Some(v), _) => v,
+            (None, Some(field)) if field.field_path == "metadata.name" => pod_name.to_string(),
+            (None, Some(field)) if field.field_path == "metadata.namespace" => namespace.clone(),
+            (None, other) => panic!("{name}: unsupported env source {other:?}"),
+        };
+        env.insert(name, value);
+    }
+    env
+}
+
+/// A volume of a chart Deployment's Pod, by name.
+pub fn volume<'a>(deployment: &'a Deployment, name: &str) -> &'a Volume {
+    deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name == name))
+        .unwrap_or_else(|| panic!("volume {name} in {:?}", deployment.metadata.name))
+}
+
+/// Where a container mounts volume `name`.
+pub fn mount_path(deployment: &Deployment, name: &str) -> String {
+    deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].volume_mounts.as_ref())
+        .and_then(|m| m.iter().find(|m| m.name == name))
+        .map(|m| m.mount_path.clone())
+        .unwrap_or_else(|| panic!("mount of {name} in {:?}", deployment.metadata.name))
+}
+
+/// Rewrites paths inside the Pod (`from`) to where the test laid the files out (`to`).
+pub fn relocate(env: &mut BTreeMap<String, String>, from: &str, to: &Path) {
+    for value in env.values_mut() {
+        let parts: Vec<String> = value
+            .split(',')
+            .map(|p| match p.strip_prefix(from) {
+                Some(rest) => format!("{}{rest}", to.display()),
+                None => p.to_string(),
+            })
+            .collect();
+        *value = parts.join(",");
+    }
+}
+
+/// Writes each `key -> bytes` as a file in `dir`, as a kubelet mounts a ConfigMap or Secret.
+pub fn mount_files(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
+    std::fs::create_dir_all(dir).expect("mount dir");
+    for (key, bytes) in files {
+        std::fs::write(dir.join(key), bytes).expect("writing mounted file");
+    }
+}
