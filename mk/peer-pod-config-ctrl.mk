@@ -33,12 +33,15 @@ dev-peerpodconfig-capacity: $(KUBECTL)
 
 DEV_PREREQS += dev-peerpodconfig
 DEV_PROCS += peer-pod-config-ctrl
-# The controller, then (in the same log) the capacity every node got once the sample is set up.
+# The controller (exec'd, so stopping `make dev` stops it), talking to the local provider-service for
+# capacityFromProvider. Beside it, a loop waits for the sample's setupCompleted and prints the capacity every node
+# got, into the log and to the terminal when there is one.
 DEV_CMD_peer-pod-config-ctrl = \
-	PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(CARGO) run --quiet -p peer-pod-config-ctrl -- \
-	  --admin-listen 127.0.0.1:18082 & \
-	for i in $$(seq 1 600); do \
-	  [ "$$($(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) get peerpodconfig -n $(PEERPODS_DEV_NAMESPACE) peerpodconfig -o jsonpath='{.status.setupCompleted}' 2>/dev/null)" = true ] && break; sleep 1; \
-	done; \
-	$(MAKE) --no-print-directory dev-peerpodconfig-capacity | tee /dev/stderr; \
-	wait
+	{ for i in $$(seq 1 600); do \
+	    [ "$$($(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) get peerpodconfig -n $(PEERPODS_DEV_NAMESPACE) peerpodconfig \
+	          -o jsonpath='{.status.setupCompleted}' 2>/dev/null)" = true ] && break; sleep 1; \
+	  done; \
+	  out="$$($(MAKE) --no-print-directory dev-peerpodconfig-capacity 2>&1)"; echo "$$out"; \
+	  { printf '\npeer-pod-config-ctrl: capacity per node\n%s\n' "$$out" > /dev/tty; } 2>/dev/null || true; } & \
+	exec env PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(CARGO) run --quiet -p peer-pod-config-ctrl -- \
+	  --admin-listen 127.0.0.1:18082 --provider-endpoint http://127.0.0.1:50051 --provider-auth none

@@ -171,7 +171,13 @@ fn relevant_node_changes(
                 seen.remove(&node.name_any());
                 Some(Ok(node))
             }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            // A re-list (after a watch expired) may hide deletions that happened meanwhile: forget what was seen
+            // so every listed node counts as a change and the configs are reconciled against the fresh list.
+            Ok(watcher::Event::Init) => {
+                seen.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => None,
             Err(e) => Some(Err(e)),
         };
         std::future::ready(out)

@@ -14,8 +14,7 @@ use serde::{Deserialize, Serialize};
 /// Largest limit accepted. Keeps every value inside `u32` and CEL's `int()` conversion safe.
 pub const MAX_LIMIT: u32 = 999_999_999;
 
-/// Desired state of the peer-pods runtime on this cluster: which nodes run cloud-api-adaptor, how many peer-pod VMs
-/// the scheduler may place, and how the CAA DaemonSet and the peer-pods webhook are deployed.
+/// Desired state of the peer-pods runtime on this cluster: which nodes run cloud-api-adaptor, how many peer-pod VMs the scheduler may place, and how the CAA DaemonSet and the peer-pods webhook are deployed.
 // The lint misreads the repeated `type_ = ...` keys of separate printcolumn(...) entries as duplicates.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -63,14 +62,11 @@ pub const MAX_LIMIT: u32 = 999_999_999;
     .reason(Reason::FieldValueRequired))]
 #[serde(rename_all = "camelCase")]
 pub struct PeerPodConfigSpec {
-    /// Cloud instance type of the peer-pod VMs (informational, as upstream; CAA reads its own configuration from
-    /// the ConfigMap).
+    /// Cloud instance type of the peer-pod VMs (informational, as upstream; CAA reads its own configuration from the ConfigMap).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_type: Option<String>,
 
-    /// Cluster-wide number of peer-pod VMs. It is spread as evenly as possible over the selected nodes (values
-    /// differ by at most one) and advertised as the extended resource kata.peerpods.io/vm. A non-negative integer,
-    /// written as a number or, as upstream, as a string such as "10". Mutually exclusive with limitPerNode.
+    /// Cluster-wide number of peer-pod VMs. It is spread as evenly as possible over the selected nodes (values differ by at most one) and advertised as the extended resource kata.peerpods.io/vm. A non-negative integer, written as a number or, as upstream, as a string such as "10". Mutually exclusive with limitPerNode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new(
         "type(self) == int ? (self >= 0 && self <= 999999999) : self.matches('^[0-9]{1,9}$')"
@@ -78,14 +74,12 @@ pub struct PeerPodConfigSpec {
     .reason(Reason::FieldValueInvalid))]
     pub limit: Option<IntOrString>,
 
-    /// Number of peer-pod VMs advertised on every selected node (kata.peerpods.io/vm). Mutually exclusive with
-    /// limit.
+    /// Number of peer-pod VMs advertised on every selected node (kata.peerpods.io/vm). Mutually exclusive with limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 999_999_999))]
     pub limit_per_node: Option<u32>,
 
-    /// Name of the Secret (in the PeerPodConfig's namespace) holding the cloud credentials CAA reads as
-    /// environment variables.
+    /// Name of the Secret (in the PeerPodConfig's namespace) holding the cloud credentials CAA reads as environment variables.
     #[serde(default = "default_cloud_secret_name")]
     #[schemars(length(min = 1, max = 253))]
     pub cloud_secret_name: String,
@@ -95,13 +89,11 @@ pub struct PeerPodConfigSpec {
     #[schemars(length(min = 1, max = 253))]
     pub config_map_name: String,
 
-    /// Labels a node must carry to run cloud-api-adaptor and receive kata.peerpods.io/vm capacity. Every listed
-    /// label must match exactly; an empty value matches a label with an empty value.
+    /// Labels a node must carry to run cloud-api-adaptor and receive kata.peerpods.io/vm capacity. Every listed label must match exactly; an empty value matches a label with an empty value.
     #[serde(default = "default_node_selector")]
     pub node_selector: BTreeMap<String, String>,
 
-    /// Cap the total by the free capacity the provider service reports for a cloud provider. Unset means the
-    /// limit alone decides.
+    /// Cap the total by the free capacity the provider service reports for a cloud provider. Unset means the limit alone decides.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_from_provider: Option<CapacityFromProvider>,
 
@@ -184,14 +176,12 @@ pub struct CaaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
 
-    /// ServiceAccount the DaemonSet runs as. Its RBAC (PeerPods create/patch, Pods get, Nodes get/patch,
-    /// nodes/status patch) ships with the Helm chart; this controller never grants permissions itself.
+    /// ServiceAccount the DaemonSet runs as. Its RBAC (PeerPods create/patch, Pods get, Nodes get/patch, nodes/status patch) ships with the Helm chart; this controller never grants permissions itself.
     #[serde(default = "default_caa_service_account")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: String,
 
-    /// Extra environment variables for cloud-api-adaptor, after the Secret and ConfigMap. PEERPODS_LIMIT_PER_NODE
-    /// is always -1: this controller advertises node capacity, so CAA must not.
+    /// Extra environment variables for cloud-api-adaptor, after the Secret and ConfigMap. PEERPODS_LIMIT_PER_NODE is always -1: this controller advertises node capacity, so CAA must not.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
 }
@@ -220,8 +210,7 @@ pub struct WebhookSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
 
-    /// Number of webhook replicas. The webhook fails closed (failurePolicy Fail), so more than one keeps pod
-    /// creation working during a rollout.
+    /// Number of webhook replicas. The webhook fails closed (failurePolicy Fail), so more than one keeps pod creation working during a rollout.
     #[serde(default = "default_webhook_replicas")]
     #[schemars(range(min = 1, max = 10))]
     pub replicas: i32,
@@ -271,8 +260,7 @@ impl PullPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PeerPodConfigStatus {
-    /// True once the DaemonSet and webhook objects exist and every selected node advertises its capacity
-    /// (upstream field; pods becoming ready is reported by the conditions).
+    /// True once the DaemonSet and webhook objects exist and every selected node advertises its capacity (upstream field; pods becoming ready is reported by the conditions).
     #[serde(default)]
     pub setup_completed: bool,
 
@@ -341,8 +329,7 @@ fn default_webhook_service_account() -> String {
     "peer-pods-webhook".into()
 }
 
-/// What the spec asks for, once parsed: the schema already rejects most bad input, this catches the rest
-/// (and objects stored before the schema was tightened).
+/// What the spec asks for, once parsed: the schema already rejects most bad input, this catches the rest (and objects stored before the schema was tightened).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Limit {
     /// Cluster-wide total, spread over the selected nodes.
