@@ -27,10 +27,10 @@ IMG_TAG = $(lastword $(subst :, ,$(lastword $(subst /, ,$(IMG)))))
 SERVICES := provider-service peerpod-ctrl peer-pod-config-ctrl
 
 TEST_PREREQS += helm kubeconform kubectl
-CHECKS += chart-crds-check images-check
+CHECKS += chart-crds-check tiltfile-check images-check
 
 .PHONY: helm kubeconform manifests chart-crds chart-crds-check helm-lint install uninstall run deploy undeploy \
-	docker-build docker-push images-binaries images-check images-verify buildah
+	docker-build docker-push images-binaries images-check images-verify buildah tilt tiltfile-check
 
 ## Tools
 
@@ -183,3 +183,16 @@ images-verify: buildah
 	  echo "$$out" | grep -q '^Usage: ' || { echo "$$s --help printed no usage: $$out"; exit 1; }; \
 	  echo "image $$s: user $$user, entrypoint $$entry, --help ok"; \
 	done
+
+## Tilt
+
+# Tilt from Go modules. The module proxy currently refuses github.com/tilt-dev/tilt ("403 Forbidden: This
+# module version is not available"), so this may fail; `make tiltfile-check` evaluates the Tiltfile without it.
+TILT_VERSION ?= latest
+tilt:
+	GOBIN=$(TOOLS)/bin $(GO) install github.com/tilt-dev/tilt/cmd/tilt@$(TILT_VERSION)
+
+# The Tiltfile's Starlark, evaluated in both modes with the Tilt API it uses (deploy/tiltfile-check): its
+# resources, watched paths, flags (run against the built binaries), image refs and the chart it deploys.
+tiltfile-check: $(HELM)
+	cd $(ROOT)/deploy/tiltfile-check && $(GO) test -count=1 ./...
