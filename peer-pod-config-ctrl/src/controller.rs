@@ -124,7 +124,13 @@ pub fn new(
         .owns(Api::<DaemonSet>::namespaced(client.clone(), &ns), owned())
         .owns(Api::<Deployment>::namespaced(client.clone(), &ns), owned())
         .owns(Api::<Service>::namespaced(client.clone(), &ns), owned())
-        .owns(Api::<Secret>::namespaced(client.clone(), &ns), owned())
+        // By name: the Secret RBAC covers only the serving certificate (the cloud credentials Secret lives in the
+        // same namespace and stays out of reach), and list/watch under resourceNames needs this field selector.
+        .owns(
+            Api::<Secret>::namespaced(client.clone(), &ns),
+            watcher::Config::default()
+                .fields(&format!("metadata.name={}", objects::WEBHOOK_CERT_SECRET)),
+        )
         .watches(
             Api::<MutatingWebhookConfiguration>::all(client.clone()),
             watcher::Config::default()
