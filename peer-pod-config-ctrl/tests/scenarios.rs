@@ -715,3 +715,106 @@ async fn a_thousand_nodes_follow_a_limit_change() {
     );
     s.finish().await;
 }
+
+/// A TLS server on 127.0.0.1 with the webhook's certificate and key; a client that trusts only `ca.crt`
+/// connects for `server_name`. Ok when the handshake succeeds.
+async fn handshake(ca: &[u8], cert: &[u8], key: &[u8], server_name: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    use tokio_rustls::rustls::{self, ClientConfig, RootCertStore, ServerConfig};
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain: Vec<CertificateDer> = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| e.to_string())?;
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| e.to_string())?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server));
+    let serve = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.ok()?;
+        let mut tls = acceptor.accept(tcp).await.ok()?;
+        tls.write_all(b"ok").await.ok()?;
+        tls.shutdown().await.ok()
+    });
+    let mut roots = RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(ca) {
+        roots
+            .add(ca.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let client = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(|e| e.to_string())?;
+    let result = async {
+        let mut tls = connector
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut reply = Vec::new();
+        tls.read_to_end(&mut reply)
+            .await
+            .map_err(|e| e.to_string())?;
+        (reply == b"ok")
+            .then_some(())
+            .ok_or_else(|| "no reply".to_owned())
+    }
+    .await;
+    serve.abort();
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_trusting_the_ca_bundle_completes_a_tls_handshake_for_the_service_name() {
+    let s = Scenario::start("ppc-tls").await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 1, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.ns);
+    let secret = testenv::wait_for("serving certificate", TIMEOUT, || async {
+        secrets.get_opt(WEBHOOK_CERT_SECRET).await.ok().flatten()
+    })
+    .await;
+    let data = secret.data.expect("Secret data");
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+    let mwc = testenv::wait_for("webhook configuration", TIMEOUT, || async {
+        mwcs.get_opt(WEBHOOK_CONFIGURATION).await.ok().flatten()
+    })
+    .await;
+    // Trust exactly what the API server trusts: the configuration's caBundle.
+    let bundle = mwc.webhooks.expect("webhooks")[0]
+        .client_config
+        .ca_bundle
+        .clone()
+        .expect("caBundle")
+        .0;
+    let (cert, key) = (&data["tls.crt"].0, &data["tls.key"].0);
+    let service_name = format!("{WEBHOOK_SERVICE}.{}.svc", s.ns);
+    handshake(&bundle, cert, key, &service_name)
+        .await
+        .expect("handshake for the Service name");
+    let other = format!("other.{}.svc", s.ns);
+    assert!(
+        handshake(&bundle, cert, key, &other).await.is_err(),
+        "certificate accepted for {other}"
+    );
+    s.finish().await;
+}
