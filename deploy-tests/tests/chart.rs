@@ -310,6 +310,29 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await
         .expect("peer-pods-secret");
 
+    // An upgrade keeps provider-service's certificate (and so the CA every client trusts).
+    let tls_secret = format!("{fullname}-provider-service-tls");
+    let issued = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    run_ok(
+        &tool("helm"),
+        &[
+            "upgrade",
+            &release,
+            CHART,
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+        None,
+    )
+    .await;
+    let kept = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    assert!(
+        issued.is_some() && issued == kept,
+        "helm upgrade replaced the certificate"
+    );
+
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
     let ps_deploy = deployments
         .get(&format!("{fullname}-provider-service"))
