@@ -108,10 +108,15 @@ pub async fn apply(api: &Api<Node>, changes: &[(String, CapacityChange)]) -> Res
         let api = api.clone();
         async move {
             let patch = json_patch(&change)?;
-            api.patch_status(&node, &PatchParams::default(), &Patch::<()>::Json(patch))
+            match api
+                .patch_status(&node, &PatchParams::default(), &Patch::<()>::Json(patch))
                 .await
-                .map_err(|source| Error::NodeCapacity { node, source })?;
-            Ok::<_, Error>(1usize)
+            {
+                Ok(_) => Ok::<_, Error>(1usize),
+                // Deleted since the cache saw it: nothing to advertise on; the deletion event rebalances.
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(0),
+                Err(source) => Err(Error::NodeCapacity { node, source }),
+            }
         }
     });
     futures::stream::iter(patches)

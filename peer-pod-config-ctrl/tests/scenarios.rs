@@ -552,6 +552,27 @@ async fn invalid_limits_are_rejected_by_the_api_server_or_reported_as_invalid() 
         ("True", "InvalidNodeSelector"),
         "{invalid:?}"
     );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
+    let warning = testenv::wait_for(
+        "Warning Event for the invalid selector",
+        TIMEOUT,
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("InvalidNodeSelector")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                            == Some("bad-selector")
+                })
+        },
+    )
+    .await;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert!(warning.note.unwrap_or_default().contains("not a label!"));
     api.delete("bad-selector", &DeleteParams::default())
         .await
         .expect("delete");
