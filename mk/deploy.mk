@@ -167,6 +167,9 @@ docker-push: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 images-check: buildah
 	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=localhost/peerpods-check:test
 	$(MAKE) --no-print-directory images-verify IMG=localhost/peerpods-check:test
+	@# vfs storage keeps full copies: drop the check images and anything left untagged.
+	@$(BUILDAH) rmi $(foreach s,$(SERVICES),localhost/peerpods-check/$(s):test) >/dev/null
+	@$(BUILDAH) rmi --prune >/dev/null 2>&1 || true
 
 # Checks the images of IMG built by buildah.
 images-verify: buildah
