@@ -1,0 +1,185 @@
+//! The run's own control plane (testenv: etcd, kube-apiserver, kube-controller-manager on 127.0.0.1) with both
+//! CRDs, and the objects scenarios create in bulk.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use kube::api::{Api, ObjectMeta, PostParams};
+use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
+
+use crate::Error;
+
+/// Objects created at once while arranging a scenario.
+const CREATE_CONCURRENCY: usize = 32;
+
+pub struct Cluster {
+    control_plane: testenv::ControlPlane,
+    pub client: kube::Client,
+}
+
+impl Cluster {
+    /// Starts a control plane of its own (not the tests' shared one) and installs the CRDs.
+    pub async fn start() -> Result<Cluster, Error> {
+        let control_plane = tokio::task::spawn_blocking(testenv::ControlPlane::start)
+            .await
+            .map_err(|e| Error::Setup(format!("starting the control plane: {e}")))??;
+        let client = kube::Client::try_from(control_plane.config().await?)?;
+        for crds in [
+            "deploy/crds/peerpods.yaml",
+            "deploy/crds/peerpodconfigs.yaml",
+        ] {
+            let client = client.clone();
+            // testenv's helper panics on failure (it is made for tests); a task turns that into an error.
+            tokio::spawn(async move { testenv::apply_crds(&client, crds).await })
+                .await
+                .map_err(|e| Error::Setup(format!("applying {crds}: {e}")))?;
+        }
+        Ok(Cluster {
+            control_plane,
+            client,
+        })
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        self.control_plane.kubeconfig_path()
+    }
+
+    /// Creates namespace `name` with the ServiceAccounts peer-pod-config-ctrl's owned objects name.
+    pub async fn namespace(&self, name: &str) -> Result<(), Error> {
+        let namespaces: Api<Namespace> = Api::all(self.client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &Namespace {
+                    metadata: meta(name),
+                    ..Namespace::default()
+                },
+            )
+            .await?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(self.client.clone(), name);
+        for account in ["cloud-api-adaptor", "peer-pods-webhook"] {
+            accounts
+                .create(
+                    &PostParams::default(),
+                    &ServiceAccount {
+                        metadata: meta(account),
+                        ..ServiceAccount::default()
+                    },
+                )
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub fn peerpods(&self, ns: &str) -> Api<PeerPod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+
+    /// PeerPods `<prefix>-<i>` as cloud-api-adaptor creates them (with the finalizer), one per instance id.
+    pub async fn create_peerpods(
+        &self,
+        ns: &str,
+        prefix: &str,
+        provider: &str,
+        instance_ids: &[String],
+    ) -> Result<(), Error> {
+        let api = self.peerpods(ns);
+        futures::stream::iter(instance_ids.iter().enumerate())
+            .map(|(i, id)| {
+                let api = api.clone();
+                let mut peerpod = PeerPod::new(
+                    &format!("{prefix}-{i}"),
+                    PeerPodSpec {
+                        cloud_provider: provider.into(),
+                        instance_id: id.clone(),
+                    },
+                );
+                peerpod.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+                async move { api.create(&PostParams::default(), &peerpod).await }
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .try_for_each(|_| async { Ok(()) })
+            .await?;
+        Ok(())
+    }
+
+    /// Nodes `<prefix>-<i>` carrying `labels` (created through the API: there is no kubelet).
+    pub async fn create_nodes(
+        &self,
+        prefix: &str,
+        count: usize,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Vec<String>, Error> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i:05}")).collect();
+        futures::stream::iter(names.iter())
+            .map(|name| {
+                let api = api.clone();
+                let node = Node {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        labels: Some(labels.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Node::default()
+                };
+                async move { api.create(&PostParams::default(), &node).await }
+            })
+            .buffer_unordered(CREATE_CONCURRENCY)
+            .try_for_each(|_| async { Ok(()) })
+            .await?;
+        Ok(names)
+    }
+
+    /// kube-apiserver's own Prometheus metrics (the admin user may read /metrics).
+    pub async fn apiserver_metrics(&self) -> Result<String, Error> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|e| Error::Setup(format!("building GET /metrics: {e}")))?;
+        Ok(self.client.request_text(request).await?)
+    }
+}
+
+/// The control plane stops with the run, however the run ends (it also watches this process and exits with it).
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.control_plane.stop();
+    }
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Polls `check` every `every` until it returns `Some`, for at most `timeout`.
+pub async fn wait_until<T, F, Fut>(
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut check: F,
+) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, Error>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await? {
+            return Ok(value);
+        }
+        if started.elapsed() > timeout {
+            return Err(Error::Timeout {
+                what: what.into(),
+                seconds: timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(every).await;
+    }
+}

@@ -1,0 +1,41 @@
+//! Sizes and paths of one run. Defaults are the sizes of issue 7; small runs pass smaller ones.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The scenarios a run can select. `cloud_calls` is measured during the storm, so it comes with it.
+pub const SCENARIOS: [&str; 4] = ["storm", "memory", "convergence", "grpc"];
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// PeerPods (and moto instances) in the cleanup storm.
+    pub storm: usize,
+    /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
+    pub floor_concurrency: usize,
+    /// PeerPods in the cluster while peak RSS is measured.
+    pub memory_peerpods: usize,
+    /// Nodes in the cluster while peak RSS is measured.
+    pub memory_nodes: usize,
+    /// Nodes whose capacity the convergence scenario changes.
+    pub convergence_nodes: usize,
+    /// How long API writes are counted once the nodes are right.
+    pub steady_window: Duration,
+    /// DeleteInstance calls timed each way in the gRPC scenario.
+    pub grpc_calls: usize,
+    /// Which scenarios run (names from [`SCENARIOS`]).
+    pub scenarios: Vec<String>,
+    /// Where the release binaries of provider-service, peerpod-ctrl and peer-pod-config-ctrl are.
+    pub bin_dir: PathBuf,
+    /// The Python that runs moto server.
+    pub moto_python: PathBuf,
+    /// Logs of every process the run starts.
+    pub log_dir: PathBuf,
+    /// Longest wait for any one condition (a storm draining, nodes converging).
+    pub timeout: Duration,
+}
+
+impl Options {
+    pub fn selected(&self, scenario: &str) -> bool {
+        self.scenarios.iter().any(|s| s == scenario)
+    }
+}

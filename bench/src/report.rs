@@ -1,0 +1,357 @@
+//! The results of a run: `target/bench/results.json` (one key per scenario, in the order of [`Results`]) and the
+//! table printed at the end.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::Error;
+
+/// A scenario's figures, or why there are none.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Outcome<T> {
+    Measured(T),
+    /// A part the scenario needs is not there (or the scenario was not selected).
+    Skipped {
+        skipped: String,
+    },
+    /// The scenario ran and broke; no figures.
+    Failed {
+        failed: String,
+    },
+}
+
+impl<T> Outcome<T> {
+    pub fn skipped(why: impl Into<String>) -> Self {
+        Outcome::Skipped {
+            skipped: why.into(),
+        }
+    }
+
+    pub fn from_result(result: Result<T, Error>) -> Self {
+        match result {
+            Ok(figures) => Outcome::Measured(figures),
+            Err(e) => Outcome::from_error(&e),
+        }
+    }
+
+    /// Skipped when a part is missing, failed otherwise.
+    pub fn from_error(error: &Error) -> Self {
+        match error {
+            Error::Missing { .. } => Outcome::skipped(error.to_string()),
+            _ => Outcome::Failed {
+                failed: format!("{error} ({})", error.reason()),
+            },
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        matches!(self, Outcome::Failed { .. })
+    }
+}
+
+/// Field order is the order of the keys in results.json.
+#[derive(Debug, Serialize)]
+pub struct Results {
+    pub storm: Outcome<Storm>,
+    pub memory: Outcome<Memory>,
+    pub cloud_calls: Outcome<CloudCalls>,
+    pub convergence: Outcome<Convergence>,
+    pub grpc: Outcome<Grpc>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Storm {
+    pub peerpods: usize,
+    /// Delete of all PeerPods → every finalizer released and every moto instance terminated.
+    pub cleanup_seconds: f64,
+    /// Delete of all PeerPods → the same client released every finalizer with parallel patches, no cloud call.
+    pub floor_seconds: f64,
+    pub floor_concurrency: usize,
+    /// cleanup_seconds / floor_seconds.
+    pub ratio: f64,
+    pub peerpods_per_second: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Memory {
+    pub peerpods: usize,
+    pub nodes: usize,
+    pub peerpod_ctrl_peak_rss_mib: f64,
+    pub peer_pod_config_ctrl_peak_rss_mib: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CloudCalls {
+    pub deletes: usize,
+    /// EC2 API calls provider-service made during the storm (its provider_service_cloud_api_calls_total).
+    pub ec2_calls: u64,
+    pub ec2_calls_by_operation: BTreeMap<String, u64>,
+    pub ec2_calls_per_delete: f64,
+    /// DeleteInstance calls provider-service answered (peerpod-ctrl → provider-service).
+    pub delete_instance_calls: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Convergence {
+    pub nodes: usize,
+    pub from_total: u32,
+    pub to_total: u32,
+    /// Controller start → every node has its share of from_total.
+    pub first_spread_seconds: f64,
+    /// PeerPodConfig update → every node has its share of to_total.
+    pub change_seconds: f64,
+    /// Node capacity patches the controller counted for the change.
+    pub change_node_writes: u64,
+    pub steady_window_seconds: f64,
+    /// Writes (POST/PUT/PATCH/APPLY/DELETE) the API server served in the window, by resource (all clients,
+    /// including kube-controller-manager).
+    pub steady_api_writes_by_resource: BTreeMap<String, u64>,
+    pub steady_api_writes: u64,
+    /// Writes peer-pod-config-ctrl counted itself in the window (node capacity, owned objects, status).
+    pub steady_controller_writes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Grpc {
+    pub calls: usize,
+    pub direct_p50_us: f64,
+    pub direct_p99_us: f64,
+    pub grpc_p50_us: f64,
+    pub grpc_p99_us: f64,
+    /// grpc_p50_us - direct_p50_us.
+    pub overhead_p50_us: f64,
+}
+
+impl Results {
+    pub fn any_failed(&self) -> bool {
+        self.storm.failed()
+            || self.memory.failed()
+            || self.cloud_calls.failed()
+            || self.convergence.failed()
+            || self.grpc.failed()
+    }
+
+    pub fn to_json(&self) -> Result<String, Error> {
+        Ok(serde_json::to_string_pretty(self)? + "\n")
+    }
+
+    /// The table printed at the end of a run: scenario, figure, value.
+    pub fn table(&self) -> String {
+        let mut rows: Vec<(String, String, String)> = Vec::new();
+        let mut add = |scenario: &str, figure: &str, value: String| {
+            rows.push((scenario.into(), figure.into(), value));
+        };
+        match &self.storm {
+            Outcome::Measured(s) => {
+                add("storm", "PeerPods", s.peerpods.to_string());
+                add(
+                    "storm",
+                    "cleanup (finalizers + instances)",
+                    secs(s.cleanup_seconds),
+                );
+                add(
+                    "storm",
+                    &format!("floor (parallel patches x{})", s.floor_concurrency),
+                    secs(s.floor_seconds),
+                );
+                add("storm", "ratio cleanup / floor", format!("{:.2}x", s.ratio));
+                add(
+                    "storm",
+                    "PeerPods/s",
+                    format!("{:.1}", s.peerpods_per_second),
+                );
+            }
+            other => add("storm", "", not_measured(other)),
+        }
+        match &self.memory {
+            Outcome::Measured(m) => {
+                add(
+                    "memory",
+                    "PeerPods / Nodes",
+                    format!("{} / {}", m.peerpods, m.nodes),
+                );
+                add(
+                    "memory",
+                    "peerpod-ctrl peak RSS",
+                    mib(m.peerpod_ctrl_peak_rss_mib),
+                );
+                add(
+                    "memory",
+                    "peer-pod-config-ctrl peak RSS",
+                    mib(m.peer_pod_config_ctrl_peak_rss_mib),
+                );
+            }
+            other => add("memory", "", not_measured(other)),
+        }
+        match &self.cloud_calls {
+            Outcome::Measured(c) => {
+                add("cloud_calls", "deletes", c.deletes.to_string());
+                add("cloud_calls", "EC2 calls", c.ec2_calls.to_string());
+                for (operation, n) in &c.ec2_calls_by_operation {
+                    add("cloud_calls", &format!("  {operation}"), n.to_string());
+                }
+                add(
+                    "cloud_calls",
+                    "EC2 calls per delete",
+                    format!("{:.3}", c.ec2_calls_per_delete),
+                );
+                add(
+                    "cloud_calls",
+                    "DeleteInstance gRPC calls",
+                    c.delete_instance_calls.to_string(),
+                );
+            }
+            other => add("cloud_calls", "", not_measured(other)),
+        }
+        match &self.convergence {
+            Outcome::Measured(c) => {
+                add("convergence", "nodes", c.nodes.to_string());
+                add(
+                    "convergence",
+                    &format!("first spread (total {})", c.from_total),
+                    secs(c.first_spread_seconds),
+                );
+                add(
+                    "convergence",
+                    &format!("change {} -> {}", c.from_total, c.to_total),
+                    secs(c.change_seconds),
+                );
+                add(
+                    "convergence",
+                    "node patches for the change",
+                    c.change_node_writes.to_string(),
+                );
+                let window = format!("{:.0}s", c.steady_window_seconds);
+                add(
+                    "convergence",
+                    &format!("steady API writes / {window}"),
+                    c.steady_api_writes.to_string(),
+                );
+                for (resource, n) in &c.steady_api_writes_by_resource {
+                    add("convergence", &format!("  {resource}"), n.to_string());
+                }
+                add(
+                    "convergence",
+                    &format!("steady controller writes / {window}"),
+                    c.steady_controller_writes.to_string(),
+                );
+            }
+            other => add("convergence", "", not_measured(other)),
+        }
+        match &self.grpc {
+            Outcome::Measured(g) => {
+                add("grpc", "DeleteInstance calls each way", g.calls.to_string());
+                add(
+                    "grpc",
+                    "direct p50 / p99",
+                    format!("{} / {}", us(g.direct_p50_us), us(g.direct_p99_us)),
+                );
+                add(
+                    "grpc",
+                    "via gRPC p50 / p99",
+                    format!("{} / {}", us(g.grpc_p50_us), us(g.grpc_p99_us)),
+                );
+                add("grpc", "overhead p50", us(g.overhead_p50_us));
+            }
+            other => add("grpc", "", not_measured(other)),
+        }
+        let width =
+            |f: fn(&(String, String, String)) -> usize| rows.iter().map(f).max().unwrap_or(0);
+        let (w0, w1) = (width(|r| r.0.len()).max(8), width(|r| r.1.len()).max(6));
+        let mut out = String::new();
+        let _ = writeln!(out, "{:<w0$}  {:<w1$}  value", "scenario", "figure");
+        let _ = writeln!(
+            out,
+            "{}  {}  {}",
+            "-".repeat(w0),
+            "-".repeat(w1),
+            "-".repeat(12)
+        );
+        for (scenario, figure, value) in &rows {
+            let _ = writeln!(out, "{scenario:<w0$}  {figure:<w1$}  {value}");
+        }
+        out
+    }
+}
+
+fn not_measured<T>(outcome: &Outcome<T>) -> String {
+    match outcome {
+        Outcome::Skipped { skipped } => format!("skipped: {skipped}"),
+        Outcome::Failed { failed } => format!("failed: {failed}"),
+        Outcome::Measured(_) => String::new(),
+    }
+}
+
+fn secs(s: f64) -> String {
+    format!("{s:.2} s")
+}
+
+fn mib(m: f64) -> String {
+    format!("{m:.1} MiB")
+}
+
+fn us(u: f64) -> String {
+    format!("{u:.0} µs")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_keys_in_issue_order_with_skips_and_failures() {
+        let results = Results {
+            storm: Outcome::Measured(Storm {
+                peerpods: 2,
+                cleanup_seconds: 4.0,
+                floor_seconds: 1.0,
+                floor_concurrency: 32,
+                ratio: 4.0,
+                peerpods_per_second: 0.5,
+            }),
+            memory: Outcome::skipped("not selected"),
+            cloud_calls: Outcome::from_result(Err(Error::Missing {
+                what: "moto".into(),
+                hint: "make moto".into(),
+            })),
+            convergence: Outcome::from_result(Err(Error::Setup("broken".into()))),
+            grpc: Outcome::skipped("not selected"),
+        };
+        let json = results.to_json().expect("encodes");
+        let keys: Vec<usize> = [
+            "\"storm\"",
+            "\"memory\"",
+            "\"cloud_calls\"",
+            "\"convergence\"",
+            "\"grpc\"",
+        ]
+        .iter()
+        .map(|k| json.find(k).expect("key present"))
+        .collect();
+        assert!(
+            keys.windows(2).all(|w| w[0] < w[1]),
+            "keys out of order: {json}"
+        );
+        let value: serde_json::Value = serde_json::from_str(&json).expect("parses");
+        assert_eq!(value["memory"]["skipped"], "not selected");
+        assert!(
+            value["cloud_calls"]["skipped"]
+                .as_str()
+                .is_some_and(|s| s.contains("make moto"))
+        );
+        assert!(
+            value["convergence"]["failed"]
+                .as_str()
+                .is_some_and(|s| s.contains("Setup"))
+        );
+        assert_eq!(value["storm"]["ratio"], 4.0);
+        assert!(results.any_failed());
+        let table = results.table();
+        assert!(table.contains("skipped: not selected"));
+        assert!(table.contains("failed: broken"));
+        assert!(table.contains("4.00x"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The scenarios of issue 7 and the services they start. Each scenario starts what it needs, measures, and stops
+//! it again, so one scenario's controllers never load the next one's figures.
+
+pub(crate) mod convergence;
+mod grpc;
+mod memory;
+mod storm;
+
+use std::net::SocketAddr;
+
+use crate::Error;
+use crate::cluster::Cluster;
+use crate::moto::Moto;
+use crate::options::Options;
+use crate::procs::{Service, Spec, free_addr};
+use crate::report::{Outcome, Results};
+
+/// Runs the selected scenarios (the others report "skipped: not selected").
+pub async fn run(options: &Options) -> Results {
+    let mut results = Results {
+        storm: Outcome::skipped("not selected"),
+        memory: Outcome::skipped("not selected"),
+        cloud_calls: Outcome::skipped("not selected (measured during the storm)"),
+        convergence: Outcome::skipped("not selected"),
+        grpc: Outcome::skipped("not selected"),
+    };
+    if options.selected("grpc") {
+        eprintln!(
+            "bench: grpc ({} DeleteInstance calls each way)",
+            options.grpc_calls
+        );
+        results.grpc = Outcome::from_result(grpc::run(options).await);
+    }
+    let cluster_scenarios = ["storm", "convergence", "memory"];
+    if !cluster_scenarios.iter().any(|s| options.selected(s)) {
+        return results;
+    }
+    eprintln!("bench: starting a local control plane");
+    let cluster = match Cluster::start().await {
+        Ok(cluster) => cluster,
+        Err(e) => {
+            if options.selected("storm") {
+                results.storm = Outcome::from_error(&e);
+                results.cloud_calls = Outcome::from_error(&e);
+            }
+            if options.selected("convergence") {
+                results.convergence = Outcome::from_error(&e);
+            }
+            if options.selected("memory") {
+                results.memory = Outcome::from_error(&e);
+            }
+            return results;
+        }
+    };
+    if options.selected("storm") {
+        eprintln!("bench: storm ({} PeerPods)", options.storm);
+        (results.storm, results.cloud_calls) = storm::run(options, &cluster).await;
+    }
+    if options.selected("convergence") {
+        eprintln!("bench: convergence ({} nodes)", options.convergence_nodes);
+        results.convergence = Outcome::from_result(convergence::run(options, &cluster).await);
+    }
+    // Last: it leaves its PeerPods behind (the control plane goes away with the run).
+    if options.selected("memory") {
+        eprintln!(
+            "bench: memory ({} PeerPods / {} nodes)",
+            options.memory_peerpods, options.memory_nodes
+        );
+        results.memory = Outcome::from_result(memory::run(options, &cluster).await);
+    }
+    results
+}
+
+/// provider-service (release build) on 127.0.0.1: against moto when given, else on its embedded default (libvirt's
+/// test driver). Returns the service and its gRPC address. The configuration directory lives as long as the
+/// service needs it: provider-service reads it at start and on change.
+async fn start_provider(
+    options: &Options,
+    scenario: &str,
+    moto: Option<&Moto>,
+) -> Result<(Service, SocketAddr, Option<tempfile::TempDir>), Error> {
+    let listen = free_addr()?;
+    let admin = free_addr()?;
+    let mut args = vec![
+        "--auth=none".to_string(),
+        format!("--listen={listen}"),
+        format!("--admin-listen={admin}"),
+    ];
+    let config = match moto {
+        Some(moto) => {
+            let dir =
+                tempfile::tempdir().map_err(|e| Error::io("creating a config directory", e))?;
+            for (key, value) in moto.provider_config() {
+                std::fs::write(dir.path().join(key), value)
+                    .map_err(|e| Error::io(format!("writing config key {key}"), e))?;
+            }
+            args.push(format!("--config-dir={}", dir.path().display()));
+            Some(dir)
+        }
+        None => None,
+    };
+    let service = Service::start(Spec {
+        name: "provider-service",
+        scenario,
+        program: options.bin_dir.join("provider-service"),
+        args,
+        env: Vec::new(),
+        admin,
+        log_dir: &options.log_dir,
+    })
+    .await?;
+    Ok((service, listen, config))
+}
+
+/// peerpod-ctrl (release build) against `provider` (plaintext, no token: everything is on loopback).
+async fn start_peerpod_ctrl(
+    options: &Options,
+    scenario: &str,
+    cluster: &Cluster,
+    provider: SocketAddr,
+) -> Result<Service, Error> {
+    let admin = free_addr()?;
+    Service::start(Spec {
+        name: "peerpod-ctrl",
+        scenario,
+        program: options.bin_dir.join("peerpod-ctrl"),
+        args: vec![
+            format!("--provider-endpoint=http://{provider}"),
+            "--provider-auth=none".into(),
+            format!("--admin-listen={admin}"),
+        ],
+        env: vec![kubeconfig(cluster)],
+        admin,
+        log_dir: &options.log_dir,
+    })
+    .await
+}
+
+/// peer-pod-config-ctrl (release build) acting on the PeerPodConfigs of `namespace`.
+async fn start_config_ctrl(
+    options: &Options,
+    scenario: &str,
+    cluster: &Cluster,
+    namespace: &str,
+) -> Result<Service, Error> {
+    let admin = free_addr()?;
+    Service::start(Spec {
+        name: "peer-pod-config-ctrl",
+        scenario,
+        program: options.bin_dir.join("peer-pod-config-ctrl"),
+        args: vec![
+            format!("--namespace={namespace}"),
+            format!("--admin-listen={admin}"),
+        ],
+        env: vec![kubeconfig(cluster)],
+        admin,
+        log_dir: &options.log_dir,
+    })
+    .await
+}
+
+fn kubeconfig(cluster: &Cluster) -> (String, String) {
+    (
+        "KUBECONFIG".into(),
+        cluster.kubeconfig().display().to_string(),
+    )
+}

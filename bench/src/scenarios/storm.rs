@@ -1,0 +1,207 @@
+//! Cleanup storm: N PeerPods with `peer.pod/finalizer` for N running moto instances are deleted at once; measured
+//! until every finalizer is released and every instance is terminated. The floor is the same client releasing N
+//! finalizers itself with parallel patches and no cloud call. The EC2 calls provider-service made during the storm
+//! are the cloud-calls figures.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+
+use crate::Error;
+use crate::cluster::{Cluster, wait_until};
+use crate::moto::{self, Moto};
+use crate::options::Options;
+use crate::report::{CloudCalls, Outcome, Storm};
+use crate::stats;
+
+const POLL: Duration = Duration::from_millis(100);
+
+pub async fn run(options: &Options, cluster: &Cluster) -> (Outcome<Storm>, Outcome<CloudCalls>) {
+    match measure(options, cluster).await {
+        Ok((storm, calls)) => (Outcome::Measured(storm), Outcome::Measured(calls)),
+        Err(e) => (Outcome::from_error(&e), Outcome::from_error(&e)),
+    }
+}
+
+async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCalls), Error> {
+    let n = options.storm;
+    // The floor first, while no controller runs that could release a finalizer itself.
+    let floor = floor(options, cluster).await?;
+
+    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+    let ec2 = moto.client();
+    let instance_ids = moto::run_instances(&ec2, n).await?;
+    let (provider, provider_addr, _config) =
+        super::start_provider(options, "storm", Some(&moto)).await?;
+    let ctrl = super::start_peerpod_ctrl(options, "storm", cluster, provider_addr).await?;
+
+    let ns = "bench-storm";
+    cluster.namespace(ns).await?;
+    cluster
+        .create_peerpods(ns, "storm", "aws", &instance_ids)
+        .await?;
+    // Let the controller see every PeerPod before the clock starts, so the figure is the cleanup, not the sync.
+    let _ = wait_until(
+        "peerpod-ctrl to see the storm's PeerPods",
+        Duration::from_secs(60),
+        POLL,
+        || async {
+            let text = ctrl.metrics().await?;
+            Ok((stats::sum(&text, "peerpod_ctrl_reconciles_total", &[]) >= n as f64).then_some(()))
+        },
+    )
+    .await;
+
+    let before = provider.metrics().await?;
+    let api = cluster.peerpods(ns);
+    let started = Instant::now();
+    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    wait_until(
+        "every storm finalizer released and every instance terminated",
+        options.timeout,
+        POLL,
+        || async {
+            if !api
+                .list(&ListParams::default().limit(1))
+                .await?
+                .items
+                .is_empty()
+            {
+                return Ok(None);
+            }
+            Ok((moto::live_instances(&ec2).await? == 0).then_some(()))
+        },
+    )
+    .await?;
+    let cleanup = started.elapsed().as_secs_f64();
+    let after = provider.metrics().await?;
+    ctrl.stop().await;
+    provider.stop().await;
+
+    let by_operation = ec2_calls_by_operation(&after, &before);
+    let ec2_calls = by_operation.values().sum();
+    let delete_calls = |text: &str| {
+        stats::sum(
+            text,
+            "provider_service_grpc_calls_total",
+            &[("method", "DeleteInstance")],
+        )
+    };
+    let storm = Storm {
+        peerpods: n,
+        cleanup_seconds: cleanup,
+        floor_seconds: floor,
+        floor_concurrency: options.floor_concurrency,
+        ratio: if floor > 0.0 { cleanup / floor } else { 0.0 },
+        peerpods_per_second: if cleanup > 0.0 {
+            n as f64 / cleanup
+        } else {
+            0.0
+        },
+    };
+    let calls = CloudCalls {
+        deletes: n,
+        ec2_calls,
+        ec2_calls_by_operation: by_operation,
+        ec2_calls_per_delete: if n > 0 {
+            ec2_calls as f64 / n as f64
+        } else {
+            0.0
+        },
+        delete_instance_calls: (delete_calls(&after) - delete_calls(&before)).max(0.0) as u64,
+    };
+    Ok((storm, calls))
+}
+
+/// Seconds from deleting N finalizer-held PeerPods to all of them gone, releasing the finalizers directly.
+async fn floor(options: &Options, cluster: &Cluster) -> Result<f64, Error> {
+    let ns = "bench-floor";
+    cluster.namespace(ns).await?;
+    // Well-formed ids nothing will ever look up: no controller runs during the floor.
+    let ids: Vec<String> = (0..options.storm).map(|i| format!("i-{i:017x}")).collect();
+    cluster.create_peerpods(ns, "floor", "aws", &ids).await?;
+    let api = cluster.peerpods(ns);
+    let release = serde_json::json!({"metadata": {"finalizers": null}});
+    let started = Instant::now();
+    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    futures::stream::iter(0..options.storm)
+        .map(|i| {
+            let api = api.clone();
+            let release = &release;
+            async move {
+                api.patch(
+                    &format!("floor-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(release),
+                )
+                .await
+            }
+        })
+        .buffer_unordered(options.floor_concurrency.max(1))
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    wait_until(
+        "every floor PeerPod gone",
+        options.timeout,
+        POLL,
+        || async {
+            Ok(api
+                .list(&ListParams::default().limit(1))
+                .await?
+                .items
+                .is_empty()
+                .then_some(()))
+        },
+    )
+    .await?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// EC2 calls to moto between two scrapes of provider-service's metrics, by operation.
+fn ec2_calls_by_operation(after: &str, before: &str) -> BTreeMap<String, u64> {
+    let count = |text: &str| {
+        let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
+        for sample in stats::samples(text, "provider_service_cloud_api_calls_total") {
+            if sample.labels.get("provider").map(String::as_str) == Some("aws") {
+                let op = sample.labels.get("operation").cloned().unwrap_or_default();
+                *by_op.entry(op).or_default() += sample.value;
+            }
+        }
+        by_op
+    };
+    let before = count(before);
+    count(after)
+        .into_iter()
+        .map(|(op, n)| {
+            let diff = (n - before.get(&op).copied().unwrap_or(0.0)).max(0.0) as u64;
+            (op, diff)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cloud_calls_are_the_difference_per_operation() {
+        let before = "provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"TerminateInstances\",result=\"ok\"} 2\n";
+        let after = "provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"TerminateInstances\",result=\"ok\"} 7\n\
+            provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"TerminateInstances\",result=\"throttled\"} 1\n\
+            provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"DescribeInstances\",result=\"ok\"} 3\n\
+            provider_service_cloud_api_calls_total{provider=\"libvirt\",operation=\"delete\",result=\"ok\"} 9\n";
+        let calls = ec2_calls_by_operation(after, before);
+        assert_eq!(
+            calls,
+            BTreeMap::from([
+                ("DescribeInstances".into(), 3),
+                ("TerminateInstances".into(), 6)
+            ])
+        );
+    }
+}
