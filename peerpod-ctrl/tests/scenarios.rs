@@ -463,8 +463,10 @@ async fn with_two_replicas_only_the_leader_acts_and_stopping_it_hands_over() {
     let s = Scenario::start("ha").await;
     let provider = ProviderService::start(None).await;
     let lease = |identity: &str| LeaderConfig {
-        lease_duration: Duration::from_secs(4),
-        renew_before: Duration::from_secs(1),
+        // Far longer than any wait below: the leader never misses a renewal on a loaded machine, and the
+        // standby taking over within the wait proves the handover follows the release, not the expiry.
+        lease_duration: Duration::from_secs(300),
+        renew_before: Duration::from_secs(60),
         ..LeaderConfig::new("peerpod-ctrl", s.ns.clone(), identity)
     };
     let mut a = ControllerOptions::new(provider.addr);

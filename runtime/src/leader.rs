@@ -12,8 +12,11 @@
 use std::future::Future;
 use std::time::Duration;
 
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube_lease_manager::LeaseManagerBuilder;
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -71,8 +74,16 @@ impl LeaderConfig {
 /// metrics and is able to take over); the detail says whether it leads.
 pub const READINESS_COMPONENT: &str = "leader-election";
 
+/// Pause before a standby retries after an API error.
+const RETRY: Duration = Duration::from_secs(2);
+
 /// Runs `work()` whenever this replica holds the Lease, until `shutdown` is cancelled; then releases the
 /// Lease. `work` is called again on every new term (and again if it returns while still leading).
+///
+/// kube-lease-manager's standby sleeps until the holder's lock expires and has no way to be woken early, so
+/// a released Lease would sit free for up to a lease duration. A watch on the Lease notices the release, and
+/// a fresh manager (which reads the Lease anew) takes it at once: a clean shutdown hands over in about a
+/// second, a crash after at most one lease duration.
 pub async fn run_while_leader<W, F>(
     client: kube::Client,
     config: LeaderConfig,
@@ -85,72 +96,100 @@ where
     F: Future<Output = ()>,
 {
     let (duration, grace) = config.seconds()?;
-    let manager = LeaseManagerBuilder::new(client, &config.lease_name)
-        .with_namespace(&config.namespace)
-        .with_identity(&config.identity)
-        .with_duration(duration)
-        .with_grace(grace)
-        .build()
-        .await
-        .map_err(|e| Error::LeaderElection {
-            message: format!("Lease {}/{}: {e}", config.namespace, config.lease_name),
-        })?;
-    let (mut leading, task) = manager.watch().await;
     let set_ready = |detail: &str| {
         if let Some(r) = &readiness {
             r.set(READINESS_COMPONENT, true, detail);
         }
     };
-    set_ready("standby");
-    let result = loop {
-        if !*leading.borrow_and_update() {
-            tokio::select! {
-                () = shutdown.cancelled() => break Ok(()),
-                changed = leading.changed() => match changed {
-                    Ok(()) => continue,
-                    Err(_) => break Err(Error::LeaderElection {
-                        message: "the lease manager stopped".into(),
-                    }),
-                },
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+    let failed = |e: kube_lease_manager::LeaseManagerError| Error::LeaderElection {
+        message: format!("Lease {}/{}: {e}", config.namespace, config.lease_name),
+    };
+    let leading = 'standby: loop {
+        set_ready("standby");
+        let built = LeaseManagerBuilder::new(client.clone(), &config.lease_name)
+            .with_namespace(&config.namespace)
+            .with_identity(&config.identity)
+            .with_duration(duration)
+            .with_grace(grace)
+            .build()
+            .await;
+        let manager = match built {
+            Ok(m) => m,
+            Err(e) => {
+                // The API server may be briefly unreachable; a standby just tries again.
+                warn!(error = %failed(e), "cannot read the Lease; retrying");
+                tokio::select! {
+                    () = tokio::time::sleep(RETRY) => continue 'standby,
+                    () = shutdown.cancelled() => return Ok(()),
+                }
             }
+        };
+        let acquired = tokio::select! {
+            changed = manager.changed() => match changed {
+                Ok(acquired) => acquired,
+                Err(e) => {
+                    warn!(error = %failed(e), "cannot take the Lease; retrying");
+                    tokio::time::sleep(RETRY).await;
+                    continue 'standby;
+                }
+            },
+            () = released(&leases, &config.lease_name) => continue 'standby,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        if !acquired {
+            continue 'standby;
         }
         info!(identity = %config.identity, lease = %config.lease_name, "acquired the Lease; starting work");
         set_ready("leader");
-        let term = work();
-        tokio::select! {
-            () = term => {
-                warn!("work ended while leading; starting it again");
-                continue;
-            }
-            lost = until_lost(&mut leading) => {
-                set_ready("standby");
-                if lost {
-                    warn!(identity = %config.identity, "lost the Lease; stopped work");
-                    continue;
+        loop {
+            let term = work();
+            tokio::select! {
+                () = term => warn!("work ended while leading; starting it again"),
+                // While leading, changed() renews the Lease and returns only when it is lost.
+                changed = manager.changed() => {
+                    match changed {
+                        Ok(_) => warn!(identity = %config.identity, "lost the Lease; stopped work"),
+                        Err(e) => warn!(error = %e, "cannot renew the Lease; stopped work"),
+                    }
+                    continue 'standby;
                 }
-                break Err(Error::LeaderElection { message: "the lease manager stopped".into() });
+                () = shutdown.cancelled() => break 'standby manager,
             }
-            () = shutdown.cancelled() => break Ok(()),
         }
     };
-    // Dropping the receiver closes the channel; the manager's task then releases the Lease and ends.
-    drop(leading);
-    match task.await {
-        Ok(Ok(_)) => info!(identity = %config.identity, "released the Lease"),
-        Ok(Err(e)) => warn!(error = %e, "releasing the Lease failed; it expires by itself"),
-        Err(e) => warn!(error = %e, "lease manager task failed"),
+    // Only reached on shutdown while leading: hand over now instead of after expiry.
+    match leading.release().await {
+        Ok(()) => info!(identity = %config.identity, "released the Lease"),
+        Err(e) => warn!(error = %e, "releasing the Lease failed; it expires by itself"),
     }
-    result
+    Ok(())
 }
 
-/// Resolves with `true` when leadership is lost, `false` when the manager stopped.
-async fn until_lost(leading: &mut watch::Receiver<bool>) -> bool {
-    loop {
-        if leading.changed().await.is_err() {
-            return false;
-        }
-        if !*leading.borrow_and_update() {
-            return true;
+/// Resolves when the Lease changes to having no holder (released or deleted). The state found when the
+/// watch starts is skipped: the manager has just read it, and a free Lease is taken by the manager itself.
+/// Watch errors end the wait early: the caller then re-reads the Lease, which is always safe.
+async fn released(leases: &Api<Lease>, name: &str) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(leases.clone(), config).default_backoff());
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Apply(lease)) => {
+                let holder = lease
+                    .spec
+                    .and_then(|s| s.holder_identity)
+                    .unwrap_or_default();
+                if holder.is_empty() {
+                    return;
+                }
+            }
+            Ok(watcher::Event::Delete(_)) => return,
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "watching the Lease failed");
+                tokio::time::sleep(RETRY).await;
+                return;
+            }
         }
     }
 }
