@@ -79,11 +79,19 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Convergence, Er
     tokio::time::sleep(options.steady_window).await;
     let api_after = cluster.apiserver_metrics().await?;
     let ctrl_after = controller_writes(&ctrl.metrics().await?, &CONTROLLER_WRITES);
-    ctrl.stop().await;
 
     let by_resource = writes_by_resource(&api_after, &api_before);
-    // The next scenario's controllers must not see these nodes.
+    // The next scenario's controllers must not see these objects: the controller removes what it owns (its
+    // finalizer holds the PeerPodConfig until then), then the nodes go.
     configs.delete("bench", &DeleteParams::default()).await?;
+    wait_until(
+        "the PeerPodConfig to be cleaned up",
+        options.timeout,
+        POLL,
+        || async { Ok(configs.get_opt("bench").await?.is_none().then_some(())) },
+    )
+    .await?;
+    ctrl.stop().await;
     nodes
         .delete_collection(
             &DeleteParams::default(),
