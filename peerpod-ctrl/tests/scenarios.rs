@@ -645,3 +645,54 @@ async fn kills_and_restarts_during_a_storm_lose_nothing_and_delete_nothing_else(
     }
     s.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_leader_is_replaced_once_its_lease_expires() {
+    let s = Scenario::start("crash").await;
+    let provider = ProviderService::start(None).await;
+    let lease = |identity: &str| LeaderConfig {
+        lease_duration: Duration::from_secs(8),
+        renew_before: Duration::from_secs(3),
+        ..LeaderConfig::new("peerpod-ctrl", s.ns.clone(), identity)
+    };
+    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
+    let holder = || async {
+        leases
+            .get_opt("peerpod-ctrl")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    };
+    let mut x = ControllerOptions::new(provider.addr);
+    x.leader = Some(lease("replica-x"));
+    let crashing = Controller::start(s.client.clone(), x).await;
+    testenv::wait_for("replica-x to lead", MINUTE, || async {
+        (holder().await.as_deref() == Some("replica-x")).then_some(())
+    })
+    .await;
+    let mut y = ControllerOptions::new(provider.addr);
+    y.leader = Some(lease("replica-y"));
+    let survivor = Controller::start(s.client.clone(), y).await;
+
+    // A crash releases nothing: the Lease still names replica-x until it expires.
+    crashing.kill().await;
+    assert_eq!(holder().await.as_deref(), Some("replica-x"));
+    testenv::wait_for(
+        "replica-y to take over the expired Lease",
+        MINUTE,
+        || async { (holder().await.as_deref() == Some("replica-y")).then_some(()) },
+    )
+    .await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("after-crash", None, "libvirt", &vm).await;
+    s.delete_peerpod("after-crash").await;
+    s.wait_peerpod_gone("after-crash", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(
+        survivor.metric("peerpod_ctrl_instance_deletes_total", &[]),
+        1
+    );
+    survivor.stop().await;
+    s.cleanup().await;
+}
