@@ -423,73 +423,77 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // The controllers: chart environment, a token for the audience of the chart's projected volume, the CA
     // from the chart's Secret, and provider-service on 127.0.0.1 verified under the chart's Service name.
-    let start_controller = async |name: &str, deployment: &Deployment, client_for_api: &str| {
-        let dir = work.path().join(name);
-        let projected = volume(deployment, "provider-service")
-            .projected
-            .clone()
-            .expect("projected volume");
-        let sources = projected.sources.unwrap_or_default();
-        let audience = sources
-            .iter()
-            .find_map(|s| s.service_account_token.as_ref())
-            .and_then(|t| t.audience.clone())
-            .expect("token audience");
-        let ca_secret = sources
-            .iter()
-            .find_map(|s| s.secret.as_ref())
-            .map(|s| s.name.clone())
-            .expect("CA secret");
-        let sa = sa_of(deployment);
-        let provider_token = testenv::service_account_token(&admin, &ns, &sa, &[&audience]).await;
-        let ca = secrets.get(&ca_secret).await.expect("CA Secret");
-        let mount = dir.join("mount");
-        mount_files(
-            &mount,
-            &BTreeMap::from([
-                ("token".to_string(), provider_token.into_bytes()),
-                (
-                    "ca.crt".to_string(),
-                    secret_files(&ca).remove("ca.crt").expect("ca.crt"),
-                ),
-            ]),
-        );
-        let kubeconfig = dir.join("kubeconfig");
-        token_kubeconfig(&kubeconfig, client_for_api);
-        let admin_addr: std::net::SocketAddr =
-            format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let mut env = container_env(deployment, &format!("{name}-0"));
-        relocate(
-            &mut env,
-            &mount_path(deployment, "provider-service"),
-            &mount,
-        );
-        let endpoint = env
-            .get("PROVIDER_ENDPOINT")
-            .cloned()
-            .expect("PROVIDER_ENDPOINT");
-        let host = endpoint
-            .trim_start_matches("https://")
-            .rsplit_once(':')
-            .map(|(h, _)| h.to_string())
-            .expect("https endpoint");
-        env.insert(
-            "PROVIDER_ENDPOINT".into(),
-            format!("https://127.0.0.1:{grpc_port}"),
-        );
-        env.insert("PROVIDER_SERVER_NAME".into(), host);
-        env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
-        env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
-        let mut service =
-            Service::start(name, &service_binary(name), &env, admin_addr, work.path());
-        service.wait_ready().await;
-        (service, env)
-    };
+    let start_controller =
+        async |name: &str, replica: u32, deployment: &Deployment, client_for_api: &str| {
+            let pod = format!("{name}-{replica}");
+            let dir = work.path().join(&pod);
+            let projected = volume(deployment, "provider-service")
+                .projected
+                .clone()
+                .expect("projected volume");
+            let sources = projected.sources.unwrap_or_default();
+            let audience = sources
+                .iter()
+                .find_map(|s| s.service_account_token.as_ref())
+                .and_then(|t| t.audience.clone())
+                .expect("token audience");
+            let ca_secret = sources
+                .iter()
+                .find_map(|s| s.secret.as_ref())
+                .map(|s| s.name.clone())
+                .expect("CA secret");
+            let sa = sa_of(deployment);
+            let provider_token =
+                testenv::service_account_token(&admin, &ns, &sa, &[&audience]).await;
+            let ca = secrets.get(&ca_secret).await.expect("CA Secret");
+            let mount = dir.join("mount");
+            mount_files(
+                &mount,
+                &BTreeMap::from([
+                    ("token".to_string(), provider_token.into_bytes()),
+                    (
+                        "ca.crt".to_string(),
+                        secret_files(&ca).remove("ca.crt").expect("ca.crt"),
+                    ),
+                ]),
+            );
+            let kubeconfig = dir.join("kubeconfig");
+            token_kubeconfig(&kubeconfig, client_for_api);
+            let admin_addr: std::net::SocketAddr =
+                format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+            let mut env = container_env(deployment, &pod);
+            relocate(
+                &mut env,
+                &mount_path(deployment, "provider-service"),
+                &mount,
+            );
+            let endpoint = env
+                .get("PROVIDER_ENDPOINT")
+                .cloned()
+                .expect("PROVIDER_ENDPOINT");
+            let host = endpoint
+                .trim_start_matches("https://")
+                .rsplit_once(':')
+                .map(|(h, _)| h.to_string())
+                .expect("https endpoint");
+            env.insert(
+                "PROVIDER_ENDPOINT".into(),
+                format!("https://127.0.0.1:{grpc_port}"),
+            );
+            env.insert("PROVIDER_SERVER_NAME".into(), host);
+            env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
+            env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+            let mut service =
+                Service::start(&pod, &service_binary(name), &env, admin_addr, work.path());
+            service.wait_ready().await;
+            (service, env)
+        };
     let pc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&pc_deploy), &[]).await;
-    let (peerpod_ctrl, pc_env) = start_controller("peerpod-ctrl", &pc_deploy, &pc_api_token).await;
+    let (peerpod_ctrl, pc_env) =
+        start_controller("peerpod-ctrl", 0, &pc_deploy, &pc_api_token).await;
     let cc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
     let (config_ctrl, _) =
-        start_controller("peer-pod-config-ctrl", &cc_deploy, &cc_api_token).await;
+        start_controller("peer-pod-config-ctrl", 0, &cc_deploy, &cc_api_token).await;
 
     // Both controllers elected themselves on their Leases in the release namespace.
     let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
@@ -508,6 +512,21 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await;
     }
 
+    // The second replica waits on the Lease; when the leader stops, it takes over and does the work below.
+    let (standby, _) = start_controller("peerpod-ctrl", 1, &pc_deploy, &pc_api_token).await;
+    let mut stopped = peerpod_ctrl;
+    stopped.terminate().await;
+    let peerpod_ctrl = standby;
+    testenv::wait_for(
+        "Lease taken over by peerpod-ctrl-1",
+        Duration::from_secs(60),
+        || async {
+            let l = leases.get_opt(&pc_env["LEASE_NAME"]).await.ok().flatten()?;
+            (l.spec?.holder_identity.as_deref() == Some("peerpod-ctrl-1")).then_some(())
+        },
+    )
+    .await;
+
     // cloud-api-adaptor's view: provider-service answers its ServiceAccount (chart allow-list, TLS under the
     // chart's name); an account the chart does not list is refused.
     let caa_token = testenv::service_account_token(
@@ -519,10 +538,12 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     .await;
     let stranger =
         testenv::service_account_token(&admin, &ns, "default", &[&pc_env_audience(&ps_env)]).await;
-    let ca_file = work.path().join("peerpod-ctrl/mount/ca.crt");
+    let ca_file = work.path().join("peerpod-ctrl-0/mount/ca.crt");
     let server_name = format!("{fullname}-provider-service.{ns}.svc");
     let list_vms = async |token: &str| {
-        let token_file = work.path().join(format!("token-{}", token.len()));
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let token_file = work.path().join(format!("caller-token-{call}"));
         std::fs::write(&token_file, token).expect("token file");
         let mut grpc = connect(&ProviderClientConfig {
             endpoint: format!("https://127.0.0.1:{grpc_port}"),
@@ -677,7 +698,17 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         "peerpod-ctrl listed Pods"
     );
 
-    drop((peerpod_ctrl, config_ctrl, provider));
+    // Enough, everywhere: no request of the controllers was refused along the way (a refused watch only
+    // shows in the log).
+    for service in [&stopped, &peerpod_ctrl, &config_ctrl, &provider] {
+        let log = service.log_text();
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{} was refused something:\n{log}",
+            service.name
+        );
+    }
+    drop((stopped, peerpod_ctrl, config_ctrl, provider));
     run_ok(
         &tool("helm"),
         &[

@@ -254,6 +254,20 @@ impl Service {
         }
     }
 
+    /// Stops the process as a kubelet does (SIGTERM) and waits for it to exit.
+    pub async fn terminate(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .await;
+        }
+        match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(Ok(_)) => {}
+            other => panic!("{} did not stop on SIGTERM: {other:?}", self.name),
+        }
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
