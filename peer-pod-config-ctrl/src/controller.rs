@@ -39,6 +39,8 @@ pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
 /// Resync period without changes: reads only, so it costs no writes, and it repairs anything a missed watch
 /// event left behind.
 const RESYNC: Duration = Duration::from_secs(300);
+/// How long a reconcile waits for the first node list before retrying later.
+const NODE_CACHE_WAIT: Duration = Duration::from_secs(10);
 /// How often a PeerPodConfig that waits for another one (duplicate) looks again.
 const DUPLICATE_RECHECK: Duration = Duration::from_secs(30);
 
@@ -147,6 +149,43 @@ pub fn new(
         })
         .boxed();
     Running { context, run }
+}
+
+/// Runs the controller until `shutdown`: directly, or, with `leader`, only while this replica holds the Lease (a
+/// fresh controller with fresh caches on every term).
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Metrics,
+    leader: Option<peerpods_runtime::leader::LeaderConfig>,
+    shutdown: peerpods_runtime::shutdown::CancellationToken,
+    readiness: Option<peerpods_runtime::admin::Readiness>,
+) -> Result<(), peerpods_runtime::Error> {
+    let work = || {
+        new(
+            client.clone(),
+            settings.clone(),
+            metrics.clone(),
+            shutdown.clone().cancelled_owned(),
+        )
+        .run
+    };
+    match leader {
+        Some(lease) => {
+            peerpods_runtime::leader::run_while_leader(
+                client.clone(),
+                lease,
+                shutdown.clone(),
+                readiness,
+                work,
+            )
+            .await
+        }
+        None => {
+            work().await;
+            Ok(())
+        }
+    }
 }
 
 /// The PeerPodConfig named by the owner labels of a cluster-scoped object.
@@ -300,12 +339,18 @@ fn active_config(ctx: &Context) -> Option<Arc<PeerPodConfig>> {
         })
 }
 
+/// Waits a bounded time for the first node list. Bounded, because the cache fills only while the controller polls
+/// its watches: a reconcile waiting forever would block a graceful shutdown that waits for running reconciles.
+async fn node_cache_ready(ctx: &Context) -> Result<(), Error> {
+    match tokio::time::timeout(NODE_CACHE_WAIT, ctx.nodes.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) | Err(_) => Err(Error::NodeCacheNotReady),
+    }
+}
+
 async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Error> {
     // An empty cache would mean "no nodes" and strip capacity from every node: wait for the first list.
-    ctx.nodes
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::NodeCacheNotReady)?;
+    node_cache_ready(ctx).await?;
     let mut observed = Observed {
         generation: config.metadata.generation,
         ..Observed::default()
@@ -557,10 +602,7 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
     if !wrote_anything {
         return Ok(Action::await_change());
     }
-    ctx.nodes
-        .wait_until_ready()
-        .await
-        .map_err(|_| Error::NodeCacheNotReady)?;
+    node_cache_ready(ctx).await?;
     let changes = nodes::plan(
         ctx.nodes.state().iter().map(AsRef::as_ref),
         &BTreeMap::new(),

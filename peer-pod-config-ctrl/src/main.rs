@@ -11,7 +11,7 @@ use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
 use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::client::ProviderClientConfig;
-use peerpods_runtime::leader::{LeaderConfig, run_while_leader};
+use peerpods_runtime::leader::LeaderConfig;
 use peerpods_runtime::telemetry::{self, LogFormat};
 
 #[derive(Parser, Debug)]
@@ -154,30 +154,19 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     };
     tracing::info!(identity, namespace = %cli.namespace, leader_elect = cli.leader_elect, "starting");
     readiness.set("controller", true, "running");
-    let work = || {
-        let running = controller::new(
-            client.clone(),
-            settings.clone(),
-            metrics.clone(),
-            shutdown.clone().cancelled_owned(),
-        );
-        running.run
-    };
-    let result = if cli.leader_elect {
-        let lease = LeaderConfig::new(&cli.lease_name, &cli.namespace, &identity);
-        run_while_leader(
-            client.clone(),
-            lease,
-            shutdown.clone(),
-            Some(readiness),
-            work,
-        )
-        .await
-        .map_err(Into::into)
-    } else {
-        work().await;
-        Ok(())
-    };
+    let leader = cli
+        .leader_elect
+        .then(|| LeaderConfig::new(&cli.lease_name, &cli.namespace, &identity));
+    let result = controller::run(
+        client,
+        settings,
+        metrics,
+        leader,
+        shutdown.clone(),
+        Some(readiness),
+    )
+    .await
+    .map_err(Into::into);
     shutdown.cancel();
     admin.await??;
     result

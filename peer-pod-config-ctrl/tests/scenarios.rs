@@ -839,3 +839,86 @@ async fn a_client_trusting_the_ca_bundle_completes_a_tls_handshake_for_the_servi
     );
     s.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
+    use peer_pod_config_ctrl::controller::{Settings, run};
+    use peer_pod_config_ctrl::metrics::Metrics;
+    use peerpods_runtime::leader::LeaderConfig;
+    use tokio_util::sync::CancellationToken;
+
+    let s = Scenario::start_idle("ppc-leader").await;
+    s.create_nodes(0..4, |_| true).await;
+    let replica = |identity: &str| {
+        let metrics = Metrics::default();
+        let stop = CancellationToken::new();
+        let lease = LeaderConfig {
+            lease_duration: std::time::Duration::from_secs(4),
+            renew_before: std::time::Duration::from_secs(2),
+            ..LeaderConfig::new("peer-pod-config-ctrl", &s.ns, identity)
+        };
+        let settings = Settings {
+            namespace: s.ns.clone(),
+            provider: None,
+            instance: Some(identity.into()),
+        };
+        let task = tokio::spawn(run(
+            s.client.clone(),
+            settings,
+            metrics.clone(),
+            Some(lease),
+            stop.clone(),
+            None,
+        ));
+        (metrics, stop, task)
+    };
+    let replicas = [replica("replica-a"), replica("replica-b")];
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 8, "nodeSelector": s.selector()}),
+    )
+    .await;
+    s.wait_spread(8).await;
+    let acted: Vec<bool> = replicas.iter().map(|(m, _, _)| m.writes() > 0).collect();
+    assert_eq!(
+        acted.iter().filter(|a| **a).count(),
+        1,
+        "exactly one replica writes: {acted:?}"
+    );
+    let (leader, standby) = if acted[0] { (0, 1) } else { (1, 0) };
+    assert_eq!(replicas[standby].0.writes(), 0);
+
+    // The leader stops (releasing the Lease); the standby follows the next edit.
+    let [first, second] = replicas;
+    let ((_, leader_stop, leader_task), (standby_metrics, standby_stop, standby_task)) =
+        if leader == 0 {
+            (first, second)
+        } else {
+            (second, first)
+        };
+    leader_stop.cancel();
+    leader_task
+        .await
+        .expect("leader task")
+        .expect("leader stopped cleanly");
+    s.configs()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"limit": 12}})),
+        )
+        .await
+        .expect("edit");
+    s.wait_spread(12).await;
+    assert!(
+        standby_metrics.node_writes.get() > 0,
+        "the standby did not take over"
+    );
+
+    s.finish().await;
+    standby_stop.cancel();
+    standby_task
+        .await
+        .expect("standby task")
+        .expect("standby stopped cleanly");
+}

@@ -47,6 +47,17 @@ impl Scenario {
         Self::start_with(prefix, None).await
     }
 
+    /// The namespace and ServiceAccounts only; the test starts its own controllers.
+    pub async fn start_idle(prefix: &str) -> Scenario {
+        let mut scenario = Self::start_with(prefix, None).await;
+        if let Some(running) = scenario.controller.take() {
+            // Dropping the task handle does not stop it; abort: it has had nothing to do yet.
+            running.task.abort();
+            let _ = running.task.await;
+        }
+        scenario
+    }
+
     pub async fn start_with(prefix: &str, provider: Option<String>) -> Scenario {
         let serial = SERIAL.lock().await;
         let client = testenv::shared().client().await;
