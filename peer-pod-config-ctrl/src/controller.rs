@@ -39,6 +39,8 @@ pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
 /// Resync period without changes: reads only, so it costs no writes, and it repairs anything a missed watch
 /// event left behind.
 const RESYNC: Duration = Duration::from_secs(300);
+/// How long a stopping controller may take to finish its running reconciles.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long a reconcile waits for the first node list before retrying later.
 const NODE_CACHE_WAIT: Duration = Duration::from_secs(10);
 /// How often a PeerPodConfig that waits for another one (duplicate) looks again.
@@ -182,7 +184,17 @@ pub async fn run(
             .await
         }
         None => {
-            work().await;
+            let mut work = work();
+            tokio::select! {
+                () = &mut work => {}
+                () = shutdown.cancelled() => {
+                    // Let running reconciles finish, but bounded: a controller stopped during its very first list
+                    // has been seen to wait on watches that are no longer polled.
+                    if tokio::time::timeout(SHUTDOWN_GRACE, work).await.is_err() {
+                        warn!("controller did not stop within {SHUTDOWN_GRACE:?}; dropped");
+                    }
+                }
+            }
             Ok(())
         }
     }
