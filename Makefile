@@ -46,7 +46,7 @@ help:
 .PHONY: controlplane
 controlplane:
 	@mkdir -p $(dir $(CONTROLPLANE))
-	cd testenv/controlplane && $(GO) build -o $(CONTROLPLANE) .
+	testenv/controlplane/build.sh $(CONTROLPLANE)
 
 # kubectl from the same Kubernetes release as the control plane, stamped with its version.
 KUBE_VERSION = $(shell cd testenv/controlplane && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)

@@ -192,12 +192,8 @@ fn build(binary: &Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir)?;
     let partial = dir.join(format!(".controlplane.{}.partial", std::process::id()));
     eprintln!("testenv: building the local control plane (the first build takes several minutes)");
-    let output = Command::new("go")
-        .arg("build")
-        .arg("-o")
+    let output = Command::new(source.join("build.sh"))
         .arg(&partial)
-        .arg(".")
-        .current_dir(&source)
         .output()
         .map_err(|e| Error::Build(format!("running go: {e}")))?;
     if !output.status.success() {
