@@ -39,6 +39,9 @@ help:
 	@echo "make testenv-up     start the local control plane in the background ($(KUBECONFIG_DEV))"
 	@echo "make testenv-down   stop it"
 	@echo "make kubectl        build kubectl (matching the control plane) into .tools/bin"
+	@echo "make bench          run the benchmark scenarios (release builds; not part of make test)"
+	@echo "make manifests      regenerate the CRDs in deploy/crds from the Rust types"
+	@echo "make install | uninstall | run | deploy IMG=... | undeploy | docker-build | docker-push | helm-lint"
 
 ## The local control plane (testenv/controlplane): etcd + kube-apiserver + kube-controller-manager in one process.
 
