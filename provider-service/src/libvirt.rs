@@ -50,6 +50,12 @@ impl LibvirtProvider {
         // libvirt prints every error to stderr by default; we return and log them ourselves
         // (lookups of gone domains are normal and must not look like failures).
         virt::error::clear_error_callback();
+        if uri.starts_with("test:") {
+            tracing::warn!(
+                uri,
+                "libvirt test driver in use: instances are simulated in memory"
+            );
+        }
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
@@ -165,7 +171,7 @@ impl Provider for LibvirtProvider {
     }
 
     async fn health(&self) -> Health {
-        match self.with_conn("node_info", |c| c.driver_type()).await {
+        match self.with_conn("driver_type", |c| c.driver_type()).await {
             Ok(driver) => Health {
                 healthy: true,
                 message: format!("libvirt answers (driver {driver})"),

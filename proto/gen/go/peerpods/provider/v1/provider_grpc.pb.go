@@ -44,6 +44,9 @@ const (
 //     service's own credentials (the message says which).
 //   - INTERNAL: anything else; the message says what failed, never with credentials.
 //
+// Every error status also carries a `google.rpc.ErrorInfo` detail with domain
+// `provider.peerpods.io` and a stable `reason` (e.g. `UnknownProvider`, `ProviderNotConfigured`,
+// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics.
 // NOT_FOUND is never returned by DeleteInstance: an instance that is already gone is a success.
 type ProviderServiceClient interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
@@ -124,6 +127,9 @@ func (c *providerServiceClient) ListProviders(ctx context.Context, in *ListProvi
 //     service's own credentials (the message says which).
 //   - INTERNAL: anything else; the message says what failed, never with credentials.
 //
+// Every error status also carries a `google.rpc.ErrorInfo` detail with domain
+// `provider.peerpods.io` and a stable `reason` (e.g. `UnknownProvider`, `ProviderNotConfigured`,
+// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics.
 // NOT_FOUND is never returned by DeleteInstance: an instance that is already gone is a success.
 type ProviderServiceServer interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
