@@ -48,9 +48,15 @@ impl Default for Options {
 }
 
 /// Writes `pairs` as config files into `dir`.
+/// Writes each key as a file, atomically (a temporary file renamed into place), as the kubelet updates a
+/// mounted ConfigMap: a reload that polls in between never sees a truncated file, which would read as an empty
+/// value (= the default) and switch to a config the test never meant.
 pub fn write_config(dir: &Path, pairs: &[(&str, &str)]) {
+    use std::io::Write;
     for (k, v) in pairs {
-        std::fs::write(dir.join(k), v).unwrap();
+        let mut staged = tempfile::NamedTempFile::new_in(dir.parent().unwrap()).unwrap();
+        staged.write_all(v.as_bytes()).unwrap();
+        staged.persist(dir.join(k)).unwrap();
     }
 }
 
