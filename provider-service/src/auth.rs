@@ -1,8 +1,9 @@
-//! Caller authentication: the bearer token (a projected ServiceAccount token) is validated with
-//! the Kubernetes TokenReview API for our audience, and the ServiceAccount must be in the
-//! allow-list. Answers are cached briefly so a cleanup storm costs a handful of reviews.
+//! Caller authentication and authorization: the bearer token (a projected ServiceAccount token)
+//! is validated with the Kubernetes TokenReview API for our audience, the ServiceAccount must be
+//! in the allow-list, and the method called must be one it is granted ([`Grant`]). Answers are
+//! cached briefly so a cleanup storm costs a handful of reviews.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -45,6 +46,117 @@ impl std::str::FromStr for Caller {
     }
 }
 
+/// A method of `peerpods.provider.v1.ProviderService` that a caller can be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Method {
+    DeleteInstance,
+    GetCapacity,
+    ListInstances,
+    /// Names and health of the configured providers. Reveals nothing a caller could act on, so
+    /// every allow-listed caller may call it.
+    ListProviders,
+}
+
+impl Method {
+    pub const ALL: [Method; 4] = [
+        Method::DeleteInstance,
+        Method::GetCapacity,
+        Method::ListInstances,
+        Method::ListProviders,
+    ];
+
+    /// The method's name as in the proto (and in the request path).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::DeleteInstance => "DeleteInstance",
+            Method::GetCapacity => "GetCapacity",
+            Method::ListInstances => "ListInstances",
+            Method::ListProviders => "ListProviders",
+        }
+    }
+
+    /// The method a request path (`/peerpods.provider.v1.ProviderService/<Method>`) calls;
+    /// `None` for paths that are no method of ours (tonic answers those with UNIMPLEMENTED).
+    pub fn from_path(path: &str) -> Option<Self> {
+        let name = path.strip_prefix("/peerpods.provider.v1.ProviderService/")?;
+        Method::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Method::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s.trim())
+            .ok_or_else(|| {
+                format!(
+                    "{s:?} is not a ProviderService method (one of {})",
+                    Method::ALL.map(Method::as_str).join(", ")
+                )
+            })
+    }
+}
+
+/// What one caller may call: an allow-list entry.
+///
+/// Written `namespace/name=Method+Method` (e.g.
+/// `peerpods/peer-pod-config-ctrl=GetCapacity`). A bare `namespace/name` grants every method, as
+/// allow-list entries did before methods could be named; prefer naming them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub caller: Caller,
+    pub methods: BTreeSet<Method>,
+}
+
+impl Grant {
+    /// Whether the grant allows every method.
+    pub fn is_unrestricted(&self) -> bool {
+        self.methods.len() == Method::ALL.len()
+    }
+}
+
+impl From<Caller> for Grant {
+    /// Every method.
+    fn from(caller: Caller) -> Self {
+        Grant {
+            caller,
+            methods: Method::ALL.into_iter().collect(),
+        }
+    }
+}
+
+impl std::str::FromStr for Grant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let Some((caller, methods)) = s.split_once('=') else {
+            return s.parse::<Caller>().map(Grant::from);
+        };
+        let caller = caller.parse::<Caller>()?;
+        let mut granted = BTreeSet::from([Method::ListProviders]);
+        for method in methods.split('+') {
+            granted.insert(method.parse::<Method>()?);
+        }
+        Ok(Grant {
+            caller,
+            methods: granted,
+        })
+    }
+}
+
+impl std::fmt::Display for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let methods: Vec<&str> = self.methods.iter().map(|m| m.as_str()).collect();
+        write!(f, "{}={}", self.caller, methods.join("+"))
+    }
+}
+
 impl Caller {
     /// The caller from a TokenReview username `system:serviceaccount:<ns>:<name>`.
     fn from_username(username: &str) -> Option<Self> {
@@ -67,11 +179,11 @@ const MAX_CACHE_ENTRIES: usize = 4096;
 
 type Verdict = Result<Caller, Error>;
 
-/// Validates tokens with TokenReview and checks the allow-list.
+/// Validates tokens with TokenReview and checks the allow-list and each caller's methods.
 pub struct TokenReviewer {
     client: kube::Client,
     audience: String,
-    allowed: BTreeSet<Caller>,
+    grants: BTreeMap<Caller, BTreeSet<Method>>,
     // A map with expiry is all this needs for a handful of callers; a caching crate (moka)
     // would bring its own runtime and many dependencies for no gain here.
     cache: Mutex<HashMap<String, (Instant, CachedVerdict)>>,
@@ -86,18 +198,44 @@ enum CachedVerdict {
 }
 
 impl TokenReviewer {
-    pub fn new(
+    /// `grants` are [`Grant`]s, or plain [`Caller`]s granted every method. Two grants of one
+    /// caller add up.
+    pub fn new<G: Into<Grant>>(
         client: kube::Client,
         audience: impl Into<String>,
-        allowed: impl IntoIterator<Item = Caller>,
+        grants: impl IntoIterator<Item = G>,
         metrics: Metrics,
     ) -> Self {
+        let mut merged: BTreeMap<Caller, BTreeSet<Method>> = BTreeMap::new();
+        for grant in grants.into_iter().map(Into::into) {
+            merged
+                .entry(grant.caller)
+                .or_default()
+                .extend(grant.methods);
+        }
         TokenReviewer {
             client,
             audience: audience.into(),
-            allowed: allowed.into_iter().collect(),
+            grants: merged,
             cache: Mutex::new(HashMap::new()),
             metrics,
+        }
+    }
+
+    /// Whether `caller` (already authenticated and allow-listed) may call `method`.
+    pub fn authorize(&self, caller: &Caller, method: Method) -> Result<(), Error> {
+        if self
+            .grants
+            .get(caller)
+            .is_some_and(|methods| methods.contains(&method))
+        {
+            Ok(())
+        } else {
+            self.count("method_not_allowed");
+            Err(Error::MethodNotAllowed {
+                caller: caller.to_string(),
+                method: method.as_str(),
+            })
         }
     }
 
@@ -189,7 +327,7 @@ impl TokenReviewer {
             self.count("not_allowed");
             return Err(Error::CallerNotAllowed { caller: username });
         };
-        if !self.allowed.contains(&caller) {
+        if !self.grants.contains_key(&caller) {
             self.count("not_allowed");
             return Err(Error::CallerNotAllowed {
                 caller: caller.to_string(),
@@ -216,9 +354,11 @@ fn bearer_token(header: Option<&http::HeaderValue>) -> Result<&str, Error> {
     let value = value.to_str().map_err(|_| Error::Unauthenticated {
         message: "authorization metadata is not ASCII".into(),
     })?;
+    // The scheme is case-insensitive (RFC 9110, section 11.1); the token is not.
     let token = value
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
         .filter(|t| !t.is_empty())
         .ok_or_else(|| Error::Unauthenticated {
             message: "authorization metadata is not `Bearer <token>`".into(),
@@ -272,10 +412,18 @@ where
         let reviewer = self.reviewer.clone();
         Box::pin(async move {
             if let Some(reviewer) = reviewer {
-                match reviewer
+                let verdict = reviewer
                     .authenticate(request.headers().get(http::header::AUTHORIZATION))
                     .await
-                {
+                    .and_then(|caller| {
+                        // Paths that are no method of ours go on to tonic, which answers
+                        // UNIMPLEMENTED; they reach no provider.
+                        match Method::from_path(request.uri().path()) {
+                            Some(method) => reviewer.authorize(&caller, method).map(|()| caller),
+                            None => Ok(caller),
+                        }
+                    });
+                match verdict {
                     Ok(caller) => {
                         request.extensions_mut().insert(caller);
                     }
@@ -322,10 +470,51 @@ mod tests {
     }
 
     #[test]
+    fn grants_parse_with_and_without_methods() {
+        let grant: Grant = "peerpods/caa=GetCapacity+DeleteInstance".parse().unwrap();
+        assert_eq!(grant.caller.to_string(), "peerpods/caa");
+        assert_eq!(
+            grant.methods,
+            BTreeSet::from([
+                Method::DeleteInstance,
+                Method::GetCapacity,
+                Method::ListProviders
+            ])
+        );
+        assert_eq!(
+            grant.to_string(),
+            "peerpods/caa=DeleteInstance+GetCapacity+ListProviders"
+        );
+        let bare: Grant = "peerpods/tools".parse().unwrap();
+        assert_eq!(bare.methods.len(), Method::ALL.len());
+        let err = "peerpods/caa=Delete".parse::<Grant>().unwrap_err();
+        assert!(
+            err.contains("\"Delete\" is not a ProviderService method"),
+            "{err}"
+        );
+        assert!("caa=GetCapacity".parse::<Grant>().is_err());
+    }
+
+    #[test]
+    fn methods_come_from_our_service_paths_only() {
+        assert_eq!(
+            Method::from_path("/peerpods.provider.v1.ProviderService/DeleteInstance"),
+            Some(Method::DeleteInstance)
+        );
+        assert_eq!(
+            Method::from_path("/peerpods.provider.v1.ProviderService/Nope"),
+            None
+        );
+        assert_eq!(Method::from_path("/other.Service/DeleteInstance"), None);
+    }
+
+    #[test]
     fn bearer_header_shapes() {
-        let ok = http::HeaderValue::from_static("Bearer abc");
-        assert_eq!(bearer_token(Some(&ok)).ok(), Some("abc"));
-        for bad in ["abc", "Bearer ", "Basic abc"] {
+        for ok in ["Bearer abc", "bearer abc", "BEARER abc", "bEaReR  abc "] {
+            let ok = http::HeaderValue::from_static(ok);
+            assert_eq!(bearer_token(Some(&ok)).ok(), Some("abc"));
+        }
+        for bad in ["abc", "Bearer ", "Basic abc", "Bearerabc"] {
             let v = http::HeaderValue::from_static(bad);
             assert!(matches!(
                 bearer_token(Some(&v)),

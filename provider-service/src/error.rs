@@ -51,6 +51,13 @@ pub enum Error {
     #[error("caller {caller} is not allowed")]
     CallerNotAllowed { caller: String },
 
+    /// The caller is allowed, but not to call this method.
+    #[error("caller {caller} is not allowed to call {method}")]
+    MethodNotAllowed {
+        caller: String,
+        method: &'static str,
+    },
+
     /// TLS certificate or key cannot be loaded.
     #[error("tls: {message}")]
     Tls { message: String },
@@ -82,6 +89,7 @@ impl Error {
             Error::Unauthenticated { .. } => "Unauthenticated",
             Error::AuthUnavailable { .. } => "AuthUnavailable",
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
+            Error::MethodNotAllowed { .. } => "MethodNotAllowed",
             Error::Tls { .. } => "Tls",
             Error::Io { .. } => "Io",
             Error::Internal { .. } => "Internal",

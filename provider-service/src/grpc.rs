@@ -231,9 +231,9 @@ pub fn status(e: &Error) -> Status {
         Error::ProviderNotConfigured { .. } | Error::Config { .. } => Code::FailedPrecondition,
         Error::Throttled { .. } => Code::ResourceExhausted,
         Error::Unavailable { .. } | Error::AuthUnavailable { .. } => Code::Unavailable,
-        Error::CloudPermissionDenied { .. } | Error::CallerNotAllowed { .. } => {
-            Code::PermissionDenied
-        }
+        Error::CloudPermissionDenied { .. }
+        | Error::CallerNotAllowed { .. }
+        | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
         Error::Unauthenticated { .. } => Code::Unauthenticated,
         Error::Tls { .. } | Error::Io { .. } | Error::Internal { .. } => Code::Internal,
     };

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::telemetry::LogFormat;
-use provider_service::auth::{Caller, TokenReviewer};
+use provider_service::auth::{Grant, TokenReviewer};
 use provider_service::grpc::ProviderApi;
 use provider_service::metrics::Metrics;
 use provider_service::reload::ConfigReloader;
@@ -51,9 +51,11 @@ struct Args {
     /// How callers are authenticated.
     #[arg(long, env = "AUTH", value_enum, default_value = "tokenreview")]
     auth: AuthMode,
-    /// ServiceAccounts allowed to call, as namespace/name, comma-separated.
+    /// ServiceAccounts allowed to call and the methods each may call, comma-separated:
+    /// `namespace/name=Method+Method` (DeleteInstance, GetCapacity, ListInstances; ListProviders
+    /// is implied). A bare `namespace/name` may call every method.
     #[arg(long, env = "ALLOWED_CALLERS", value_delimiter = ',')]
-    allowed_callers: Vec<Caller>,
+    allowed_callers: Vec<Grant>,
     /// Audience callers' tokens must be issued for.
     #[arg(long, env = "AUDIENCE", default_value = "provider-service")]
     audience: String,
@@ -109,6 +111,9 @@ async fn run(args: Args) -> Result<(), provider_service::Error> {
         AuthMode::Tokenreview => {
             if args.allowed_callers.is_empty() {
                 tracing::warn!("--allowed-callers is empty: every call will be refused");
+            }
+            for grant in args.allowed_callers.iter().filter(|g| g.is_unrestricted()) {
+                tracing::warn!(caller = %grant.caller, "caller may call every method; name its methods (namespace/name=Method+Method)");
             }
             let client = kube::Client::try_default().await.map_err(|e| {
                 provider_service::Error::AuthUnavailable {

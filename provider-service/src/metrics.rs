@@ -164,7 +164,7 @@ impl Metrics {
         );
         r.register(
             "auth_token_reviews",
-            "TokenReview lookups by result (cache hits are not counted)",
+            "TokenReview lookups by result (cache hits are not counted), and calls of a method the caller is not granted (method_not_allowed)",
             m.auth_reviews.clone(),
         );
         m

@@ -1,15 +1,25 @@
 //! The gRPC server: ProviderService behind authentication, plus the standard health service
-//! and server reflection (v1 and v1alpha, so every grpcurl version can list and describe).
+//! and server reflection (v1 and v1alpha, so every grpcurl version can list and describe, the
+//! `google.rpc` error details included).
+//!
+//! Every accepted connection has TCP_NODELAY set: gRPC writes a response as several small
+//! frames, and with Nagle's algorithm on, the last one waits for the client's delayed ACK
+//! (40 ms on Linux) before it leaves.
 
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use peerpods_proto::v1::provider_service_server::ProviderServiceServer;
 use peerpods_runtime::admin::Readiness;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::Error;
 use crate::auth::{Authenticated, TokenReviewer};
@@ -36,24 +46,24 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
     health_reporter
         .set_serving::<ProviderServiceServer<ProviderApi>>()
         .await;
-    let reflection_v1 = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(peerpods_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| Error::Internal {
-            message: format!("reflection: {e}"),
-        })?;
-    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(peerpods_proto::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1alpha()
-        .map_err(|e| Error::Internal {
-            message: format!("reflection: {e}"),
-        })?;
+    // The error details (google.rpc.ErrorInfo, RetryInfo) are registered too, so grpcurl and
+    // other reflection clients can decode the details every error carries.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(peerpods_proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e: tonic_reflection::server::Error| Error::Internal {
+        message: format!("reflection: {e}"),
+    };
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
     let router = Server::builder()
         // A stuck cloud call must not hold a caller forever; callers retry.
         .timeout(Duration::from_secs(120))
         .concurrency_limit_per_connection(1024)
+        .layer(tower::layer::layer_fn(|inner| WithErrorInfo { inner }))
         .trace_fn(|request| {
             let span = tracing::info_span!("grpc", path = %request.uri().path());
             peerpods_runtime::telemetry::set_parent_from_headers(&span, request.headers());
@@ -90,7 +100,7 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
         }
         None => {
             router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(server.listener), stop)
+                .serve_with_incoming_shutdown(plaintext_incoming(server.listener), stop)
                 .await
         }
     };
@@ -98,4 +108,133 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
     served.map_err(|e| Error::Internal {
         message: format!("gRPC server: {e}"),
     })
+}
+
+/// TCP keepalive of accepted connections: a caller that vanished without a FIN is noticed.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// Plaintext connections from `listener`, each with TCP_NODELAY (see the module doc).
+pub fn plaintext_incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(TCP_KEEPALIVE))
+}
+
+/// Adds `google.rpc.ErrorInfo` to errors that tonic itself answers before a handler runs (an
+/// unknown method, a request over the size limit or undecodable, a timeout), so every error a
+/// caller sees carries a stable reason, like the ones [`crate::grpc::status`] builds.
+#[derive(Clone)]
+struct WithErrorInfo<S> {
+    inner: S,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for WithErrorInfo<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<R>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let mut response = answer.await?;
+            add_error_info(response.headers_mut());
+            Ok(response)
+        })
+    }
+}
+
+/// Header name of the binary google.rpc.Status that carries error details.
+const STATUS_DETAILS: &str = "grpc-status-details-bin";
+
+/// For a trailers-only error answer without details: the same code and message, plus an
+/// ErrorInfo whose reason names what the framework refused.
+fn add_error_info(headers: &mut http::HeaderMap) {
+    if headers.contains_key(STATUS_DETAILS) {
+        return;
+    }
+    let Some(status) = tonic::Status::from_header_map(headers) else {
+        return;
+    };
+    if status.code() == tonic::Code::Ok {
+        return;
+    }
+    let reason = framework_reason(status.code(), status.message());
+    let detailed = tonic::Status::with_error_details(
+        status.code(),
+        status.message(),
+        ErrorDetails::with_error_info(
+            reason,
+            crate::grpc::ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        ),
+    );
+    if let Err(e) = detailed.add_header(headers) {
+        tracing::debug!(error = %e, "could not add ErrorInfo to a framework error");
+    }
+}
+
+/// Stable reasons of the errors tonic answers itself.
+fn framework_reason(code: tonic::Code, message: &str) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Unimplemented => "MethodNotFound",
+        // tonic's answer to bytes that are not the method's request message.
+        Code::Internal if message.starts_with("failed to decode") => "MalformedRequest",
+        // tonic's answer to a request over `max_decoding_message_size`.
+        Code::OutOfRange => "MessageTooLarge",
+        Code::Cancelled | Code::DeadlineExceeded => "Timeout",
+        Code::ResourceExhausted => "Overloaded",
+        Code::InvalidArgument => "MalformedRequest",
+        Code::Unavailable => "ShuttingDown",
+        _ => "Internal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn framework_errors_get_an_error_info() {
+        let mut headers = tonic::Status::unimplemented("")
+            .into_http::<()>()
+            .into_parts()
+            .0
+            .headers;
+        add_error_info(&mut headers);
+        let status = tonic::Status::from_header_map(&headers).unwrap();
+        assert_eq!(status.code(), tonic::Code::Unimplemented);
+        let info = status.get_details_error_info().expect("ErrorInfo");
+        assert_eq!(info.reason, "MethodNotFound");
+        assert_eq!(info.domain, crate::grpc::ERROR_DOMAIN);
+    }
+
+    #[test]
+    fn details_already_there_are_kept() {
+        let ours = crate::grpc::status(&Error::UnknownProvider { name: "x".into() });
+        let mut headers = ours.into_http::<()>().into_parts().0.headers;
+        let before = headers.get(STATUS_DETAILS).cloned();
+        add_error_info(&mut headers);
+        assert_eq!(headers.get(STATUS_DETAILS).cloned(), before);
+        let status = tonic::Status::from_header_map(&headers).unwrap();
+        assert_eq!(
+            status.get_details_error_info().map(|i| i.reason),
+            Some("UnknownProvider".to_owned())
+        );
+    }
+
+    #[test]
+    fn success_is_left_alone() {
+        let mut headers = http::HeaderMap::new();
+        add_error_info(&mut headers);
+        assert!(headers.is_empty());
+    }
 }

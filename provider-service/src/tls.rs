@@ -20,6 +20,9 @@ use crate::Error;
 
 /// A handshake that takes longer than this is dropped, so slow clients cannot hold slots.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at most. Past this, accepting waits (the kernel's backlog queues new
+/// connections), so a flood of idle connections cannot grow tasks and memory without bound.
+const MAX_HANDSHAKES: usize = 256;
 
 /// Certificate and key files, and the pair currently served.
 #[derive(Debug)]
@@ -120,7 +123,8 @@ fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, 
 }
 
 /// Accepts TCP connections and hands out those that completed the TLS handshake. Handshakes run
-/// in their own tasks, so a slow or garbage-sending client delays nobody.
+/// in their own tasks (at most [`MAX_HANDSHAKES`] at once), so a slow or garbage-sending client
+/// delays nobody. Each connection gets TCP_NODELAY (see `server`'s module doc).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
@@ -128,13 +132,14 @@ pub fn incoming(
 ) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = TlsAcceptor::from(config);
+    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => break,
-                a = listener.accept() => a,
+                a = accept_with_slot(&listener, &handshakes) => a,
             };
-            let (tcp, peer) = match accepted {
+            let (tcp, peer, slot) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     // E.g. EMFILE: back off instead of spinning.
@@ -143,10 +148,15 @@ pub fn incoming(
                     continue;
                 }
             };
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
+            }
             let acceptor = acceptor.clone();
             let tx = tx.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+                drop(slot);
+                match handshake {
                     Ok(Ok(stream)) => {
                         let _ = tx.send(Ok(stream)).await;
                     }
@@ -157,4 +167,25 @@ pub fn incoming(
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// The next connection, once a handshake slot is free.
+async fn accept_with_slot(
+    listener: &TcpListener,
+    handshakes: &Arc<tokio::sync::Semaphore>,
+) -> Result<
+    (
+        TcpStream,
+        std::net::SocketAddr,
+        tokio::sync::OwnedSemaphorePermit,
+    ),
+    std::io::Error,
+> {
+    let slot = handshakes
+        .clone()
+        .acquire_owned()
+        .await
+        .map_err(|_| std::io::Error::other("handshake limiter closed"))?;
+    let (tcp, peer) = listener.accept().await?;
+    Ok((tcp, peer, slot))
 }

@@ -127,6 +127,18 @@ async fn malformed_requests_get_precise_statuses() {
     );
 }
 
+/// The ErrorInfo reason of an error status (every error carries one).
+fn reason(status: &tonic::Status) -> String {
+    use tonic_types::StatusExt;
+    status
+        .get_details_error_info()
+        .map(|info| {
+            assert_eq!(info.domain, provider_service::grpc::ERROR_DOMAIN);
+            info.reason
+        })
+        .unwrap_or_else(|| panic!("no ErrorInfo in {status:?}"))
+}
+
 /// A message far above the limit is refused before it is decoded.
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_messages_are_refused() {
@@ -138,6 +150,7 @@ async fn oversized_messages_are_refused() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert_eq!(reason(&status), "MessageTooLarge");
     // And the server still answers normally.
     client
         .list_providers(pb::ListProvidersRequest {})
@@ -174,6 +187,21 @@ async fn undecodable_messages_and_garbage_bytes_do_not_stop_the_server() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert_eq!(reason(&status), "MalformedRequest");
+
+    // A method the service does not have: tonic answers, with an ErrorInfo like ours.
+    grpc.ready().await.unwrap();
+    let status = grpc
+        .unary(
+            tonic::Request::new(pb::ListProvidersRequest {}),
+            http::uri::PathAndQuery::from_static("/peerpods.provider.v1.ProviderService/Reboot"),
+            tonic_prost::ProstCodec::<pb::ListProvidersRequest, pb::ListProvidersResponse>::default(
+            ),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unimplemented, "{status:?}");
+    assert_eq!(reason(&status), "MethodNotFound");
 
     // Raw garbage, then an HTTP/2 preface followed by garbage frames.
     for payload in [

@@ -67,6 +67,37 @@ async fn grpcurl_lists_describes_and_checks_health() {
     .unwrap();
     assert!(health.contains("\"SERVING\""), "{health}");
 
+    // Reflection serves the error details too, so grpcurl shows the ErrorInfo of an error.
+    let refused = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || {
+            Command::new(grpcurl())
+                .args([
+                    "-plaintext",
+                    "-d",
+                    r#"{"cloud_provider": "nimbus", "instance_id": "x"}"#,
+                    &addr,
+                    "peerpods.provider.v1.ProviderService/DeleteInstance",
+                ])
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let shown = String::from_utf8_lossy(&refused.stderr).into_owned()
+        + &String::from_utf8_lossy(&refused.stdout);
+    assert!(!refused.status.success(), "{shown}");
+    for expected in [
+        "Code:InvalidArgument",
+        "type.googleapis.com/google.rpc.ErrorInfo",
+        "\"reason\":\"UnknownProvider\"",
+        "\"domain\":\"provider.peerpods.io\"",
+    ] {
+        let compact: String = shown.split_whitespace().collect();
+        assert!(compact.contains(expected), "{expected} not in {shown}");
+    }
+
     let providers = tokio::task::spawn_blocking(move || {
         run(&[
             "-plaintext",
