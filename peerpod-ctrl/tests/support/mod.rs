@@ -249,6 +249,14 @@ impl Drop for ProviderService {
 impl ProviderService {
     /// Starts on a free port, or on `addr` (to restart where a controller already points).
     pub async fn start(addr: Option<SocketAddr>) -> ProviderService {
+        Self::start_with_tls(addr, None).await
+    }
+
+    /// Like [`ProviderService::start`], serving TLS with the PEM `(certificate, key)` files.
+    pub async fn start_with_tls(
+        addr: Option<SocketAddr>,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> ProviderService {
         use provider_service::grpc::ProviderApi;
         use provider_service::reload::ConfigReloader;
         use provider_service::server::{GrpcServer, serve};
@@ -274,12 +282,15 @@ impl ProviderService {
         let listener = bind_retrying(bind).await;
         let addr = listener.local_addr().expect("local addr");
         let api = ProviderApi::new(reloader.registry(), metrics);
-        tokio::spawn(reloader.run(Duration::from_secs(1), None, shutdown.clone()));
+        let tls = tls.map(|(cert, key)| {
+            provider_service::tls::ReloadingCert::load(cert, key).expect("TLS certificate")
+        });
+        tokio::spawn(reloader.run(Duration::from_secs(1), tls.clone(), shutdown.clone()));
         let server = GrpcServer {
             listener,
             api,
             reviewer: None,
-            tls: None,
+            tls,
             readiness,
         };
         let stop = shutdown.clone();
@@ -355,6 +366,8 @@ pub struct ControllerOptions {
     pub cluster_tag: bool,
     pub leader: Option<LeaderConfig>,
     pub concurrency: u16,
+    /// Reach provider-service over TLS, trusting this CA file, verifying this name.
+    pub provider_tls: Option<(std::path::PathBuf, String)>,
 }
 
 impl ControllerOptions {
@@ -368,6 +381,7 @@ impl ControllerOptions {
             cluster_tag: false,
             leader: None,
             concurrency: 32,
+            provider_tls: None,
         }
     }
 }
@@ -376,8 +390,15 @@ impl Controller {
     pub async fn start(client: Client, options: ControllerOptions) -> Controller {
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
+        let scheme = if options.provider_tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let provider = Provider::connect(&ProviderClientConfig {
-            endpoint: format!("http://{}", options.provider),
+            endpoint: format!("{scheme}://{}", options.provider),
+            ca_file: options.provider_tls.as_ref().map(|(ca, _)| ca.clone()),
+            tls_server_name: options.provider_tls.as_ref().map(|(_, name)| name.clone()),
             timeout: Some(Duration::from_secs(10)),
             ..Default::default()
         })
