@@ -16,10 +16,14 @@ GRPCURL_WRAPPER_VERSION := 1.8.6.post2
 
 PROTOC_GEN_GO := $(TOOLS)/bin/protoc-gen-go
 PROTOC_GEN_GO_GRPC := $(TOOLS)/bin/protoc-gen-go-grpc
-PROTOC_GEN_GO_VERSION := v1.36.12
+# The generator matches the protobuf runtime cloud-api-adaptor uses (proto/go.mod).
+PROTOC_GEN_GO_VERSION := v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 PROVIDER_SERVICE_BIN := $(ROOT)/target/debug/provider-service
+# The Go release cloud-api-adaptor builds with: the Go client is vetted and tested with it (Go fetches
+# that toolchain through the module proxy on first use).
+GO_CLIENT_TOOLCHAIN := go1.25.7
 
 TEST_PREREQS += libvirt-dev python-tools
 CHECKS += proto-lint proto-breaking proto-drift proto-go-test
@@ -71,7 +75,10 @@ provider-service-bin:
 
 # The Go client (as cloud-api-adaptor would import it) against a real provider-service.
 proto-go-test: provider-service-bin
-	cd proto && PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test ./...
+	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) $(GO) vet ./...
+	@cd proto && unformatted=$$("$$(dirname "$$(command -v $(GO))")/gofmt" -l .) && \
+	  { [ -z "$$unformatted" ] || { echo "gofmt -l: $$unformatted"; exit 1; }; }
+	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test ./...
 
 # `make dev`: provider-service on libvirt's in-process test driver (its embedded default).
 DEV_PROCS += provider-service
