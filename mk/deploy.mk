@@ -135,7 +135,8 @@ ifeq ($(IMAGE_BINARIES),release)
 	  $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) -p peerpod-ctrl -p peer-pod-config-ctrl
 	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) $(CARGO) build --locked --release -p provider-service
 else
-	$(CARGO) build --locked --bins -p provider-service -p peerpod-ctrl -p peer-pod-config-ctrl
+	# The debug binaries `cargo test --workspace` leaves in target/debug (see provider-service-bin).
+	$(CARGO) test --workspace --locked --no-run
 endif
 
 docker-build: images-binaries $(if $(filter buildah,$(IMAGE_TOOL)),buildah)

@@ -70,8 +70,11 @@ proto-drift: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 	cd proto && PATH=$(TOOLS)/bin:$$PATH $(BUF) generate -o $$tmp && \
 	diff -r $$tmp/gen/go gen/go || { echo "proto/gen/go is stale: run make proto"; exit 1; }
 
+# The binary `cargo test --workspace` builds (and leaves in target/debug) for the integration tests:
+# the same feature selection as `make test`'s cargo run, so it costs nothing after it. A plain
+# `cargo build -p provider-service` unifies features differently and rebuilds the AWS SDK.
 provider-service-bin:
-	$(CARGO) build --locked -p provider-service
+	$(CARGO) test --workspace --locked --no-run
 
 # The Go client (as cloud-api-adaptor would import it) against a real provider-service.
 proto-go-test: provider-service-bin

@@ -1,15 +1,18 @@
 module github.com/peerpods/peerpods-controllers/proto
 
-go 1.26.0
+// The Go version and grpc-go/protobuf releases cloud-api-adaptor builds with (its go.mod), so
+// CAA can import this client without upgrading either. `make proto-go-test` builds and tests the
+// client with exactly this Go release (GOTOOLCHAIN).
+go 1.25.0
 
 require (
-	google.golang.org/grpc v1.85.0
-	google.golang.org/protobuf v1.36.12
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20250804133106-a7a43d27e69b
+	google.golang.org/grpc v1.76.0
+	google.golang.org/protobuf v1.36.11
 )
 
 require (
-	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	golang.org/x/net v0.42.0 // indirect
+	golang.org/x/sys v0.34.0 // indirect
+	golang.org/x/text v0.27.0 // indirect
 )

@@ -44,14 +44,19 @@ func randomUUID(t *testing.T) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-func TestGoClientAgainstProviderService(t *testing.T) {
+// startProviderService runs the provider-service binary (PROVIDER_SERVICE_BIN) on libvirt's
+// in-process test driver without caller authentication, with extraArgs, until the test ends.
+// It returns the gRPC address.
+func startProviderService(t *testing.T, extraArgs ...string) string {
+	t.Helper()
 	bin := os.Getenv("PROVIDER_SERVICE_BIN")
 	if bin == "" {
 		t.Fatal("PROVIDER_SERVICE_BIN must name a built provider-service binary (make proto-go-test sets it)")
 	}
 	port, admin := freePort(t), freePort(t)
 	var logs bytes.Buffer
-	cmd := exec.Command(bin, "--auth=none", "--listen", "127.0.0.1:"+port, "--admin-listen", "127.0.0.1:"+admin)
+	args := append([]string{"--auth=none", "--listen", "127.0.0.1:" + port, "--admin-listen", "127.0.0.1:" + admin}, extraArgs...)
+	cmd := exec.Command(bin, args...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "CONFIG_DIR=") {
 			cmd.Env = append(cmd.Env, kv)
@@ -62,13 +67,10 @@ func TestGoClientAgainstProviderService(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
 		close(exited)
-		cancel() // a service that exits early fails the calls at once
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -77,8 +79,15 @@ func TestGoClientAgainstProviderService(t *testing.T) {
 			t.Logf("provider-service output:\n%s", logs.String())
 		}
 	})
+	return "127.0.0.1:" + port
+}
 
-	conn, err := grpc.NewClient("127.0.0.1:"+port, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func TestGoClientAgainstProviderService(t *testing.T) {
+	addr := startProviderService(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

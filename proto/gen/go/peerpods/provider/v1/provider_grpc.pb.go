@@ -35,18 +35,22 @@ const (
 // Status codes, for every method:
 //   - INVALID_ARGUMENT: a malformed or oversized field, or a cloud_provider this service does not know.
 //     The message names the field, e.g. `instance_id: not a libvirt domain UUID`.
-//   - FAILED_PRECONDITION: the cloud_provider is a known name but is not configured on this service.
+//   - FAILED_PRECONDITION: the cloud_provider is a known name but is not configured on this service,
+//     or (DeleteInstance) the instance lacks this cluster's tag (reason `NotOwnedByCluster`).
 //   - RESOURCE_EXHAUSTED: the cloud throttled the call. Retryable. The status carries a
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
 //   - UNAVAILABLE: the cloud could not be reached. Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
-//   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed, or the cloud refused the
-//     service's own credentials (the message says which).
+//   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
+//     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
+//     credentials (reason `CloudPermissionDenied`).
 //   - INTERNAL: anything else; the message says what failed, never with credentials.
 //
 // Every error status also carries a `google.rpc.ErrorInfo` detail with domain
 // `provider.peerpods.io` and a stable `reason` (e.g. `UnknownProvider`, `ProviderNotConfigured`,
-// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics.
+// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics. Errors the
+// framework answers before a method runs carry one too (`MethodNotFound`, `MessageTooLarge`,
+// `MalformedRequest`, `Timeout`).
 // NOT_FOUND is never returned by DeleteInstance: an instance that is already gone is a success.
 type ProviderServiceClient interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
@@ -118,18 +122,22 @@ func (c *providerServiceClient) ListProviders(ctx context.Context, in *ListProvi
 // Status codes, for every method:
 //   - INVALID_ARGUMENT: a malformed or oversized field, or a cloud_provider this service does not know.
 //     The message names the field, e.g. `instance_id: not a libvirt domain UUID`.
-//   - FAILED_PRECONDITION: the cloud_provider is a known name but is not configured on this service.
+//   - FAILED_PRECONDITION: the cloud_provider is a known name but is not configured on this service,
+//     or (DeleteInstance) the instance lacks this cluster's tag (reason `NotOwnedByCluster`).
 //   - RESOURCE_EXHAUSTED: the cloud throttled the call. Retryable. The status carries a
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
 //   - UNAVAILABLE: the cloud could not be reached. Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
-//   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed, or the cloud refused the
-//     service's own credentials (the message says which).
+//   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
+//     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
+//     credentials (reason `CloudPermissionDenied`).
 //   - INTERNAL: anything else; the message says what failed, never with credentials.
 //
 // Every error status also carries a `google.rpc.ErrorInfo` detail with domain
 // `provider.peerpods.io` and a stable `reason` (e.g. `UnknownProvider`, `ProviderNotConfigured`,
-// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics.
+// `Throttled`, `CloudUnavailable`, `CallerNotAllowed`) for conditions and metrics. Errors the
+// framework answers before a method runs carry one too (`MethodNotFound`, `MessageTooLarge`,
+// `MalformedRequest`, `Timeout`).
 // NOT_FOUND is never returned by DeleteInstance: an instance that is already gone is a success.
 type ProviderServiceServer interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
