@@ -117,12 +117,20 @@ pub struct Convergence {
 #[derive(Debug, Serialize)]
 pub struct Grpc {
     pub calls: usize,
+    /// The server ran with TLS and TokenReview, as deployed.
+    pub tls: bool,
+    pub token_review: bool,
     pub direct_p50_us: f64,
     pub direct_p99_us: f64,
     pub grpc_p50_us: f64,
     pub grpc_p99_us: f64,
     /// grpc_p50_us - direct_p50_us.
     pub overhead_p50_us: f64,
+    /// The Go client (CAA's): health Check and DeleteInstance round trips over the same TLS + token setup.
+    pub go_check_p50_us: f64,
+    pub go_check_p99_us: f64,
+    pub go_delete_p50_us: f64,
+    pub go_delete_p99_us: f64,
 }
 
 impl Results {
@@ -254,7 +262,21 @@ impl Results {
                     "via gRPC p50 / p99",
                     format!("{} / {}", us(g.grpc_p50_us), us(g.grpc_p99_us)),
                 );
-                add("grpc", "overhead p50", us(g.overhead_p50_us));
+                add(
+                    "grpc",
+                    "overhead p50 (TLS + TokenReview)",
+                    us(g.overhead_p50_us),
+                );
+                add(
+                    "grpc",
+                    "Go client Check p50 / p99",
+                    format!("{} / {}", us(g.go_check_p50_us), us(g.go_check_p99_us)),
+                );
+                add(
+                    "grpc",
+                    "Go client DeleteInstance p50 / p99",
+                    format!("{} / {}", us(g.go_delete_p50_us), us(g.go_delete_p99_us)),
+                );
             }
             other => add("grpc", "", not_measured(other)),
         }

@@ -1,26 +1,37 @@
 //! gRPC overhead: DeleteInstance of a real (libvirt `test:///default`) domain, timed call by call, once through
-//! provider-service's gRPC server over loopback and once calling the same libvirt backend directly.
+//! provider-service's gRPC server over loopback and once calling the same libvirt backend directly. The server
+//! runs as deployed: TLS and callers authenticated with TokenReview against the run's control plane (a projected
+//! ServiceAccount token with the provider-service audience); the Rust client is the controllers' own (runtime's
+//! `connect`, reading the CA and token files).
 //!
-//! Both run in this process so they share the test driver's domains. Each call deletes a domain defined just before
-//! it (untimed); direct and gRPC calls alternate, so drift on the machine loads both sides alike.
-//! Hand-timed rather than with criterion: criterion reports means and medians of batched iterations, while this
-//! figure is the p50/p99 of single calls, each of which needs a fresh domain.
+//! Then the Go client cloud-api-adaptor uses (proto/clienttest's BenchmarkRoundTrip, with CAA's Go release) times
+//! a health Check and a DeleteInstance over the same TLS connection and token: what a Go caller sees, including
+//! any stall from Nagle's algorithm, which a Rust client's prompt ACKs hide.
+//!
+//! Both Rust measurements run in this process so they share the test driver's domains. Each call deletes a domain
+//! defined just before it (untimed); direct and gRPC calls alternate, so drift on the machine loads both sides
+//! alike. Hand-timed rather than with criterion: criterion reports means and medians of batched iterations, while
+//! this figure is the p50/p99 of single calls, each of which needs a fresh domain.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use peerpods_proto::v1::provider_service_client::ProviderServiceClient;
 use peerpods_proto::v1::{DeleteInstanceRequest, DeleteResult};
 use peerpods_runtime::admin::Readiness;
+use peerpods_runtime::client::{ProviderClient, ProviderClientConfig, connect};
 use peerpods_runtime::shutdown::CancellationToken;
+use provider_service::auth::{Grant, TokenReviewer};
 use provider_service::config::ProviderConfig;
 use provider_service::grpc::ProviderApi;
 use provider_service::libvirt::LibvirtProvider;
 use provider_service::provider::{DeleteOutcome, Provider, Registry, SharedRegistry};
 use provider_service::server::{GrpcServer, serve};
+use provider_service::tls::ReloadingCert;
 use virt::connect::Connect;
 
 use crate::Error;
+use crate::cluster::Cluster;
 use crate::options::Options;
 use crate::report::Grpc;
 use crate::stats::percentile;
@@ -28,8 +39,13 @@ use crate::stats::percentile;
 const URI: &str = "test:///default";
 /// Calls each way before timing starts (connections, caches, the blocking pool).
 const WARMUP: usize = 50;
+/// The audience and name the chart uses; the certificate is issued for the in-cluster Service name.
+const AUDIENCE: &str = "provider-service";
+const SERVER_NAME: &str = "provider-service.peerpods.svc";
+const CALLER_NAMESPACE: &str = "bench-grpc";
+const CALLER: &str = "cloud-api-adaptor";
 
-pub async fn run(options: &Options) -> Result<Grpc, Error> {
+pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let libvirt =
         Connect::open(Some(URI)).map_err(|e| Error::Libvirt(format!("open {URI}: {e}")))?;
     let config = ProviderConfig::from_pairs([("CLOUD_PROVIDER", "libvirt"), ("LIBVIRT_URI", URI)]);
@@ -41,6 +57,33 @@ pub async fn run(options: &Options) -> Result<Grpc, Error> {
     };
     let direct = backend(&config)?;
     let served: Arc<dyn Provider> = Arc::new(backend(&config)?);
+
+    let files =
+        tempfile::tempdir().map_err(|e| Error::io("creating a directory for TLS files", e))?;
+    issue_certificates(files.path())?;
+    cluster.namespace(CALLER_NAMESPACE).await?;
+    let token = {
+        let client = cluster.client.clone();
+        // testenv's helper panics on failure (it is made for tests); a task turns that into an error.
+        tokio::spawn(async move {
+            testenv::service_account_token(&client, CALLER_NAMESPACE, CALLER, &[AUDIENCE]).await
+        })
+        .await
+        .map_err(|e| Error::Setup(format!("minting a ServiceAccount token: {e}")))?
+    };
+    write(&files.path().join("token"), token.as_bytes())?;
+    let grant: Grant = format!("{CALLER_NAMESPACE}/{CALLER}=DeleteInstance+GetCapacity")
+        .parse()
+        .map_err(Error::Setup)?;
+    let reviewer = Arc::new(TokenReviewer::new(
+        cluster.client.clone(),
+        AUDIENCE,
+        [grant],
+        metrics.clone(),
+    ));
+    let tls = ReloadingCert::load(&files.path().join("tls.crt"), &files.path().join("tls.key"))
+        .map_err(|e| Error::Provider(e.to_string()))?;
+
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| Error::io("binding provider-service's gRPC port", e))?;
@@ -55,16 +98,31 @@ pub async fn run(options: &Options) -> Result<Grpc, Error> {
                 SharedRegistry::new(Registry::new([served])),
                 metrics.clone(),
             ),
-            reviewer: None,
-            tls: None,
+            reviewer: Some(reviewer),
+            tls: Some(tls),
             readiness: Readiness::default(),
         },
         shutdown.clone(),
     ));
-    let measured = measure(options.grpc_calls, &libvirt, &direct, addr).await;
+    let client_config = ProviderClientConfig {
+        endpoint: format!("https://{addr}"),
+        ca_file: Some(files.path().join("ca.crt")),
+        tls_server_name: Some(SERVER_NAME.into()),
+        token_file: Some(files.path().join("token")),
+        timeout: Some(Duration::from_secs(30)),
+    };
+    let measured = match connect(&client_config) {
+        Ok(client) => measure(options.grpc_calls, &libvirt, &direct, client).await,
+        Err(e) => Err(Error::Grpc(e.to_string())),
+    };
+    let go = match &measured {
+        Ok(_) => go_client(options.grpc_calls, &client_config).await,
+        Err(_) => Err(Error::Setup("the Rust client failed first".into())),
+    };
     shutdown.cancel();
     let _ = server.await;
     let (mut direct_times, mut grpc_times) = measured?;
+    let go = go?;
     direct_times.sort();
     grpc_times.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -74,26 +132,125 @@ pub async fn run(options: &Options) -> Result<Grpc, Error> {
     );
     Ok(Grpc {
         calls: options.grpc_calls,
+        tls: true,
+        token_review: true,
         direct_p50_us: us(direct_p50),
         direct_p99_us: us(percentile(&direct_times, 99.0)),
         grpc_p50_us: us(grpc_p50),
         grpc_p99_us: us(percentile(&grpc_times, 99.0)),
         overhead_p50_us: us(grpc_p50) - us(direct_p50),
+        go_check_p50_us: go.check_p50_us,
+        go_check_p99_us: go.check_p99_us,
+        go_delete_p50_us: go.delete_p50_us,
+        go_delete_p99_us: go.delete_p99_us,
     })
+}
+
+/// A CA and a serving certificate it signs for [`SERVER_NAME`]: `ca.crt`, `tls.crt`, `tls.key` in `dir`.
+fn issue_certificates(dir: &Path) -> Result<(), Error> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let fail = |e: rcgen::Error| Error::Setup(format!("issuing the bench certificate: {e}"));
+    let ca_key = KeyPair::generate().map_err(fail)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let ca = ca_params.self_signed(&ca_key).map_err(fail)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().map_err(fail)?;
+    let leaf = CertificateParams::new(vec![SERVER_NAME.to_owned()])
+        .map_err(fail)?
+        .signed_by(&key, &issuer)
+        .map_err(fail)?;
+    write(&dir.join("ca.crt"), ca.pem().as_bytes())?;
+    write(&dir.join("tls.crt"), leaf.pem().as_bytes())?;
+    write(&dir.join("tls.key"), key.serialize_pem().as_bytes())
+}
+
+fn write(path: &Path, contents: &[u8]) -> Result<(), Error> {
+    std::fs::write(path, contents).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+}
+
+/// Round trips as the Go client sees them (microseconds).
+struct GoFigures {
+    check_p50_us: f64,
+    check_p99_us: f64,
+    delete_p50_us: f64,
+    delete_p99_us: f64,
+}
+
+/// The Go release cloud-api-adaptor builds with; `go` fetches it through the module proxy (mk/provider.mk uses the
+/// same).
+const GO_TOOLCHAIN: &str = "go1.25.7";
+
+/// Runs proto/clienttest's BenchmarkRoundTrip against the running service and reads its reported metrics.
+async fn go_client(calls: usize, config: &ProviderClientConfig) -> Result<GoFigures, Error> {
+    let path = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let output = tokio::process::Command::new("go")
+        .args([
+            "test",
+            "-run",
+            "^$",
+            "-bench",
+            "^BenchmarkRoundTrip$",
+            "-benchtime",
+            &format!("{calls}x"),
+            "./clienttest",
+        ])
+        .current_dir(testenv::repo_root().join("proto"))
+        .env("GOTOOLCHAIN", GO_TOOLCHAIN)
+        .env("PROVIDER_SERVICE_ENDPOINT", &config.endpoint)
+        .env("PROVIDER_SERVICE_CA_FILE", path(&config.ca_file))
+        .env("PROVIDER_SERVICE_TOKEN_FILE", path(&config.token_file))
+        .env(
+            "PROVIDER_SERVICE_SERVER_NAME",
+            config.tls_server_name.clone().unwrap_or_default(),
+        )
+        .output()
+        .await
+        .map_err(|e| Error::Missing {
+            what: "go".into(),
+            hint: format!("the Go client benchmark needs the Go toolchain: {e}"),
+        })?;
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        return Err(Error::Grpc(format!(
+            "Go client benchmark failed:\n{text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    let metric = |unit: &str| {
+        go_bench_metric(&text, unit)
+            .ok_or_else(|| Error::Grpc(format!("no {unit} in the Go benchmark output:\n{text}")))
+    };
+    Ok(GoFigures {
+        check_p50_us: metric("check-p50-us")?,
+        check_p99_us: metric("check-p99-us")?,
+        delete_p50_us: metric("delete-p50-us")?,
+        delete_p99_us: metric("delete-p99-us")?,
+    })
+}
+
+/// The value reported for `unit` on the benchmark's result line (`... 692.0 check-p50-us ...`).
+fn go_bench_metric(output: &str, unit: &str) -> Option<f64> {
+    let line = output
+        .lines()
+        .find(|l| l.starts_with("BenchmarkRoundTrip"))?;
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    fields
+        .windows(2)
+        .find(|w| w[1] == unit)
+        .and_then(|w| w[0].parse().ok())
 }
 
 async fn measure(
     calls: usize,
     libvirt: &Connect,
     direct: &LibvirtProvider,
-    addr: std::net::SocketAddr,
+    mut client: ProviderClient,
 ) -> Result<(Vec<Duration>, Vec<Duration>), Error> {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .map_err(|e| Error::Grpc(e.to_string()))?
-        .connect()
-        .await
-        .map_err(|e| Error::Grpc(format!("connecting to {addr}: {e}")))?;
-    let mut client = ProviderServiceClient::new(channel);
     let mut direct_times = Vec::with_capacity(calls);
     let mut grpc_times = Vec::with_capacity(calls);
     for i in 0..WARMUP + calls {
@@ -153,4 +310,18 @@ fn define_domain(libvirt: &Connect) -> Result<String, Error> {
         .create()
         .map_err(|e| Error::Libvirt(format!("start {uuid}: {e}")))?;
     Ok(uuid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_go_benchmark_metrics() {
+        let output = "goos: linux\nBenchmarkRoundTrip-2   \t     300\t   1634446 ns/op\t       692.0 check-p50-us\t       969.0 check-p99-us\t       920.0 delete-p50-us\t      1200 delete-p99-us\nok\n";
+        assert_eq!(go_bench_metric(output, "check-p50-us"), Some(692.0));
+        assert_eq!(go_bench_metric(output, "delete-p99-us"), Some(1200.0));
+        assert_eq!(go_bench_metric(output, "other"), None);
+        assert_eq!(go_bench_metric("FAIL\n", "check-p50-us"), None);
+    }
 }

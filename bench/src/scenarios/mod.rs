@@ -24,14 +24,7 @@ pub async fn run(options: &Options) -> Results {
         convergence: Outcome::skipped("not selected"),
         grpc: Outcome::skipped("not selected"),
     };
-    if options.selected("grpc") {
-        eprintln!(
-            "bench: grpc ({} DeleteInstance calls each way)",
-            options.grpc_calls
-        );
-        results.grpc = Outcome::from_result(grpc::run(options).await);
-    }
-    let cluster_scenarios = ["storm", "convergence", "memory"];
+    let cluster_scenarios = ["grpc", "storm", "convergence", "memory"];
     if !cluster_scenarios.iter().any(|s| options.selected(s)) {
         return results;
     }
@@ -49,9 +42,19 @@ pub async fn run(options: &Options) -> Results {
             if options.selected("memory") {
                 results.memory = Outcome::from_error(&e);
             }
+            if options.selected("grpc") {
+                results.grpc = Outcome::from_error(&e);
+            }
             return results;
         }
     };
+    if options.selected("grpc") {
+        eprintln!(
+            "bench: grpc ({} DeleteInstance calls each way, TLS + TokenReview; then the Go client)",
+            options.grpc_calls
+        );
+        results.grpc = Outcome::from_result(grpc::run(options, &cluster).await);
+    }
     if options.selected("storm") {
         eprintln!("bench: storm ({} PeerPods)", options.storm);
         (results.storm, results.cloud_calls) = storm::run(options, &cluster).await;
