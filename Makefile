@@ -5,7 +5,8 @@
 #   make lint   rustfmt + clippy (warnings are errors)
 #
 # Parts of the project add their own targets in mk/*.mk. A fragment may append to:
-#   TEST_PREREQS  targets run before `cargo test` (system packages, tools, servers' binaries)
+#   SYSTEM_PACKAGES  Debian packages the project needs; `make system-packages` installs the missing ones
+#   TEST_PREREQS  targets run before `cargo test` (tools, servers' binaries)
 #   CHECKS        targets run by `make test` after `cargo test` (linters, Go tests, drift checks)
 #   DEV_PREREQS   targets `make dev` runs once the control plane is up (CRDs, samples)
 #   DEV_PROCS     names of services `make dev` runs; for each NAME a fragment defines DEV_CMD_NAME, the command
@@ -24,7 +25,8 @@ KUBECONFIG_DEV := $(TESTENV)/kubeconfig
 CARGO ?= cargo
 GO ?= go
 
-TEST_PREREQS := controlplane
+SYSTEM_PACKAGES :=
+TEST_PREREQS := system-packages controlplane
 CHECKS :=
 DEV_PREREQS :=
 DEV_PROCS :=
@@ -35,13 +37,25 @@ include $(sort $(wildcard mk/*.mk))
 help:
 	@echo "make dev            run the whole system locally (Ctrl-C stops the services)"
 	@echo "make test           run every test (installs what is missing)"
+	@echo "make system-packages  install the Debian packages the project needs: $(SYSTEM_PACKAGES)"
 	@echo "make lint           rustfmt + clippy -D warnings"
+	@echo "make deps           cargo-deny (licenses, sources) + cargo-shear (unused dependencies)"
 	@echo "make testenv-up     start the local control plane in the background ($(KUBECONFIG_DEV))"
 	@echo "make testenv-down   stop it"
 	@echo "make kubectl        build kubectl (matching the control plane) into .tools/bin"
 	@echo "make bench          run the benchmark scenarios (release builds; not part of make test)"
 	@echo "make manifests      regenerate the CRDs in deploy/crds from the Rust types"
 	@echo "make install | uninstall | run | deploy IMG=... | undeploy | docker-build | docker-push | helm-lint"
+
+## Debian packages (the only place the project runs apt-get)
+
+.PHONY: system-packages
+system-packages:
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do dpkg -s "$$p" >/dev/null 2>&1 || echo "$$p"; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:" $$missing; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; \
+	fi
 
 ## The local control plane (testenv/controlplane): etcd + kube-apiserver + kube-controller-manager in one process.
 

@@ -124,8 +124,8 @@ BIN_peerpod-ctrl := $(ROOT)/target/debug/peerpod-ctrl
 BIN_peer-pod-config-ctrl := $(ROOT)/target/debug/peer-pod-config-ctrl
 endif
 
-buildah:
-	@command -v buildah >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends buildah; }
+SYSTEM_PACKAGES += buildah
+buildah: system-packages
 
 # Release binaries in their own target directory so an image build never waits on (or invalidates) the
 # workspace's debug builds. The controllers link statically (no musl target is installable here).

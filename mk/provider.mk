@@ -32,9 +32,8 @@ CHECKS += proto-lint proto-breaking proto-drift proto-go-test
 	provider-service-bin
 
 # The `virt` crate builds against libvirt through pkg-config (Debian: libvirt-dev).
-libvirt-dev:
-	@pkg-config --exists libvirt 2>/dev/null || { \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libvirt-dev pkg-config; }
+SYSTEM_PACKAGES += libvirt-dev pkg-config
+libvirt-dev: system-packages
 
 # One virtualenv for every Python tool of the project; other fragments add their packages to it.
 $(VENV_PYTHON):

@@ -1,5 +1,6 @@
 //! Caller authentication against the real control plane from `testenv`: tokens are minted with
 //! TokenRequest and checked by provider-service with TokenReview.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! Bad input through real gRPC over loopback: every malformed request gets a precise status
 //! naming the field, and nothing (not even garbage bytes on the port) stops the server.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod common;
 

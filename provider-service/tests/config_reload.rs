@@ -1,5 +1,6 @@
 //! Config reload: a changed file is used without a restart; a broken one is rejected, the last
 //! good config stays in use and the rejection is reported (metric, readiness detail).
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod common;
 

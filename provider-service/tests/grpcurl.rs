@@ -1,5 +1,6 @@
 //! grpcurl (the common gRPC command-line client, from `.tools/venv`, installed by
 //! `make python-tools`) can list the services through reflection and check health.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! The libvirt backend through real gRPC over loopback against libvirt's `test:///default`
 //! driver (the real libvirt library, no daemon). All connections to `test:///default` in one
 //! process share state, so these tests run one at a time.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod common;
 

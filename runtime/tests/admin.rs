@@ -1,5 +1,6 @@
 //! The admin server over real HTTP on 127.0.0.1: liveness, readiness driven by the shared
 //! state, and Prometheus metrics from the registry.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 use std::sync::Arc;
 

