@@ -51,12 +51,21 @@ $(KUBECONFORM):
 
 manifests:: chart-crds
 
+CRD_CHART := $(ROOT)/deploy/chart/peerpods-crds
+
 chart-crds:
 	@if [ ! -L $(CHART)/crds ]; then rm -rf $(CHART)/crds && ln -s ../../crds $(CHART)/crds; fi
+	@if [ ! -L $(CRD_CHART)/files ]; then rm -rf $(CRD_CHART)/files && ln -s ../../crds $(CRD_CHART)/files; fi
 
 chart-crds-check: $(HELM)
 	@test -L $(CHART)/crds && [ "$$(readlink $(CHART)/crds)" = ../../crds ] || \
 	  { echo "$(CHART)/crds must be a link to ../../crds (run make manifests)"; exit 1; }
+	@test -L $(CRD_CHART)/files && [ "$$(readlink $(CRD_CHART)/files)" = ../../crds ] || \
+	  { echo "$(CRD_CHART)/files must be a link to ../../crds (run make manifests)"; exit 1; }
+	@in_crd_chart=$$($(HELM) template check $(CRD_CHART) --kube-version $(KUBE_VERSION) 2>/dev/null \
+	  | sed -n 's/^  name: \(.*\.confidentialcontainers\.org\)$$/\1/p' | sort | tr '\n' ' '); \
+	expected=$$(sed -n 's/^  name: \(.*\.confidentialcontainers\.org\)$$/\1/p' $(ROOT)/deploy/crds/*.yaml | sort | tr '\n' ' '); \
+	[ "$$in_crd_chart" = "$$expected" ] || { echo "peerpods-crds renders [$$in_crd_chart], deploy/crds has [$$expected]"; exit 1; }
 	@rendered=$$($(HELM) template check $(CHART) --include-crds --kube-version $(KUBE_VERSION) 2>/dev/null \
 	  | sed -n 's/^# Source: peerpods\/crds\///p' | sort); \
 	expected=$$(cd $(ROOT)/deploy/crds && ls *.yaml | sort); \
@@ -66,6 +75,7 @@ chart-crds-check: $(HELM)
 	@echo "chart CRDs: the chart installs exactly deploy/crds"
 
 helm-lint: $(HELM)
+	$(HELM) lint --strict $(CRD_CHART) --kube-version $(KUBE_VERSION)
 	$(HELM) lint --strict $(CHART) --kube-version $(KUBE_VERSION)
 	$(HELM) lint --strict $(CHART) --kube-version $(KUBE_VERSION) -f $(ROOT)/deploy/tests/values-full.yaml
 

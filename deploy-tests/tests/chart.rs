@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use peerpods_proto::v1::ListInstancesRequest;
+use peerpods_proto::v1::{GetCapacityRequest, ListInstancesRequest};
 use peerpods_runtime::client::{ProviderClientConfig, connect};
 use support::*;
 
@@ -527,51 +527,71 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     )
     .await;
 
-    // cloud-api-adaptor's view: provider-service answers its ServiceAccount (chart allow-list, TLS under the
-    // chart's name); an account the chart does not list is refused.
-    let caa_token = testenv::service_account_token(
-        &admin,
-        &ns,
-        "cloud-api-adaptor",
-        &[&pc_env_audience(&ps_env)],
-    )
-    .await;
-    let stranger =
-        testenv::service_account_token(&admin, &ns, "default", &[&pc_env_audience(&ps_env)]).await;
+    // Callers' views through the chart's TLS name: each chart ServiceAccount may call exactly its methods
+    // (providerService.callerMethods); an account the chart does not list is refused.
+    let audience = pc_env_audience(&ps_env);
+    let token_of =
+        async |sa: &str| testenv::service_account_token(&admin, &ns, sa, &[&audience]).await;
+    let caa_token = token_of("cloud-api-adaptor").await;
+    let peerpod_ctrl_token = token_of(&format!("{fullname}-peerpod-ctrl")).await;
+    let stranger = token_of("default").await;
     let ca_file = work.path().join("peerpod-ctrl-0/mount/ca.crt");
     let server_name = format!("{fullname}-provider-service.{ns}.svc");
-    let list_vms = async |token: &str| {
+    let caller = |token: &str| {
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token_file = work.path().join(format!("caller-token-{call}"));
         std::fs::write(&token_file, token).expect("token file");
-        let mut grpc = connect(&ProviderClientConfig {
+        connect(&ProviderClientConfig {
             endpoint: format!("https://127.0.0.1:{grpc_port}"),
             ca_file: Some(ca_file.clone()),
             tls_server_name: Some(server_name.clone()),
             token_file: Some(token_file),
             timeout: Some(Duration::from_secs(10)),
         })
-        .expect("provider client");
-        grpc.list_instances(ListInstancesRequest {
+        .expect("provider client")
+    };
+    let list_vms = async |token: &str| {
+        caller(token)
+            .list_instances(ListInstancesRequest {
+                cloud_provider: "libvirt".into(),
+                tag_selector: Default::default(),
+            })
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .instances
+                    .into_iter()
+                    .map(|i| i.instance_id)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let reason = |status: &tonic::Status| {
+        use tonic_types::StatusExt;
+        status.get_details_error_info().map(|i| i.reason)
+    };
+    // CAA asks for capacity, but lists nothing.
+    caller(&caa_token)
+        .get_capacity(GetCapacityRequest {
             cloud_provider: "libvirt".into(),
-            tag_selector: Default::default(),
         })
         .await
-        .map(|r| {
-            r.into_inner()
-                .instances
-                .into_iter()
-                .map(|i| i.instance_id)
-                .collect::<Vec<_>>()
-        })
-    };
-    let vms = list_vms(&caa_token).await.expect("CAA lists VMs");
+        .expect("CAA asks for capacity");
+    let refused = list_vms(&caa_token)
+        .await
+        .expect_err("CAA may not list instances");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("MethodNotAllowed"));
+    // peerpod-ctrl lists (orphan scan).
+    let vms = list_vms(&peerpod_ctrl_token)
+        .await
+        .expect("peerpod-ctrl lists VMs");
     assert!(vms.contains(&vm), "VM {vm} in {vms:?}");
     let refused = list_vms(&stranger)
         .await
         .expect_err("default ServiceAccount must be refused");
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("CallerNotAllowed"));
 
     // The PeerPod cleanup story: CAA (as its chart ServiceAccount) records the VM in a PeerPod owned by the
     // Pod; the Pod is deleted; the garbage collector deletes the PeerPod; peerpod-ctrl deletes the VM through
@@ -617,7 +637,9 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         },
     )
     .await;
-    let vms = list_vms(&caa_token).await.expect("CAA lists VMs");
+    let vms = list_vms(&peerpod_ctrl_token)
+        .await
+        .expect("peerpod-ctrl lists VMs");
     assert!(!vms.contains(&vm), "VM {vm} still there: {vms:?}");
 
     // peer-pod-config-ctrl with the chart's RBAC: a PeerPodConfig gets its CAA DaemonSet, which runs as the

@@ -138,3 +138,32 @@ podAntiAffinity:
           matchLabels:
             {{- include "peerpods.selectorLabels" . | nindent 12 }}
 {{- end -}}
+
+{{/*
+Where a component's pods run: node selector, tolerations, affinity (a soft anti-affinity by default),
+topology spread constraints and priority class, from the component's values. Takes the component dict.
+*/}}
+{{- define "peerpods.podScheduling" -}}
+{{- $v := .values -}}
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+affinity:
+  {{- if $v.affinity }}
+  {{- toYaml $v.affinity | nindent 2 }}
+  {{- else }}
+  {{- include "peerpods.defaultAffinity" . | nindent 2 }}
+  {{- end }}
+{{- with $v.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
