@@ -3,7 +3,9 @@
 //! - [`provider`]: the domain — the `Provider` trait, its types and the registry of backends.
 //! - [`libvirt`]: one module per cloud backend; each registers in `provider::build_backend`.
 //! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes).
-//! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + allow-list;
+//! - [`service`]: the one way to start the whole service (`main.rs`, tests, bench).
+//! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + per-method
+//!   grants;
 //!   [`tls`]: rustls with certificate reload.
 //! - [`config`] and [`reload`]: cloud-api-adaptor-style configuration from files and env,
 //!   reloaded on change.
@@ -19,6 +21,7 @@ pub mod metrics;
 pub mod provider;
 pub mod reload;
 pub mod server;
+pub mod service;
 pub mod tls;
 // Cloud backends: one module each (declared here), one line each in `provider::build_backend`.
 

@@ -2,18 +2,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::telemetry::LogFormat;
-use provider_service::auth::{Grant, TokenReviewer};
-use provider_service::grpc::ProviderApi;
-use provider_service::metrics::Metrics;
-use provider_service::reload::ConfigReloader;
-use provider_service::server::{GrpcServer, serve};
-use provider_service::tls::ReloadingCert;
+use provider_service::auth::Grant;
+use provider_service::service::{CallerAuth, Listen, Options};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum AuthMode {
@@ -87,82 +81,25 @@ async fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> Result<(), provider_service::Error> {
-    let shutdown = peerpods_runtime::shutdown::on_signal();
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
-
-    let reloader =
-        ConfigReloader::start(args.config_dir.clone(), metrics.clone(), readiness.clone()).await?;
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(ReloadingCert::load(cert, key)?),
-        _ => {
-            tracing::warn!("no --tls-cert/--tls-key: the gRPC port speaks plaintext");
-            None
-        }
+    let tls = match (args.tls_cert, args.tls_key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        _ => None,
     };
-    let reviewer = match args.auth {
-        AuthMode::None => {
-            tracing::warn!(
-                "--auth=none: callers are NOT authenticated; use this for local development only"
-            );
-            None
-        }
-        AuthMode::Tokenreview => {
-            if args.allowed_callers.is_empty() {
-                tracing::warn!("--allowed-callers is empty: every call will be refused");
-            }
-            for grant in args.allowed_callers.iter().filter(|g| g.is_unrestricted()) {
-                tracing::warn!(caller = %grant.caller, "caller may call every method; name its methods (namespace/name=Method+Method)");
-            }
-            let client = kube::Client::try_default().await.map_err(|e| {
-                provider_service::Error::AuthUnavailable {
-                    message: format!("no Kubernetes client for TokenReview: {e}"),
-                }
-            })?;
-            Some(Arc::new(TokenReviewer::new(
-                client,
-                args.audience.clone(),
-                args.allowed_callers.clone(),
-                metrics.clone(),
-            )))
-        }
-    };
-
-    let admin = AdminServer::bind(args.admin_listen, readiness.clone(), Arc::new(registry))
-        .await
-        .map_err(|e| provider_service::Error::Internal {
-            message: e.to_string(),
-        })?;
-    let admin_task = tokio::spawn(admin.serve({
-        let shutdown = shutdown.clone();
-        async move { shutdown.cancelled().await }
-    }));
-
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| provider_service::Error::io(format!("binding {}", args.listen), e))?;
-    let api = ProviderApi::new(reloader.registry(), metrics.clone());
-    let reload_task = tokio::spawn(reloader.run(
-        Duration::from_secs(args.reload_interval_seconds.max(1)),
-        tls.clone(),
-        shutdown.clone(),
-    ));
-    let served = serve(
-        GrpcServer {
-            listener,
-            api,
-            reviewer,
-            tls,
-            readiness,
+    let auth = match args.auth {
+        AuthMode::None => CallerAuth::None,
+        AuthMode::Tokenreview => CallerAuth::TokenReview {
+            client: None,
+            audience: args.audience,
+            grants: args.allowed_callers,
         },
-        shutdown.clone(),
-    )
-    .await;
-    shutdown.cancel();
-    let _ = reload_task.await;
-    if let Ok(Err(e)) = admin_task.await {
-        tracing::warn!(error = %e, "admin server stopped with an error");
-    }
-    served
+    };
+    let options = Options {
+        grpc: Listen::Addr(args.listen),
+        admin: Some(Listen::Addr(args.admin_listen)),
+        config_dirs: args.config_dir,
+        reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
+        tls,
+        auth,
+    };
+    provider_service::service::run(options, peerpods_runtime::shutdown::on_signal()).await
 }

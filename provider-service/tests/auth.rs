@@ -4,13 +4,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use peerpods_proto::v1 as pb;
 use peerpods_proto::v1::provider_service_client::ProviderServiceClient;
 use peerpods_runtime::client::{ProviderClientConfig, connect};
-use provider_service::auth::{Caller, TokenReviewer};
-use provider_service::metrics::Metrics;
+use provider_service::auth::Caller;
 
 const AUDIENCE: &str = "provider-service";
 
@@ -43,21 +40,17 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
         namespace: ns.clone(),
         name: "peerpod-ctrl".into(),
     };
-    let metrics = Metrics::default();
-    let reviewer = Arc::new(TokenReviewer::new(
-        admin.clone(),
-        AUDIENCE,
-        [allowed.clone()],
-        metrics.clone(),
-    ));
     let dir = config_dir();
-    let server = common::start_with_metrics(
+    let server = common::start(
         dir.path(),
         common::Options {
-            reviewer: Some(reviewer),
+            auth: common::CallerAuth::TokenReview {
+                client: Some(admin.clone()),
+                audience: AUDIENCE.into(),
+                grants: vec![allowed.clone().into()],
+            },
             ..Default::default()
         },
-        metrics,
     )
     .await;
     let mut client = ProviderServiceClient::new(server.channel().await);
@@ -162,21 +155,17 @@ async fn callers_may_call_only_their_methods() {
     .iter()
     .map(|g| g.parse().unwrap())
     .collect();
-    let metrics = Metrics::default();
-    let reviewer = Arc::new(TokenReviewer::new(
-        admin.clone(),
-        AUDIENCE,
-        grants,
-        metrics.clone(),
-    ));
     let dir = config_dir();
-    let server = common::start_with_metrics(
+    let server = common::start(
         dir.path(),
         common::Options {
-            reviewer: Some(reviewer),
+            auth: common::CallerAuth::TokenReview {
+                client: Some(admin.clone()),
+                audience: AUDIENCE.into(),
+                grants,
+            },
             ..Default::default()
         },
-        metrics,
     )
     .await;
     let channel = server.channel().await;

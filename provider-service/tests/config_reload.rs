@@ -5,7 +5,6 @@
 mod common;
 
 use peerpods_proto::v1 as pb;
-use provider_service::metrics::Metrics;
 
 /// A libvirt test-driver node file with one domain of a known UUID, so the listed instances show
 /// which LIBVIRT_URI is in use.
@@ -53,9 +52,8 @@ async fn changed_config_is_used_and_broken_config_is_rejected() {
             ("LIBVIRT_URI", "test:///default"),
         ],
     );
-    let metrics = Metrics::default();
-    let server =
-        common::start_with_metrics(config.path(), Default::default(), metrics.clone()).await;
+    let server = common::start(config.path(), Default::default()).await;
+    let metrics = server.metrics.clone();
     assert!(listed_ids(&server).await.contains(&default_uuid.to_owned()));
 
     // Change LIBVIRT_URI: the next calls go to the other driver instance, without a restart.

@@ -6,7 +6,6 @@ mod common;
 
 use peerpods_proto::v1 as pb;
 use peerpods_runtime::client::{ProviderClientConfig, connect};
-use provider_service::tls::ReloadingCert;
 
 /// A self-signed certificate for `localhost`, written as cert.pem/key.pem into `dir`; returns
 /// the certificate PEM (the client's CA file).
@@ -51,16 +50,11 @@ async fn list_with_ca(url: &str, ca: &str, dir: &std::path::Path) -> Result<(), 
 async fn tls_with_certificate_rotation() {
     let certs = tempfile::tempdir().unwrap();
     let first_ca = issue(certs.path());
-    let tls = ReloadingCert::load(
-        &certs.path().join("cert.pem"),
-        &certs.path().join("key.pem"),
-    )
-    .unwrap();
     let dir = config_dir();
     let server = common::start(
         dir.path(),
         common::Options {
-            tls: Some(tls),
+            tls: Some((certs.path().join("cert.pem"), certs.path().join("key.pem"))),
             ..Default::default()
         },
     )

@@ -92,6 +92,15 @@ impl AdminServer {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| Error::io(format!("binding admin server to {addr}"), e))?;
+        Ok(Self::on(listener, readiness, registry))
+    }
+
+    /// Serves on `listener`, already bound.
+    pub fn on(
+        listener: tokio::net::TcpListener,
+        readiness: Readiness,
+        registry: Arc<Registry>,
+    ) -> Self {
         let router = Router::new()
             .route("/healthz", get(|| async { "ok\n" }))
             .route("/readyz", get(readyz))
@@ -100,7 +109,7 @@ impl AdminServer {
                 readiness,
                 registry,
             });
-        Ok(AdminServer { listener, router })
+        AdminServer { listener, router }
     }
 
     /// The address the server listens on.

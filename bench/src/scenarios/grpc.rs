@@ -13,21 +13,19 @@
 //! alike. Hand-timed rather than with criterion: criterion reports means and medians of batched iterations, while
 //! this figure is the p50/p99 of single calls, each of which needs a fresh domain.
 
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use peerpods_proto::v1::{DeleteInstanceRequest, DeleteResult};
-use peerpods_runtime::admin::Readiness;
 use peerpods_runtime::client::{ProviderClient, ProviderClientConfig, connect};
 use peerpods_runtime::shutdown::CancellationToken;
-use provider_service::auth::{Grant, TokenReviewer};
+use provider_service::auth::Grant;
 use provider_service::config::ProviderConfig;
-use provider_service::grpc::ProviderApi;
 use provider_service::libvirt::LibvirtProvider;
-use provider_service::provider::{DeleteOutcome, Provider, Registry, SharedRegistry};
-use provider_service::server::{GrpcServer, serve};
-use provider_service::tls::ReloadingCert;
+use provider_service::metrics::Metrics;
+use provider_service::provider::{DeleteOutcome, Provider};
+use provider_service::service::{CallerAuth, Listen, Options as ServiceOptions};
 use virt::connect::Connect;
 
 use crate::Error;
@@ -49,18 +47,16 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let libvirt =
         Connect::open(Some(URI)).map_err(|e| Error::Libvirt(format!("open {URI}: {e}")))?;
     let config = ProviderConfig::from_pairs([("CLOUD_PROVIDER", "libvirt"), ("LIBVIRT_URI", URI)]);
-    let mut prometheus = prometheus_client::registry::Registry::default();
-    let metrics = provider_service::metrics::Metrics::register(&mut prometheus);
-    let backend = |config: &ProviderConfig| {
-        LibvirtProvider::from_config(config, metrics.cloud.clone())
-            .map_err(|e| Error::Provider(e.to_string()))
-    };
-    let direct = backend(&config)?;
-    let served: Arc<dyn Provider> = Arc::new(backend(&config)?);
+    let direct = LibvirtProvider::from_config(&config, Metrics::default().cloud)
+        .map_err(|e| Error::Provider(e.to_string()))?;
 
     let files =
         tempfile::tempdir().map_err(|e| Error::io("creating a directory for TLS files", e))?;
     issue_certificates(files.path())?;
+    let config_dir = files.path().join("config");
+    std::fs::create_dir(&config_dir).map_err(|e| Error::io("creating the config directory", e))?;
+    write(&config_dir.join("CLOUD_PROVIDER"), b"libvirt")?;
+    write(&config_dir.join("LIBVIRT_URI"), URI.as_bytes())?;
     cluster.namespace(CALLER_NAMESPACE).await?;
     let token = {
         let client = cluster.client.clone();
@@ -75,35 +71,27 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let grant: Grant = format!("{CALLER_NAMESPACE}/{CALLER}=DeleteInstance+GetCapacity")
         .parse()
         .map_err(Error::Setup)?;
-    let reviewer = Arc::new(TokenReviewer::new(
-        cluster.client.clone(),
-        AUDIENCE,
-        [grant],
-        metrics.clone(),
-    ));
-    let tls = ReloadingCert::load(&files.path().join("tls.crt"), &files.path().join("tls.key"))
-        .map_err(|e| Error::Provider(e.to_string()))?;
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| Error::io("binding provider-service's gRPC port", e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| Error::io("reading provider-service's address", e))?;
+    // provider-service as main.rs starts it, in this process (it shares the test driver's domains).
     let shutdown = CancellationToken::new();
-    let server = tokio::spawn(serve(
-        GrpcServer {
-            listener,
-            api: ProviderApi::new(
-                SharedRegistry::new(Registry::new([served])),
-                metrics.clone(),
-            ),
-            reviewer: Some(reviewer),
-            tls: Some(tls),
-            readiness: Readiness::default(),
+    let server = provider_service::service::start(
+        ServiceOptions {
+            grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
+            admin: None,
+            config_dirs: vec![config_dir],
+            reload_interval: Duration::from_secs(5),
+            tls: Some((files.path().join("tls.crt"), files.path().join("tls.key"))),
+            auth: CallerAuth::TokenReview {
+                client: Some(cluster.client.clone()),
+                audience: AUDIENCE.into(),
+                grants: vec![grant],
+            },
         },
         shutdown.clone(),
-    ));
+    )
+    .await
+    .map_err(|e| Error::Provider(e.to_string()))?;
+    let addr = server.grpc_addr;
     let client_config = ProviderClientConfig {
         endpoint: format!("https://{addr}"),
         ca_file: Some(files.path().join("ca.crt")),
@@ -120,7 +108,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
         Err(_) => Err(Error::Setup("the Rust client failed first".into())),
     };
     shutdown.cancel();
-    let _ = server.await;
+    let _ = server.wait().await;
     let (mut direct_times, mut grpc_times) = measured?;
     let go = go?;
     direct_times.sort();

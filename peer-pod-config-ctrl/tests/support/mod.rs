@@ -15,7 +15,6 @@ use peer_pod_config_ctrl::controller::{self, Context, Settings};
 use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::metrics::Metrics;
 use peer_pod_config_ctrl::objects::EXTENDED_RESOURCE;
-use peerpods_runtime::admin::Readiness;
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
@@ -314,9 +313,7 @@ impl Drop for ProviderService {
 
 impl ProviderService {
     pub async fn start() -> ProviderService {
-        use provider_service::grpc::ProviderApi;
-        use provider_service::reload::ConfigReloader;
-        use provider_service::server::{GrpcServer, serve};
+        use provider_service::service::{CallerAuth, Listen, Options};
         let config = tempfile::tempdir().expect("tempdir");
         for (k, v) in [
             ("CLOUD_PROVIDER", "libvirt"),
@@ -324,38 +321,22 @@ impl ProviderService {
         ] {
             std::fs::write(config.path().join(k), v).expect("write config");
         }
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = provider_service::metrics::Metrics::register(&mut registry);
-        let readiness = Readiness::default();
         let shutdown = CancellationToken::new();
-        let reloader = ConfigReloader::start(
-            vec![config.path().to_owned()],
-            metrics.clone(),
-            readiness.clone(),
+        let running = provider_service::service::start(
+            Options {
+                grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
+                admin: None,
+                config_dirs: vec![config.path().to_owned()],
+                reload_interval: Duration::from_secs(1),
+                tls: None,
+                auth: CallerAuth::None,
+            },
+            shutdown.clone(),
         )
         .await
-        .expect("provider config");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("local addr");
-        let api = ProviderApi::new(reloader.registry(), metrics);
-        tokio::spawn(reloader.run(Duration::from_secs(1), None, shutdown.clone()));
-        let server = GrpcServer {
-            listener,
-            api,
-            reviewer: None,
-            tls: None,
-            readiness,
-        };
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            if let Err(e) = serve(server, stop).await {
-                eprintln!("provider-service stopped: {e}");
-            }
-        });
+        .expect("provider-service starts");
         ProviderService {
-            addr,
+            addr: running.grpc_addr,
             shutdown,
             _config: config,
         }

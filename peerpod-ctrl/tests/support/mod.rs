@@ -18,7 +18,6 @@ use peerpod_ctrl::metrics::Metrics;
 use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings};
 use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
 use peerpod_ctrl::reconcile::ReconcilerSettings;
-use peerpods_runtime::admin::Readiness;
 use peerpods_runtime::leader::LeaderConfig;
 use peerpods_runtime::shutdown::CancellationToken;
 use prometheus_client::registry::Registry;
@@ -257,9 +256,7 @@ impl ProviderService {
         addr: Option<SocketAddr>,
         tls: Option<(&std::path::Path, &std::path::Path)>,
     ) -> ProviderService {
-        use provider_service::grpc::ProviderApi;
-        use provider_service::reload::ConfigReloader;
-        use provider_service::server::{GrpcServer, serve};
+        use provider_service::service::{CallerAuth, Listen, Options};
         let config = tempfile::tempdir().expect("tempdir");
         for (k, v) in [
             ("CLOUD_PROVIDER", "libvirt"),
@@ -267,41 +264,24 @@ impl ProviderService {
         ] {
             std::fs::write(config.path().join(k), v).expect("write config");
         }
-        let mut registry = Registry::default();
-        let metrics = provider_service::metrics::Metrics::register(&mut registry);
-        let readiness = Readiness::default();
         let shutdown = CancellationToken::new();
-        let reloader = ConfigReloader::start(
-            vec![config.path().to_owned()],
-            metrics.clone(),
-            readiness.clone(),
+        let bind = addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let running = provider_service::service::start(
+            Options {
+                grpc: Listen::Bound(bind_retrying(bind).await),
+                admin: None,
+                config_dirs: vec![config.path().to_owned()],
+                reload_interval: Duration::from_secs(1),
+                tls: tls.map(|(cert, key)| (cert.to_owned(), key.to_owned())),
+                auth: CallerAuth::None,
+            },
+            shutdown.clone(),
         )
         .await
-        .expect("provider config");
-        let bind = addr.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let listener = bind_retrying(bind).await;
-        let addr = listener.local_addr().expect("local addr");
-        let api = ProviderApi::new(reloader.registry(), metrics);
-        let tls = tls.map(|(cert, key)| {
-            provider_service::tls::ReloadingCert::load(cert, key).expect("TLS certificate")
-        });
-        tokio::spawn(reloader.run(Duration::from_secs(1), tls.clone(), shutdown.clone()));
-        let server = GrpcServer {
-            listener,
-            api,
-            reviewer: None,
-            tls,
-            readiness,
-        };
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            if let Err(e) = serve(server, stop).await {
-                eprintln!("provider-service stopped: {e}");
-            }
-        });
+        .expect("provider-service starts");
         ProviderService {
-            addr,
-            registry: Arc::new(registry),
+            addr: running.grpc_addr,
+            registry: running.prometheus.clone(),
             shutdown,
             _config: config,
         }

@@ -1,26 +1,23 @@
-//! Starts provider-service in-process on 127.0.0.1 (a free port) with a config directory, the
-//! way main.rs wires it, and stops it when dropped.
+//! Starts provider-service in-process on 127.0.0.1 (free ports) with a config directory, through
+//! the same `service::start` main.rs uses, and stops it when dropped.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)] // test support may unwrap (the workspace denies it elsewhere)
 
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use peerpods_proto::v1::provider_service_client::ProviderServiceClient;
 use peerpods_runtime::admin::Readiness;
-use provider_service::auth::TokenReviewer;
-use provider_service::grpc::ProviderApi;
 use provider_service::metrics::Metrics;
-use provider_service::reload::ConfigReloader;
-use provider_service::server::{GrpcServer, serve};
-use provider_service::tls::ReloadingCert;
+pub use provider_service::service::CallerAuth;
+use provider_service::service::{Listen, Options as ServiceOptions};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
 pub struct TestServer {
     pub addr: SocketAddr,
+    pub admin_addr: Option<SocketAddr>,
     pub metrics: Metrics,
     pub readiness: Readiness,
     shutdown: CancellationToken,
@@ -33,22 +30,25 @@ impl Drop for TestServer {
 }
 
 pub struct Options {
-    pub reviewer: Option<Arc<TokenReviewer>>,
-    pub tls: Option<Arc<ReloadingCert>>,
+    pub auth: CallerAuth,
+    /// PEM certificate and key files of the gRPC port.
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub reload_interval: Duration,
+    /// Also serve /healthz, /readyz and /metrics.
+    pub admin: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
-            reviewer: None,
+            auth: CallerAuth::None,
             tls: None,
             reload_interval: Duration::from_millis(100),
+            admin: false,
         }
     }
 }
 
-/// Writes `pairs` as config files into `dir`.
 /// Writes each key as a file, atomically (a temporary file renamed into place), as the kubelet updates a
 /// mounted ConfigMap: a reload that polls in between never sees a truncated file, which would read as an empty
 /// value (= the default) and switch to a config the test never meant.
@@ -61,47 +61,29 @@ pub fn write_config(dir: &Path, pairs: &[(&str, &str)]) {
     }
 }
 
+/// provider-service started the way main.rs starts it ([`provider_service::service::start`]), on
+/// free loopback ports, reading `config_dir`.
 pub async fn start(config_dir: &Path, options: Options) -> TestServer {
-    start_with_metrics(config_dir, options, Metrics::default()).await
-}
-
-pub async fn start_with_metrics(
-    config_dir: &Path,
-    options: Options,
-    metrics: Metrics,
-) -> TestServer {
-    let readiness = Readiness::default();
+    let loopback = || Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0)));
     let shutdown = CancellationToken::new();
-    let reloader = ConfigReloader::start(
-        vec![config_dir.to_owned()],
-        metrics.clone(),
-        readiness.clone(),
+    let running = provider_service::service::start(
+        ServiceOptions {
+            grpc: loopback(),
+            admin: options.admin.then(loopback),
+            config_dirs: vec![config_dir.to_owned()],
+            reload_interval: options.reload_interval,
+            tls: options.tls,
+            auth: options.auth,
+        },
+        shutdown.clone(),
     )
     .await
-    .expect("initial config");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let api = ProviderApi::new(reloader.registry(), metrics.clone());
-    tokio::spawn(reloader.run(
-        options.reload_interval,
-        options.tls.clone(),
-        shutdown.clone(),
-    ));
-    let server = GrpcServer {
-        listener,
-        api,
-        reviewer: options.reviewer,
-        tls: options.tls,
-        readiness: readiness.clone(),
-    };
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        serve(server, stop).await.expect("gRPC server");
-    });
+    .expect("provider-service starts");
     TestServer {
-        addr,
-        metrics,
-        readiness,
+        addr: running.grpc_addr,
+        admin_addr: running.admin_addr,
+        metrics: running.metrics.clone(),
+        readiness: running.readiness.clone(),
         shutdown,
     }
 }

@@ -1,0 +1,208 @@
+//! The one way to start provider-service: configuration (loaded, then polled), TLS, caller
+//! authentication, the admin server and the gRPC server, wired once. `main.rs` turns flags into
+//! [`Options`] and calls [`run`]; the tests and the bench call [`start`] and keep the
+//! [`Running`] handle for its address and metrics.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use peerpods_runtime::admin::{AdminServer, Readiness};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::auth::{Grant, TokenReviewer};
+use crate::grpc::ProviderApi;
+use crate::metrics::Metrics;
+use crate::reload::ConfigReloader;
+use crate::server::{GrpcServer, serve};
+use crate::tls::ReloadingCert;
+
+/// Where a server listens: an address to bind, or a listener already bound (a test that must
+/// know the port first, or restarts on the same one).
+#[derive(Debug)]
+pub enum Listen {
+    Addr(SocketAddr),
+    Bound(TcpListener),
+}
+
+impl Listen {
+    async fn bind(self, what: &str) -> Result<TcpListener, Error> {
+        match self {
+            Listen::Addr(addr) => TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::io(format!("binding the {what} port to {addr}"), e)),
+            Listen::Bound(listener) => Ok(listener),
+        }
+    }
+}
+
+/// How callers are authenticated.
+pub enum CallerAuth {
+    /// Nobody is checked. Local development only.
+    None,
+    /// Projected ServiceAccount tokens checked with TokenReview (`client`, or the in-cluster /
+    /// KUBECONFIG client when `None`) for `audience`, and each caller's methods by `grants`.
+    TokenReview {
+        client: Option<kube::Client>,
+        audience: String,
+        grants: Vec<Grant>,
+    },
+}
+
+/// Everything provider-service needs to run.
+pub struct Options {
+    pub grpc: Listen,
+    /// `/healthz`, `/readyz` and `/metrics`; `None` runs without them.
+    pub admin: Option<Listen>,
+    /// Directories whose files are configuration keys (later ones win; the environment fills
+    /// in). Empty: the embedded defaults (libvirt's test driver).
+    pub config_dirs: Vec<PathBuf>,
+    /// How often the configuration and TLS files are checked for changes.
+    pub reload_interval: Duration,
+    /// PEM certificate and key of the gRPC port; `None` speaks plaintext.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    pub auth: CallerAuth,
+}
+
+/// A started provider-service.
+pub struct Running {
+    pub grpc_addr: SocketAddr,
+    pub admin_addr: Option<SocketAddr>,
+    pub metrics: Metrics,
+    /// The Prometheus registry `/metrics` serves.
+    pub prometheus: Arc<prometheus_client::registry::Registry>,
+    pub readiness: Readiness,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl Running {
+    /// Waits until the service has stopped (after the shutdown token is cancelled).
+    pub async fn wait(self) -> Result<(), Error> {
+        self.task.await.map_err(|e| Error::Internal {
+            message: format!("provider-service task: {e}"),
+        })?
+    }
+}
+
+/// Runs until `shutdown` is cancelled.
+pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Error> {
+    start(options, shutdown).await?.wait().await
+}
+
+/// Loads the configuration, binds both ports and starts serving; fails (before serving) on a
+/// bad configuration, TLS pair or port.
+pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Running, Error> {
+    let mut prometheus = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::register(&mut prometheus);
+    let prometheus = Arc::new(prometheus);
+    let readiness = Readiness::default();
+
+    let reloader =
+        ConfigReloader::start(options.config_dirs, metrics.clone(), readiness.clone()).await?;
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(ReloadingCert::load(cert, key)?),
+        None => {
+            tracing::warn!("no TLS certificate: the gRPC port speaks plaintext");
+            None
+        }
+    };
+    let reviewer = match options.auth {
+        CallerAuth::None => {
+            tracing::warn!("callers are NOT authenticated; use this for local development only");
+            None
+        }
+        CallerAuth::TokenReview {
+            client,
+            audience,
+            grants,
+        } => {
+            if grants.is_empty() {
+                tracing::warn!("no caller is allowed: every call will be refused");
+            }
+            for grant in grants.iter().filter(|g| g.is_unrestricted()) {
+                tracing::warn!(caller = %grant.caller, "caller may call every method; name its methods (namespace/name=Method+Method)");
+            }
+            let client = match client {
+                Some(client) => client,
+                None => kube::Client::try_default()
+                    .await
+                    .map_err(|e| Error::AuthUnavailable {
+                        message: format!("no Kubernetes client for TokenReview: {e}"),
+                    })?,
+            };
+            Some(Arc::new(TokenReviewer::new(
+                client,
+                audience,
+                grants,
+                metrics.clone(),
+            )))
+        }
+    };
+
+    let admin = match options.admin {
+        Some(listen) => Some(AdminServer::on(
+            listen.bind("admin").await?,
+            readiness.clone(),
+            prometheus.clone(),
+        )),
+        None => None,
+    };
+    let admin_addr = match &admin {
+        Some(a) => Some(a.local_addr().map_err(|e| Error::Internal {
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
+    let listener = options.grpc.bind("gRPC").await?;
+    let grpc_addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("gRPC address", e))?;
+    let api = ProviderApi::new(reloader.registry(), metrics.clone());
+
+    let task = tokio::spawn({
+        let readiness = readiness.clone();
+        async move {
+            let admin_task = admin.map(|admin| {
+                tokio::spawn(admin.serve({
+                    let shutdown = shutdown.clone();
+                    async move { shutdown.cancelled().await }
+                }))
+            });
+            let reload_task = tokio::spawn(reloader.run(
+                options.reload_interval.max(Duration::from_millis(10)),
+                tls.clone(),
+                shutdown.clone(),
+            ));
+            let served = serve(
+                GrpcServer {
+                    listener,
+                    api,
+                    reviewer,
+                    tls,
+                    readiness,
+                },
+                shutdown.clone(),
+            )
+            .await;
+            shutdown.cancel();
+            let _ = reload_task.await;
+            if let Some(admin_task) = admin_task
+                && let Ok(Err(e)) = admin_task.await
+            {
+                tracing::warn!(error = %e, "admin server stopped with an error");
+            }
+            served
+        }
+    });
+    Ok(Running {
+        grpc_addr,
+        admin_addr,
+        metrics,
+        prometheus,
+        readiness,
+        task,
+    })
+}
