@@ -225,6 +225,11 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// Whether a PeerPod still exists after we remove our finalizer from `finalizers` (another one holds it).
+pub fn outlives_release(finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f != FINALIZER)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,5 +492,15 @@ mod tests {
         assert_eq!(reconcile_trigger_hash(&p), before);
         let p = deleting(p);
         assert_ne!(reconcile_trigger_hash(&p), before);
+    }
+
+    #[test]
+    fn only_other_finalizers_keep_the_object() {
+        assert!(!outlives_release(&[FINALIZER.to_string()]));
+        assert!(!outlives_release(&[]));
+        assert!(outlives_release(&[
+            "example.com/keep".to_string(),
+            FINALIZER.to_string()
+        ]));
     }
 }

@@ -194,6 +194,7 @@ impl Scanner {
                 vm.instance_id, vm.since
             );
             self.publish(
+                &vm,
                 EventType::Warning,
                 "OrphanInstanceFound",
                 "ScanInstances",
@@ -224,6 +225,7 @@ impl Scanner {
                 info!(provider, instance_id = %vm.instance_id, result = outcome.label(), "orphan VM deleted");
                 let note = format!("Deleted orphan {provider} instance {}", vm.instance_id);
                 self.publish(
+                    &vm,
                     EventType::Normal,
                     "OrphanInstanceDeleted",
                     "DeleteInstance",
@@ -237,11 +239,20 @@ impl Scanner {
         Ok(())
     }
 
-    async fn publish(&self, type_: EventType, reason: &str, action: &str, note: String) {
+    /// An Event about `vm` on the Namespace. The VM is the Event's related object (`<provider>/<instance id>`,
+    /// kind `Instance`): the recorder keys its series by it, so every orphan VM gets an Event of its own
+    /// (and a repeat finding of the same VM counts up in its series instead of adding an Event).
+    async fn publish(&self, vm: &Vm, type_: EventType, reason: &str, action: &str, note: String) {
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Namespace".into()),
             name: Some(self.settings.event_namespace.clone()),
+            ..ObjectReference::default()
+        };
+        let instance = ObjectReference {
+            api_version: Some(INSTANCE_API_VERSION.into()),
+            kind: Some("Instance".into()),
+            name: Some(format!("{}/{}", vm.provider, vm.instance_id)),
             ..ObjectReference::default()
         };
         let event = Event {
@@ -249,13 +260,16 @@ impl Scanner {
             reason: reason.to_string(),
             note: Some(note),
             action: action.to_string(),
-            secondary: None,
+            secondary: Some(instance),
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             warn!(%error, reason, "cannot publish Event");
         }
     }
 }
+
+/// The API version orphan Events give the VM they are about (not a Kubernetes API: the VM lives in the cloud).
+pub const INSTANCE_API_VERSION: &str = "provider.peerpods.io/v1";
 
 #[cfg(test)]
 mod tests {

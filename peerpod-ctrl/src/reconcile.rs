@@ -1,7 +1,8 @@
 //! watch → decide → act → record for PeerPods.
 //!
-//! - A PeerPod being deleted with `peer.pod/finalizer`: `DeleteInstance`, then record (status, Event, metric)
-//!   and release exactly that finalizer.
+//! - A PeerPod being deleted with `peer.pod/finalizer`: `DeleteInstance`, then record (Event, log, metric)
+//!   and release exactly that finalizer. The success path costs two API writes (the Event and the finalizer
+//!   patch): status is written only when the object outlives the release (another finalizer holds it).
 //! - A live PeerPod: delete older PeerPods of the same Pod, which then come back here for cleanup.
 //! - Failures keep the finalizer, say why on the object, and retry with per-object backoff.
 //!
@@ -10,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -40,6 +41,9 @@ pub struct Context {
     pub index: OwnerIndex,
     /// Consecutive failures per PeerPod, for the exponential backoff. Cleared on success and on deletion.
     failures: Mutex<HashMap<ObjectRef<PeerPod>, u32>>,
+    /// When this controller first saw each PeerPod waiting for cleanup: the release latency is measured
+    /// from here (deletionTimestamp has whole seconds only). Cleared when the object is gone.
+    deletion_seen: Mutex<HashMap<ObjectRef<PeerPod>, Instant>>,
 }
 
 impl Context {
@@ -48,8 +52,18 @@ impl Context {
         self.failures.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn deletion_seen(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, Instant>> {
+        self.deletion_seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn forget(&self, key: &ObjectRef<PeerPod>) {
         self.failures().remove(key);
+    }
+
+    /// The object is gone: nothing of it is kept.
+    fn forget_object(&self, key: &ObjectRef<PeerPod>) {
+        self.failures().remove(key);
+        self.deletion_seen().remove(key);
     }
 }
 
@@ -83,6 +97,7 @@ pub async fn run(
         store: store.clone(),
         index: index.clone(),
         failures: Mutex::default(),
+        deletion_seen: Mutex::default(),
     });
     if let Some(tx) = store_out {
         // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
@@ -91,13 +106,18 @@ pub async fn run(
     let forget = ctx.clone();
     let trigger = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
-        // managedFields are the largest part of a PeerPod and we never read them: drop them before caching.
-        .modify(|p| p.managed_fields_mut().clear())
+        // managedFields and kubectl's last-applied copy are the largest parts of a PeerPod and we never read
+        // them: drop them before caching.
+        .modify(|p| {
+            p.managed_fields_mut().clear();
+            p.annotations_mut()
+                .remove("kubectl.kubernetes.io/last-applied-configuration");
+        })
         .map(move |event| {
             if let Ok(event) = &event {
                 index.apply(event);
                 if let watcher::Event::Delete(p) = event {
-                    forget.forget(&ObjectRef::from_obj(p));
+                    forget.forget_object(&ObjectRef::from_obj(p));
                 }
             }
             event
@@ -136,12 +156,23 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
             Cleanup::DeleteInstance {
                 provider,
                 instance_id,
-            } => delete_instance(&peerpod, &ctx, &provider, &instance_id).await,
+            } => {
+                let seen = *ctx
+                    .deletion_seen()
+                    .entry(key.clone())
+                    .or_insert_with(Instant::now);
+                delete_instance(&peerpod, &ctx, &provider, &instance_id, seen).await
+            }
         };
         match result {
             Ok(action) => {
                 ctx.forget(&key);
                 Ok(action)
+            }
+            // Someone else changed the finalizers meanwhile: not a failure, nothing to record; re-read.
+            Err(Error::FinalizerConflict) => {
+                debug!("finalizers changed concurrently; re-reading");
+                Err(Error::FinalizerConflict)
             }
             Err(error) => {
                 record_failure(&peerpod, &ctx, &error).await;
@@ -156,6 +187,10 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
 /// Per-object exponential backoff. Counting happens here because kube calls `error_policy` exactly once
 /// per failed reconcile.
 fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Context>) -> Action {
+    if matches!(error, Error::FinalizerConflict) {
+        // Not a failure of anything (and not counted as one): re-read soon and decide again.
+        return Action::requeue(Duration::from_millis(200));
+    }
     let key = ObjectRef::from_obj(peerpod.as_ref());
     let failures = {
         let mut map = ctx.failures();
@@ -163,10 +198,6 @@ fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Context>) -> Acti
         *n = n.saturating_add(1);
         *n
     };
-    if matches!(error, Error::FinalizerConflict) {
-        // Not a failure of anything: re-read soon and decide again.
-        return Action::requeue(Duration::from_millis(200));
-    }
     let seed = decide::seed(
         &peerpod.namespace().unwrap_or_default(),
         &peerpod.name_any(),
@@ -182,6 +213,7 @@ async fn delete_instance(
     ctx: &Context,
     provider: &str,
     instance_id: &str,
+    deletion_seen: Instant,
 ) -> Result<Action, Error> {
     let namespace = peerpod.namespace().unwrap_or_default();
     let name = peerpod.name_any();
@@ -213,7 +245,11 @@ async fn delete_instance(
         "instance deleted; releasing finalizer"
     );
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_cleaned(&api, peerpod, true, outcome.reason(), &message).await? {
+    // With only our finalizer the object vanishes once it is released: the Event and the log line carry
+    // the outcome. Held by another finalizer, it stays, and its status says it is cleaned.
+    if decide::outlives_release(peerpod.finalizers())
+        && !set_cleaned(&api, peerpod, true, outcome.reason(), &message).await?
+    {
         return Ok(Action::await_change());
     }
     publish(
@@ -226,13 +262,11 @@ async fn delete_instance(
     )
     .await;
     release_finalizer(&api, peerpod).await?;
-    if let Some(deleted_at) = &peerpod.metadata.deletion_timestamp
-        && let Ok(elapsed) = Duration::try_from(jiff::Timestamp::now().duration_since(deleted_at.0))
-    {
-        ctx.metrics
-            .finalizer_release_seconds
-            .observe(elapsed.as_secs_f64());
-    }
+    ctx.metrics
+        .finalizer_release_seconds
+        .observe(deletion_seen.elapsed().as_secs_f64());
+    // The watch's Delete event forgets the object too; this covers one still held by another finalizer.
+    ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
 }
 
@@ -319,10 +353,6 @@ async fn set_cleaned(
 /// Makes a failure visible: metric always; condition and Event when the PeerPod is waiting for cleanup.
 async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error) {
     ctx.metrics.reconcile_error(error.reason());
-    if matches!(error, Error::FinalizerConflict) {
-        debug!("finalizers changed concurrently; re-reading");
-        return;
-    }
     warn!(reason = error.reason(), %error, "reconcile failed");
     if matches!(
         decide::cleanup(peerpod),

@@ -397,6 +397,7 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     let s = Scenario::start("orphans").await;
     let provider = ProviderService::start(None).await;
     let untracked = s.define_domain(true);
+    let untracked_too = s.define_domain(true);
     let tracked = s.define_domain(true);
     let foreign = s.define_domain(false);
     s.create_peerpod("tracked", None, "libvirt", &tracked).await;
@@ -407,23 +408,41 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_grace = Duration::ZERO;
     let ctrl = Controller::start(s.client.clone(), options).await;
     testenv::wait_for("an orphan report", MINUTE, || async {
-        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 1).then_some(())
+        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 2).then_some(())
     })
     .await;
+    // One Event per orphan VM, each naming its VM (note and related object), not one Event for both.
     let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(s.client.clone(), "default");
-    let reported = namespace_events
-        .list(&Default::default())
-        .await
-        .expect("events")
-        .items
-        .into_iter()
-        .any(|e| {
-            e.reason.as_deref() == Some("OrphanInstanceFound")
-                && e.note.unwrap_or_default().contains(&untracked)
-        });
-    assert!(reported, "an Event names the orphan VM");
+    for vm in [&untracked, &untracked_too] {
+        let found = testenv::wait_for("an Event per orphan VM", MINUTE, || async {
+            namespace_events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("OrphanInstanceFound")
+                        && e.related.as_ref().and_then(|r| r.name.clone())
+                            == Some(format!("libvirt/{vm}"))
+                })
+        })
+        .await;
+        let note = found.note.unwrap_or_default();
+        assert!(note.contains(vm.as_str()), "{note}");
+        let other = if vm == &untracked {
+            &untracked_too
+        } else {
+            &untracked
+        };
+        assert!(!note.contains(other.as_str()), "{note}");
+    }
     assert!(s.domain_exists(&untracked), "report policy never deletes");
+    assert!(
+        s.domain_exists(&untracked_too),
+        "report policy never deletes"
+    );
     assert_eq!(provider.delete_calls("libvirt"), 0);
     ctrl.stop().await;
 
@@ -433,8 +452,8 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_grace = Duration::ZERO;
     options.orphan_policy = OrphanPolicy::Delete;
     let ctrl = Controller::start(s.client.clone(), options).await;
-    testenv::wait_for("the orphan VM deleted", MINUTE, || async {
-        (!s.domain_exists(&untracked)).then_some(())
+    testenv::wait_for("the orphan VMs deleted", MINUTE, || async {
+        (!s.domain_exists(&untracked) && !s.domain_exists(&untracked_too)).then_some(())
     })
     .await;
     assert!(s.domain_exists(&tracked), "a VM with a PeerPod stays");
@@ -442,10 +461,10 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
         s.domain_exists(&foreign),
         "a VM without this cluster's tag is never touched"
     );
-    assert_eq!(provider.delete_calls("libvirt"), 1);
+    assert_eq!(provider.delete_calls("libvirt"), 2);
     assert_eq!(
         ctrl.metric("peerpod_ctrl_orphan_instances_deleted_total", &[]),
-        1
+        2
     );
     ctrl.stop().await;
     // Leave the test driver as we found it.
@@ -694,5 +713,67 @@ async fn a_crashed_leader_is_replaced_once_its_lease_expires() {
         1
     );
     survivor.stop().await;
+    s.cleanup().await;
+}
+
+/// The success path writes what a user needs and nothing else: the Event and the finalizer patch. No status
+/// write lands on an object that is gone milliseconds later (it had to, in the past: three writes per cleanup).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cleanup_costs_two_writes_the_event_and_the_finalizer_patch() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+
+    let s = Scenario::start("writes").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("counted", None, "libvirt", &vm).await;
+
+    // Every version of the PeerPod the API server hands out from here on.
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<PeerPod>::new()));
+    let watching = tokio::spawn({
+        let versions = versions.clone();
+        let stream = watcher(s.peerpods(), watcher::Config::default());
+        async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
+                    versions.lock().unwrap().push(p);
+                }
+            }
+        }
+    });
+    s.wait_peerpod("counted", "watched", |_| true).await;
+    testenv::wait_for("the watch to see the PeerPod", MINUTE, || async {
+        (!versions.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+
+    s.delete_peerpod("counted").await;
+    s.wait_peerpod_gone("counted", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    watching.abort();
+
+    let versions = versions.lock().unwrap().clone();
+    let terminating: std::collections::BTreeSet<String> = versions
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_some())
+        .filter_map(|p| p.resource_version())
+        .collect();
+    // One version is the deletion itself; any other is a write of ours before the release.
+    assert!(
+        terminating.len() <= 1,
+        "the controller wrote to a PeerPod about to vanish: {versions:#?}"
+    );
+    assert!(
+        versions.iter().all(|p| p.status.is_none()
+            || p.status
+                .as_ref()
+                .is_some_and(|st| !st.cleand && st.conditions.is_empty())),
+        "no status write on the success path: {versions:#?}"
+    );
+    let reasons = s.event_reasons("counted").await;
+    assert_eq!(reasons, ["InstanceDeleted".to_string()], "one Event");
+    ctrl.stop().await;
     s.cleanup().await;
 }
