@@ -34,7 +34,8 @@ dev-peerpodconfig-capacity: $(KUBECTL)
 DEV_PREREQS += dev-peerpodconfig
 DEV_PROCS += peer-pod-config-ctrl
 # The controller (exec'd, so stopping `make dev` stops it), talking to the local provider-service for
-# capacityFromProvider. Beside it, a loop waits for the sample's setupCompleted and prints the capacity every node
+# capacityFromProvider, and wiring the CAA DaemonSet to it (plaintext: provider-service runs without TLS here; CAA
+# runs host-networked, so 127.0.0.1 is the node's provider-service). Beside it, a loop waits for the sample's setupCompleted and prints the capacity every node
 # got, into the log and to the terminal when there is one.
 DEV_CMD_peer-pod-config-ctrl = \
 	{ for i in $$(seq 1 600); do \
@@ -44,4 +45,5 @@ DEV_CMD_peer-pod-config-ctrl = \
 	  out="$$($(MAKE) --no-print-directory dev-peerpodconfig-capacity 2>&1)"; echo "$$out"; \
 	  { printf '\npeer-pod-config-ctrl: capacity per node\n%s\n' "$$out" > /dev/tty; } 2>/dev/null || true; } & \
 	exec env PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(CARGO) run --quiet -p peer-pod-config-ctrl -- \
-	  --admin-listen 127.0.0.1:18082 --provider-endpoint http://127.0.0.1:50051 --provider-auth none
+	  --admin-listen 127.0.0.1:18082 --provider-endpoint http://127.0.0.1:50051 --provider-auth none \
+	  --caa-provider-endpoint http://127.0.0.1:50051

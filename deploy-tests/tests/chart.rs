@@ -668,12 +668,88 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             .next()
     })
     .await;
-    let caa_account = daemonset
-        .spec
-        .template
-        .spec
-        .and_then(|s| s.service_account_name);
-    assert_eq!(caa_account.as_deref(), Some("cloud-api-adaptor"));
+    let caa_pod = daemonset.spec.template.spec.clone().expect("CAA pod spec");
+    assert_eq!(
+        caa_pod.service_account_name.as_deref(),
+        Some("cloud-api-adaptor")
+    );
+
+    // CAA is wired to provider-service out of the box: endpoint, CA and a projected token in its environment.
+    // Laid out as the kubelet would (the token minted for the DaemonSet's ServiceAccount and audience, ca.crt
+    // from the projected Secret), CAA's settings reach provider-service and may ask what CAA asks.
+    let caa_env: BTreeMap<String, String> = caa_pod.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect();
+    let endpoint = &caa_env["PROVIDER_SERVICE_ENDPOINT"];
+    // The chart's Service port; the test's provider-service listens on a free loopback port instead.
+    assert_eq!(endpoint, &format!("https://{server_name}:50051"));
+    let projected = caa_pod
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "provider-service")
+        .and_then(|v| v.projected)
+        .and_then(|p| p.sources)
+        .expect("CAA's provider-service volume");
+    let audience_of_caa = projected
+        .iter()
+        .find_map(|s| s.service_account_token.as_ref()?.audience.clone())
+        .expect("projected token");
+    let ca_secret = projected
+        .iter()
+        .find_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
+        .expect("projected CA");
+    let mount = work.path().join("caa");
+    std::fs::create_dir_all(&mount).expect("CAA mount");
+    let caa_projected_token =
+        testenv::service_account_token(&admin, &ns, "cloud-api-adaptor", &[&audience_of_caa]).await;
+    std::fs::write(mount.join("token"), caa_projected_token).expect("token");
+    let ca = secrets
+        .get(&ca_secret)
+        .await
+        .expect("CA Secret")
+        .data
+        .expect("data");
+    std::fs::write(mount.join("ca.crt"), &ca["ca.crt"].0).expect("ca.crt");
+    for (key, file) in [
+        ("PROVIDER_SERVICE_TOKEN_FILE", "token"),
+        ("PROVIDER_SERVICE_CA_FILE", "ca.crt"),
+    ] {
+        assert!(
+            caa_env[key].ends_with(&format!("/{file}")),
+            "{key}={}",
+            caa_env[key]
+        );
+    }
+    let mut caa = connect(&ProviderClientConfig {
+        // The Service name resolves in a cluster; here provider-service listens on loopback.
+        endpoint: format!("https://127.0.0.1:{grpc_port}"),
+        ca_file: Some(mount.join("ca.crt")),
+        tls_server_name: Some(server_name.clone()),
+        token_file: Some(mount.join("token")),
+        timeout: Some(Duration::from_secs(10)),
+    })
+    .expect("CAA's client");
+    caa.get_capacity(GetCapacityRequest {
+        cloud_provider: "libvirt".into(),
+    })
+    .await
+    .expect("CAA asks for capacity with its wiring");
+    let gone = caa
+        .delete_instance(peerpods_proto::v1::DeleteInstanceRequest {
+            cloud_provider: "libvirt".into(),
+            instance_id: uuid::Uuid::new_v4().to_string(),
+            requester: None,
+        })
+        .await
+        .expect("CAA deletes with its wiring")
+        .into_inner();
+    assert_eq!(gone.result(), peerpods_proto::v1::DeleteResult::AlreadyGone);
     testenv::wait_for(
         "webhook serving certificate",
         Duration::from_secs(60),

@@ -56,6 +56,8 @@ pub struct Settings {
     pub provider: Option<peerpods_runtime::client::ProviderClient>,
     /// Identity for Events (the Pod name).
     pub instance: Option<String>,
+    /// How the CAA DaemonSet reaches provider-service; `None` leaves CAA without it.
+    pub caa_provider_service: Option<objects::ProviderServiceWiring>,
 }
 
 /// Shared state of one controller run.
@@ -67,6 +69,7 @@ pub struct Context {
     pub metrics: Metrics,
     recorder: Recorder,
     provider: Option<ProviderCapacity>,
+    caa_provider_service: Option<objects::ProviderServiceWiring>,
     failures: Mutex<HashMap<ObjectRef<PeerPodConfig>, u32>>,
 }
 
@@ -122,6 +125,7 @@ pub fn new(
             },
         ),
         provider: settings.provider.map(ProviderCapacity::new),
+        caa_provider_service: settings.caa_provider_service.clone(),
         failures: Mutex::new(HashMap::new()),
     });
     let run = controller
@@ -382,7 +386,12 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
 
     // Owned objects.
     let mut written = Vec::new();
-    let daemonset = ensure(ctx, &mut written, objects::caa_daemonset(&config, ns)?).await?;
+    let daemonset = ensure(
+        ctx,
+        &mut written,
+        objects::caa_daemonset(&config, ns, ctx.caa_provider_service.as_ref())?,
+    )
+    .await?;
     let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let existing = secret_api
         .get_opt(objects::WEBHOOK_CERT_SECRET)

@@ -49,6 +49,23 @@ struct Cli {
         default_value = "/var/run/secrets/provider-service/token"
     )]
     token_file: PathBuf,
+    /// provider-service as the CAA DaemonSet should call it (https://<service>.<namespace>.svc:<port>): CAA
+    /// gets the endpoint, the CA and a projected token in PROVIDER_SERVICE_* variables. Unset: CAA is not wired.
+    #[arg(long, env = "CAA_PROVIDER_ENDPOINT")]
+    caa_provider_endpoint: Option<String>,
+    /// Secret (in --namespace) whose ca.crt CAA trusts for provider-service; only that key is projected.
+    #[arg(long, env = "CAA_PROVIDER_CA_SECRET")]
+    caa_provider_ca_secret: Option<String>,
+    /// Audience of the token CAA presents to provider-service.
+    #[arg(
+        long,
+        env = "CAA_PROVIDER_AUDIENCE",
+        default_value = "provider-service"
+    )]
+    caa_provider_audience: String,
+    /// Name CAA verifies provider-service's certificate against, when it differs from the endpoint host.
+    #[arg(long, env = "CAA_PROVIDER_SERVER_NAME")]
+    caa_provider_server_name: Option<String>,
     /// Deadline of each provider-service call.
     #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "30s", value_parser = duration)]
     provider_timeout: Duration,
@@ -147,10 +164,29 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         .identity
         .clone()
         .unwrap_or_else(|| format!("peer-pod-config-ctrl-{}", std::process::id()));
+    if cli
+        .caa_provider_endpoint
+        .as_deref()
+        .is_some_and(|e| e.starts_with("https://"))
+        && cli.caa_provider_ca_secret.is_none()
+    {
+        return Err(
+            "--caa-provider-endpoint is https:// but --caa-provider-ca-secret is not set".into(),
+        );
+    }
+    let caa_provider_service = cli.caa_provider_endpoint.clone().map(|endpoint| {
+        peer_pod_config_ctrl::objects::ProviderServiceWiring {
+            endpoint,
+            ca_secret: cli.caa_provider_ca_secret.clone(),
+            audience: cli.caa_provider_audience.clone(),
+            server_name: cli.caa_provider_server_name.clone(),
+        }
+    });
     let settings = Settings {
         namespace: cli.namespace.clone(),
         provider,
         instance: Some(identity.clone()),
+        caa_provider_service,
     };
     tracing::info!(identity, namespace = %cli.namespace, leader_elect = cli.leader_elect, "starting");
     readiness.set("controller", true, "running");

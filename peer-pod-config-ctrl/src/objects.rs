@@ -14,9 +14,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
-    HTTPGetAction, HostPathVolumeSource, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
-    SecretEnvSource, SecretVolumeSource, SecurityContext, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    HTTPGetAction, HostPathVolumeSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec,
+    Probe, ProjectedVolumeSource, SecretEnvSource, SecretProjection, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
@@ -100,21 +101,115 @@ fn owned_meta(
     })
 }
 
+/// How the CAA DaemonSet reaches provider-service, so CAA can call GetCapacity and DeleteInstance out of the
+/// box. docs/caa-integration.md documents the variables CAA reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderServiceWiring {
+    /// `https://host:port` (or `http://` for local development).
+    pub endpoint: String,
+    /// Secret in the DaemonSet's namespace whose `ca.crt` is the CA of provider-service's certificate. Only
+    /// that key is projected into CAA (the Secret may hold provider-service's own key too). `None` with a
+    /// plaintext endpoint.
+    pub ca_secret: Option<String>,
+    /// Audience of the projected ServiceAccount token (provider-service checks it).
+    pub audience: String,
+    /// Name to verify the certificate against, when it differs from the endpoint's host.
+    pub server_name: Option<String>,
+}
+
+/// Where the provider-service token and CA are mounted in the CAA container.
+pub const CAA_PROVIDER_DIR: &str = "/var/run/secrets/peerpods/provider-service";
+/// The variables CAA reads to call provider-service.
+pub const ENV_PROVIDER_ENDPOINT: &str = "PROVIDER_SERVICE_ENDPOINT";
+pub const ENV_PROVIDER_CA_FILE: &str = "PROVIDER_SERVICE_CA_FILE";
+pub const ENV_PROVIDER_TOKEN_FILE: &str = "PROVIDER_SERVICE_TOKEN_FILE";
+pub const ENV_PROVIDER_SERVER_NAME: &str = "PROVIDER_SERVICE_SERVER_NAME";
+/// Lifetime of CAA's projected token; the kubelet renews it at 80 %.
+const CAA_TOKEN_SECONDS: i64 = 3600;
+
+/// Environment, volume and mount that wire CAA to provider-service.
+fn provider_service_wiring(wiring: &ProviderServiceWiring) -> (Vec<EnvVar>, Volume, VolumeMount) {
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        ..EnvVar::default()
+    };
+    let mut env = vec![
+        var(ENV_PROVIDER_ENDPOINT, wiring.endpoint.clone()),
+        var(ENV_PROVIDER_TOKEN_FILE, format!("{CAA_PROVIDER_DIR}/token")),
+    ];
+    let mut sources = vec![VolumeProjection {
+        service_account_token: Some(ServiceAccountTokenProjection {
+            audience: Some(wiring.audience.clone()),
+            expiration_seconds: Some(CAA_TOKEN_SECONDS),
+            path: "token".into(),
+            ..ServiceAccountTokenProjection::default()
+        }),
+        ..VolumeProjection::default()
+    }];
+    if let Some(secret) = &wiring.ca_secret {
+        env.push(var(
+            ENV_PROVIDER_CA_FILE,
+            format!("{CAA_PROVIDER_DIR}/ca.crt"),
+        ));
+        sources.push(VolumeProjection {
+            secret: Some(SecretProjection {
+                name: secret.clone(),
+                items: Some(vec![KeyToPath {
+                    key: "ca.crt".into(),
+                    path: "ca.crt".into(),
+                    ..KeyToPath::default()
+                }]),
+                optional: Some(false),
+            }),
+            ..VolumeProjection::default()
+        });
+    }
+    if let Some(name) = &wiring.server_name {
+        env.push(var(ENV_PROVIDER_SERVER_NAME, name.clone()));
+    }
+    let volume = Volume {
+        name: "provider-service".into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(sources),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let mount = VolumeMount {
+        name: "provider-service".into(),
+        mount_path: CAA_PROVIDER_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    };
+    (env, volume, mount)
+}
+
 /// The cloud-api-adaptor DaemonSet, as upstream builds it, with `PEERPODS_LIMIT_PER_NODE=-1` so CAA leaves node
-/// capacity to this controller.
-pub fn caa_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<DaemonSet, Error> {
+/// capacity to this controller, and, given `provider_service`, wired to call it.
+pub fn caa_daemonset(
+    config: &PeerPodConfig,
+    namespace: &str,
+    provider_service: Option<&ProviderServiceWiring>,
+) -> Result<DaemonSet, Error> {
     let spec = &config.spec;
     let selector = BTreeMap::from([(CAA_SELECTOR.0.to_owned(), CAA_SELECTOR.1.to_owned())]);
+    let wiring = provider_service.map(provider_service_wiring);
     let mut env = vec![EnvVar {
         name: "PEERPODS_LIMIT_PER_NODE".into(),
         value: Some("-1".into()),
         ..EnvVar::default()
     }];
+    if let Some((wired, _, _)) = &wiring {
+        env.extend(wired.iter().cloned());
+    }
+    // The controller's settings win over spec.caa.env for the variables it sets.
+    let ours: Vec<String> = env.iter().map(|e| e.name.clone()).collect();
     env.extend(
         spec.caa
             .env
             .iter()
-            .filter(|(name, _)| name.as_str() != "PEERPODS_LIMIT_PER_NODE")
+            .filter(|(name, _)| !ours.contains(name))
             .map(|(name, value)| EnvVar {
                 name: name.clone(),
                 value: Some(value.clone()),
@@ -147,31 +242,36 @@ pub fn caa_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<DaemonSe
             },
         ]),
         env: Some(env),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "ssh".into(),
-                mount_path: "/root/.ssh/".into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "pods-dir".into(),
-                mount_path: "/run/peerpod".into(),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "netns".into(),
-                mount_path: "/run/netns".into(),
-                mount_propagation: Some("HostToContainer".into()),
-                ..VolumeMount::default()
-            },
-            VolumeMount {
-                name: "auth-json-volume".into(),
-                mount_path: "/root/containers/".into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-        ]),
+        volume_mounts: Some(
+            vec![
+                VolumeMount {
+                    name: "ssh".into(),
+                    mount_path: "/root/.ssh/".into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: "pods-dir".into(),
+                    mount_path: "/run/peerpod".into(),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: "netns".into(),
+                    mount_path: "/run/netns".into(),
+                    mount_propagation: Some("HostToContainer".into()),
+                    ..VolumeMount::default()
+                },
+                VolumeMount {
+                    name: "auth-json-volume".into(),
+                    mount_path: "/root/containers/".into(),
+                    read_only: Some(true),
+                    ..VolumeMount::default()
+                },
+            ]
+            .into_iter()
+            .chain(wiring.as_ref().map(|(_, _, mount)| mount.clone()))
+            .collect(),
+        ),
         ..Container::default()
     };
     let host_path = |name: &str, path: &str| Volume {
@@ -216,12 +316,17 @@ pub fn caa_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<DaemonSe
                     host_network: Some(true),
                     service_account_name: Some(spec.caa.service_account_name.clone()),
                     containers: vec![container],
-                    volumes: Some(vec![
-                        optional_secret("ssh", "ssh-key-secret", Some(0o600)),
-                        host_path("pods-dir", "/run/peerpod"),
-                        host_path("netns", "/run/netns"),
-                        optional_secret("auth-json-volume", "auth-json-secret", None),
-                    ]),
+                    volumes: Some(
+                        [
+                            optional_secret("ssh", "ssh-key-secret", Some(0o600)),
+                            host_path("pods-dir", "/run/peerpod"),
+                            host_path("netns", "/run/netns"),
+                            optional_secret("auth-json-volume", "auth-json-secret", None),
+                        ]
+                        .into_iter()
+                        .chain(wiring.map(|(_, volume, _)| volume))
+                        .collect(),
+                    ),
                     ..PodSpec::default()
                 }),
             },
@@ -448,7 +553,7 @@ pub(crate) mod tests {
         let config = config(
             serde_json::json!({"limit": "10", "caa": {"env": {"PEERPODS_LIMIT_PER_NODE": "5", "X": "1"}}}),
         );
-        let ds = caa_daemonset(&config, "peer-pods").unwrap();
+        let ds = caa_daemonset(&config, "peer-pods", None).unwrap();
         assert_eq!(ds.metadata.name.as_deref(), Some(CAA_DAEMONSET));
         assert_eq!(
             ds.metadata.owner_references.as_ref().unwrap()[0].controller,
@@ -602,6 +707,94 @@ pub(crate) mod tests {
             mwc.webhooks.unwrap()[0].match_conditions.as_ref().unwrap()[0]
                 .expression
                 .ends_with("== 'a\\'b'")
+        );
+    }
+
+    #[test]
+    fn caa_is_wired_to_provider_service_with_its_ca_and_a_projected_token() {
+        let config = config(
+            serde_json::json!({"limit": "4", "caa": {"env": {"PROVIDER_SERVICE_ENDPOINT": "https://elsewhere"}}}),
+        );
+        let wiring = ProviderServiceWiring {
+            endpoint: "https://provider-service.peer-pods.svc:50051".into(),
+            ca_secret: Some("provider-service-tls".into()),
+            audience: "provider-service".into(),
+            server_name: None,
+        };
+        let ds = caa_daemonset(&config, "peer-pods", Some(&wiring)).unwrap();
+        let pod = ds.spec.template.spec.unwrap();
+        let c = &pod.containers[0];
+        let env: BTreeMap<_, _> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.clone().unwrap_or_default()))
+            .collect();
+        assert_eq!(
+            env[ENV_PROVIDER_ENDPOINT], wiring.endpoint,
+            "the controller's endpoint wins"
+        );
+        assert_eq!(
+            env[ENV_PROVIDER_CA_FILE],
+            format!("{CAA_PROVIDER_DIR}/ca.crt")
+        );
+        assert_eq!(
+            env[ENV_PROVIDER_TOKEN_FILE],
+            format!("{CAA_PROVIDER_DIR}/token")
+        );
+        assert!(!env.contains_key(ENV_PROVIDER_SERVER_NAME));
+        assert_eq!(
+            c.env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .filter(|e| e.name == ENV_PROVIDER_ENDPOINT)
+                .count(),
+            1
+        );
+        let mount = c
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|m| m.name == "provider-service")
+            .unwrap();
+        assert_eq!(mount.mount_path, CAA_PROVIDER_DIR);
+        let volume = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "provider-service")
+            .unwrap();
+        let sources = volume.projected.unwrap().sources.unwrap();
+        let token = sources[0].service_account_token.as_ref().unwrap();
+        assert_eq!(token.audience.as_deref(), Some("provider-service"));
+        let ca = sources[1].secret.as_ref().unwrap();
+        assert_eq!(ca.name, "provider-service-tls");
+        let items = ca.items.as_ref().unwrap();
+        assert_eq!(items.len(), 1, "only ca.crt, never the service's key");
+        assert_eq!(items[0].key, "ca.crt");
+    }
+
+    #[test]
+    fn without_wiring_caa_gets_no_provider_service_settings() {
+        let config = config(serde_json::json!({"limit": "4"}));
+        let ds = caa_daemonset(&config, "peer-pods", None).unwrap();
+        let pod = ds.spec.template.spec.unwrap();
+        assert!(
+            pod.containers[0]
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .all(|e| !e.name.starts_with("PROVIDER_SERVICE_"))
+        );
+        assert!(
+            pod.volumes
+                .unwrap()
+                .iter()
+                .all(|v| v.name != "provider-service")
         );
     }
 }

@@ -861,6 +861,7 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
             namespace: s.ns.clone(),
             provider: None,
             instance: Some(identity.into()),
+            caa_provider_service: None,
         };
         let task = tokio::spawn(run(
             s.client.clone(),

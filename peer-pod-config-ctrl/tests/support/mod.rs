@@ -102,6 +102,7 @@ impl Scenario {
             namespace: self.ns.clone(),
             provider,
             instance: Some("test".into()),
+            caa_provider_service: None,
         };
         let running = controller::new(
             self.client.clone(),
