@@ -51,6 +51,10 @@ pub enum Error {
     #[error("caller {caller} is not allowed")]
     CallerNotAllowed { caller: String },
 
+    /// The instance exists but does not carry this cluster's tag: deleting it is refused.
+    #[error("not this cluster's instance: {message}")]
+    NotOwnedByCluster { message: String },
+
     /// The caller is allowed, but not to call this method.
     #[error("caller {caller} is not allowed to call {method}")]
     MethodNotAllowed {
@@ -90,6 +94,7 @@ impl Error {
             Error::AuthUnavailable { .. } => "AuthUnavailable",
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
             Error::MethodNotAllowed { .. } => "MethodNotAllowed",
+            Error::NotOwnedByCluster { .. } => "NotOwnedByCluster",
             Error::Tls { .. } => "Tls",
             Error::Io { .. } => "Io",
             Error::Internal { .. } => "Internal",

@@ -228,7 +228,9 @@ pub fn status(e: &Error) -> Status {
     use tonic::Code;
     let code = match e {
         Error::InvalidArgument { .. } | Error::UnknownProvider { .. } => Code::InvalidArgument,
-        Error::ProviderNotConfigured { .. } | Error::Config { .. } => Code::FailedPrecondition,
+        Error::ProviderNotConfigured { .. }
+        | Error::Config { .. }
+        | Error::NotOwnedByCluster { .. } => Code::FailedPrecondition,
         Error::Throttled { .. } => Code::ResourceExhausted,
         Error::Unavailable { .. } | Error::AuthUnavailable { .. } => Code::Unavailable,
         Error::CloudPermissionDenied { .. }

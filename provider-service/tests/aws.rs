@@ -319,3 +319,70 @@ async fn a_stopped_instance_is_deleted_too() {
     assert_eq!(outcome, DeleteOutcome::Deleted);
     assert_eq!(state_of(&client, &ids[0]).await, "terminated");
 }
+
+/// With `CLUSTER_TAG`, only this cluster's instances are deleted: one without the tag is refused
+/// (FAILED_PRECONDITION, reason NotOwnedByCluster) and keeps running, in a batch with a tagged one
+/// that is deleted; an unknown id is still already gone. `DELETE_UNTAGGED=allow` turns the check off.
+#[tokio::test(flavor = "multi_thread")]
+async fn deletes_are_refused_for_instances_without_the_cluster_tag() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let tag = ("peerpods.io/cluster", "prod");
+    let ours = run_instances(&client, 1, &[tag]).await;
+    let other_cluster = run_instances(&client, 1, &[("peerpods.io/cluster", "staging")]).await;
+    let untagged = run_instances(&client, 1, &[]).await;
+    let guarded = provider(&[("CLUSTER_TAG", "peerpods.io/cluster=prod")]).await;
+
+    let unknown = unknown_id(7);
+    let (ours_answer, other_answer, untagged_answer, unknown_answer) = tokio::join!(
+        guarded.delete_instance(&ours[0]),
+        guarded.delete_instance(&other_cluster[0]),
+        guarded.delete_instance(&untagged[0]),
+        guarded.delete_instance(&unknown),
+    );
+    assert_eq!(ours_answer.expect("ours"), DeleteOutcome::Deleted);
+    for (answer, id) in [
+        (other_answer, &other_cluster[0]),
+        (untagged_answer, &untagged[0]),
+    ] {
+        let error = answer.expect_err("not ours");
+        assert!(
+            matches!(error, Error::NotOwnedByCluster { .. }),
+            "{error:?}"
+        );
+        assert_eq!(error.reason(), "NotOwnedByCluster");
+        assert_eq!(
+            provider_service::grpc::status(&error).code(),
+            tonic::Code::FailedPrecondition
+        );
+        assert_eq!(
+            state_of(&client, id).await,
+            "running",
+            "{id} must not be touched"
+        );
+    }
+    assert_eq!(unknown_answer.expect("unknown"), DeleteOutcome::AlreadyGone);
+    assert_eq!(state_of(&client, &ours[0]).await, "terminated");
+    // The check costs one DescribeInstances per batch, not one per instance.
+    assert!(
+        guarded.api_calls("DescribeInstances") <= 2,
+        "{}",
+        guarded.api_calls("DescribeInstances")
+    );
+
+    let unchecked = provider(&[
+        ("CLUSTER_TAG", "peerpods.io/cluster=prod"),
+        ("DELETE_UNTAGGED", "allow"),
+    ])
+    .await;
+    assert_eq!(
+        unchecked
+            .delete_instance(&untagged[0])
+            .await
+            .expect("allowed"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(state_of(&client, &untagged[0]).await, "terminated");
+    assert_eq!(unchecked.api_calls("DescribeInstances"), 0);
+}

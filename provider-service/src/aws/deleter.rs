@@ -1,8 +1,10 @@
 //! The task that batches instance deletions: it owns a [`DeleteQueue`], flushes batches when
 //! they are due and answers every waiting caller once its id's batch has finished.
 //!
-//! One batch: release the Elastic IPs of all its instances (one `DescribeAddresses` per 200
-//! ids), then terminate them in one `TerminateInstances` call. If EC2 rejects the call because
+//! One batch: with a cluster tag configured, set apart the instances that exist but lack it (one
+//! `DescribeInstances` per 200 ids; they are refused, never terminated); release the Elastic IPs
+//! of the rest (one `DescribeAddresses` per 200 ids), then terminate them in one
+//! `TerminateInstances` call. If EC2 rejects the call because
 //! of unknown ids, the ids it names are gone and the rest is retried as a batch; if the answer
 //! does not say which id is at fault, each id is asked alone (see `terminate.rs`).
 
@@ -34,11 +36,14 @@ pub struct Deleter {
     requests: mpsc::UnboundedSender<(String, Reply)>,
 }
 
+/// The tag (key, value) an instance must carry to be deleted; `None` deletes any instance.
+pub type OwnerTag = Option<(String, String)>;
+
 impl Deleter {
     /// Starts the batching task on the current tokio runtime.
-    pub fn spawn(ec2: Arc<Ec2>, policy: BatchPolicy) -> Self {
+    pub fn spawn(ec2: Arc<Ec2>, policy: BatchPolicy, owner: OwnerTag) -> Self {
         let (requests, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(drive(receiver, ec2, policy));
+        tokio::spawn(drive(receiver, ec2, policy, Arc::new(owner)));
         Self { requests }
     }
 
@@ -59,6 +64,7 @@ async fn drive(
     mut requests: mpsc::UnboundedReceiver<(String, Reply)>,
     ec2: Arc<Ec2>,
     policy: BatchPolicy,
+    owner: Arc<OwnerTag>,
 ) {
     let mut queue: DeleteQueue<Reply> = DeleteQueue::new(policy);
     let mut batches: JoinSet<Vec<(String, Answer)>> = JoinSet::new();
@@ -67,8 +73,9 @@ async fn drive(
     loop {
         while let Some(batch) = queue.take_batch(Instant::now()) {
             let ec2 = Arc::clone(&ec2);
+            let owner = Arc::clone(&owner);
             let ids = batch.clone();
-            let task = batches.spawn(async move { delete_batch(&ec2, ids).await });
+            let task = batches.spawn(async move { delete_batch(&ec2, ids, &owner).await });
             in_flight.insert(task.id(), batch);
         }
         if !accepting && queue.outstanding() == 0 {
@@ -119,10 +126,36 @@ async fn drive(
 }
 
 /// Deletes one batch and returns exactly one answer per id.
-async fn delete_batch(ec2: &Ec2, batch: Vec<String>) -> Vec<(String, Answer)> {
+async fn delete_batch(ec2: &Ec2, batch: Vec<String>, owner: &OwnerTag) -> Vec<(String, Answer)> {
     ec2.cloud_calls().record_batch(super::NAME, batch.len());
     tracing::debug!(instances = batch.len(), "deleting a batch of EC2 instances");
     let mut answers: Vec<(String, Answer)> = Vec::with_capacity(batch.len());
+
+    // Only this cluster's instances: one that exists without the cluster tag is refused.
+    let batch = match owner {
+        None => batch,
+        Some(tag) => match not_owned(ec2, &batch, tag).await {
+            Ok(foreign) => {
+                let (refused, ours): (Vec<String>, Vec<String>) =
+                    batch.into_iter().partition(|id| foreign.contains(id));
+                let tag = format!("{}={}", tag.0, tag.1);
+                for id in refused {
+                    tracing::warn!(instance_id = %id, %tag, "refusing to delete an instance without this cluster's tag");
+                    answers.push((id, Err(Failure::NotOwned { tag: tag.clone() })));
+                }
+                ours
+            }
+            Err(failure) => {
+                return batch
+                    .into_iter()
+                    .map(|id| (id, Err(failure.clone())))
+                    .collect();
+            }
+        },
+    };
+    if batch.is_empty() {
+        return answers;
+    }
 
     // Elastic IPs first, as cloud-api-adaptor does: a terminated instance's address would
     // otherwise stay allocated (and billed). An instance whose addresses could not be released
@@ -202,6 +235,33 @@ async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
             NextStep::PerId | NextStep::FailAll => Err(failure),
         },
     }
+}
+
+/// The batch's instances that exist (not terminated) and do not carry `tag`. Instances EC2 does not
+/// list are left to TerminateInstances, which tells gone from unknown.
+async fn not_owned(
+    ec2: &Ec2,
+    batch: &[String],
+    (key, value): &(String, String),
+) -> Result<BTreeSet<String>, Failure> {
+    let mut foreign = BTreeSet::new();
+    for chunk in batch.chunks(200) {
+        let filter = aws_sdk_ec2::types::Filter::builder()
+            .name("instance-id")
+            .set_values(Some(chunk.to_vec()))
+            .build();
+        for instance in ec2.describe_instances(vec![filter]).await? {
+            let gone = matches!(
+                instance.state.as_deref(),
+                Some("terminated" | "shutting-down")
+            );
+            let tagged = instance.tags.iter().any(|(k, v)| k == key && v == value);
+            if !gone && !tagged {
+                foreign.insert(instance.id);
+            }
+        }
+    }
+    Ok(foreign)
 }
 
 /// Releases the Elastic IPs bound to the batch's instances. Returns the instances whose

@@ -49,6 +49,8 @@ pub struct Ec2Instance {
     pub id: String,
     pub launch_time: Option<aws_sdk_ec2::primitives::DateTime>,
     pub tags: Vec<(String, String)>,
+    /// `pending`, `running`, ..., `terminated`, when EC2 says.
+    pub state: Option<String>,
     /// Cores × threads per core, when EC2 reports the CPU options.
     pub vcpus: Option<u64>,
 }
@@ -218,6 +220,7 @@ impl Ec2 {
                 code,
                 message: r(message),
             },
+            Failure::NotOwned { tag } => Failure::NotOwned { tag },
             Failure::Internal { detail } => Failure::Internal { detail: r(detail) },
         }
     }
@@ -328,6 +331,10 @@ impl Ec2 {
                 };
                 instances.push(Ec2Instance {
                     id: id.to_owned(),
+                    state: instance
+                        .state()
+                        .and_then(|s| s.name())
+                        .map(|n| n.as_str().to_owned()),
                     launch_time: instance.launch_time().copied(),
                     tags: instance
                         .tags()

@@ -27,6 +27,8 @@ pub enum Failure {
     PermissionDenied { code: String, message: String },
     /// EC2 refuses the operation in the instance's current state (e.g. termination protection).
     Refused { code: String, message: String },
+    /// The instance exists but lacks this cluster's tag: it is not ours to delete.
+    NotOwned { tag: String },
     /// Anything else: a bug on our side or an EC2 answer we do not understand.
     Internal { detail: String },
 }

@@ -68,7 +68,7 @@ impl AwsProvider {
             })?;
         let ec2 = Arc::new(ec2);
         Ok(Self {
-            deleter: Deleter::spawn(Arc::clone(&ec2), settings.batch),
+            deleter: Deleter::spawn(Arc::clone(&ec2), settings.batch, settings.owner_tag),
             ec2,
             cluster_tags: settings.cluster_tags,
             region: settings.region.unwrap_or_default(),
@@ -224,6 +224,9 @@ fn into_error(failure: Failure) -> Error {
         Failure::ResourceNotFound { code, message } => Error::Internal {
             message: format!("{code}: {message}"),
         },
+        Failure::NotOwned { tag } => Error::NotOwnedByCluster {
+            message: format!("the instance does not carry this cluster's tag {tag}"),
+        },
         Failure::Internal { detail } => Error::Internal { message: detail },
     }
 }
@@ -235,6 +238,7 @@ mod tests {
     fn instance(id: &str, vcpus: Option<u64>) -> Ec2Instance {
         Ec2Instance {
             id: id.into(),
+            state: Some("running".into()),
             launch_time: None,
             tags: vec![],
             vcpus,

@@ -32,6 +32,10 @@ pub struct AwsSettings {
     pub endpoint_url: Option<String>,
     /// `TAGS` (`k=v,k2=v2`): the tags cloud-api-adaptor puts on the instances of this cluster.
     pub cluster_tags: BTreeMap<String, String>,
+    /// `CLUSTER_TAG` (`key=value`): the tag this cluster's instances carry (peerpod-ctrl's
+    /// `--cluster-tag`). With it, deleting an instance that lacks it is refused, unless
+    /// `DELETE_UNTAGGED=allow`.
+    pub owner_tag: Option<(String, String)>,
     /// `AWS_DELETE_BATCH_IDLE_MS`, `AWS_DELETE_BATCH_MAX_WAIT_MS`, `AWS_DELETE_BATCH_MAX_IDS`.
     pub batch: BatchPolicy,
     /// `AWS_MAX_CONCURRENT_CALLS`: EC2 calls in flight at once.
@@ -92,6 +96,7 @@ impl AwsSettings {
             credentials,
             endpoint_url,
             cluster_tags: parse_tags(get("TAGS").as_deref().unwrap_or(""))?,
+            owner_tag: owner_tag(get("CLUSTER_TAG"), get("DELETE_UNTAGGED"))?,
             batch: BatchPolicy {
                 idle: millis("AWS_DELETE_BATCH_IDLE_MS", defaults.idle)?,
                 max_wait: millis("AWS_DELETE_BATCH_MAX_WAIT_MS", defaults.max_wait)?,
@@ -162,6 +167,38 @@ where
     }
 }
 
+/// The tag deletions require: `CLUSTER_TAG` unless `DELETE_UNTAGGED=allow` turns the check off.
+fn owner_tag(
+    cluster_tag: Option<String>,
+    delete_untagged: Option<String>,
+) -> Result<Option<(String, String)>, SettingsProblem> {
+    let allow = match delete_untagged.as_deref() {
+        None | Some("deny") => false,
+        Some("allow") => true,
+        Some(_) => {
+            return Err(SettingsProblem {
+                key: "DELETE_UNTAGGED",
+                reason: "must be allow or deny".into(),
+            });
+        }
+    };
+    let Some(text) = cluster_tag else {
+        return Ok(None);
+    };
+    let tag = match text.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() => {
+            (key.trim().to_owned(), value.trim().to_owned())
+        }
+        _ => {
+            return Err(SettingsProblem {
+                key: "CLUSTER_TAG",
+                reason: "must be key=value".into(),
+            });
+        }
+    };
+    Ok((!allow).then_some(tag))
+}
+
 /// Parses cloud-api-adaptor's `TAGS` value: `key=value` pairs separated by commas.
 pub fn parse_tags(value: &str) -> Result<BTreeMap<String, String>, SettingsProblem> {
     let mut tags = BTreeMap::new();
@@ -201,6 +238,7 @@ mod tests {
         assert_eq!(s.credentials, None);
         assert_eq!(s.batch, BatchPolicy::default());
         assert!(s.cluster_tags.is_empty());
+        assert_eq!(s.owner_tag, None);
         assert!(s.secrets().is_empty());
     }
 
@@ -272,5 +310,30 @@ mod tests {
     fn batch_size_is_capped_at_ec2_limit() {
         let s = settings(&[("AWS_DELETE_BATCH_MAX_IDS", "5000")]).expect("valid");
         assert_eq!(s.batch.max_ids, 1000);
+    }
+
+    #[test]
+    fn cluster_tag_guards_deletes_unless_untagged_deletes_are_allowed() {
+        let s = settings(&[("CLUSTER_TAG", "peerpods.io/cluster=prod")]).expect("valid");
+        assert_eq!(
+            s.owner_tag,
+            Some(("peerpods.io/cluster".to_owned(), "prod".to_owned()))
+        );
+        let s = settings(&[
+            ("CLUSTER_TAG", "peerpods.io/cluster=prod"),
+            ("DELETE_UNTAGGED", "allow"),
+        ])
+        .expect("valid");
+        assert_eq!(s.owner_tag, None);
+        assert_eq!(
+            settings(&[("CLUSTER_TAG", "nokey")]).expect_err("bad").key,
+            "CLUSTER_TAG"
+        );
+        assert_eq!(
+            settings(&[("DELETE_UNTAGGED", "yes")])
+                .expect_err("bad")
+                .key,
+            "DELETE_UNTAGGED"
+        );
     }
 }
