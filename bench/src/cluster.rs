@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, PostParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
 
@@ -80,31 +81,80 @@ impl Cluster {
     }
 
     /// PeerPods `<prefix>-<i>` as cloud-api-adaptor creates them (with the finalizer), one per instance id.
+    /// PeerPods `<prefix>-<i>` as cloud-api-adaptor creates them: the finalizer and, when `owned`, one
+    /// controller ownerReference to a Pod of the same name created for it (a PeerPod whose owner does not exist
+    /// would be deleted by the garbage collector).
     pub async fn create_peerpods(
         &self,
         ns: &str,
         prefix: &str,
         provider: &str,
         instance_ids: &[String],
+        owned: bool,
     ) -> Result<(), Error> {
         let api = self.peerpods(ns);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         futures::stream::iter(instance_ids.iter().enumerate())
             .map(|(i, id)| {
                 let api = api.clone();
+                let pods = pods.clone();
+                let name = format!("{prefix}-{i}");
                 let mut peerpod = PeerPod::new(
-                    &format!("{prefix}-{i}"),
+                    &name,
                     PeerPodSpec {
                         cloud_provider: provider.into(),
                         instance_id: id.clone(),
                     },
                 );
                 peerpod.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-                async move { api.create(&PostParams::default(), &peerpod).await }
+                async move {
+                    if owned {
+                        let pod: Pod = serde_json::from_value(serde_json::json!({
+                            "metadata": {"name": name},
+                            "spec": {
+                                "containers": [{"name": "app", "image": "registry.example/app"}]
+                            }
+                        }))
+                        .map_err(kube::Error::SerdeError)?;
+                        let pod = pods.create(&PostParams::default(), &pod).await?;
+                        peerpod.metadata.owner_references = Some(vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Pod".into(),
+                            name: name.clone(),
+                            uid: pod.metadata.uid.unwrap_or_default(),
+                            controller: Some(true),
+                            block_owner_deletion: Some(true),
+                        }]);
+                    }
+                    api.create(&PostParams::default(), &peerpod).await
+                }
             })
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_for_each(|_| async { Ok(()) })
             .await?;
         Ok(())
+    }
+
+    /// Write requests the API server has answered so far for `resource` (and `subresource`, "" for the object
+    /// itself), by its own `apiserver_request_total`: the count on the server's side, whoever sent them.
+    pub async fn api_writes(&self, resource: &str, subresource: &str) -> Result<f64, Error> {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .map_err(|e| Error::Setup(format!("metrics request: {e}")))?;
+        let text = self.client.request_text(request).await?;
+        Ok(crate::stats::samples(&text, "apiserver_request_total")
+            .into_iter()
+            .filter(|s| {
+                let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
+                label("resource") == resource
+                    && label("subresource") == subresource
+                    && matches!(
+                        label("verb"),
+                        "POST" | "PUT" | "PATCH" | "APPLY" | "CREATE" | "UPDATE"
+                    )
+            })
+            .map(|s| s.value)
+            .sum())
     }
 
     /// Nodes `<prefix>-<i>` carrying `labels` (created through the API: there is no kubelet).

@@ -73,6 +73,8 @@ pub struct Storm {
     /// cleanup_seconds / floor_seconds.
     pub ratio: f64,
     pub peerpods_per_second: f64,
+    /// API writes (PeerPod patches, status, Events) per released PeerPod, counted by the API server.
+    pub api_writes_per_delete: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -170,6 +172,11 @@ impl Results {
                     "storm",
                     "PeerPods/s",
                     format!("{:.1}", s.peerpods_per_second),
+                );
+                add(
+                    "storm",
+                    "API writes per delete (API server's count)",
+                    format!("{:.2}", s.api_writes_per_delete),
                 );
             }
             other => add("storm", "", not_measured(other)),
@@ -333,6 +340,7 @@ mod tests {
                 floor_concurrency: 32,
                 ratio: 4.0,
                 peerpods_per_second: 0.5,
+                api_writes_per_delete: 2.0,
             }),
             memory: Outcome::skipped("not selected"),
             cloud_calls: Outcome::from_result(Err(Error::Missing {

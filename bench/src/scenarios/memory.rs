@@ -24,8 +24,9 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Memory, Error> 
     cluster.namespace(NAMESPACE).await?;
     // Live PeerPods of running VMs: the controller keeps them in its cache and index but calls no cloud for them.
     let ids: Vec<String> = (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    // Owned by Pods, as cloud-api-adaptor's are (the owner index holds them too).
     cluster
-        .create_peerpods(NAMESPACE, "memory", "libvirt", &ids)
+        .create_peerpods(NAMESPACE, "memory", "libvirt", &ids, true)
         .await?;
     let labels = BTreeMap::from([(LABEL.to_string(), "yes".to_string())]);
     cluster.create_nodes("bench-mem", m, &labels).await?;

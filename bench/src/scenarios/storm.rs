@@ -40,7 +40,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let ns = "bench-storm";
     cluster.namespace(ns).await?;
     cluster
-        .create_peerpods(ns, "storm", "aws", &instance_ids)
+        .create_peerpods(ns, "storm", "aws", &instance_ids, true)
         .await?;
     // Let the controller see every PeerPod before the clock starts, so the figure is the cleanup, not the sync.
     let _ = wait_until(
@@ -55,6 +55,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     .await;
 
     let before = provider.metrics().await?;
+    let writes_before = controller_writes(cluster).await?;
     let api = cluster.peerpods(ns);
     let started = Instant::now();
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -78,6 +79,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     .await?;
     let cleanup = started.elapsed().as_secs_f64();
     let after = provider.metrics().await?;
+    let writes = controller_writes(cluster).await? - writes_before;
     ctrl.stop().await;
     provider.stop().await;
 
@@ -101,6 +103,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         } else {
             0.0
         },
+        api_writes_per_delete: if n > 0 { writes / n as f64 } else { 0.0 },
     };
     let calls = CloudCalls {
         deletes: n,
@@ -122,7 +125,9 @@ async fn floor(options: &Options, cluster: &Cluster) -> Result<f64, Error> {
     cluster.namespace(ns).await?;
     // Well-formed ids nothing will ever look up: no controller runs during the floor.
     let ids: Vec<String> = (0..options.storm).map(|i| format!("i-{i:017x}")).collect();
-    cluster.create_peerpods(ns, "floor", "aws", &ids).await?;
+    cluster
+        .create_peerpods(ns, "floor", "aws", &ids, false)
+        .await?;
     let api = cluster.peerpods(ns);
     let release = serde_json::json!({"metadata": {"finalizers": null}});
     let started = Instant::now();
@@ -159,6 +164,14 @@ async fn floor(options: &Options, cluster: &Cluster) -> Result<f64, Error> {
     )
     .await?;
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// Writes of the kinds a cleanup makes (PeerPod patches and status, Events), counted by the API server. The
+/// bench's own DELETE of the PeerPods is not a write of these verbs; nothing else writes them during the storm.
+async fn controller_writes(cluster: &Cluster) -> Result<f64, Error> {
+    Ok(cluster.api_writes("peerpods", "").await?
+        + cluster.api_writes("peerpods", "status").await?
+        + cluster.api_writes("events", "").await?)
 }
 
 /// EC2 calls to moto between two scrapes of provider-service's metrics, by operation.
