@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
 
 use crate::Error;
@@ -138,10 +138,7 @@ impl Cluster {
     /// Write requests the API server has answered so far for `resource` (and `subresource`, "" for the object
     /// itself), by its own `apiserver_request_total`: the count on the server's side, whoever sent them.
     pub async fn api_writes(&self, resource: &str, subresource: &str) -> Result<f64, Error> {
-        let request = http::Request::get("/metrics")
-            .body(Vec::new())
-            .map_err(|e| Error::Setup(format!("metrics request: {e}")))?;
-        let text = self.client.request_text(request).await?;
+        let text = self.apiserver_metrics().await?;
         Ok(crate::stats::samples(&text, "apiserver_request_total")
             .into_iter()
             .filter(|s| {
@@ -157,7 +154,9 @@ impl Cluster {
             .sum())
     }
 
-    /// Nodes `<prefix>-<i>` carrying `labels` (created through the API: there is no kubelet).
+    /// Nodes `<prefix>-<i>` carrying `labels`, with a status of the size a kubelet reports (capacity, conditions,
+    /// addresses, node info and a few dozen images), so memory figures reflect real nodes. Created through the API:
+    /// there is no kubelet.
     pub async fn create_nodes(
         &self,
         prefix: &str,
@@ -177,7 +176,15 @@ impl Cluster {
                     },
                     ..Node::default()
                 };
-                async move { api.create(&PostParams::default(), &node).await }
+                async move {
+                    api.create(&PostParams::default(), &node).await?;
+                    api.patch_status(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(realistic_node_status(name)),
+                    )
+                    .await
+                }
             })
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_for_each(|_| async { Ok(()) })
@@ -192,6 +199,43 @@ impl Cluster {
             .map_err(|e| Error::Setup(format!("building GET /metrics: {e}")))?;
         Ok(self.client.request_text(request).await?)
     }
+}
+
+/// A node status as a kubelet of a small worker reports it: about 10 KiB of JSON, most of it images.
+fn realistic_node_status(name: &str) -> serde_json::Value {
+    let now = "2026-01-01T00:00:00Z";
+    let condition = |kind: &str, status: &str, reason: &str| {
+        serde_json::json!({"type": kind, "status": status, "reason": reason, "message": format!("kubelet reports {reason}"),
+            "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let images: Vec<serde_json::Value> = (0..40)
+        .map(|i| {
+            serde_json::json!({
+                "names": [
+                    format!("registry.example/team-{}/service-{i}@sha256:{:064x}", i % 7, i * 7919),
+                    format!("registry.example/team-{}/service-{i}:v1.{i}.0", i % 7)
+                ],
+                "sizeBytes": 20_000_000 + i * 1_000_003
+            })
+        })
+        .collect();
+    let resources = serde_json::json!({"cpu": "8", "memory": "32827152Ki", "pods": "110", "ephemeral-storage": "102687672Ki", "hugepages-2Mi": "0"});
+    serde_json::json!({"status": {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+            condition("Ready", "True", "KubeletReady")
+        ],
+        "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}, {"type": "Hostname", "address": name}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": format!("{:032x}", name.len() * 104_729), "systemUUID": format!("{:032x}", name.len()),
+            "bootID": "b0b0b0b0-0000-4000-8000-000000000000", "kernelVersion": "6.8.0-45-generic", "osImage": "Ubuntu 24.04.1 LTS",
+            "containerRuntimeVersion": "containerd://2.0.0", "kubeletVersion": "v1.37.1", "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+        "images": images
+    }})
 }
 
 /// The control plane stops with the run, however the run ends (it also watches this process and exits with it).

@@ -93,6 +93,7 @@ pub fn new(
     let (node_cache, node_writer) = reflector::store::<Node>();
     let node_events = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
         .default_backoff()
+        .modify(nodes::keep_what_is_read)
         .reflect(node_writer);
 
     let controller = Controller::new(

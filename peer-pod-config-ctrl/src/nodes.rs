@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 
@@ -28,6 +28,24 @@ pub enum CapacityChange {
     Set { value: u32, create_map: bool },
     /// Remove the resource.
     Remove,
+}
+
+/// Keeps of a Node only what this controller reads (name, labels, and the `kata.peerpods.io/vm` entry of
+/// `status.capacity`, with whether the capacity map exists at all), before it is cached. A real node's status
+/// (images, conditions, addresses, node info) is most of its size, and the cache holds every node.
+pub fn keep_what_is_read(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    node.metadata.annotations = None;
+    node.spec = None;
+    node.status = node.status.take().map(|status| NodeStatus {
+        capacity: status.capacity.map(|capacity| {
+            capacity
+                .into_iter()
+                .filter(|(resource, _)| resource == EXTENDED_RESOURCE)
+                .collect()
+        }),
+        ..NodeStatus::default()
+    });
 }
 
 /// Whether a node's labels satisfy a nodeSelector (every key present with exactly that value).
@@ -236,5 +254,33 @@ mod tests {
             remove,
             serde_json::json!([{"op": "remove", "path": "/status/capacity/kata.peerpods.io~1vm"}])
         );
+    }
+
+    #[test]
+    fn the_cache_keeps_labels_and_our_capacity_only() {
+        let mut full = node("n1", &[("node.kubernetes.io/worker", "")], Some("3"));
+        let status = full.status.as_mut().unwrap();
+        status.capacity.as_mut().unwrap().insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()),
+        );
+        status.images = Some(vec![Default::default(); 3]);
+        full.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        full.spec = Some(Default::default());
+        let mut kept = full.clone();
+        keep_what_is_read(&mut kept);
+        assert_eq!(kept.metadata.labels, full.metadata.labels);
+        assert_eq!(current(&kept).as_deref(), Some("3"));
+        let status = kept.status.unwrap();
+        assert_eq!(status.capacity.unwrap().len(), 1);
+        assert!(
+            status.images.is_none() && kept.spec.is_none() && kept.metadata.annotations.is_none()
+        );
+
+        // A node without a capacity map keeps having none: the patch must create it.
+        let mut bare = node("n2", &[], None);
+        bare.status = Some(NodeStatus::default());
+        keep_what_is_read(&mut bare);
+        assert!(bare.status.unwrap().capacity.is_none());
     }
 }
