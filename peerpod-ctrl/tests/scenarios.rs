@@ -392,10 +392,24 @@ async fn peerpods_without_owners_are_left_alone() {
     s.cleanup().await;
 }
 
+/// Orphans on two clouds: libvirt's test driver and AWS (the real SDK against moto). Every orphan VM gets an Event
+/// of its own naming it, and only the delete policy deletes them.
 #[tokio::test(flavor = "multi_thread")]
 async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_delete_policy() {
+    use test_support::moto;
+
     let s = Scenario::start("orphans").await;
-    let provider = ProviderService::start(None).await;
+    let _moto_serial = moto::SERIAL.lock().await;
+    moto::moto().reset();
+    let ec2 = moto::moto().client();
+    let aws_orphan = moto::run_instances(&ec2, 1, &[(support::TAG_KEY, support::TAG_VALUE)])
+        .await
+        .remove(0);
+    let aws_foreign = moto::run_instances(&ec2, 1, &[]).await.remove(0);
+    let mut clouds = moto::moto().config(&[]);
+    clouds.retain(|(k, _)| k != "CLOUD_PROVIDER");
+    clouds.push(("CLOUD_PROVIDER".into(), "libvirt,aws".into()));
+    let provider = ProviderService::start_with_config(&clouds).await;
     let untracked = s.define_domain(true);
     let untracked_too = s.define_domain(true);
     let tracked = s.define_domain(true);
@@ -408,13 +422,20 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_grace = Duration::ZERO;
     let ctrl = Controller::start(s.client.clone(), options).await;
     testenv::wait_for("an orphan report", MINUTE, || async {
-        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 2).then_some(())
+        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 2
+            && ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"aws\""]) == 1)
+            .then_some(())
     })
     .await;
     // One Event per orphan VM, each naming its VM (note and related object), not one Event for both.
     let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
         Api::namespaced(s.client.clone(), "default");
-    for vm in [&untracked, &untracked_too] {
+    let everyone = [
+        ("libvirt", &untracked),
+        ("libvirt", &untracked_too),
+        ("aws", &aws_orphan),
+    ];
+    for (cloud, vm) in everyone {
         let found = testenv::wait_for("an Event per orphan VM", MINUTE, || async {
             namespace_events
                 .list(&Default::default())
@@ -425,19 +446,17 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
                 .find(|e| {
                     e.reason.as_deref() == Some("OrphanInstanceFound")
                         && e.related.as_ref().and_then(|r| r.name.clone())
-                            == Some(format!("libvirt/{vm}"))
+                            == Some(format!("{cloud}/{vm}"))
                 })
         })
         .await;
         let note = found.note.unwrap_or_default();
         assert!(note.contains(vm.as_str()), "{note}");
-        let other = if vm == &untracked {
-            &untracked_too
-        } else {
-            &untracked
-        };
-        assert!(!note.contains(other.as_str()), "{note}");
+        for (_, other) in everyone.iter().filter(|(_, o)| o != &vm) {
+            assert!(!note.contains(other.as_str()), "{note}");
+        }
     }
+    assert_eq!(moto::state_of(&ec2, &aws_orphan).await, "running");
     assert!(s.domain_exists(&untracked), "report policy never deletes");
     assert!(
         s.domain_exists(&untracked_too),
@@ -453,9 +472,17 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_policy = OrphanPolicy::Delete;
     let ctrl = Controller::start(s.client.clone(), options).await;
     testenv::wait_for("the orphan VMs deleted", MINUTE, || async {
-        (!s.domain_exists(&untracked) && !s.domain_exists(&untracked_too)).then_some(())
+        (!s.domain_exists(&untracked)
+            && !s.domain_exists(&untracked_too)
+            && moto::state_of(&ec2, &aws_orphan).await == "terminated")
+            .then_some(())
     })
     .await;
+    assert_eq!(
+        moto::state_of(&ec2, &aws_foreign).await,
+        "running",
+        "an AWS instance without this cluster's tag is never touched"
+    );
     assert!(s.domain_exists(&tracked), "a VM with a PeerPod stays");
     assert!(
         s.domain_exists(&foreign),
@@ -464,7 +491,7 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     assert_eq!(provider.delete_calls("libvirt"), 2);
     assert_eq!(
         ctrl.metric("peerpod_ctrl_orphan_instances_deleted_total", &[]),
-        2
+        3
     );
     ctrl.stop().await;
     // Leave the test driver as we found it.

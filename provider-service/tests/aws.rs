@@ -5,7 +5,7 @@ mod aws_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aws_support::{SERIAL, moto, run_instances, state_of, unknown_id};
+use aws_support::{SERIAL, moto, moto_config, run_instances, state_of, unknown_id};
 use futures::future::join_all;
 use provider_service::Error;
 use provider_service::aws::AwsProvider;
@@ -13,7 +13,7 @@ use provider_service::metrics::CloudCalls;
 use provider_service::provider::{DeleteOutcome, Provider};
 
 async fn provider(extra: &[(&str, &str)]) -> Arc<AwsProvider> {
-    let config = moto().config(extra);
+    let config = moto_config(extra);
     Arc::new(
         AwsProvider::from_config(&config, CloudCalls::default())
             .await

@@ -3,7 +3,7 @@
 
 mod aws_support;
 
-use aws_support::{SECRET_ACCESS_KEY, moto_with_env, unknown_id};
+use aws_support::{SECRET_ACCESS_KEY, config_for, moto_with_env, unknown_id};
 use provider_service::Error;
 use provider_service::aws::AwsProvider;
 use provider_service::metrics::CloudCalls;
@@ -14,7 +14,7 @@ async fn refused_credentials_are_a_permission_error_without_the_secret() {
     // moto checks every request against its IAM users once this count of free requests is spent.
     let moto = moto_with_env(&[("INITIAL_NO_AUTH_ACTION_COUNT", "0")]);
     let provider = AwsProvider::from_config(
-        &moto.config(&[("AWS_MAX_ATTEMPTS", "1")]),
+        &config_for(&moto.endpoint, &[("AWS_MAX_ATTEMPTS", "1")]),
         CloudCalls::default(),
     )
     .await

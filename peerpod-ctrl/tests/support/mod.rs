@@ -256,12 +256,31 @@ impl ProviderService {
         addr: Option<SocketAddr>,
         tls: Option<(&std::path::Path, &std::path::Path)>,
     ) -> ProviderService {
+        Self::start_with(addr, tls, &[]).await
+    }
+
+    /// Like [`ProviderService::start`], with `config` added to (or replacing) the libvirt keys, e.g. a second
+    /// cloud.
+    pub async fn start_with_config(config: &[(String, String)]) -> ProviderService {
+        Self::start_with(None, None, config).await
+    }
+
+    async fn start_with(
+        addr: Option<SocketAddr>,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
+        extra: &[(String, String)],
+    ) -> ProviderService {
         use provider_service::service::{CallerAuth, Listen, Options};
         let config = tempfile::tempdir().expect("tempdir");
-        for (k, v) in [
+        let defaults = [
             ("CLOUD_PROVIDER", "libvirt"),
             ("LIBVIRT_URI", "test:///default"),
-        ] {
+        ];
+        for (k, v) in defaults
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        {
             std::fs::write(config.path().join(k), v).expect("write config");
         }
         let shutdown = CancellationToken::new();
