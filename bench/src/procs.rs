@@ -134,6 +134,15 @@ impl Service {
 
     /// Peak resident set size (`VmHWM`) so far, in KiB.
     pub fn peak_rss_kib(&self) -> Result<u64, Error> {
+        self.status_kib("VmHWM", crate::stats::peak_rss_kib)
+    }
+
+    /// Resident set size now (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> Result<u64, Error> {
+        self.status_kib("VmRSS", crate::stats::rss_kib)
+    }
+
+    fn status_kib(&self, field: &str, read: fn(&str) -> Option<u64>) -> Result<u64, Error> {
         let pid = self.child.id().ok_or_else(|| Error::Exited {
             name: self.name.clone(),
             status: "gone".into(),
@@ -143,8 +152,7 @@ impl Service {
         let path = format!("/proc/{pid}/status");
         let status =
             std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {path}"), e))?;
-        crate::stats::peak_rss_kib(&status)
-            .ok_or_else(|| Error::Setup(format!("no VmHWM in {path}")))
+        read(&status).ok_or_else(|| Error::Setup(format!("no {field} in {path}")))
     }
 
     /// Stops the service as Kubernetes would (SIGTERM, then SIGKILL after a grace period).

@@ -82,7 +82,10 @@ pub struct Memory {
     pub peerpods: usize,
     pub nodes: usize,
     pub peerpod_ctrl_peak_rss_mib: f64,
+    /// Resident set size once every PeerPod is reconciled and the caches settled.
+    pub peerpod_ctrl_rss_mib: f64,
     pub peer_pod_config_ctrl_peak_rss_mib: f64,
+    pub peer_pod_config_ctrl_rss_mib: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -190,13 +193,21 @@ impl Results {
                 );
                 add(
                     "memory",
-                    "peerpod-ctrl peak RSS",
-                    mib(m.peerpod_ctrl_peak_rss_mib),
+                    "peerpod-ctrl peak / settled RSS",
+                    format!(
+                        "{} / {}",
+                        mib(m.peerpod_ctrl_peak_rss_mib),
+                        mib(m.peerpod_ctrl_rss_mib)
+                    ),
                 );
                 add(
                     "memory",
-                    "peer-pod-config-ctrl peak RSS",
-                    mib(m.peer_pod_config_ctrl_peak_rss_mib),
+                    "peer-pod-config-ctrl peak / settled RSS",
+                    format!(
+                        "{} / {}",
+                        mib(m.peer_pod_config_ctrl_peak_rss_mib),
+                        mib(m.peer_pod_config_ctrl_rss_mib)
+                    ),
                 );
             }
             other => add("memory", "", not_measured(other)),

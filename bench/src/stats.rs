@@ -101,8 +101,17 @@ fn parse_labels(block: &str) -> BTreeMap<String, String> {
 
 /// `VmHWM` (peak resident set size) in KiB from the text of `/proc/<pid>/status`.
 pub fn peak_rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmHWM:")
+}
+
+/// `VmRSS` (resident set size now) in KiB from the text of `/proc/<pid>/status`.
+pub fn rss_kib(status: &str) -> Option<u64> {
+    status_kib(status, "VmRSS:")
+}
+
+fn status_kib(status: &str, field: &str) -> Option<u64> {
     status.lines().find_map(|line| {
-        let value = line.strip_prefix("VmHWM:")?;
+        let value = line.strip_prefix(field)?;
         value.split_whitespace().next()?.parse().ok()
     })
 }

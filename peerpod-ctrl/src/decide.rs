@@ -225,6 +225,15 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> Option<u64> {
     Some(hasher.finish())
 }
 
+/// Drops what the controller never reads from a PeerPod before it is cached: managedFields (the largest part),
+/// labels and annotations (kubectl's last-applied copy among them; CAA sets none). Taken as `None`, not
+/// emptied, so no allocation is kept: with 10,000 PeerPods in the cache, every byte per object is 10 kB.
+pub fn keep_what_is_read(peerpod: &mut PeerPod) {
+    peerpod.metadata.managed_fields = None;
+    peerpod.metadata.labels = None;
+    peerpod.metadata.annotations = None;
+}
+
 /// Whether a PeerPod still exists after we remove our finalizer from `finalizers` (another one holds it).
 pub fn outlives_release(finalizers: &[String]) -> bool {
     finalizers.iter().any(|f| f != FINALIZER)
@@ -502,5 +511,39 @@ mod tests {
             "example.com/keep".to_string(),
             FINALIZER.to_string()
         ]));
+    }
+
+    #[test]
+    fn the_cache_keeps_what_cleanup_reads() {
+        let mut p: PeerPod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "confidentialcontainers.org/v1alpha1",
+            "kind": "PeerPod",
+            "metadata": {
+                "name": "web-resource-abcde", "namespace": "default", "uid": "u1",
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"a": "b"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "finalizers": [FINALIZER],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "pod-1", "controller": true}],
+                "managedFields": [{"manager": "cloud-api-adaptor", "operation": "Update", "apiVersion": "v1"}]
+            },
+            "spec": {"cloudProvider": "aws", "instanceID": "i-0123456789abcdef0"}
+        }))
+        .expect("PeerPod");
+        let before = reconcile_trigger_hash(&p);
+        keep_what_is_read(&mut p);
+        assert!(
+            p.metadata.managed_fields.is_none()
+                && p.metadata.labels.is_none()
+                && p.metadata.annotations.is_none()
+        );
+        assert_eq!(controlling_owner_uid(&p), Some("pod-1"));
+        assert_eq!(p.finalizers(), [FINALIZER.to_string()]);
+        assert!(p.metadata.creation_timestamp.is_some());
+        assert_eq!(
+            reconcile_trigger_hash(&p),
+            before,
+            "nothing the trigger reads is dropped"
+        );
     }
 }

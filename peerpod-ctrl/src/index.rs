@@ -2,7 +2,7 @@
 //! stream that feeds the controller's reflector store. kube's `Store` has no secondary indexes; scanning the
 //! whole store on each event would cost O(PeerPods) per reconcile, which is what a cleanup storm cannot afford.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use kube::runtime::reflector::ObjectRef;
@@ -11,34 +11,50 @@ use kube::runtime::watcher;
 use crate::crd::PeerPod;
 use crate::decide::controlling_owner_uid;
 
+/// An owner has one PeerPod, rarely a few (a sandbox restarted): a `Vec` holds one entry in one small
+/// allocation where a `HashSet` allocates a table, and the owner UID is stored once, shared by both maps.
 #[derive(Default)]
 struct Maps {
-    by_owner: HashMap<String, HashSet<ObjectRef<PeerPod>>>,
-    owner_of: HashMap<ObjectRef<PeerPod>, String>,
+    by_owner: HashMap<Arc<str>, Vec<ObjectRef<PeerPod>>>,
+    owner_of: HashMap<ObjectRef<PeerPod>, Arc<str>>,
 }
 
 impl Maps {
     fn remove(&mut self, key: &ObjectRef<PeerPod>) {
         if let Some(owner) = self.owner_of.remove(key)
-            && let Some(set) = self.by_owner.get_mut(&owner)
+            && let Some(owned) = self.by_owner.get_mut(&owner)
         {
-            set.remove(key);
-            if set.is_empty() {
+            owned.retain(|k| k != key);
+            if owned.is_empty() {
                 self.by_owner.remove(&owner);
             }
         }
     }
 
     fn upsert(&mut self, peerpod: &PeerPod) {
-        let key = ObjectRef::from_obj(peerpod);
+        let key = lean_key(peerpod);
         self.remove(&key);
         if let Some(owner) = controlling_owner_uid(peerpod) {
+            let owner: Arc<str> = match self.by_owner.get_key_value(owner) {
+                Some((shared, _)) => shared.clone(),
+                None => Arc::from(owner),
+            };
             self.by_owner
-                .entry(owner.to_string())
+                .entry(owner.clone())
                 .or_default()
-                .insert(key.clone());
-            self.owner_of.insert(key, owner.to_string());
+                .push(key.clone());
+            self.owner_of.insert(key, owner);
         }
+    }
+}
+
+/// The PeerPod's key without the resourceVersion and UID `ObjectRef::from_obj` carries: keys compare by namespace
+/// and name only, and with 10,000 PeerPods those two strings per key (held twice here) are megabytes.
+fn lean_key(peerpod: &PeerPod) -> ObjectRef<PeerPod> {
+    let key = ObjectRef::new(peerpod.metadata.name.as_deref().unwrap_or_default());
+    match peerpod.metadata.namespace.as_deref() {
+        Some(namespace) => key.within(namespace),
+        None => key,
     }
 }
 
@@ -64,7 +80,7 @@ impl OwnerIndex {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Apply(p) => state.live.upsert(p),
-            watcher::Event::Delete(p) => state.live.remove(&ObjectRef::from_obj(p)),
+            watcher::Event::Delete(p) => state.live.remove(&lean_key(p)),
             watcher::Event::Init => state.relisting = Some(Maps::default()),
             watcher::Event::InitApply(p) => {
                 if let Some(maps) = state.relisting.as_mut() {

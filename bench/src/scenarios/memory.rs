@@ -65,7 +65,9 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Memory, Error> 
         peerpods: n,
         nodes: m,
         peerpod_ctrl_peak_rss_mib: kib_to_mib(peerpod_ctrl.peak_rss_kib()?),
+        peerpod_ctrl_rss_mib: kib_to_mib(peerpod_ctrl.rss_kib()?),
         peer_pod_config_ctrl_peak_rss_mib: kib_to_mib(config_ctrl.peak_rss_kib()?),
+        peer_pod_config_ctrl_rss_mib: kib_to_mib(config_ctrl.rss_kib()?),
     };
     config_ctrl.stop().await;
     peerpod_ctrl.stop().await;
