@@ -102,7 +102,7 @@ impl OwnerIndex {
             .live
             .by_owner
             .get(owner_uid)
-            .map(|set| set.iter().cloned().collect())
+            .map(|owned| owned.to_vec())
             .unwrap_or_default()
     }
 
