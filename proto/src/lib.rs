@@ -1,7 +1,12 @@
 //! The gRPC API of provider-service, generated from `peerpods/provider/v1/provider.proto`.
 //!
 //! - [`v1`]: messages plus `provider_service_client` / `provider_service_server`.
+//! - [`ProviderName`]: the values of `cloud_provider` (cloud-api-adaptor's `CLOUD_PROVIDER` names).
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
+
+mod provider_name;
+
+pub use provider_name::{ProviderName, UnknownProviderName};
 
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.

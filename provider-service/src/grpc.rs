@@ -15,8 +15,9 @@ use crate::Error;
 use crate::auth::Caller;
 use crate::metrics::{CallLabels, MethodLabels, Metrics};
 use crate::provider::{
-    Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, SharedRegistry, TagSelector,
+    Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, TagSelector,
 };
+use crate::registry::SharedRegistry;
 
 /// Longest accepted `cloud_provider`.
 pub const MAX_PROVIDER_LEN: usize = 64;
@@ -99,7 +100,7 @@ impl ProviderApi {
     /// never becomes a label value.
     fn provider_label(&self, name: &str) -> String {
         match self.registry.current().get(name) {
-            Ok(p) => p.name().to_owned(),
+            Ok(p) => p.name().as_str().to_owned(),
             Err(_) => "unknown".to_owned(),
         }
     }
@@ -129,7 +130,7 @@ impl ProviderService for ProviderApi {
             let requester = requester(req.requester.as_ref())?;
             let span = tracing::info_span!(
                 "delete_instance",
-                provider = provider.name(),
+                provider = provider.name().as_str(),
                 instance_id = %req.instance_id,
                 caller = %caller,
                 requester.component = %requester.component,
@@ -207,7 +208,7 @@ impl ProviderService for ProviderApi {
         let checks = registry.providers().map(|p| async move {
             let health = p.health().await;
             pb::ProviderStatus {
-                name: p.name().to_owned(),
+                name: p.name().as_str().to_owned(),
                 healthy: health.healthy,
                 message: health.message,
             }
@@ -230,7 +231,8 @@ pub fn status(e: &Error) -> Status {
         Error::InvalidArgument { .. } | Error::UnknownProvider { .. } => Code::InvalidArgument,
         Error::ProviderNotConfigured { .. }
         | Error::Config { .. }
-        | Error::NotOwnedByCluster { .. } => Code::FailedPrecondition,
+        | Error::NotOwnedByCluster { .. }
+        | Error::CloudUnauthenticated { .. } => Code::FailedPrecondition,
         Error::Throttled { .. } => Code::ResourceExhausted,
         Error::Unavailable { .. } | Error::AuthUnavailable { .. } => Code::Unavailable,
         Error::CloudPermissionDenied { .. }
@@ -392,6 +394,33 @@ mod tests {
             status(&Error::ProviderNotConfigured { name: "aws".into() }).code(),
             tonic::Code::FailedPrecondition
         );
+    }
+
+    #[test]
+    fn deployment_problems_are_failed_preconditions_with_their_reason() {
+        // The caller cannot fix another cluster's instance or this service's cloud credentials:
+        // neither is the caller's PERMISSION_DENIED.
+        for (error, reason) in [
+            (
+                Error::NotOwnedByCluster {
+                    message: "i-1 lacks the cluster tag".into(),
+                },
+                "NotOwnedByCluster",
+            ),
+            (
+                Error::CloudUnauthenticated {
+                    message: "HTTP 401".into(),
+                },
+                "CloudUnauthenticated",
+            ),
+        ] {
+            let s = status(&error);
+            assert_eq!(s.code(), tonic::Code::FailedPrecondition);
+            assert_eq!(
+                s.get_details_error_info().map(|i| i.reason),
+                Some(reason.to_owned())
+            );
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! provider-service: the only holder of cloud credentials in a peer-pods cluster.
 //!
-//! - [`provider`]: the domain — the `Provider` trait, its types and the registry of backends.
-//! - [`libvirt`]: one module per cloud backend; each registers in `provider::build_backend`.
+//! - [`provider`]: the domain (the `Provider` trait and its types), from `peerpods-provider-core`;
+//!   each cloud is a crate of its own under `providers/`.
+//! - [`backends`]: which backends this binary has (cargo features) and how a name becomes one;
+//!   [`registry`]: the configured backends by name, swapped whole on reload.
 //! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes).
 //! - [`service`]: the one way to start the whole service (`main.rs`, tests, bench).
 //! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + per-method
@@ -12,17 +14,13 @@
 //! - [`metrics`]: Prometheus metrics. [`Error`]: the one error type, with a stable `reason()`.
 
 pub mod auth;
-pub mod aws;
-pub mod config;
-mod error;
+pub mod backends;
 pub mod grpc;
-pub mod libvirt;
 pub mod metrics;
-pub mod provider;
+pub mod registry;
 pub mod reload;
 pub mod server;
 pub mod service;
 pub mod tls;
-// Cloud backends: one module each (declared here), one line each in `provider::build_backend`.
 
-pub use error::Error;
+pub use peerpods_provider_core::{Error, config, provider};

@@ -8,6 +8,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+pub use peerpods_provider_core::CloudCalls;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
     pub method: &'static str,
@@ -22,18 +24,6 @@ pub struct MethodLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CloudCallLabels {
-    pub provider: &'static str,
-    pub operation: &'static str,
-    pub result: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProviderLabels {
-    pub provider: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -43,63 +33,6 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 fn latency_histogram() -> Histogram {
     // 1 ms .. ~16 s: libvirt answers in milliseconds, cloud deletes can take seconds.
     Histogram::new(exponential_buckets(0.001, 2.0, 15))
-}
-
-fn batch_histogram() -> Histogram {
-    // 1 .. 512 ids per cloud call.
-    Histogram::new(exponential_buckets(1.0, 2.0, 10))
-}
-
-/// Calls a backend makes to its cloud. Cheap to clone; each backend gets one.
-#[derive(Clone, Debug)]
-pub struct CloudCalls {
-    calls: Family<CloudCallLabels, Counter>,
-    batch_sizes: HistogramFamily<ProviderLabels>,
-}
-
-impl Default for CloudCalls {
-    fn default() -> Self {
-        CloudCalls {
-            calls: Family::default(),
-            batch_sizes: Family::new_with_constructor(batch_histogram),
-        }
-    }
-}
-
-impl CloudCalls {
-    /// Counts one cloud API call; `result` is `ok`, `error` or `throttled`.
-    pub fn record(&self, provider: &'static str, operation: &'static str, result: &'static str) {
-        self.calls
-            .get_or_create(&CloudCallLabels {
-                provider,
-                operation,
-                result,
-            })
-            .inc();
-    }
-
-    /// Records how many instance ids one batched cloud call carried.
-    pub fn record_batch(&self, provider: &'static str, ids: usize) {
-        self.batch_sizes
-            .get_or_create(&ProviderLabels { provider })
-            .observe(ids as f64);
-    }
-
-    /// Number of calls recorded so far with these labels (for tests and figures).
-    pub fn count(
-        &self,
-        provider: &'static str,
-        operation: &'static str,
-        result: &'static str,
-    ) -> u64 {
-        self.calls
-            .get_or_create(&CloudCallLabels {
-                provider,
-                operation,
-                result,
-            })
-            .get()
-    }
 }
 
 /// Every metric of the service.
@@ -142,16 +75,7 @@ impl Metrics {
             "gRPC call latency by method",
             m.latency.clone(),
         );
-        r.register(
-            "cloud_api_calls",
-            "Calls to cloud APIs by provider, operation and result",
-            m.cloud.calls.clone(),
-        );
-        r.register(
-            "cloud_batch_size",
-            "Instance ids per batched cloud call",
-            m.cloud.batch_sizes.clone(),
-        );
+        m.cloud.register(r);
         r.register(
             "config_reloads",
             "Configuration reloads by result",

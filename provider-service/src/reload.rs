@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::config::ProviderConfig;
 use crate::metrics::{Metrics, ResultLabels};
-use crate::provider::{Registry, SharedRegistry};
+use crate::registry::{Registry, SharedRegistry};
 use crate::tls::ReloadingCert;
 
 /// Readiness component name of the configuration.
@@ -148,6 +148,6 @@ impl ConfigReloader {
 }
 
 fn describe(registry: &Registry) -> String {
-    let names: Vec<&str> = registry.providers().map(|p| p.name()).collect();
+    let names: Vec<&str> = registry.providers().map(|p| p.name().as_str()).collect();
     format!("providers: {}", names.join(","))
 }

@@ -1,6 +1,8 @@
 //! What the crates' tests share, so each harness exists once.
 //!
+//! - [`cloud`]: what every local cloud emulator (`emulators/<cloud>`) offers the tests.
 //! - [`moto`]: one moto server (the EC2 emulator from PyPI) per test binary, and helpers that arrange
 //!   and inspect its state with the real AWS SDK.
 
+pub mod cloud;
 pub mod moto;

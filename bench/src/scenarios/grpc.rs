@@ -18,13 +18,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use peerpods_proto::v1::{DeleteInstanceRequest, DeleteResult};
+use peerpods_provider_core::ProviderConfig;
+use peerpods_provider_core::{DeleteOutcome, Provider};
+use peerpods_provider_libvirt::LibvirtProvider;
 use peerpods_runtime::client::{ProviderClient, ProviderClientConfig, connect};
 use peerpods_runtime::shutdown::CancellationToken;
 use provider_service::auth::Grant;
-use provider_service::config::ProviderConfig;
-use provider_service::libvirt::LibvirtProvider;
 use provider_service::metrics::Metrics;
-use provider_service::provider::{DeleteOutcome, Provider};
 use provider_service::service::{CallerAuth, Listen, Options as ServiceOptions};
 use virt::connect::Connect;
 

@@ -24,13 +24,15 @@ use aws_sdk_ec2::types::Filter;
 pub use batch::BatchPolicy;
 pub use settings::AwsSettings;
 
-use crate::Error;
-use crate::config::ProviderConfig;
-use crate::metrics::CloudCalls;
-use crate::provider::{Capacity, DeleteOutcome, Figure, Health, Instance, Provider, TagSelector};
 use deleter::Deleter;
 use ec2::{Ec2, Ec2Instance};
 use failure::Failure;
+use peerpods_provider_core::CloudCalls;
+use peerpods_provider_core::Error;
+use peerpods_provider_core::ProviderConfig;
+use peerpods_provider_core::{
+    Capacity, DeleteOutcome, Figure, Health, Instance, Provider, ProviderName, TagSelector,
+};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "aws";
@@ -105,8 +107,8 @@ impl AwsProvider {
 
 #[async_trait]
 impl Provider for AwsProvider {
-    fn name(&self) -> &str {
-        NAME
+    fn name(&self) -> ProviderName {
+        ProviderName::Aws
     }
 
     fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {

@@ -6,10 +6,10 @@ mod aws_support;
 use std::time::Duration;
 
 use aws_support::{SECRET_ACCESS_KEY, closed_port, config_for, unknown_id};
-use provider_service::Error;
-use provider_service::aws::AwsProvider;
-use provider_service::metrics::CloudCalls;
-use provider_service::provider::Provider;
+use peerpods_provider_aws::AwsProvider;
+use peerpods_provider_core::CloudCalls;
+use peerpods_provider_core::Error;
+use peerpods_provider_core::Provider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
@@ -152,7 +152,7 @@ async fn a_garbage_answer_is_unavailable_not_a_panic() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn incomplete_static_credentials_name_the_missing_key() {
-    let config = provider_service::config::ProviderConfig::from_pairs([
+    let config = peerpods_provider_core::ProviderConfig::from_pairs([
         ("AWS_REGION", "us-east-1"),
         ("AWS_ACCESS_KEY_ID", "AKIDTESTPEERPODS"),
     ]);

@@ -22,7 +22,7 @@ use tokio::sync::Semaphore;
 use super::NAME;
 use super::failure::{Failure, Redactor, classify_service_error};
 use super::settings::AwsSettings;
-use crate::metrics::CloudCalls;
+use peerpods_provider_core::CloudCalls;
 
 /// Result labels of the shared cloud call counter.
 const RESULT_OK: &str = "ok";

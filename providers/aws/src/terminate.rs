@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::failure::{Failure, ids_named_not_found};
-use crate::provider::DeleteOutcome;
+use peerpods_provider_core::DeleteOutcome;
 
 /// The answer for an instance that `TerminateInstances` accepted, from its state before the call.
 /// An instance already terminated or shutting down was deleted by someone else.
@@ -85,7 +85,7 @@ pub fn after_failure(batch: &[String], failure: &Failure) -> NextStep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::failure::THROTTLE_RETRY_AFTER;
+    use crate::failure::THROTTLE_RETRY_AFTER;
 
     fn ids(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()

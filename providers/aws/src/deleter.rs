@@ -20,7 +20,7 @@ use super::batch::{BatchPolicy, DeleteQueue};
 use super::ec2::Ec2;
 use super::failure::Failure;
 use super::terminate::{NextStep, after_failure, resolve_success};
-use crate::provider::DeleteOutcome;
+use peerpods_provider_core::DeleteOutcome;
 
 /// How often a batch may shrink by EC2-named unknown ids before we ask per id instead. Each
 /// round removes at least one id, so this only bounds pathological answers.

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+pub use peerpods_provider_core::Redactor;
+
 /// How long a throttled caller is asked to wait. EC2 sends no Retry-After; its token buckets
 /// refill within seconds, and the SDK has already retried with backoff before we give up.
 pub const THROTTLE_RETRY_AFTER: Duration = Duration::from_secs(2);
@@ -118,42 +120,6 @@ pub fn ids_named_not_found(message: &str) -> Vec<String> {
         ids
     } else {
         Vec::new()
-    }
-}
-
-/// Removes configured secrets from text that may reach logs, errors or metrics. EC2 error texts
-/// do not normally contain them, but a signature mismatch may echo request details.
-#[derive(Clone, Default)]
-pub struct Redactor {
-    secrets: Vec<String>,
-}
-
-impl Redactor {
-    pub fn new<I, S>(secrets: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        Self {
-            // Very short values would redact ordinary words; real keys are 16+ characters.
-            secrets: secrets
-                .into_iter()
-                .map(Into::into)
-                .filter(|s: &String| s.len() >= 4)
-                .collect(),
-        }
-    }
-
-    pub fn redact(&self, text: &str) -> String {
-        self.secrets.iter().fold(text.to_owned(), |text, secret| {
-            text.replace(secret, "[redacted]")
-        })
-    }
-}
-
-impl std::fmt::Debug for Redactor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Redactor({} secrets)", self.secrets.len())
     }
 }
 

@@ -21,10 +21,12 @@ use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::{Error as VirtError, ErrorNumber};
 
-use crate::Error;
-use crate::config::ProviderConfig;
-use crate::metrics::CloudCalls;
-use crate::provider::{Capacity, DeleteOutcome, Figure, Health, Instance, Provider, TagSelector};
+use peerpods_provider_core::CloudCalls;
+use peerpods_provider_core::Error;
+use peerpods_provider_core::ProviderConfig;
+use peerpods_provider_core::{
+    Capacity, DeleteOutcome, Figure, Health, Instance, Provider, ProviderName, TagSelector,
+};
 
 /// `LIBVIRT_URI` when the configuration sets none: libvirt's in-process test driver, so the
 /// service runs locally without a hypervisor. Deployments set their own URI.
@@ -136,8 +138,8 @@ fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error
 
 #[async_trait]
 impl Provider for LibvirtProvider {
-    fn name(&self) -> &str {
-        NAME
+    fn name(&self) -> ProviderName {
+        ProviderName::Libvirt
     }
 
     fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {

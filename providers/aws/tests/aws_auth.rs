@@ -4,10 +4,10 @@
 mod aws_support;
 
 use aws_support::{SECRET_ACCESS_KEY, config_for, moto_with_env, unknown_id};
-use provider_service::Error;
-use provider_service::aws::AwsProvider;
-use provider_service::metrics::CloudCalls;
-use provider_service::provider::Provider;
+use peerpods_provider_aws::AwsProvider;
+use peerpods_provider_core::CloudCalls;
+use peerpods_provider_core::Error;
+use peerpods_provider_core::Provider;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_are_a_permission_error_without_the_secret() {

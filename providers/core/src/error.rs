@@ -1,5 +1,5 @@
-//! The one error type of provider-service. Each variant maps to one gRPC status code (see
-//! `grpc::status`); [`Error::reason`] is a stable label for logs and metrics.
+//! The one error type of provider-service and its backends. Each variant maps to one gRPC status
+//! code (see provider-service's `grpc::status`); [`Error::reason`] is a stable label for logs and metrics.
 
 use std::time::Duration;
 
@@ -35,9 +35,14 @@ pub enum Error {
     #[error("cloud unavailable: {message}")]
     Unavailable { message: String },
 
-    /// The cloud refused this service's own credentials.
+    /// The cloud refused this service's own credentials as lacking a permission.
     #[error("cloud refused the service's credentials: {message}")]
     CloudPermissionDenied { message: String },
+
+    /// The cloud does not accept this service's credentials at all (wrong, expired or revoked):
+    /// a deployment problem the caller cannot fix, so not the caller's PERMISSION_DENIED.
+    #[error("cloud rejected the service's credentials (check the provider secret): {message}")]
+    CloudUnauthenticated { message: String },
 
     /// The caller presented no valid token.
     #[error("unauthenticated: {message}")]
@@ -90,6 +95,7 @@ impl Error {
             Error::Throttled { .. } => "Throttled",
             Error::Unavailable { .. } => "CloudUnavailable",
             Error::CloudPermissionDenied { .. } => "CloudPermissionDenied",
+            Error::CloudUnauthenticated { .. } => "CloudUnauthenticated",
             Error::Unauthenticated { .. } => "Unauthenticated",
             Error::AuthUnavailable { .. } => "AuthUnavailable",
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",

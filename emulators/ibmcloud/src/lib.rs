@@ -1,0 +1,1 @@
+//! A local emulator of the ibmcloud endpoints provider-service calls: work in progress.

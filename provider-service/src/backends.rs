@@ -1,0 +1,42 @@
+//! The one place that maps a configured provider name to its backend. Each cloud is its own crate
+//! (`providers/<cloud>`) behind the cargo feature of the same name, all on by default, so an image
+//! can be built with only the clouds it needs (and without libvirt's C library):
+//! `cargo build -p provider-service --no-default-features --features aws`.
+//!
+//! A backend reads only its own keys from the configuration, must not connect to the cloud while
+//! being built (a reload builds backends to validate a new configuration) and counts its calls in
+//! the shared [`CloudCalls`].
+
+use std::sync::Arc;
+
+use peerpods_provider_core::{CloudCalls, Error, Provider, ProviderConfig, ProviderName};
+
+/// Names of the backends compiled into this binary.
+pub const BUILT_IN: &[&str] = &[
+    #[cfg(feature = "aws")]
+    "aws",
+    #[cfg(feature = "libvirt")]
+    "libvirt",
+];
+
+/// The backend for `name` from `config`, or `None` when this binary was built without it.
+pub async fn build(
+    name: ProviderName,
+    config: &ProviderConfig,
+    cloud_calls: &CloudCalls,
+) -> Result<Option<Arc<dyn Provider>>, Error> {
+    // Unused when no backend is built in.
+    let _ = (config, cloud_calls);
+    Ok(match name {
+        #[cfg(feature = "aws")]
+        ProviderName::Aws => Some(Arc::new(
+            peerpods_provider_aws::AwsProvider::from_config(config, cloud_calls.clone()).await?,
+        )),
+        #[cfg(feature = "libvirt")]
+        ProviderName::Libvirt => Some(Arc::new(
+            peerpods_provider_libvirt::LibvirtProvider::from_config(config, cloud_calls.clone())?,
+        )),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    })
+}

@@ -1,0 +1,1 @@
+//! provider-service backend for Alibaba Cloud ECS: work in progress.

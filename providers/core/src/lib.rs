@@ -1,0 +1,29 @@
+//! What every provider-service cloud backend shares, and nothing cloud-specific:
+//!
+//! - [`provider`]: the [`Provider`] trait and its domain types (never prost types).
+//! - [`Error`]: the one error type, with a stable `reason()` for logs, metrics and gRPC details.
+//! - [`config`]: cloud-api-adaptor's configuration keys, read from mounted files and the
+//!   environment; secrets stay wrapped.
+//! - [`CloudCalls`]: the `cloud_api_calls` / `cloud_batch_size` metrics each backend records.
+//! - [`http`]: how a REST answer (status, `Retry-After`) maps to an [`Error`], once for all clouds.
+//! - [`Redactor`]: keeps configured secrets out of cloud error texts.
+//!
+//! A cloud backend is its own crate (`providers/<cloud>`) that implements [`Provider`] with this
+//! crate alone; provider-service maps a configured name to the backend (behind a cargo feature).
+
+pub mod config;
+mod error;
+pub mod http;
+mod metrics;
+pub mod provider;
+mod redact;
+
+pub use config::{ExposeSecret, ProviderConfig, SecretString};
+pub use error::Error;
+pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};
+pub use peerpods_proto::ProviderName;
+pub use provider::{
+    Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider, Requester,
+    TagSelector,
+};
+pub use redact::Redactor;

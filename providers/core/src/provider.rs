@@ -1,0 +1,135 @@
+//! The domain layer: what a cloud backend must do, in domain types only (never prost types).
+//!
+//! provider-service's gRPC layer validates input, picks a [`Provider`] by the caller's
+//! `cloud_provider` and converts the answer. One crate per cloud implements [`Provider`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{Error, ProviderName};
+
+/// Tags an instance must carry, each with exactly this value. Empty matches every instance.
+pub type TagSelector = BTreeMap<String, String>;
+
+/// What deleting an instance did. Both are success: gone is never an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeleteOutcome {
+    /// The instance existed and is deleted (or the cloud accepted its deletion).
+    Deleted,
+    /// The instance did not exist (any more).
+    AlreadyGone,
+}
+
+impl DeleteOutcome {
+    /// Stable label for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteOutcome::Deleted => "deleted",
+            DeleteOutcome::AlreadyGone => "already_gone",
+        }
+    }
+}
+
+/// A limit and a usage of one resource; `None` means the cloud cannot tell (unknown, not zero).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figure {
+    pub limit: Option<u64>,
+    pub in_use: Option<u64>,
+}
+
+/// Capacity figures of one provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Capacity {
+    /// Number of instances (VMs).
+    pub instances: Figure,
+    /// Virtual CPUs.
+    pub vcpus: Figure,
+    /// Memory in MiB.
+    pub memory_mib: Figure,
+}
+
+/// One cloud instance as [`Provider::list_instances`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// Id in the provider's format, as [`Provider::delete_instance`] accepts it.
+    pub id: String,
+    /// Creation time, when the cloud records one.
+    pub created: Option<jiff::Timestamp>,
+    /// Tags (labels) of the instance.
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Instance {
+    /// Whether the instance carries every tag of `selector` with the same value.
+    pub fn matches(&self, selector: &TagSelector) -> bool {
+        selector.iter().all(|(k, v)| self.tags.get(k) == Some(v))
+    }
+}
+
+/// Result of a provider's own health check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Health {
+    pub healthy: bool,
+    /// Why it is (un)healthy; never contains credentials.
+    pub message: String,
+}
+
+/// Who asks for a call and why; for logs only, never for decisions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requester {
+    pub component: String,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+/// A cloud backend. Object-safe so the registry can hold `Arc<dyn Provider>`.
+///
+/// Implementations must be idempotent for deletes (an unknown id is [`DeleteOutcome::AlreadyGone`])
+/// and map cloud errors to the matching [`Error`] variant: throttling to [`Error::Throttled`],
+/// unreachable cloud to [`Error::Unavailable`], refused credentials to
+/// [`Error::CloudPermissionDenied`], a malformed id to [`Error::InvalidArgument`] naming
+/// `instance_id`.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The `cloud_provider` name this backend answers to.
+    fn name(&self) -> ProviderName;
+
+    /// Checks the syntax of an instance id without calling the cloud.
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error>;
+
+    /// Deletes one instance (already validated with [`Provider::validate_instance_id`]).
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error>;
+
+    /// Quota and usage figures.
+    async fn capacity(&self) -> Result<Capacity, Error>;
+
+    /// Instances carrying every tag of `selector`, ordered by id.
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error>;
+
+    /// Whether the cloud answers now.
+    async fn health(&self) -> Health;
+}
+
+/// Suggested wait for throttled calls when the cloud gives none.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_matches_only_when_every_tag_is_equal() {
+        let instance = Instance {
+            id: "i-1".into(),
+            created: None,
+            tags: [("cluster".into(), "a".into()), ("x".into(), "1".into())].into(),
+        };
+        assert!(instance.matches(&TagSelector::new()));
+        assert!(instance.matches(&[("cluster".into(), "a".into())].into()));
+        assert!(!instance.matches(&[("cluster".into(), "b".into())].into()));
+        assert!(!instance.matches(&[("other".into(), "a".into())].into()));
+    }
+}
