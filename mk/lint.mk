@@ -14,6 +14,9 @@ CHECKS += lint deps
 
 .PHONY: deps
 deps: $(CARGO_DENY) $(CARGO_SHEAR)
+	@# cargo-deny reads the metadata of every platform's dependencies (Windows, wasm, ...), whose sources a build
+	@# on this platform never downloads: fetch them first, so --offline holds on a fresh machine.
+	$(CARGO) fetch --locked --quiet
 	PATH=$(TOOLS)/venv/bin:$$PATH $(CARGO) deny --offline check licenses bans sources
 	PATH=$(TOOLS)/venv/bin:$$PATH $(CARGO) shear
 
