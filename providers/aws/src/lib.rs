@@ -53,7 +53,7 @@ impl AwsProvider {
     pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = AwsSettings::from_lookup(|key| config.get(key).map(str::to_owned)).map_err(
             |problem| Error::Config {
-                key: problem.key.to_owned(),
+                key: problem.key,
                 message: problem.reason,
             },
         )?;

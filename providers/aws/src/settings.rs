@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use peerpods_provider_core::{Error, OwnerTag, parse_tags};
+
 use super::batch::BatchPolicy;
 
 /// Static credentials given in the configuration. Never printed: `Debug` hides the values.
@@ -55,7 +57,7 @@ pub struct AwsSettings {
 /// may be a secret).
 #[derive(Debug, PartialEq, Eq)]
 pub struct SettingsProblem {
-    pub key: &'static str,
+    pub key: String,
     pub reason: String,
 }
 
@@ -83,7 +85,7 @@ impl AwsSettings {
             && !(url.starts_with("http://") || url.starts_with("https://"))
         {
             return Err(SettingsProblem {
-                key: "AWS_ENDPOINT_URL",
+                key: "AWS_ENDPOINT_URL".to_owned(),
                 reason: "must start with http:// or https://".into(),
             });
         }
@@ -95,8 +97,14 @@ impl AwsSettings {
             region: get("AWS_REGION"),
             credentials,
             endpoint_url,
-            cluster_tags: parse_tags(get("TAGS").as_deref().unwrap_or(""))?,
-            owner_tag: owner_tag(get("CLUSTER_TAG"), get("DELETE_UNTAGGED"))?,
+            cluster_tags: parse_tags(get("TAGS").as_deref().unwrap_or("")).map_err(from_core)?,
+            owner_tag: OwnerTag::parse(
+                get("CLUSTER_TAG").as_deref(),
+                get("DELETE_UNTAGGED").as_deref(),
+            )
+            .map_err(from_core)?
+            .required()
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
             batch: BatchPolicy {
                 idle: millis("AWS_DELETE_BATCH_IDLE_MS", defaults.idle)?,
                 max_wait: millis("AWS_DELETE_BATCH_MAX_WAIT_MS", defaults.max_wait)?,
@@ -135,7 +143,7 @@ impl AwsSettings {
 
 fn missing(key: &'static str, other: &str) -> SettingsProblem {
     SettingsProblem {
-        key,
+        key: key.to_owned(),
         reason: format!("must be set when {other} is set"),
     }
 }
@@ -147,7 +155,7 @@ fn number<T: std::str::FromStr>(
     value
         .map(|value| {
             value.parse::<T>().map_err(|_| SettingsProblem {
-                key,
+                key: key.to_owned(),
                 reason: "must be a non-negative whole number".into(),
             })
         })
@@ -160,62 +168,22 @@ where
 {
     match number::<T>(key, value)? {
         Some(n) if n == T::default() => Err(SettingsProblem {
-            key,
+            key: key.to_owned(),
             reason: "must be greater than zero".into(),
         }),
         other => Ok(other),
     }
 }
 
-/// The tag deletions require: `CLUSTER_TAG` unless `DELETE_UNTAGGED=allow` turns the check off.
-fn owner_tag(
-    cluster_tag: Option<String>,
-    delete_untagged: Option<String>,
-) -> Result<Option<(String, String)>, SettingsProblem> {
-    let allow = match delete_untagged.as_deref() {
-        None | Some("deny") => false,
-        Some("allow") => true,
-        Some(_) => {
-            return Err(SettingsProblem {
-                key: "DELETE_UNTAGGED",
-                reason: "must be allow or deny".into(),
-            });
-        }
-    };
-    let Some(text) = cluster_tag else {
-        return Ok(None);
-    };
-    let tag = match text.split_once('=') {
-        Some((key, value)) if !key.trim().is_empty() => {
-            (key.trim().to_owned(), value.trim().to_owned())
-        }
-        _ => {
-            return Err(SettingsProblem {
-                key: "CLUSTER_TAG",
-                reason: "must be key=value".into(),
-            });
-        }
-    };
-    Ok((!allow).then_some(tag))
-}
-
-/// Parses cloud-api-adaptor's `TAGS` value: `key=value` pairs separated by commas.
-pub fn parse_tags(value: &str) -> Result<BTreeMap<String, String>, SettingsProblem> {
-    let mut tags = BTreeMap::new();
-    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some((key, value)) if !key.trim().is_empty() => {
-                tags.insert(key.trim().to_owned(), value.trim().to_owned());
-            }
-            _ => {
-                return Err(SettingsProblem {
-                    key: "TAGS",
-                    reason: format!("expected key=value pairs separated by commas, got {pair:?}"),
-                });
-            }
-        }
+/// A core configuration error (key and message) as a settings problem.
+fn from_core(error: Error) -> SettingsProblem {
+    match error {
+        Error::Config { key, message } => SettingsProblem { key, reason: message },
+        other => SettingsProblem {
+            key: String::new(),
+            reason: other.to_string(),
+        },
     }
-    Ok(tags)
 }
 
 #[cfg(test)]
@@ -295,15 +263,6 @@ mod tests {
                 .key,
             "AWS_ENDPOINT_URL"
         );
-    }
-
-    #[test]
-    fn tags_parse_as_pairs() {
-        let tags = parse_tags("cluster=c1, team = pods ,").expect("valid");
-        assert_eq!(tags.get("cluster").map(String::as_str), Some("c1"));
-        assert_eq!(tags.get("team").map(String::as_str), Some("pods"));
-        assert_eq!(parse_tags("novalue").expect_err("bad").key, "TAGS");
-        assert_eq!(parse_tags("=x").expect_err("bad").key, "TAGS");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   environment; secrets stay wrapped.
 //! - [`CloudCalls`]: the `cloud_api_calls` / `cloud_batch_size` metrics each backend records.
 //! - [`http`]: how a REST answer (status, `Retry-After`) maps to an [`Error`], once for all clouds.
+//! - [`OwnerTag`]: the cluster tag an instance must carry to be deleted (`CLUSTER_TAG`,
+//!   `DELETE_UNTAGGED`), and [`parse_tags`] for cloud-api-adaptor's `TAGS`.
 //! - [`Redactor`]: keeps configured secrets out of cloud error texts.
 //!
 //! A cloud backend is its own crate (`providers/<cloud>`) that implements [`Provider`] with this
@@ -15,12 +17,14 @@ pub mod config;
 mod error;
 pub mod http;
 mod metrics;
+mod ownership;
 pub mod provider;
 mod redact;
 
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
 pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};
+pub use ownership::{OwnerTag, parse_tags};
 pub use peerpods_proto::ProviderName;
 pub use provider::{
     Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider, Requester,
