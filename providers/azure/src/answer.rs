@@ -1,0 +1,296 @@
+//! What ARM's answers mean (pure): error bodies, the asynchronous-operation protocol, and the
+//! mapping of failures to the crate's [`Error`].
+
+use std::time::Duration;
+
+use http::StatusCode;
+use peerpods_provider_core::{Error, Redactor, http::status_error};
+use serde::Deserialize;
+
+/// ARM's documented error body: `{"error": {"code": "...", "message": "..."}}`.
+#[derive(Debug, Deserialize)]
+struct ErrorBody {
+    error: Option<ErrorDetail>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub struct ErrorDetail {
+    #[serde(default)]
+    pub code: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+/// The `error` object of an ARM answer, when it has one.
+pub fn error_detail(body: &[u8]) -> Option<ErrorDetail> {
+    serde_json::from_slice::<ErrorBody>(body).ok()?.error
+}
+
+/// The error for a non-success ARM answer to `operation` (e.g. `deleting VM x`). The cloud's
+/// text is redacted before it is kept.
+pub fn arm_error(
+    status: u16,
+    retry_after: Option<Duration>,
+    operation: &str,
+    body: &[u8],
+    redactor: &Redactor,
+) -> Error {
+    let text = match error_detail(body) {
+        Some(detail) => format!("{}: {}", detail.code, detail.message),
+        None => String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
+    };
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    status_error(status, retry_after, operation, &redactor.redact(&text))
+}
+
+/// Where and how to follow a long-running operation ARM accepted with 201/202.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PollTarget {
+    /// `Azure-AsyncOperation`: GET returns `{"status": ...}`.
+    AsyncOperation(String),
+    /// `Location`: GET returns 202 while running, 200/204 when done.
+    Location(String),
+}
+
+impl PollTarget {
+    pub fn url(&self) -> &str {
+        match self {
+            PollTarget::AsyncOperation(url) | PollTarget::Location(url) => url,
+        }
+    }
+}
+
+/// The poll target of an accepted operation: `Azure-AsyncOperation` when present (ARM says to
+/// prefer it), else `Location`.
+pub fn poll_target(async_operation: Option<&str>, location: Option<&str>) -> Option<PollTarget> {
+    let clean = |v: Option<&str>| {
+        v.map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+    };
+    clean(async_operation)
+        .map(PollTarget::AsyncOperation)
+        .or_else(|| clean(location).map(PollTarget::Location))
+}
+
+/// Whether `url` points at the configured ARM endpoint (scheme, host and port): a bearer token
+/// is never sent anywhere else, whatever URL an answer names.
+pub fn same_origin(url: &str, endpoint: &str) -> bool {
+    fn origin(url: &str) -> Option<&str> {
+        let rest = url.strip_prefix("https://")?;
+        Some(&url[..8 + rest.find('/').unwrap_or(rest.len())])
+    }
+    matches!((origin(url), origin(endpoint)), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b))
+}
+
+/// State of a long-running operation.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Progress {
+    Running,
+    Succeeded,
+    /// `Failed` or `Canceled`, with ARM's error when it sent one.
+    Failed {
+        status: String,
+        error: Option<ErrorDetail>,
+    },
+}
+
+#[derive(Deserialize)]
+struct OperationStatus {
+    status: Option<String>,
+    error: Option<ErrorDetail>,
+}
+
+/// Reads an `Azure-AsyncOperation` status body. Only `Succeeded`, `Failed` and `Canceled` are
+/// terminal; every other value (`InProgress`, `Accepted`, `Deleting`, ...) means running.
+pub fn async_operation_progress(body: &[u8]) -> Result<Progress, String> {
+    let answer: OperationStatus =
+        serde_json::from_slice(body).map_err(|e| format!("unreadable operation status: {e}"))?;
+    let status = answer
+        .status
+        .ok_or_else(|| "operation status without a status field".to_owned())?;
+    Ok(match status.as_str() {
+        s if s.eq_ignore_ascii_case("Succeeded") => Progress::Succeeded,
+        s if s.eq_ignore_ascii_case("Failed") || s.eq_ignore_ascii_case("Canceled") => {
+            Progress::Failed {
+                status,
+                error: answer.error,
+            }
+        }
+        _ => Progress::Running,
+    })
+}
+
+/// Reads a `Location` poll answer: 202 running, 200/204 done, 404 (for a deletion) done.
+pub fn location_progress(status: u16) -> Option<Progress> {
+    match status {
+        202 => Some(Progress::Running),
+        200 | 201 | 204 | 404 => Some(Progress::Succeeded),
+        _ => None,
+    }
+}
+
+/// The error for a transport failure or a credential that Entra ID refused, from azure_core's
+/// error (its kind and HTTP status), with the text redacted.
+pub fn sdk_error(operation: &str, error: &azure_core::Error, redactor: &Redactor) -> Error {
+    let text = redactor.redact(&chain(error));
+    let message = format!("{operation}: {text}");
+    match error.kind() {
+        azure_core::error::ErrorKind::Credential => credential_error(error, message),
+        azure_core::error::ErrorKind::HttpResponse { status, .. } => {
+            let status = StatusCode::from_u16(u16::from(*status))
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            status_error(status, None, operation, &text)
+        }
+        azure_core::error::ErrorKind::Io | azure_core::error::ErrorKind::Connection => {
+            Error::Unavailable { message }
+        }
+        _ => Error::Internal { message },
+    }
+}
+
+/// Entra ID's answer to the token request decides: 429 is throttling, 5xx or no answer an
+/// outage, anything else (400 invalid_client, 401, a missing token file) means the configured
+/// credentials do not work.
+fn credential_error(error: &azure_core::Error, message: String) -> Error {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(inner) = current.downcast_ref::<azure_core::Error>() {
+            match inner.kind() {
+                azure_core::error::ErrorKind::HttpResponse { status, .. } => {
+                    let status = u16::from(*status);
+                    if status == 429 {
+                        return Error::Throttled {
+                            retry_after: peerpods_provider_core::DEFAULT_RETRY_AFTER,
+                            message,
+                        };
+                    }
+                    if status >= 500 {
+                        return Error::Unavailable { message };
+                    }
+                    return Error::CloudUnauthenticated { message };
+                }
+                azure_core::error::ErrorKind::Io | azure_core::error::ErrorKind::Connection => {
+                    return Error::Unavailable { message };
+                }
+                _ => {}
+            }
+        }
+        source = current.source();
+    }
+    Error::CloudUnauthenticated { message }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        let next = s.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arm_error_bodies_are_read_and_redacted() {
+        let body = br#"{"error":{"code":"AuthorizationFailed","message":"client 'x' with secret hunter2hunter2 lacks write"}}"#;
+        let redactor = Redactor::new(["hunter2hunter2"]);
+        let error = arm_error(403, None, "deleting VM vm-1", body, &redactor);
+        assert_eq!(error.reason(), "CloudPermissionDenied");
+        let text = error.to_string();
+        assert!(text.contains("AuthorizationFailed"), "{text}");
+        assert!(!text.contains("hunter2hunter2"), "{text}");
+
+        let throttled = arm_error(
+            429,
+            Some(Duration::from_secs(17)),
+            "op",
+            br#"{"error":{"code":"TooManyRequests","message":"slow"}}"#,
+            &redactor,
+        );
+        assert!(
+            matches!(throttled, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(17))
+        );
+        assert_eq!(
+            arm_error(401, None, "op", b"", &redactor).reason(),
+            "CloudUnauthenticated"
+        );
+        assert_eq!(
+            arm_error(503, None, "op", b"not json", &redactor).reason(),
+            "CloudUnavailable"
+        );
+        assert_eq!(error_detail(b"{}"), None);
+    }
+
+    #[test]
+    fn async_operation_header_is_preferred_over_location() {
+        assert_eq!(
+            poll_target(Some("https://a/op"), Some("https://a/loc")),
+            Some(PollTarget::AsyncOperation("https://a/op".into()))
+        );
+        assert_eq!(
+            poll_target(Some(" "), Some("https://a/loc")),
+            Some(PollTarget::Location("https://a/loc".into()))
+        );
+        assert_eq!(poll_target(None, None), None);
+    }
+
+    #[test]
+    fn tokens_only_go_to_the_configured_endpoint() {
+        let arm = "https://management.azure.com";
+        assert!(same_origin(
+            "https://management.azure.com/subscriptions/x/operations/1?api-version=1",
+            arm
+        ));
+        assert!(same_origin("https://MANAGEMENT.azure.com", arm));
+        assert!(!same_origin(
+            "https://management.azure.com.evil.example/x",
+            arm
+        ));
+        assert!(!same_origin("http://management.azure.com/x", arm));
+        assert!(!same_origin("https://127.0.0.1:1/x", "https://127.0.0.1:2"));
+    }
+
+    #[test]
+    fn operation_status_bodies_are_read() {
+        assert_eq!(
+            async_operation_progress(br#"{"startTime":"2017-01-06T18:58:24.7596323+00:00","status":"InProgress","name":"9a06"}"#),
+            Ok(Progress::Running)
+        );
+        assert_eq!(
+            async_operation_progress(br#"{"status":"Succeeded"}"#),
+            Ok(Progress::Succeeded)
+        );
+        let failed = async_operation_progress(
+            br#"{"status":"Failed","error":{"code":"Conflict","message":"busy"}}"#,
+        )
+        .expect("readable");
+        assert!(
+            matches!(&failed, Progress::Failed { error: Some(e), .. } if e.code == "Conflict"),
+            "{failed:?}"
+        );
+        assert!(matches!(
+            async_operation_progress(br#"{"status":"Canceled"}"#),
+            Ok(Progress::Failed { .. })
+        ));
+        assert!(async_operation_progress(b"{}").is_err());
+        assert!(async_operation_progress(b"<html>").is_err());
+    }
+
+    #[test]
+    fn location_polls_finish_on_200_204_or_404() {
+        assert_eq!(location_progress(202), Some(Progress::Running));
+        for done in [200, 204, 404] {
+            assert_eq!(location_progress(done), Some(Progress::Succeeded));
+        }
+        assert_eq!(location_progress(500), None);
+    }
+}

@@ -1,0 +1,391 @@
+//! The Azure provider against the Azure emulator, through the `Provider` trait, with the real
+//! azure_core pipeline and azure_identity credentials (tokens from the emulator's Entra ID).
+
+mod azure_support;
+
+use azure_support::{provider, unknown_id};
+use peerpods_emulator_azure::{AzureEmulator, VmOptions};
+use peerpods_provider_core::{DeleteOutcome, Error, Figure, Provider, TagSelector};
+use test_support::cloud::CloudEmulator;
+
+fn selector(pairs: &[(&str, &str)]) -> TagSelector {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_vm_removes_it_and_the_parts_caa_created_with_it() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-web-1a2b3c4d", &[("cluster", "c1")]);
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.vm_or_parts_exist(&id));
+    // ARM's 202 was followed: the operation was polled until it said Succeeded.
+    assert_eq!(calls.count("azure", "DeleteVirtualMachine", "ok"), 1);
+    assert_eq!(calls.count("azure", "GetOperationStatus", "ok"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parts_that_arm_keeps_are_deleted_explicitly_in_dependency_order() {
+    let emulator = AzureEmulator::start();
+    // deleteOption: Detach — ARM leaves the network interface, public IP and disk behind.
+    let id = emulator.create_vm_with(
+        "podvm-db-5e6f7a8b",
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm: false,
+        },
+    );
+    let parts = emulator.parts_of("podvm-db-5e6f7a8b").expect("parts");
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.vm_exists("podvm-db-5e6f7a8b"));
+    assert!(!emulator.network_interface_exists(&parts.network_interface));
+    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
+    assert!(!emulator.disk_exists(&parts.disk));
+    assert!(!emulator.vm_or_parts_exist(&id));
+    for operation in [
+        "DeleteNetworkInterface",
+        "DeletePublicIPAddress",
+        "DeleteDisk",
+    ] {
+        assert_eq!(calls.count("azure", operation, "ok"), 1, "{operation}");
+        assert_eq!(calls.count("azure", operation, "error"), 0, "{operation}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_deletion_is_polled_with_retry_after_until_it_ends() {
+    let emulator = AzureEmulator::start();
+    emulator.set_operation_polls(3, 1);
+    let id = emulator.create_vm("podvm-slow", &[]);
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let started = std::time::Instant::now();
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert_eq!(calls.count("azure", "GetOperationStatus", "ok"), 4);
+    // Retry-After: 1 before each of the 4 polls.
+    assert!(started.elapsed() >= std::time::Duration::from_secs(4));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_that_outlasts_its_bound_is_unavailable_and_later_deleted() {
+    let emulator = AzureEmulator::start();
+    emulator.set_operation_polls(100, 1);
+    let id = emulator.create_vm("podvm-stuck", &[]);
+    let (provider, _) = provider(&emulator, &[("AZURE_DELETE_TIMEOUT_SECONDS", "2")]);
+
+    let error = provider.delete_instance(&id).await.expect_err("bounded");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+
+    // Asked again, the VM is mid-deletion: that is success, and it is not deleted twice.
+    let deletes = emulator.arm_requests_matching("DELETE", "/virtualMachines/");
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("again"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        emulator.arm_requests_matching("DELETE", "/virtualMachines/"),
+        deletes
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_twice_or_an_unknown_vm_is_already_gone() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-twice", &[]);
+    let (provider, _) = provider(&emulator, &[]);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("first"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("second"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(
+        provider
+            .delete_instance(&unknown_id("never-existed"))
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_already_being_deleted_counts_as_deleted_without_a_second_delete() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-going", &[]);
+    assert!(emulator.start_deleting("podvm-going"));
+    let (provider, _) = provider(&emulator, &[]);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(emulator.arm_requests_matching("DELETE", ""), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ids_are_case_insensitive_as_in_arm() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-case", &[]);
+    let (provider, _) = provider(&emulator, &[]);
+    let shouted = id
+        .replace("resourceGroups", "RESOURCEGROUPS")
+        .replace("Microsoft.Compute", "microsoft.compute")
+        .replace("podvm-case", "PODVM-CASE");
+
+    assert_eq!(
+        provider.delete_instance(&shouted).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_or_foreign_ids_are_invalid_without_any_request() {
+    let emulator = AzureEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    let other_group = unknown_id("vm").replace("peerpods-rg", "someone-elses-rg");
+    let cases = [
+        ("", "empty"),
+        ("i-0123456789abcdef0", "must start with '/'"),
+        ("podvm-web-1a2b3c4d", "must start with '/'"),
+        (
+            "/subscriptions/not-a-guid/resourceGroups/peerpods-rg/providers/Microsoft.Compute/virtualMachines/vm",
+            "GUID",
+        ),
+        (
+            &unknown_id("vm").replace("virtualMachines", "disks"),
+            "virtualMachines",
+        ),
+        (&unknown_id("vm?api-version=1"), "'?'"),
+        (&format!("{}/extensions/x", unknown_id("vm")), "segments"),
+        (&other_group, "someone-elses-rg"),
+    ];
+    for (id, expected) in cases {
+        let error = provider.delete_instance(id).await.expect_err(id);
+        match &error {
+            Error::InvalidArgument { field, message } => {
+                assert_eq!(*field, "instance_id");
+                assert!(message.contains(expected), "{id}: {message}");
+            }
+            other => panic!("{id}: {other:?}"),
+        }
+        assert!(provider.validate_instance_id(id).is_err());
+    }
+    assert!(
+        provider
+            .validate_instance_id(&unknown_id("podvm-ok"))
+            .is_ok()
+    );
+    assert!(emulator.arm_requests().is_empty());
+    assert_eq!(emulator.token_requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn throttling_is_reported_with_arms_retry_after() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-busy", &[]);
+    let (provider, calls) = provider(&emulator, &[]);
+    emulator.throttle_next(1, 17);
+
+    let error = provider.delete_instance(&id).await.expect_err("throttled");
+
+    match &error {
+        Error::Throttled {
+            retry_after,
+            message,
+        } => {
+            assert_eq!(*retry_after, std::time::Duration::from_secs(17));
+            assert!(message.contains("TooManyRequests"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(emulator.vm_exists("podvm-busy"));
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "throttled"), 1);
+    // Not retried inside: the caller decides when to come back.
+    assert_eq!(emulator.arm_requests().len(), 1);
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("later"),
+        DeleteOutcome::Deleted
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_are_retried_then_succeed() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-flaky", &[]);
+    let (provider, calls) = provider(&emulator, &[]);
+    emulator.fail_next(2, 503);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("retried"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "error"), 2);
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lasting_server_errors_end_as_unavailable_after_bounded_retries() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-down", &[]);
+    let (provider, calls) = provider(&emulator, &[("AZURE_MAX_RETRIES", "2")]);
+    emulator.fail_next(10, 500);
+
+    let error = provider.delete_instance(&id).await.expect_err("down");
+
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(error.to_string().contains("InternalServerError"), "{error}");
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "error"), 3);
+    assert_eq!(emulator.arm_requests().len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capacity_reports_the_regional_vm_and_vcpu_quotas() {
+    let emulator = AzureEmulator::start();
+    emulator.set_quota(40, 64);
+    for name in ["a", "b", "c"] {
+        emulator.create_vm(&format!("podvm-{name}"), &[]);
+    }
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let capacity = provider.capacity().await.expect("capacity");
+
+    assert_eq!(
+        capacity.instances,
+        Figure {
+            limit: Some(40),
+            in_use: Some(3)
+        }
+    );
+    assert_eq!(
+        capacity.vcpus,
+        Figure {
+            limit: Some(64),
+            in_use: Some(6)
+        }
+    );
+    assert_eq!(
+        capacity.memory_mib,
+        Figure::default(),
+        "ARM has no memory quota"
+    );
+    assert_eq!(calls.count("azure", "ListUsages", "ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_follows_next_link_and_keeps_only_vms_with_every_selected_tag() {
+    let emulator = AzureEmulator::start();
+    emulator.set_page_size(2);
+    let mine: Vec<String> = ["m3", "m1", "m2"]
+        .iter()
+        .map(|n| {
+            emulator.create_vm(
+                &format!("podvm-{n}"),
+                &[("cluster", "c1"), ("team", "pods")],
+            )
+        })
+        .collect();
+    emulator.create_vm("podvm-other", &[("cluster", "c2"), ("team", "pods")]);
+    emulator.create_vm("podvm-untagged", &[]);
+    emulator.create_vm("podvm-half", &[("cluster", "c1")]);
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let listed = provider
+        .list_instances(&selector(&[("cluster", "c1"), ("team", "pods")]))
+        .await
+        .expect("list");
+
+    let mut expected = mine.clone();
+    expected.sort();
+    let ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, expected);
+    assert!(listed.iter().all(|i| i.created.is_some()));
+    assert_eq!(listed[0].tags.get("team").map(String::as_str), Some("pods"));
+    // Six VMs at two per page.
+    assert_eq!(calls.count("azure", "ListVirtualMachines", "ok"), 3);
+
+    let everything = provider
+        .list_instances(&TagSelector::new())
+        .await
+        .expect("all");
+    assert_eq!(everything.len(), 6);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_is_one_authenticated_call() {
+    let emulator = AzureEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let health = provider.health().await;
+
+    assert!(health.healthy, "{health:?}");
+    assert_eq!(emulator.arm_requests().len(), 1);
+    assert_eq!(calls.count("azure", "ListUsages", "ok"), 1);
+    assert_eq!(calls.count("azure", "AcquireToken", "ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_token_serves_many_calls_and_every_call_is_counted() {
+    let emulator = AzureEmulator::start();
+    let id = emulator.create_vm("podvm-count", &[]);
+    let (provider, calls) = provider(&emulator, &[]);
+
+    provider.delete_instance(&id).await.expect("delete");
+    provider.capacity().await.expect("capacity");
+
+    assert_eq!(emulator.token_requests(), 1);
+    assert_eq!(calls.count("azure", "AcquireToken", "ok"), 1);
+    let counted: u64 = [
+        "GetVirtualMachine",
+        "GetNetworkInterface",
+        "DeleteVirtualMachine",
+        "GetOperationStatus",
+        "DeleteNetworkInterface",
+        "DeleteDisk",
+        "ListUsages",
+    ]
+    .iter()
+    .map(|op| calls.count("azure", op, "ok"))
+    .sum();
+    assert_eq!(counted, emulator.arm_requests().len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_tag_protects_other_vms_from_deletion() {
+    let emulator = AzureEmulator::start();
+    let ours = emulator.create_vm("podvm-ours", &[("peerpods.io/cluster", "prod")]);
+    let theirs = emulator.create_vm("podvm-theirs", &[("peerpods.io/cluster", "dev")]);
+    let (provider, _) = provider(&emulator, &[("CLUSTER_TAG", "peerpods.io/cluster=prod")]);
+
+    let error = provider
+        .delete_instance(&theirs)
+        .await
+        .expect_err("not ours");
+    assert!(
+        matches!(error, Error::NotOwnedByCluster { .. }),
+        "{error:?}"
+    );
+    assert!(emulator.vm_exists("podvm-theirs"));
+    assert_eq!(
+        provider.delete_instance(&ours).await.expect("ours"),
+        DeleteOutcome::Deleted
+    );
+}
