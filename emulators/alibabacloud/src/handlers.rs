@@ -1,0 +1,546 @@
+//! The RPC endpoint: authentication, injected faults, then one function per action. Answers
+//! start from the API reference examples in `fixtures/`.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use serde_json::{Value, json};
+
+use crate::signature::{expected_signature, parse_authorization, query_params, sha256_hex};
+use crate::state::State as Account;
+use crate::{ACCESS_KEY_ID, REGION};
+
+const DESCRIBE_INSTANCES: &str = include_str!("../fixtures/describe_instances.json");
+const DELETE_INSTANCE: &str = include_str!("../fixtures/delete_instance.json");
+const ACCOUNT_ATTRIBUTES: &str = include_str!("../fixtures/describe_account_attributes.json");
+const DESCRIBE_EIPS: &str = include_str!("../fixtures/describe_eip_addresses.json");
+const UNASSOCIATE_EIP: &str = include_str!("../fixtures/unassociate_eip_address.json");
+const RELEASE_EIP: &str = include_str!("../fixtures/release_eip_address.json");
+const ERROR: &str = include_str!("../fixtures/error.json");
+
+const ECS_VERSION: &str = "2014-05-26";
+const VPC_VERSION: &str = "2016-04-28";
+const USED_VCPUS: &str = "used-postpaid-instance-vcpu-count";
+const INCORRECT_STATUS: &str =
+    "The current status of the resource does not support this operation.";
+
+type Shared = Arc<Mutex<Account>>;
+
+pub fn router(state: Shared) -> Router {
+    Router::new().route("/", any(handle)).with_state(state)
+}
+
+fn fixture(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn request_id(account: &Account) -> String {
+    format!("4EC47282-1B74-4534-BD0E-{:012X}", account.requests.len())
+}
+
+fn answer(status: StatusCode, body: Value, extra: &[(&'static str, String)]) -> Response {
+    let mut response = (status, body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        "content-type",
+        axum::http::HeaderValue::from_static("application/json;charset=utf-8"),
+    );
+    for (name, value) in extra {
+        if let Ok(value) = axum::http::HeaderValue::from_str(value) {
+            headers.insert(*name, value);
+        }
+    }
+    response
+}
+
+/// An error in the shape of the API reference: `RequestId`, `HostId`, `Code`, `Message`,
+/// `Recommend`.
+fn error(account: &Account, status: u16, code: &str, message: &str) -> Response {
+    let mut body = fixture(ERROR);
+    body["RequestId"] = json!(request_id(account));
+    body["Code"] = json!(code);
+    body["Message"] = json!(message);
+    body["Recommend"] = json!(format!(
+        "https://api.aliyun.com/troubleshoot?q={code}&product=Ecs"
+    ));
+    answer(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+        &[],
+    )
+}
+
+fn ok(account: &Account, mut body: Value) -> Response {
+    body["RequestId"] = json!(request_id(account));
+    answer(StatusCode::OK, body, &[])
+}
+
+async fn handle(
+    State(state): State<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut account = state.lock().unwrap_or_else(|p| p.into_inner());
+    serve(
+        &mut account,
+        method.as_str(),
+        uri.query().unwrap_or(""),
+        &headers,
+        &body,
+    )
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn serve(
+    account: &mut Account,
+    method: &str,
+    query: &str,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
+    let action = header(headers, "x-acs-action")
+        .unwrap_or_default()
+        .to_owned();
+    account.requests.push(action.clone());
+
+    if account.throttle.0 > 0 {
+        account.throttle.0 -= 1;
+        let mut response = error(
+            account,
+            429,
+            "Throttling.User",
+            "Request was denied due to user flow control.",
+        );
+        if let Ok(value) = axum::http::HeaderValue::from_str(&account.throttle.1.to_string()) {
+            response.headers_mut().insert("retry-after", value);
+        }
+        return response;
+    }
+    if account.fail.0 > 0 {
+        account.fail.0 -= 1;
+        let status = account.fail.1;
+        return if status == 503 {
+            error(
+                account,
+                503,
+                "ServiceUnavailable",
+                "The request has failed due to a temporary failure of the server.",
+            )
+        } else {
+            error(
+                account,
+                status,
+                "InternalError",
+                "The request processing has failed due to some unknown error, exception or failure.",
+            )
+        };
+    }
+
+    let params = query_params(query);
+    if let Some(response) = authenticate(account, method, &params, headers, body) {
+        return response;
+    }
+    let version = header(headers, "x-acs-version").unwrap_or_default();
+    let wanted = match action.as_str() {
+        "DescribeInstances" | "DeleteInstance" | "DescribeAccountAttributes" => ECS_VERSION,
+        "DescribeEipAddresses" | "UnassociateEipAddress" | "ReleaseEipAddress" => VPC_VERSION,
+        _ => {
+            return error(
+                account,
+                404,
+                "InvalidAction.NotFound",
+                "Specified api is not found, please check your url and method.",
+            );
+        }
+    };
+    if version != wanted {
+        return error(
+            account,
+            400,
+            "InvalidVersion",
+            "Specified parameter Version is not valid.",
+        );
+    }
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    if get("RegionId").is_some_and(|r| r != REGION) {
+        return error(
+            account,
+            404,
+            "InvalidRegionId.NotFound",
+            "The specified region does not exist.",
+        );
+    }
+    match action.as_str() {
+        "DescribeInstances" => describe_instances(account, &params),
+        "DeleteInstance" => delete_instance(account, get("InstanceId"), get("Force")),
+        "DescribeAccountAttributes" => account_attributes(account, &params),
+        "DescribeEipAddresses" => describe_eips(account, &get),
+        "UnassociateEipAddress" => unassociate_eip(account, get("AllocationId")),
+        _ => release_eip(account, get("AllocationId")),
+    }
+}
+
+/// Checks the V3 signature as ECS does: the key id must exist, the signed headers must cover
+/// `host` and every `x-acs-*` header, the body hash must match, and the signature must be the
+/// one the secret gives. A nonce is accepted once. `Some` is the refusal.
+fn authenticate(
+    account: &mut Account,
+    method: &str,
+    params: &[(String, String)],
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Response> {
+    let incomplete = |account: &Account| {
+        error(
+            account,
+            400,
+            "IncompleteSignature",
+            "The request signature does not conform to Aliyun standards.",
+        )
+    };
+    let Some(auth) = header(headers, "authorization").and_then(parse_authorization) else {
+        return Some(incomplete(account));
+    };
+    if auth.access_key_id != ACCESS_KEY_ID {
+        return Some(error(
+            account,
+            404,
+            "InvalidAccessKeyId.NotFound",
+            "Specified access key is not found.",
+        ));
+    }
+    let mut required: Vec<String> = headers
+        .keys()
+        .map(|k| k.as_str().to_owned())
+        .filter(|k| k.starts_with("x-acs-"))
+        .collect();
+    required.push("host".into());
+    if required
+        .iter()
+        .any(|name| !auth.signed_headers.contains(name))
+    {
+        return Some(incomplete(account));
+    }
+    let mut signed = Vec::new();
+    for name in &auth.signed_headers {
+        let Some(value) = header(headers, name) else {
+            return Some(incomplete(account));
+        };
+        signed.push((name.clone(), value.to_owned()));
+    }
+    let payload_hash = sha256_hex(body);
+    let expected = expected_signature(method, params, &signed, &payload_hash, &account.secret);
+    if header(headers, "x-acs-content-sha256") != Some(payload_hash.as_str())
+        || expected != auth.signature
+    {
+        return Some(error(
+            account,
+            400,
+            "SignatureDoesNotMatch",
+            "Specified signature is not matched with our calculation.",
+        ));
+    }
+    let nonce = header(headers, "x-acs-signature-nonce")
+        .unwrap_or_default()
+        .to_owned();
+    if !account.nonces.insert(nonce) {
+        return Some(error(
+            account,
+            400,
+            "SignatureNonceUsed",
+            "Specified signature nonce was used already.",
+        ));
+    }
+    None
+}
+
+fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Response {
+    // ECS releases asynchronously: an accepted deletion is listed a few more times.
+    let mut finished = Vec::new();
+    for (id, instance) in account.instances.iter_mut() {
+        match instance.releasing {
+            Some(0) => finished.push(id.clone()),
+            Some(n) => instance.releasing = Some(n - 1),
+            None => {}
+        }
+    }
+    for id in finished {
+        account.remove_instance(&id);
+    }
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let ids: Option<Vec<String>> = match get("InstanceIds") {
+        Some(text) => match serde_json::from_str(text) {
+            Ok(ids) => Some(ids),
+            Err(_) => {
+                return error(
+                    account,
+                    400,
+                    "InvalidInstanceIds.Malformed",
+                    "The specified parameter InstanceIds is not valid.",
+                );
+            }
+        },
+        None => None,
+    };
+    let mut tags = Vec::new();
+    for n in 1..=20 {
+        if let Some(key) = get(&format!("Tag.{n}.Key")) {
+            tags.push((
+                key.to_owned(),
+                get(&format!("Tag.{n}.Value")).map(str::to_owned),
+            ));
+        }
+    }
+    let max_results: usize = get("MaxResults").and_then(|m| m.parse().ok()).unwrap_or(10);
+    if !(1..=100).contains(&max_results) {
+        return error(
+            account,
+            400,
+            "InvalidParameter",
+            "The specified parameter MaxResults is not valid.",
+        );
+    }
+    let page_size = max_results.min(account.page_limit);
+    let offset: usize = match get("NextToken") {
+        Some(token) => match usize::from_str_radix(token, 16) {
+            Ok(offset) => offset,
+            Err(_) => {
+                return error(
+                    account,
+                    400,
+                    "InvalidNextToken.Malformed",
+                    "The specified parameter NextToken is not valid.",
+                );
+            }
+        },
+        None => 0,
+    };
+    let matching: Vec<&String> = account
+        .instances
+        .iter()
+        .filter(|(id, _)| ids.as_ref().is_none_or(|ids| ids.contains(id)))
+        .filter(|(_, i)| {
+            tags.iter().all(|(key, value)| {
+                i.tags
+                    .iter()
+                    .any(|(k, v)| k == key && value.as_ref().is_none_or(|value| v == value))
+            })
+        })
+        .map(|(id, _)| id)
+        .collect();
+    let template = fixture(DESCRIBE_INSTANCES);
+    let item = template["Instances"]["Instance"][0].clone();
+    let listed: Vec<Value> = matching
+        .iter()
+        .skip(offset)
+        .take(page_size)
+        .filter_map(|id| {
+            let instance = account.instances.get(*id)?;
+            let mut v = item.clone();
+            v["InstanceId"] = json!(id);
+            v["InstanceName"] = json!(instance.name);
+            v["HostName"] = json!(instance.name);
+            v["Status"] = json!(instance.status);
+            v["CreationTime"] = json!(instance.created);
+            v["StartTime"] = json!(instance.created);
+            v["Cpu"] = json!(instance.vcpus);
+            v["Memory"] = json!(instance.memory_mib);
+            v["RegionId"] = json!(REGION);
+            v["ZoneId"] = json!(format!("{REGION}-a"));
+            v["Tags"] = json!({"Tag": instance.tags.iter().map(|(k, val)| json!({"TagKey": k, "TagValue": val})).collect::<Vec<_>>()});
+            let mut nics = vec![json!({"Type": "Primary", "MacAddress": "00:16:3e:32:b4:01", "PrimaryIpAddress": "172.17.0.10", "NetworkInterfaceId": instance.primary_nic})];
+            if let Some(nic) = &instance.addon_nic {
+                nics.push(json!({"Type": "Secondary", "MacAddress": "00:16:3e:32:b4:02", "PrimaryIpAddress": "172.17.0.11", "NetworkInterfaceId": nic}));
+            }
+            v["NetworkInterfaces"] = json!({"NetworkInterface": nics});
+            // No EIP is bound to the instance itself (cloud-api-adaptor binds it to the add-on NIC).
+            v["EipAddress"] = json!({"IsSupportUnassociate": true, "InternetChargeType": "", "IpAddress": "", "Bandwidth": 0, "AllocationId": ""});
+            Some(v)
+        })
+        .collect();
+    let next = offset + listed.len();
+    let mut body = template;
+    body["TotalCount"] = json!(matching.len());
+    body["PageSize"] = json!(page_size);
+    body["PageNumber"] = json!(offset / page_size + 1);
+    body["NextToken"] = json!(if next < matching.len() {
+        format!("{next:x}")
+    } else {
+        String::new()
+    });
+    body["Instances"] = json!({"Instance": listed});
+    ok(account, body)
+}
+
+fn delete_instance(account: &mut Account, id: Option<String>, force: Option<String>) -> Response {
+    let Some(id) = id else {
+        return error(
+            account,
+            400,
+            "MissingInstanceId",
+            "InstanceId is mandatory for this action.",
+        );
+    };
+    let release_polls = account.release_polls;
+    let Some(instance) = account.instances.get_mut(&id) else {
+        return error(
+            account,
+            404,
+            "InvalidInstanceId.NotFound",
+            "The specified InstanceId does not exist.",
+        );
+    };
+    let forced = force.as_deref() == Some("true");
+    if instance.releasing.is_some() || (instance.status == "Running" && !forced) {
+        return error(account, 403, "IncorrectInstanceStatus", INCORRECT_STATUS);
+    }
+    instance.status = "Stopping".into();
+    instance.releasing = Some(release_polls);
+    if release_polls == 0 {
+        account.remove_instance(&id);
+    }
+    ok(account, fixture(DELETE_INSTANCE))
+}
+
+fn account_attributes(account: &Account, params: &[(String, String)]) -> Response {
+    let wanted: Vec<&str> = params
+        .iter()
+        .filter(|(k, _)| k.starts_with("AttributeName."))
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let mut values: Vec<(String, String)> = account.attributes.clone();
+    if !account.attributes.iter().any(|(n, _)| n == USED_VCPUS) {
+        let used: u64 = account.instances.values().map(|i| i.vcpus).sum();
+        values.push((USED_VCPUS.to_owned(), used.to_string()));
+    }
+    let template = fixture(ACCOUNT_ATTRIBUTES);
+    let item = template["AccountAttributeItems"]["AccountAttributeItem"][0].clone();
+    let items: Vec<Value> = values
+        .iter()
+        .filter(|(name, value)| {
+            !value.is_empty() && (wanted.is_empty() || wanted.contains(&name.as_str()))
+        })
+        .map(|(name, value)| {
+            let mut v = item.clone();
+            v["AttributeName"] = json!(name);
+            let mut value_item = v["AttributeValues"]["ValueItem"][0].clone();
+            value_item["Value"] = json!(value);
+            value_item["ZoneId"] = json!("");
+            value_item["InstanceType"] = json!("");
+            value_item["DiskCategory"] = json!("");
+            value_item["ExpiredTime"] = json!("");
+            v["AttributeValues"] = json!({"ValueItem": [value_item]});
+            v
+        })
+        .collect();
+    let mut body = template;
+    body["AccountAttributeItems"] = json!({"AccountAttributeItem": items});
+    ok(account, body)
+}
+
+fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) -> Response {
+    for eip in account.eips.values_mut() {
+        if eip.status == "Unassociating" {
+            if eip.settling == 0 {
+                eip.status = "Available".into();
+            } else {
+                eip.settling -= 1;
+            }
+        }
+    }
+    let allocation = get("AllocationId");
+    let bound_kind = get("AssociatedInstanceType");
+    let bound_id = get("AssociatedInstanceId");
+    let template = fixture(DESCRIBE_EIPS);
+    let item = template["EipAddresses"]["EipAddress"][0].clone();
+    let listed: Vec<Value> = account
+        .eips
+        .iter()
+        .filter(|(id, _)| allocation.as_ref().is_none_or(|a| a == *id))
+        .filter(|(_, eip)| {
+            bound_id.as_ref().is_none_or(|wanted| {
+                eip.bound_to.as_ref().is_some_and(|(id, kind)| {
+                    id == wanted && bound_kind.as_ref().is_none_or(|k| k == kind)
+                })
+            })
+        })
+        .map(|(id, eip)| {
+            let mut v = item.clone();
+            v["AllocationId"] = json!(id);
+            v["IpAddress"] = json!(eip.ip);
+            v["Status"] = json!(eip.status);
+            v["Description"] = json!("Peerpod External Network EIP");
+            v["Name"] = json!("");
+            v["RegionId"] = json!(REGION);
+            v["InstanceRegionId"] = json!(REGION);
+            let (bound, kind) = eip.bound_to.clone().unwrap_or_default();
+            v["InstanceId"] = json!(bound);
+            v["InstanceType"] = json!(kind);
+            v
+        })
+        .collect();
+    let mut body = template;
+    body["TotalCount"] = json!(listed.len());
+    body["PageSize"] = json!(10);
+    body["PageNumber"] = json!(1);
+    body["EipAddresses"] = json!({"EipAddress": listed});
+    ok(account, body)
+}
+
+fn unassociate_eip(account: &mut Account, allocation: Option<String>) -> Response {
+    let Some(eip) = allocation.and_then(|a| account.eips.get_mut(&a)) else {
+        return error(
+            account,
+            404,
+            "InvalidAllocationId.NotFound",
+            "Specified allocation ID is not found",
+        );
+    };
+    if eip.status != "InUse" {
+        return error(account, 400, "IncorrectEipStatus", INCORRECT_STATUS);
+    }
+    eip.status = "Unassociating".into();
+    eip.bound_to = None;
+    eip.settling = 1;
+    ok(account, fixture(UNASSOCIATE_EIP))
+}
+
+fn release_eip(account: &mut Account, allocation: Option<String>) -> Response {
+    let Some(id) = allocation.filter(|a| account.eips.contains_key(a)) else {
+        return error(
+            account,
+            404,
+            "InvalidAllocationId.NotFound",
+            "Specified allocation ID is not found",
+        );
+    };
+    if account
+        .eips
+        .get(&id)
+        .is_some_and(|eip| eip.status != "Available")
+    {
+        return error(account, 400, "IncorrectEipStatus", INCORRECT_STATUS);
+    }
+    account.eips.remove(&id);
+    ok(account, fixture(RELEASE_EIP))
+}

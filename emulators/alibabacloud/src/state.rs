@@ -1,0 +1,166 @@
+//! What the emulated account holds: instances with their NICs, EIPs, account attributes, and
+//! the test's knobs.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// `max-postpaid-instance-vcpu-count` until a test sets another value.
+pub const DEFAULT_MAX_VCPUS: &str = "800";
+
+pub struct Instance {
+    pub name: String,
+    pub status: String,
+    pub created: String,
+    pub tags: Vec<(String, String)>,
+    pub vcpus: u64,
+    pub memory_mib: u64,
+    pub primary_nic: String,
+    /// cloud-api-adaptor's add-on NIC (`DeleteOnRelease`), when it created one.
+    pub addon_nic: Option<String>,
+    pub eip: Option<String>,
+    /// `Some(n)`: being released; listed `n` more times, then gone.
+    pub releasing: Option<u32>,
+}
+
+pub struct Eip {
+    pub ip: String,
+    pub status: String,
+    /// (resource id, resource type) it is bound to.
+    pub bound_to: Option<(String, String)>,
+    /// `DescribeEipAddresses` answers left before `Unassociating` becomes `Available`.
+    pub settling: u32,
+}
+
+pub struct State {
+    pub instances: BTreeMap<String, Instance>,
+    pub eips: BTreeMap<String, Eip>,
+    pub nics: BTreeSet<String>,
+    pub secret: String,
+    pub throttle: (u32, u64),
+    pub fail: (u32, u16),
+    pub requests: Vec<String>,
+    pub nonces: HashSet<String>,
+    pub release_polls: u32,
+    pub page_limit: usize,
+    pub attributes: Vec<(String, String)>,
+    /// Every NIC and EIP created with an instance, kept after the instance is gone.
+    pub parts: BTreeMap<String, Vec<String>>,
+    counter: u64,
+}
+
+impl State {
+    pub fn new(secret: &str) -> Self {
+        State {
+            instances: BTreeMap::new(),
+            eips: BTreeMap::new(),
+            nics: BTreeSet::new(),
+            secret: secret.to_owned(),
+            throttle: (0, 0),
+            fail: (0, 500),
+            requests: Vec::new(),
+            nonces: HashSet::new(),
+            release_polls: 1,
+            page_limit: 100,
+            attributes: vec![(
+                "max-postpaid-instance-vcpu-count".to_owned(),
+                DEFAULT_MAX_VCPUS.to_owned(),
+            )],
+            parts: BTreeMap::new(),
+            counter: 0,
+        }
+    }
+
+    /// An id in ECS's style: a region prefix and lowercase letters and digits.
+    fn next_id(&mut self, prefix: &str) -> String {
+        self.counter += 1;
+        let mut n = self.counter.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut tail = String::new();
+        for _ in 0..13 {
+            let digit = u32::try_from(n % 36).unwrap_or(0);
+            tail.push(char::from_digit(digit, 36).unwrap_or('0'));
+            n /= 36;
+        }
+        format!("{prefix}-2ze{tail}{:04}", self.counter % 10_000)
+    }
+
+    pub fn create_instance(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        with_eip: bool,
+        vcpus: u64,
+        memory_mib: u64,
+    ) -> String {
+        let id = self.next_id("i");
+        let primary_nic = self.next_id("eni");
+        self.nics.insert(primary_nic.clone());
+        let (addon_nic, eip) = if with_eip {
+            let nic = self.next_id("eni");
+            self.nics.insert(nic.clone());
+            let allocation = self.next_id("eip");
+            let n = self.counter;
+            self.eips.insert(
+                allocation.clone(),
+                Eip {
+                    ip: format!("47.95.{}.{}", (n / 256) % 256, n % 256),
+                    status: "InUse".into(),
+                    bound_to: Some((nic.clone(), "NetworkInterface".into())),
+                    settling: 0,
+                },
+            );
+            (Some(nic), Some(allocation))
+        } else {
+            (None, None)
+        };
+        let mut parts = vec![primary_nic.clone()];
+        parts.extend(addon_nic.iter().cloned());
+        parts.extend(eip.iter().cloned());
+        self.parts.insert(id.clone(), parts);
+        self.instances.insert(
+            id.clone(),
+            Instance {
+                name: name.to_owned(),
+                status: "Running".into(),
+                created: jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%MZ")
+                    .to_string(),
+                tags: tags
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+                vcpus,
+                memory_mib,
+                primary_nic,
+                addon_nic,
+                eip,
+                releasing: None,
+            },
+        );
+        id
+    }
+
+    pub fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        self.instances.contains_key(instance_id)
+            || self.parts.get(instance_id).is_some_and(|parts| {
+                parts
+                    .iter()
+                    .any(|p| self.nics.contains(p) || self.eips.contains_key(p))
+            })
+    }
+
+    /// The instance is released: it and its NICs (the add-on NIC has `DeleteOnRelease`) are
+    /// gone. An EIP still bound to a NIC is left allocated and unbound, as a leak to detect.
+    pub fn remove_instance(&mut self, instance_id: &str) {
+        let Some(instance) = self.instances.remove(instance_id) else {
+            return;
+        };
+        for nic in std::iter::once(instance.primary_nic).chain(instance.addon_nic) {
+            self.nics.remove(&nic);
+            for eip in self.eips.values_mut() {
+                if eip.bound_to.as_ref().is_some_and(|(id, _)| *id == nic) {
+                    eip.bound_to = None;
+                    eip.status = "Available".into();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Alibaba Cloud settings from configuration keys (pure parsing). The credential, region and tag
+//! keys are cloud-api-adaptor's (`src/cloud-providers/alibabacloud/manager.go`); the endpoint and
+//! timing keys are this backend's own.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use peerpods_provider_core::{ProviderConfig, SecretString};
+
+/// cloud-api-adaptor's key of the access key id.
+pub const ACCESS_KEY_ID: &str = "ALIBABACLOUD_ACCESS_KEY_ID";
+/// cloud-api-adaptor's key of the access key secret.
+pub const ACCESS_KEY_SECRET: &str = "ALIBABACLOUD_ACCESS_KEY_SECRET";
+/// cloud-api-adaptor's region key (default `cn-beijing`, as there).
+pub const REGION: &str = "REGION";
+/// cloud-api-adaptor's tags (`k=v,k2=v2`) put on every peer-pod VM.
+pub const TAGS: &str = "TAGS";
+/// ECS endpoint override (sovereign/private clouds, tests); default `https://ecs.<region>.aliyuncs.com`.
+pub const ECS_ENDPOINT: &str = "ALIBABACLOUD_ECS_ENDPOINT";
+/// VPC endpoint override; default `https://vpc.<region>.aliyuncs.com`.
+pub const VPC_ENDPOINT: &str = "ALIBABACLOUD_VPC_ENDPOINT";
+/// Attempts per call when the cloud answers 5xx or not at all (default 3).
+pub const MAX_ATTEMPTS: &str = "ALIBABACLOUD_MAX_ATTEMPTS";
+/// Timeout of one HTTP request in milliseconds (default 10000).
+pub const REQUEST_TIMEOUT_MS: &str = "ALIBABACLOUD_REQUEST_TIMEOUT_MS";
+/// How long a delete waits for an instance or EIP to change state, in ms (default 30000, as
+/// cloud-api-adaptor waits for `IncorrectInstanceStatus` to clear).
+pub const WAIT_TIMEOUT_MS: &str = "ALIBABACLOUD_WAIT_TIMEOUT_MS";
+/// Pause between two state polls in milliseconds (default 1000, as cloud-api-adaptor).
+pub const POLL_INTERVAL_MS: &str = "ALIBABACLOUD_POLL_INTERVAL_MS";
+
+const DEFAULT_REGION: &str = "cn-beijing";
+
+/// The key pair; `Debug` never shows the secret.
+#[derive(Clone)]
+pub struct AccessKey {
+    pub id: String,
+    pub secret: SecretString,
+}
+
+impl fmt::Debug for AccessKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccessKey")
+            .field("id", &self.id)
+            .field("secret", &"[redacted]")
+            .finish()
+    }
+}
+
+/// Everything the backend reads from its configuration.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub access_key: AccessKey,
+    pub region: String,
+    pub ecs_endpoint: String,
+    pub vpc_endpoint: String,
+    pub cluster_tags: BTreeMap<String, String>,
+    pub max_attempts: u32,
+    pub request_timeout: Duration,
+    pub wait_timeout: Duration,
+    pub poll_interval: Duration,
+}
+
+/// An unusable key: which, and why (never the value).
+#[derive(Debug, PartialEq, Eq)]
+pub struct SettingsProblem {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+impl Settings {
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, SettingsProblem> {
+        let access_key = AccessKey {
+            id: config
+                .get(ACCESS_KEY_ID)
+                .ok_or_else(|| missing(ACCESS_KEY_ID))?
+                .to_owned(),
+            secret: config
+                .secret(ACCESS_KEY_SECRET)
+                .ok_or_else(|| missing(ACCESS_KEY_SECRET))?,
+        };
+        let region = config.get(REGION).unwrap_or(DEFAULT_REGION).to_owned();
+        if !region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        {
+            return Err(SettingsProblem {
+                key: REGION,
+                reason: "expected a region id such as cn-beijing".into(),
+            });
+        }
+        let ecs_endpoint = endpoint(config, ECS_ENDPOINT, || {
+            format!("https://ecs.{region}.aliyuncs.com")
+        })?;
+        let vpc_endpoint = endpoint(config, VPC_ENDPOINT, || {
+            format!("https://vpc.{region}.aliyuncs.com")
+        })?;
+        Ok(Settings {
+            cluster_tags: parse_tags(config.get(TAGS).unwrap_or(""))?,
+            max_attempts: number(config, MAX_ATTEMPTS, 3, 1, 10)?,
+            request_timeout: millis(config, REQUEST_TIMEOUT_MS, 10_000)?,
+            wait_timeout: millis(config, WAIT_TIMEOUT_MS, 30_000)?,
+            poll_interval: millis(config, POLL_INTERVAL_MS, 1_000)?,
+            access_key,
+            region,
+            ecs_endpoint,
+            vpc_endpoint,
+        })
+    }
+}
+
+fn missing(key: &'static str) -> SettingsProblem {
+    SettingsProblem {
+        key,
+        reason: "required (cloud-api-adaptor's static access key; RRSA is not supported)".into(),
+    }
+}
+
+fn endpoint(
+    config: &ProviderConfig,
+    key: &'static str,
+    default: impl FnOnce() -> String,
+) -> Result<String, SettingsProblem> {
+    let Some(url) = config.get(key) else {
+        return Ok(default());
+    };
+    let url = url.trim_end_matches('/');
+    let parsed = reqwest::Url::parse(url).map_err(|e| SettingsProblem {
+        key,
+        reason: format!("not a URL: {e}"),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(SettingsProblem {
+            key,
+            reason: "expected an http:// or https:// URL with a host".into(),
+        });
+    }
+    if parsed.path() != "/" || parsed.query().is_some() {
+        return Err(SettingsProblem {
+            key,
+            reason: "expected scheme, host and port only (RPC APIs are called on /)".into(),
+        });
+    }
+    Ok(url.to_owned())
+}
+
+fn number(
+    config: &ProviderConfig,
+    key: &'static str,
+    default: u32,
+    min: u32,
+    max: u32,
+) -> Result<u32, SettingsProblem> {
+    let Some(value) = config.get(key) else {
+        return Ok(default);
+    };
+    match value.parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(SettingsProblem {
+            key,
+            reason: format!("expected a whole number from {min} to {max}"),
+        }),
+    }
+}
+
+fn millis(
+    config: &ProviderConfig,
+    key: &'static str,
+    default: u64,
+) -> Result<Duration, SettingsProblem> {
+    let Some(value) = config.get(key) else {
+        return Ok(Duration::from_millis(default));
+    };
+    match value.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
+        _ => Err(SettingsProblem {
+            key,
+            reason: "expected a positive number of milliseconds".into(),
+        }),
+    }
+}
+
+/// `k=v,k2=v2` as cloud-api-adaptor's `KeyValueFlag` reads it; blanks are skipped.
+pub fn parse_tags(text: &str) -> Result<BTreeMap<String, String>, SettingsProblem> {
+    let mut tags = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                tags.insert(key.trim().to_owned(), value.trim().to_owned());
+            }
+            _ => {
+                return Err(SettingsProblem {
+                    key: TAGS,
+                    reason: "expected key=value pairs separated by commas".into(),
+                });
+            }
+        }
+    }
+    Ok(tags)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerpods_provider_core::ExposeSecret;
+
+    fn settings(pairs: &[(&str, &str)]) -> Result<Settings, SettingsProblem> {
+        Settings::from_config(&ProviderConfig::from_pairs(pairs.iter().copied()))
+    }
+
+    const KEYS: [(&str, &str); 2] = [
+        (ACCESS_KEY_ID, "LTAI5tExampleKeyId"),
+        (ACCESS_KEY_SECRET, "s3cr3t-example-value"),
+    ];
+
+    #[test]
+    fn defaults_follow_cloud_api_adaptor() {
+        let s = settings(&KEYS).expect("valid");
+        assert_eq!(s.region, "cn-beijing");
+        assert_eq!(s.ecs_endpoint, "https://ecs.cn-beijing.aliyuncs.com");
+        assert_eq!(s.vpc_endpoint, "https://vpc.cn-beijing.aliyuncs.com");
+        assert_eq!(s.access_key.secret.expose_secret(), "s3cr3t-example-value");
+        assert!(s.cluster_tags.is_empty());
+        assert_eq!(s.max_attempts, 3);
+        assert!(!format!("{s:?}").contains("s3cr3t-example-value"));
+    }
+
+    #[test]
+    fn missing_keys_are_named() {
+        assert_eq!(settings(&[]).expect_err("no key").key, ACCESS_KEY_ID);
+        let problem = settings(&[KEYS[0]]).expect_err("no secret");
+        assert_eq!(problem.key, ACCESS_KEY_SECRET);
+    }
+
+    #[test]
+    fn endpoints_and_tags_are_read_and_checked() {
+        let mut pairs = KEYS.to_vec();
+        pairs.extend([
+            (REGION, "eu-central-1"),
+            (ECS_ENDPOINT, "http://127.0.0.1:8080/"),
+            (TAGS, "cluster=c1, team = pods ,"),
+        ]);
+        let s = settings(&pairs).expect("valid");
+        assert_eq!(s.ecs_endpoint, "http://127.0.0.1:8080");
+        assert_eq!(s.vpc_endpoint, "https://vpc.eu-central-1.aliyuncs.com");
+        assert_eq!(s.cluster_tags.get("team").map(String::as_str), Some("pods"));
+
+        for (key, bad) in [
+            (ECS_ENDPOINT, "127.0.0.1:8080"),
+            (VPC_ENDPOINT, "http://host/path"),
+            (TAGS, "novalue"),
+            (REGION, "Not A Region"),
+            (MAX_ATTEMPTS, "0"),
+            (POLL_INTERVAL_MS, "soon"),
+        ] {
+            let mut pairs = KEYS.to_vec();
+            pairs.push((key, bad));
+            let problem = settings(&pairs).expect_err(bad);
+            assert_eq!(problem.key, key);
+        }
+    }
+}

@@ -1,0 +1,452 @@
+//! The Alibaba Cloud backend through its public `Provider` API, against the local ECS/VPC
+//! emulator (which verifies every request's V3 signature).
+
+use std::time::Duration;
+
+use peerpods_emulator_alibabacloud::{ACCESS_KEY_SECRET, AlibabaCloudEmulator, DEFAULT_MAX_VCPUS};
+use peerpods_provider_alibabacloud::{AlibabaCloudProvider, NAME};
+use peerpods_provider_core::{
+    CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
+};
+use test_support::cloud::CloudEmulator;
+
+/// The emulator's configuration with `extra` keys added or replaced.
+fn config(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> ProviderConfig {
+    let mut pairs: Vec<(String, String)> = emulator
+        .config()
+        .into_iter()
+        .filter(|(k, _)| !extra.iter().any(|(key, _)| key == k))
+        .collect();
+    pairs.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    ProviderConfig::from_pairs(pairs)
+}
+
+fn provider(
+    emulator: &AlibabaCloudEmulator,
+    extra: &[(&str, &str)],
+) -> (AlibabaCloudProvider, CloudCalls) {
+    let calls = CloudCalls::default();
+    let provider = AlibabaCloudProvider::from_config(&config(emulator, extra), calls.clone())
+        .expect("provider");
+    (provider, calls)
+}
+
+fn selector(pairs: &[(&str, &str)]) -> TagSelector {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn deleting_an_instance_releases_its_eip_and_waits_until_it_is_gone() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-a", &[("cluster", "c1")]);
+    let eip = emulator.eip_of(&id).expect("the VM has an EIP");
+    let other = emulator.create_vm("pod-b", &[("cluster", "c1")]);
+    emulator.set_release_polls(2);
+
+    let outcome = provider.delete_instance(&id).await.expect("deleted");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(
+        !emulator.vm_or_parts_exist(&id),
+        "instance, NICs or EIP left"
+    );
+    assert!(!emulator.eip_exists(&eip));
+    assert!(emulator.vm_or_parts_exist(&other), "another VM was touched");
+    for operation in [
+        "UnassociateEipAddress",
+        "ReleaseEipAddress",
+        "DeleteInstance",
+    ] {
+        assert_eq!(calls.count(NAME, operation, "ok"), 1, "{operation}");
+    }
+    // Found once, then polled until ECS no longer listed it (two more answers list it).
+    assert!(calls.count(NAME, "DescribeInstances", "ok") >= 4);
+    assert_eq!(calls.count(NAME, "DeleteInstance", "error"), 0);
+
+    // Idempotent: the second deletion finds nothing and deletes nothing.
+    let before = emulator.requests_of("DeleteInstance");
+    let again = provider.delete_instance(&id).await.expect("already gone");
+    assert_eq!(again, DeleteOutcome::AlreadyGone);
+    assert_eq!(emulator.requests_of("DeleteInstance"), before);
+}
+
+#[tokio::test]
+async fn an_instance_without_eip_is_deleted_without_vpc_calls() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    let id = emulator.create_instance("pod-plain", &[], false);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert_eq!(emulator.requests_of("DescribeEipAddresses"), 0);
+}
+
+#[tokio::test]
+async fn an_unknown_instance_is_already_gone() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let outcome = provider
+        .delete_instance("i-2zeunknown0000001")
+        .await
+        .expect("gone is success");
+
+    assert_eq!(outcome, DeleteOutcome::AlreadyGone);
+    assert_eq!(emulator.requests_of("DeleteInstance"), 0);
+    assert_eq!(calls.count(NAME, "DescribeInstances", "ok"), 1);
+}
+
+#[tokio::test]
+async fn an_instance_being_released_is_waited_for() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-c", &[]);
+    let eip = emulator.eip_of(&id).expect("EIP");
+    emulator.begin_release(&id, 3);
+
+    let outcome = provider.delete_instance(&id).await.expect("deleted");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.instance_exists(&id));
+    assert!(!emulator.eip_exists(&eip), "the EIP leaked");
+    // ECS refused the deletion while the release was under way; the backend waited it out.
+    assert!(calls.count(NAME, "DeleteInstance", "error") >= 1);
+}
+
+#[tokio::test]
+async fn a_release_that_never_finishes_is_unavailable_after_the_wait_bound() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")]);
+    let id = emulator.create_instance("pod-stuck", &[], false);
+    emulator.begin_release(&id, 1_000_000);
+
+    let error = provider.delete_instance(&id).await.expect_err("stuck");
+
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(
+        error.to_string().contains("IncorrectInstanceStatus"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn throttling_reports_the_clouds_wait() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-d", &[]);
+    emulator.throttle_next(1, 7);
+
+    let error = provider.delete_instance(&id).await.expect_err("throttled");
+
+    assert!(
+        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
+        "{error:?}"
+    );
+    assert_eq!(calls.count(NAME, "DescribeInstances", "throttled"), 1);
+    assert!(emulator.instance_exists(&id));
+    // Throttling is the caller's to wait out: one request, no retry.
+    assert_eq!(emulator.requests(), 1);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_then_reported_unavailable() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+    emulator.create_vm("pod-e", &[("cluster", "c1")]);
+    emulator.fail_next(2, 503);
+
+    let listed = provider
+        .list_instances(&selector(&[("cluster", "c1")]))
+        .await
+        .expect("third attempt answers");
+
+    assert_eq!(listed.len(), 1);
+    assert_eq!(emulator.requests_of("DescribeInstances"), 3);
+    assert_eq!(calls.count(NAME, "DescribeInstances", "error"), 2);
+    assert_eq!(calls.count(NAME, "DescribeInstances", "ok"), 1);
+
+    emulator.fail_next(10, 500);
+    let error = provider
+        .list_instances(&TagSelector::new())
+        .await
+        .expect_err("every attempt fails");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert_eq!(
+        emulator.requests_of("DescribeInstances"),
+        6,
+        "3 attempts, then give up"
+    );
+}
+
+#[tokio::test]
+async fn malformed_ids_are_refused_without_any_request() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+
+    for bad in [
+        "",
+        "vm-1",
+        "i-",
+        "i-ABCDEFGH",
+        "i-2ze****",
+        "/subscriptions/x",
+        "i-2zeabcdefgh 1",
+    ] {
+        let error = provider.validate_instance_id(bad).expect_err(bad);
+        assert!(
+            matches!(
+                error,
+                Error::InvalidArgument {
+                    field: "instance_id",
+                    ..
+                }
+            ),
+            "{bad:?}: {error:?}"
+        );
+        let error = provider.delete_instance(bad).await.expect_err(bad);
+        assert_eq!(error.reason(), "InvalidArgument", "{bad:?}");
+    }
+    assert_eq!(emulator.requests(), 0);
+}
+
+#[tokio::test]
+async fn capacity_comes_from_account_attributes_and_the_clusters_instances() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[("TAGS", "cluster=c1")]);
+    emulator.create_sized_instance("pod-f", &[("cluster", "c1")], 4, 8192);
+    emulator.create_sized_instance("pod-g", &[("cluster", "c1")], 2, 4096);
+    emulator.create_sized_instance("other", &[("cluster", "c2")], 8, 32768);
+
+    let capacity = provider.capacity().await.expect("capacity");
+
+    let max_vcpus: u64 = DEFAULT_MAX_VCPUS.parse().expect("number");
+    assert_eq!(
+        capacity.vcpus,
+        Figure {
+            limit: Some(max_vcpus),
+            // The quota is the account's: every pay-as-you-go instance of the region counts.
+            in_use: Some(14)
+        }
+    );
+    assert_eq!(
+        capacity.instances,
+        Figure {
+            limit: None,
+            in_use: Some(2)
+        }
+    );
+    assert_eq!(
+        capacity.memory_mib,
+        Figure {
+            limit: None,
+            in_use: Some(12288)
+        }
+    );
+    assert_eq!(calls.count(NAME, "DescribeAccountAttributes", "ok"), 1);
+
+    emulator.set_account_attribute("max-postpaid-instance-vcpu-count", None);
+    emulator.set_account_attribute("used-postpaid-instance-vcpu-count", Some("30"));
+    let capacity = provider.capacity().await.expect("capacity");
+    assert_eq!(
+        capacity.vcpus,
+        Figure {
+            limit: None,
+            in_use: Some(30)
+        }
+    );
+}
+
+#[tokio::test]
+async fn listing_by_tags_pages_and_excludes_other_clusters() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    emulator.set_page_limit(2);
+    let mut ours: Vec<String> = (0..5)
+        .map(|n| emulator.create_vm(&format!("pod-{n}"), &[("cluster", "c1"), ("team", "pods")]))
+        .collect();
+    emulator.create_vm("theirs-1", &[("cluster", "c2"), ("team", "pods")]);
+    emulator.create_vm("untagged", &[]);
+    ours.sort();
+
+    let listed = provider
+        .list_instances(&selector(&[("cluster", "c1"), ("team", "pods")]))
+        .await
+        .expect("listed");
+
+    let ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ours.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(listed.iter().all(|i| i.created.is_some()));
+    assert!(
+        listed
+            .iter()
+            .all(|i| i.tags.get("cluster").map(String::as_str) == Some("c1"))
+    );
+    assert_eq!(
+        emulator.requests_of("DescribeInstances"),
+        3,
+        "pages of 2, 2 and 1"
+    );
+
+    let everything = provider
+        .list_instances(&TagSelector::new())
+        .await
+        .expect("all");
+    assert_eq!(everything.len(), 7);
+}
+
+#[tokio::test]
+async fn refused_credentials_are_unauthenticated_and_never_shown() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-h", &[]);
+    emulator.reject_credentials();
+
+    let error = provider.delete_instance(&id).await.expect_err("refused");
+
+    assert!(
+        matches!(error, Error::CloudUnauthenticated { .. }),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("SignatureDoesNotMatch"),
+        "{error}"
+    );
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        format!("{provider:?}"),
+    ] {
+        assert!(!shown.contains(ACCESS_KEY_SECRET), "{shown}");
+    }
+    let health = provider.health().await;
+    assert!(!health.healthy);
+    assert!(
+        !health.message.contains(ACCESS_KEY_SECRET),
+        "{}",
+        health.message
+    );
+    assert!(emulator.instance_exists(&id));
+    assert_eq!(
+        calls.count(NAME, "DescribeInstances", "error"),
+        1,
+        "not retried"
+    );
+
+    let (unknown_key, _) = provider_with_key(&emulator, "LTAI5tNotAKnownKeyId0");
+    let error = unknown_key
+        .list_instances(&TagSelector::new())
+        .await
+        .expect_err("unknown key");
+    assert!(
+        matches!(error, Error::CloudUnauthenticated { .. }),
+        "{error:?}"
+    );
+}
+
+fn provider_with_key(
+    emulator: &AlibabaCloudEmulator,
+    key: &str,
+) -> (AlibabaCloudProvider, CloudCalls) {
+    provider(emulator, &[("ALIBABACLOUD_ACCESS_KEY_ID", key)])
+}
+
+#[tokio::test]
+async fn health_is_one_authenticated_call() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let health = provider.health().await;
+
+    assert!(health.healthy, "{}", health.message);
+    assert!(health.message.contains("cn-beijing"));
+    assert_eq!(emulator.requests(), 1);
+    assert_eq!(calls.count(NAME, "DescribeAccountAttributes", "ok"), 1);
+}
+
+#[test]
+fn configuration_problems_name_the_key_and_call_nothing() {
+    let emulator = AlibabaCloudEmulator::start();
+    let without_secret: Vec<(String, String)> = emulator
+        .config()
+        .into_iter()
+        .filter(|(k, _)| k != "ALIBABACLOUD_ACCESS_KEY_SECRET")
+        .collect();
+    let error = AlibabaCloudProvider::from_config(
+        &ProviderConfig::from_pairs(without_secret),
+        CloudCalls::default(),
+    )
+    .expect_err("no secret");
+    assert!(
+        matches!(&error, Error::Config { key, .. } if key == "ALIBABACLOUD_ACCESS_KEY_SECRET"),
+        "{error:?}"
+    );
+
+    for (key, value) in [
+        ("ALIBABACLOUD_ECS_ENDPOINT", "ecs.internal:8080"),
+        ("ALIBABACLOUD_VPC_ENDPOINT", "ftp://vpc.internal"),
+        ("TAGS", "cluster"),
+        ("ALIBABACLOUD_MAX_ATTEMPTS", "many"),
+    ] {
+        let error = AlibabaCloudProvider::from_config(
+            &config(&emulator, &[(key, value)]),
+            CloudCalls::default(),
+        )
+        .expect_err(key);
+        assert!(
+            matches!(&error, Error::Config { key: k, .. } if k == key),
+            "{key}: {error:?}"
+        );
+        assert!(!error.to_string().contains(ACCESS_KEY_SECRET));
+    }
+    assert_eq!(
+        emulator.requests(),
+        0,
+        "building a provider never calls the cloud"
+    );
+}
+
+#[tokio::test]
+async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (guarded, _) = provider(&emulator, &[("CLUSTER_TAG", "cluster=c1")]);
+    let ours = emulator.create_vm("pod-ours", &[("cluster", "c1")]);
+    let theirs = emulator.create_vm("pod-theirs", &[("cluster", "c2")]);
+    let untagged = emulator.create_vm("pod-untagged", &[]);
+
+    for id in [&theirs, &untagged] {
+        let refused = guarded.delete_instance(id).await.expect_err("not ours");
+        assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
+        assert!(emulator.vm_or_parts_exist(id), "{id} must not be touched");
+    }
+    assert_eq!(emulator.requests_of("DeleteInstance"), 0);
+    assert_eq!(
+        guarded.delete_instance(&ours).await.expect("ours"),
+        DeleteOutcome::Deleted
+    );
+
+    // DELETE_UNTAGGED=allow turns the check off.
+    let (open, _) = provider(
+        &emulator,
+        &[("CLUSTER_TAG", "cluster=c1"), ("DELETE_UNTAGGED", "allow")],
+    );
+    assert_eq!(
+        open.delete_instance(&untagged).await.expect("allowed"),
+        DeleteOutcome::Deleted
+    );
+}
