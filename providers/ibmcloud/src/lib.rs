@@ -1,1 +1,29 @@
-//! provider-service backends for IBM Cloud VPC (ibmcloud) and IBM Power Virtual Server (ibmcloud-powervs): work in progress.
+//! provider-service backends for IBM Cloud: VPC virtual servers (`ibmcloud`) and Power
+//! Virtual Server (`ibmcloud-powervs`). IBM has no official Rust SDK: both speak IBM's
+//! documented REST APIs through `reqwest` (rustls with ring).
+//!
+//! - [`IbmCloudVpcProvider`], [`PowerVsProvider`]: the [`Provider`] implementations; the only
+//!   public entries, each built with `from_config`.
+//! - `settings`: configuration keys (cloud-api-adaptor's names) → settings.
+//! - `instance_id`: syntax of VPC and PowerVS instance ids.
+//! - `iam`: API key → bearer token, cached and refreshed; shared by both backends.
+//! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
+//! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
+//!
+//! [`Provider`]: peerpods_provider_core::Provider
+
+mod http;
+mod iam;
+mod instance_id;
+mod powervs;
+mod settings;
+mod tags;
+mod vpc;
+mod wait;
+
+pub use powervs::PowerVsProvider;
+pub use vpc::IbmCloudVpcProvider;
+
+/// The `cloud_provider` names of the two backends.
+pub const VPC_NAME: &str = vpc::NAME;
+pub const POWERVS_NAME: &str = powervs::NAME;

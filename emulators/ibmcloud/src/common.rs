@@ -1,0 +1,331 @@
+//! What both emulators share: the server thread, IAM's token endpoint, Global Tagging, the
+//! fault-injection knobs and the request counter.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+/// The API key the emulators accept.
+pub const API_KEY: &str = "emulated-ibmcloud-api-key-7f3a9c2e";
+/// The account every token and CRN belongs to.
+pub const ACCOUNT_ID: &str = "aa2432b1fa4d4ace891e9b80fc104e34";
+
+pub const IAM_TOKEN: &str = include_str!("../fixtures/iam_token.json");
+pub const IAM_API_KEY_NOT_FOUND: &str =
+    include_str!("../fixtures/iam_error_api_key_not_found.json");
+pub const TAG_LIST: &str = include_str!("../fixtures/tagging_tag_list.json");
+
+/// A fixture as JSON (fixtures are checked by this crate's tests, so they parse).
+pub fn fixture(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Faults to inject into the next cloud API calls (IAM excluded), and what was asked.
+#[derive(Default)]
+pub struct Knobs {
+    pub throttle_next: u32,
+    pub retry_after_seconds: u64,
+    pub fail_next: u32,
+    pub reject_api_key: bool,
+    pub revoke_issued_tokens: bool,
+    pub requests: u64,
+    pub requests_by_route: BTreeMap<String, u64>,
+    pub issued_tokens: BTreeSet<String>,
+    pub token_seq: u64,
+    /// The trusted profile IAM lets assume, and the compute-resource token it accepts for it.
+    pub trusted_profile: Option<(String, String)>,
+}
+
+/// A JSON answer.
+pub fn answer(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [("content-type", HeaderValue::from_static("application/json"))],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+pub fn no_content() -> Response {
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Counts the request and answers an injected fault if one is due.
+pub fn injected(
+    knobs: &mut Knobs,
+    route: &str,
+    throttled: &Value,
+    failed: &Value,
+) -> Option<Response> {
+    knobs.requests += 1;
+    *knobs.requests_by_route.entry(route.to_owned()).or_default() += 1;
+    if knobs.fail_next > 0 {
+        knobs.fail_next -= 1;
+        return Some(answer(StatusCode::SERVICE_UNAVAILABLE, failed));
+    }
+    if knobs.throttle_next > 0 {
+        knobs.throttle_next -= 1;
+        let mut response = answer(StatusCode::TOO_MANY_REQUESTS, throttled);
+        if let Ok(value) = HeaderValue::from_str(&knobs.retry_after_seconds.to_string()) {
+            response.headers_mut().insert("retry-after", value);
+        }
+        return Some(response);
+    }
+    None
+}
+
+/// Whether the request carries a bearer token this emulator issued and did not revoke.
+pub fn authorized(knobs: &Knobs, headers: &HeaderMap) -> bool {
+    let Some(token) = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    !knobs.revoke_issued_tokens && knobs.issued_tokens.contains(token)
+}
+
+/// `POST /identity/token`: the API key grant of IAM's identity token API.
+pub fn iam_token(knobs: &mut Knobs, body: &Bytes) -> Response {
+    knobs.requests += 1;
+    *knobs
+        .requests_by_route
+        .entry("POST /identity/token".into())
+        .or_default() += 1;
+    let form: BTreeMap<String, String> = url_decode_form(body);
+    let field = |name: &str| form.get(name).map(String::as_str);
+    let accepted = match field("grant_type") {
+        Some("urn:ibm:params:oauth:grant-type:apikey") => field("apikey") == Some(API_KEY),
+        Some("urn:ibm:params:oauth:grant-type:cr-token") => knobs
+            .trusted_profile
+            .as_ref()
+            .is_some_and(|(profile, token)| {
+                field("profile_id") == Some(profile.as_str())
+                    && field("cr_token") == Some(token.as_str())
+            }),
+        _ => {
+            let mut error = fixture(IAM_API_KEY_NOT_FOUND);
+            error["errorCode"] = json!("BXNIM0103E");
+            error["errorMessage"] = json!("Unsupported grant type.");
+            return answer(StatusCode::BAD_REQUEST, &error);
+        }
+    };
+    if knobs.reject_api_key || !accepted {
+        return answer(StatusCode::BAD_REQUEST, &fixture(IAM_API_KEY_NOT_FOUND));
+    }
+    knobs.token_seq += 1;
+    let now = jiff::Timestamp::now().as_second();
+    let claims = json!({
+        "iam_id": "iam-ServiceId-emulated",
+        "id": "iam-ServiceId-emulated",
+        "account": { "valid": true, "bss": ACCOUNT_ID },
+        "iat": now,
+        "exp": now + 3600,
+        "jti": format!("token-{}", knobs.token_seq),
+    });
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = format!(
+        "{}.{}.{}",
+        b64.encode(br#"{"kid":"20171030-00:00:00","alg":"RS256"}"#),
+        b64.encode(claims.to_string()),
+        b64.encode(format!("signature-{}", knobs.token_seq)),
+    );
+    knobs.revoke_issued_tokens = false;
+    knobs.issued_tokens.insert(token.clone());
+    let mut body = fixture(IAM_TOKEN);
+    body["access_token"] = json!(token);
+    body["expires_in"] = json!(3600);
+    body["expiration"] = json!(now + 3600);
+    answer(StatusCode::OK, &body)
+}
+
+/// `GET /v3/tags?attached_to=<crn>&offset=&limit=`: the Global Tagging API's tag list.
+pub fn tag_list(
+    tags: &BTreeMap<String, Vec<String>>,
+    query: &BTreeMap<String, String>,
+) -> Response {
+    let names = query
+        .get("attached_to")
+        .and_then(|crn| tags.get(crn))
+        .cloned()
+        .unwrap_or_default();
+    let offset: usize = query
+        .get("offset")
+        .and_then(|o| o.parse().ok())
+        .unwrap_or(0);
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(100);
+    let mut body = fixture(TAG_LIST);
+    body["total_count"] = json!(names.len());
+    body["offset"] = json!(offset);
+    body["limit"] = json!(limit);
+    body["items"] = names
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|name| json!({ "name": name }))
+        .collect();
+    answer(StatusCode::OK, &body)
+}
+
+/// `a=1&b=x%20y` → map (also used for query strings).
+pub fn url_decode_form(body: &[u8]) -> BTreeMap<String, String> {
+    String::from_utf8_lossy(body)
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
+                    .ok()
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
+                match hex {
+                    Some(b) => {
+                        out.push(b);
+                        i += 2;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An emulator's HTTP server: its own thread and tokio runtime, so it outlives any test's
+/// runtime and works from sync code; dropping it stops it.
+pub struct Server {
+    pub addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start(router: Router) -> std::io::Result<Server> {
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("ibmcloud-emulator".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _ = addr_tx.send(Err(e));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::bind("127.0.0.1:0").await {
+                        Ok(listener) => listener,
+                        Err(e) => {
+                            let _ = addr_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = addr_tx.send(listener.local_addr());
+                    tokio::select! {
+                        _ = axum::serve(listener, router) => {}
+                        _ = stop_rx => {}
+                    }
+                });
+            })?;
+        let addr = addr_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("emulator thread ended before listening"))??;
+        Ok(Server {
+            addr,
+            stop: Some(stop_tx),
+            thread: Some(thread),
+        })
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Shared state behind both emulators' routers.
+pub type Shared<T> = Arc<Mutex<T>>;
+
+/// A deterministic UUID-shaped id from a counter and a salt (no randomness needed in tests).
+pub fn uuid_like(seq: u64, salt: u32) -> String {
+    format!(
+        "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+        salt,
+        (seq >> 32) & 0xffff,
+        (seq >> 16) & 0xfff,
+        salt & 0xfff,
+        seq
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixtures_parse() {
+        for text in [IAM_TOKEN, IAM_API_KEY_NOT_FOUND, TAG_LIST] {
+            assert!(serde_json::from_str::<Value>(text).is_ok());
+        }
+    }
+
+    #[test]
+    fn forms_decode() {
+        let form = url_decode_form(b"grant_type=urn%3Aibm%3Aparams&apikey=a+b%2F");
+        assert_eq!(form["grant_type"], "urn:ibm:params");
+        assert_eq!(form["apikey"], "a b/");
+    }
+
+    #[test]
+    fn ids_look_like_uuids() {
+        let id = uuid_like(7, 0xabc);
+        assert_eq!(id.len(), 36);
+        assert_eq!(id.split('-').count(), 5);
+    }
+}

@@ -1,0 +1,437 @@
+//! The IBM Power Virtual Server emulator: IAM's token endpoint, the Power Cloud API endpoints
+//! the backend calls (one workspace, its `pvm-instances`) and Global Tagging.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::{Value, json};
+use test_support::cloud::CloudEmulator;
+
+use crate::common::{
+    ACCOUNT_ID, API_KEY, Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected,
+    lock, tag_list, url_decode_form, uuid_like,
+};
+
+const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
+const PVM_INSTANCES: &str = include_str!("../fixtures/power_pvm_instances.json");
+const WORKSPACE: &str = include_str!("../fixtures/power_workspace.json");
+const NOT_FOUND: &str = include_str!("../fixtures/power_error_not_found.json");
+const UNAUTHORIZED: &str = include_str!("../fixtures/power_error_unauthorized.json");
+const TOO_MANY_REQUESTS: &str = include_str!("../fixtures/power_error_too_many_requests.json");
+const INTERNAL: &str = include_str!("../fixtures/power_error_internal.json");
+
+/// The workspace (cloud instance) id the emulator serves.
+pub const WORKSPACE_ID: &str = "7e0ba4c4-4d5e-4b3b-9c5e-0d1e2f3a4b5c";
+/// Its zone.
+pub const ZONE: &str = "dal10";
+
+struct PvmInstance {
+    name: String,
+    crn: String,
+    created: String,
+    processors: f64,
+    memory_gb: f64,
+    boot_volume: String,
+    network_port: String,
+    deleting_polls_left: Option<u32>,
+}
+
+#[derive(Default)]
+struct PowerState {
+    knobs: Knobs,
+    seq: u64,
+    instances: BTreeMap<String, PvmInstance>,
+    /// Volumes and network ports that exist, with their instance.
+    volumes: BTreeMap<String, String>,
+    ports: BTreeMap<String, String>,
+    tags: BTreeMap<String, Vec<String>>,
+    deleting_polls: u32,
+    /// Workspace limits: instances, processors, memory (GB); `None` leaves them out.
+    limits: Option<(f64, f64, f64)>,
+}
+
+/// A running Power Virtual Server emulator on 127.0.0.1.
+pub struct PowerVsEmulator {
+    state: Shared<PowerState>,
+    server: Server,
+}
+
+impl PowerVsEmulator {
+    /// Starts the emulator on a free port.
+    pub fn start() -> std::io::Result<Self> {
+        let state: Shared<PowerState> = Arc::new(Mutex::new(PowerState {
+            deleting_polls: 2,
+            limits: Some((50.0, 100.0, 800.0)),
+            ..PowerState::default()
+        }));
+        let router = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let server = Server::start(router)?;
+        Ok(PowerVsEmulator { state, server })
+    }
+
+    /// The emulator's base URL (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// The next `calls` cloud API calls answer 429 with `Retry-After: retry_after_seconds`.
+    pub fn throttle_next(&self, calls: u32, retry_after_seconds: u64) {
+        let mut state = lock(&self.state);
+        state.knobs.throttle_next = calls;
+        state.knobs.retry_after_seconds = retry_after_seconds;
+    }
+
+    /// The next `calls` cloud API calls answer 503.
+    pub fn fail_next(&self, calls: u32) {
+        lock(&self.state).knobs.fail_next = calls;
+    }
+
+    /// IAM refuses the API key while `reject` is set.
+    pub fn reject_api_key(&self, reject: bool) {
+        lock(&self.state).knobs.reject_api_key = reject;
+    }
+
+    /// Every token issued so far is refused (401) until IAM issues a new one.
+    pub fn revoke_tokens(&self) {
+        lock(&self.state).knobs.revoke_issued_tokens = true;
+    }
+
+    /// Requests received so far (IAM included).
+    pub fn requests(&self) -> u64 {
+        lock(&self.state).knobs.requests
+    }
+
+    /// Requests received so far for one route, e.g. `DELETE pvm-instances/{id}`.
+    pub fn requests_to(&self, route: &str) -> u64 {
+        lock(&self.state)
+            .knobs
+            .requests_by_route
+            .get(route)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many GETs an instance is still listed after its DELETE (default 2).
+    pub fn set_deleting_polls(&self, polls: u32) {
+        lock(&self.state).deleting_polls = polls;
+    }
+
+    /// The workspace's limits (instances, processors, memory in GB); `None` removes them.
+    pub fn set_limits(&self, limits: Option<(f64, f64, f64)>) {
+        lock(&self.state).limits = limits;
+    }
+
+    /// Creates an instance as [`CloudEmulator::create_vm`] does, with this size.
+    pub fn create_vm_sized(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        processors: f64,
+        memory_gb: f64,
+    ) -> String {
+        let mut state = lock(&self.state);
+        state.seq += 1;
+        let seq = state.seq;
+        let id = uuid_like(seq, 0x2f9d_7c66);
+        let crn = format!(
+            "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
+        );
+        let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
+        let network_port = uuid_like(seq, 0x4f6f_2c4e);
+        state.volumes.insert(boot_volume.clone(), id.clone());
+        state.ports.insert(network_port.clone(), id.clone());
+        if !tags.is_empty() {
+            state.tags.insert(
+                crn.clone(),
+                tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
+            );
+        }
+        state.instances.insert(
+            id.clone(),
+            PvmInstance {
+                name: name.to_owned(),
+                crn,
+                created: format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60),
+                processors,
+                memory_gb,
+                boot_volume,
+                network_port,
+                deleting_polls_left: None,
+            },
+        );
+        id
+    }
+
+    /// Whether the instance's deletion was accepted and it is still listed.
+    pub fn is_deleting(&self, id: &str) -> bool {
+        lock(&self.state)
+            .instances
+            .get(id)
+            .is_some_and(|i| i.deleting_polls_left.is_some())
+    }
+
+    /// Accepts a deletion of the instance, as if someone else had asked just now.
+    pub fn start_deleting(&self, id: &str) {
+        let mut state = lock(&self.state);
+        let polls = state.deleting_polls;
+        if let Some(instance) = state.instances.get_mut(id) {
+            instance.deleting_polls_left = Some(polls);
+        }
+    }
+}
+
+impl CloudEmulator for PowerVsEmulator {
+    fn provider(&self) -> &'static str {
+        "ibmcloud-powervs"
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        let url = self.url();
+        [
+            ("CLOUD_PROVIDER", "ibmcloud-powervs".to_owned()),
+            ("IBMCLOUD_API_KEY", API_KEY.to_owned()),
+            ("IBMCLOUD_IAM_ENDPOINT", url.clone()),
+            ("IBMCLOUD_POWER_API_ENDPOINT", url.clone()),
+            ("IBMCLOUD_TAGGING_ENDPOINT", url),
+            ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
+            ("POWERVS_ZONE", ZONE.to_owned()),
+            ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
+            ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
+            ("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "10".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// An instance as cloud-api-adaptor creates it (0.5 shared processors, 2 GB, a boot volume
+    /// and a port on the configured network, both deleted with it). cloud-api-adaptor tags
+    /// PowerVS instances with nothing; `tags` become user tags for tests of tag selectors.
+    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        self.create_vm_sized(name, tags, 0.5, 2.0)
+    }
+
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        let state = lock(&self.state);
+        state.instances.contains_key(instance_id)
+            || state.volumes.values().any(|i| i == instance_id)
+            || state.ports.values().any(|i| i == instance_id)
+    }
+}
+
+fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response {
+    let mut body = fixture(text);
+    if let Some(description) = description {
+        body["description"] = json!(description);
+        body["message"] = json!(description);
+    }
+    answer(status, &body)
+}
+
+async fn handle(
+    State(state): State<Shared<PowerState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut state = lock(&state);
+    let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
+    if method == Method::POST && path == ["identity", "token"] {
+        return iam_token(&mut state.knobs, &body);
+    }
+    let route = route_name(&method, &path);
+    if let Some(fault) = injected(
+        &mut state.knobs,
+        &route,
+        &fixture(TOO_MANY_REQUESTS),
+        &fixture(INTERNAL),
+    ) {
+        return fault;
+    }
+    if !authorized(&state.knobs, &headers) {
+        return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED, None);
+    }
+    if path.first() == Some(&"v3") {
+        return match (&method, path.as_slice()) {
+            (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
+            _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
+        };
+    }
+    let expected_crn =
+        format!("crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}::");
+    if headers.get("crn").and_then(|v| v.to_str().ok()) != Some(expected_crn.as_str()) {
+        return error(
+            StatusCode::UNAUTHORIZED,
+            UNAUTHORIZED,
+            Some("the CRN header is missing or does not name this workspace"),
+        );
+    }
+    match (&method, path.as_slice()) {
+        (_, ["pcloud", "v1", "cloud-instances", workspace, ..]) if *workspace != WORKSPACE_ID => {
+            error(
+                StatusCode::NOT_FOUND,
+                NOT_FOUND,
+                Some("cloud instance does not exist"),
+            )
+        }
+        (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(&state),
+        (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
+            let mut body = fixture(PVM_INSTANCES);
+            body["pvmInstances"] = state
+                .instances
+                .iter()
+                .map(|(id, i)| instance_json(id, i))
+                .collect();
+            answer(StatusCode::OK, &body)
+        }
+        (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
+            get_instance(&mut state, id)
+        }
+        (&Method::DELETE, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
+            let polls = state.deleting_polls;
+            match state.instances.get_mut(*id) {
+                None => not_found(id),
+                Some(instance) => {
+                    if instance.deleting_polls_left.is_none() {
+                        instance.deleting_polls_left = Some(polls);
+                    }
+                    answer(StatusCode::OK, &json!({}))
+                }
+            }
+        }
+        _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
+    }
+}
+
+fn not_found(id: &str) -> Response {
+    let text = format!("pvm-instance does not exist. ID: {id}");
+    error(StatusCode::NOT_FOUND, NOT_FOUND, Some(&text))
+}
+
+/// `GET .../pvm-instances/2f9d...` → `GET pvm-instances/{id}`, for request counts.
+fn route_name(method: &Method, path: &[&str]) -> String {
+    match path {
+        ["pcloud", "v1", "cloud-instances", _] => format!("{method} cloud-instances/{{id}}"),
+        ["pcloud", "v1", "cloud-instances", _, "pvm-instances"] => {
+            format!("{method} pvm-instances")
+        }
+        ["pcloud", "v1", "cloud-instances", _, "pvm-instances", _] => {
+            format!("{method} pvm-instances/{{id}}")
+        }
+        _ => format!("{method} /{}", path.join("/")),
+    }
+}
+
+fn instance_json(id: &str, i: &PvmInstance) -> Value {
+    let mut v = fixture(PVM_INSTANCE);
+    v["pvmInstanceID"] = json!(id);
+    v["serverName"] = json!(i.name);
+    v["crn"] = json!(i.crn);
+    v["creationDate"] = json!(i.created);
+    v["processors"] = json!(i.processors);
+    v["memory"] = json!(i.memory_gb);
+    v["volumeIDs"] = json!([i.boot_volume]);
+    v["networks"][0]["networkID"] = json!(i.network_port);
+    v["href"] = json!(format!(
+        "/pcloud/v1/cloud-instances/{WORKSPACE_ID}/pvm-instances/{id}"
+    ));
+    v
+}
+
+fn get_instance(state: &mut PowerState, id: &str) -> Response {
+    let finished = match state.instances.get_mut(id) {
+        None => return not_found(id),
+        Some(i) => match i.deleting_polls_left {
+            Some(0) => true,
+            Some(n) => {
+                i.deleting_polls_left = Some(n - 1);
+                false
+            }
+            None => false,
+        },
+    };
+    if finished {
+        if let Some(instance) = state.instances.remove(id) {
+            state.tags.remove(&instance.crn);
+        }
+        state.volumes.retain(|_, owner| owner != id);
+        state.ports.retain(|_, owner| owner != id);
+        return not_found(id);
+    }
+    match state.instances.get(id) {
+        Some(i) => answer(StatusCode::OK, &instance_json(id, i)),
+        None => not_found(id),
+    }
+}
+
+fn workspace(state: &PowerState) -> Response {
+    let mut body = fixture(WORKSPACE);
+    body["cloudInstanceID"] = json!(WORKSPACE_ID);
+    body["tenantID"] = json!(ACCOUNT_ID);
+    body["region"] = json!(ZONE);
+    match state.limits {
+        Some((instances, processors, memory)) => {
+            body["limits"]["instances"] = json!(instances);
+            body["limits"]["processors"] = json!(processors);
+            body["limits"]["memory"] = json!(memory);
+        }
+        None => {
+            if let Some(object) = body.as_object_mut() {
+                object.remove("limits");
+            }
+        }
+    }
+    let instances = &state.instances;
+    body["usage"]["instances"] = json!(instances.len());
+    body["usage"]["processors"] = json!(instances.values().map(|i| i.processors).sum::<f64>());
+    body["usage"]["procUnits"] = body["usage"]["processors"].clone();
+    body["usage"]["memory"] = json!(instances.values().map(|i| i.memory_gb).sum::<f64>());
+    body["pvmInstances"] = instances
+        .iter()
+        .map(|(id, i)| json!({ "id": id, "name": i.name, "href": format!("/pcloud/v1/cloud-instances/{WORKSPACE_ID}/pvm-instances/{id}") }))
+        .collect();
+    answer(StatusCode::OK, &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixtures_parse() {
+        for text in [
+            PVM_INSTANCE,
+            PVM_INSTANCES,
+            WORKSPACE,
+            NOT_FOUND,
+            UNAUTHORIZED,
+            TOO_MANY_REQUESTS,
+            INTERNAL,
+        ] {
+            assert!(serde_json::from_str::<Value>(text).is_ok());
+        }
+    }
+
+    #[test]
+    fn parts_exist_until_the_instance_is_gone() {
+        let emulator = PowerVsEmulator::start().expect("emulator");
+        let id = emulator.create_vm("podvm-a", &[]);
+        assert!(emulator.vm_or_parts_exist(&id));
+        emulator.set_deleting_polls(0);
+        emulator.start_deleting(&id);
+        {
+            let mut state = lock(&emulator.state);
+            let _ = get_instance(&mut state, &id);
+        }
+        assert!(!emulator.vm_or_parts_exist(&id));
+    }
+}

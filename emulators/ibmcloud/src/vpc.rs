@@ -1,0 +1,557 @@
+//! The IBM Cloud VPC emulator: IAM's token endpoint, the VPC API endpoints the backend calls
+//! (instances, their network interfaces' floating IPs, floating IPs) and Global Tagging.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::{Value, json};
+use test_support::cloud::CloudEmulator;
+
+use crate::common::{
+    ACCOUNT_ID, API_KEY, Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected,
+    lock, no_content, tag_list, url_decode_form, uuid_like,
+};
+
+const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
+const INSTANCE_COLLECTION: &str = include_str!("../fixtures/vpc_instance_collection.json");
+const FLOATING_IP: &str = include_str!("../fixtures/vpc_floating_ip.json");
+const NOT_FOUND: &str = include_str!("../fixtures/vpc_error_not_found.json");
+const UNAUTHORIZED: &str = include_str!("../fixtures/vpc_error_unauthorized.json");
+const TOO_MANY_REQUESTS: &str = include_str!("../fixtures/vpc_error_too_many_requests.json");
+const INTERNAL: &str = include_str!("../fixtures/vpc_error_internal.json");
+
+/// The zone every emulated instance lives in.
+pub const ZONE: &str = "us-south-1";
+
+struct VpcInstance {
+    name: String,
+    crn: String,
+    created_at: String,
+    network_interface: String,
+    boot_volume: String,
+    vcpus: u64,
+    memory_gib: u64,
+    status: String,
+    /// After a DELETE: how many more GETs still show `deleting`.
+    deleting_polls_left: u32,
+}
+
+struct FloatingIp {
+    name: String,
+    address: String,
+    /// The network interface it is bound to, and that interface's instance.
+    target: Option<(String, String)>,
+    /// The instance it was reserved for (what "its parts" means in tests).
+    reserved_for: String,
+}
+
+#[derive(Default)]
+struct VpcState {
+    knobs: Knobs,
+    base_url: String,
+    seq: u64,
+    instances: BTreeMap<String, VpcInstance>,
+    /// Network interfaces and boot volumes that exist, by id, with their instance.
+    network_interfaces: BTreeMap<String, String>,
+    volumes: BTreeMap<String, String>,
+    floating_ips: BTreeMap<String, FloatingIp>,
+    /// User tags by CRN (Global Tagging).
+    tags: BTreeMap<String, Vec<String>>,
+    deleting_polls: u32,
+}
+
+/// A running VPC emulator on 127.0.0.1.
+pub struct VpcEmulator {
+    state: Shared<VpcState>,
+    server: Server,
+}
+
+impl VpcEmulator {
+    /// Starts the emulator on a free port.
+    pub fn start() -> std::io::Result<Self> {
+        let state: Shared<VpcState> = Arc::new(Mutex::new(VpcState {
+            deleting_polls: 2,
+            ..VpcState::default()
+        }));
+        let router = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let server = Server::start(router)?;
+        lock(&state).base_url = server.url();
+        Ok(VpcEmulator { state, server })
+    }
+
+    /// The emulator's base URL (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+
+    /// The next `calls` cloud API calls answer 429 with `Retry-After: retry_after_seconds`.
+    pub fn throttle_next(&self, calls: u32, retry_after_seconds: u64) {
+        let mut state = lock(&self.state);
+        state.knobs.throttle_next = calls;
+        state.knobs.retry_after_seconds = retry_after_seconds;
+    }
+
+    /// The next `calls` cloud API calls answer 503.
+    pub fn fail_next(&self, calls: u32) {
+        lock(&self.state).knobs.fail_next = calls;
+    }
+
+    /// IAM refuses the API key (as it does a deleted one) while `reject` is set.
+    pub fn reject_api_key(&self, reject: bool) {
+        lock(&self.state).knobs.reject_api_key = reject;
+    }
+
+    /// IAM lets `profile_id` be assumed with the compute-resource token `cr_token`.
+    pub fn trust_profile(&self, profile_id: &str, cr_token: &str) {
+        lock(&self.state).knobs.trusted_profile =
+            Some((profile_id.to_owned(), cr_token.to_owned()));
+    }
+
+    /// Every token issued so far is refused (401) until IAM issues a new one.
+    pub fn revoke_tokens(&self) {
+        lock(&self.state).knobs.revoke_issued_tokens = true;
+    }
+
+    /// Requests received so far (IAM included).
+    pub fn requests(&self) -> u64 {
+        lock(&self.state).knobs.requests
+    }
+
+    /// Requests received so far for one route, e.g. `DELETE /v1/instances/{id}`.
+    pub fn requests_to(&self, route: &str) -> u64 {
+        lock(&self.state)
+            .knobs
+            .requests_by_route
+            .get(route)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many GETs an instance stays `deleting` after its DELETE (default 2).
+    pub fn set_deleting_polls(&self, polls: u32) {
+        lock(&self.state).deleting_polls = polls;
+    }
+
+    /// Creates an instance as [`CloudEmulator::create_vm`] does, with this profile.
+    pub fn create_vm_with_profile(
+        &self,
+        name: &str,
+        tags: &[(&str, &str)],
+        vcpus: u64,
+        memory_gib: u64,
+    ) -> String {
+        let mut state = lock(&self.state);
+        state.seq += 1;
+        let seq = state.seq;
+        let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
+        let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
+        let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
+        let crn = format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}");
+        state
+            .network_interfaces
+            .insert(network_interface.clone(), id.clone());
+        state.volumes.insert(boot_volume.clone(), id.clone());
+        state.tags.insert(
+            crn.clone(),
+            tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
+        );
+        state.instances.insert(
+            id.clone(),
+            VpcInstance {
+                name: name.to_owned(),
+                crn,
+                created_at: format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60),
+                network_interface,
+                boot_volume,
+                vcpus,
+                memory_gib,
+                status: "running".into(),
+                deleting_polls_left: 0,
+            },
+        );
+        id
+    }
+
+    /// Reserves a floating IP bound to the instance's primary network interface (what an
+    /// operator or an older cloud-api-adaptor does for public access). Returns its id.
+    pub fn attach_floating_ip(&self, instance_id: &str) -> Option<String> {
+        let mut state = lock(&self.state);
+        let nic = state.instances.get(instance_id)?.network_interface.clone();
+        state.seq += 1;
+        let seq = state.seq;
+        let id = format!("0717-{}", uuid_like(seq, 0x2ab0_a6e5));
+        state.floating_ips.insert(
+            id.clone(),
+            FloatingIp {
+                name: format!("fip-{seq}"),
+                address: format!("192.0.2.{}", seq % 250 + 1),
+                target: Some((nic, instance_id.to_owned())),
+                reserved_for: instance_id.to_owned(),
+            },
+        );
+        Some(id)
+    }
+
+    /// Whether the floating IP is still reserved.
+    pub fn floating_ip_exists(&self, id: &str) -> bool {
+        lock(&self.state).floating_ips.contains_key(id)
+    }
+
+    /// The instance's status (`running`, `deleting`), `None` once gone.
+    pub fn instance_status(&self, id: &str) -> Option<String> {
+        lock(&self.state)
+            .instances
+            .get(id)
+            .map(|i| i.status.clone())
+    }
+
+    /// Puts the instance in `deleting`, as if someone else had deleted it just now.
+    pub fn start_deleting(&self, id: &str) {
+        let mut state = lock(&self.state);
+        let polls = state.deleting_polls;
+        if let Some(instance) = state.instances.get_mut(id) {
+            instance.status = "deleting".into();
+            instance.deleting_polls_left = polls;
+        }
+    }
+}
+
+impl CloudEmulator for VpcEmulator {
+    fn provider(&self) -> &'static str {
+        "ibmcloud"
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        let url = self.url();
+        [
+            ("CLOUD_PROVIDER", "ibmcloud".to_owned()),
+            ("IBMCLOUD_API_KEY", API_KEY.to_owned()),
+            ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
+            ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
+            ("IBMCLOUD_TAGGING_ENDPOINT", url.clone()),
+            ("IBMCLOUD_ZONE", ZONE.to_owned()),
+            ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
+            ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
+            ("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "10".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// An instance as cloud-api-adaptor creates it: profile bx2-2x8, a primary network
+    /// interface, a boot volume deleted with the instance, and `tags` as `key:value` user tags.
+    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        self.create_vm_with_profile(name, tags, 2, 8)
+    }
+
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        let state = lock(&self.state);
+        state.instances.contains_key(instance_id)
+            || state.network_interfaces.values().any(|i| i == instance_id)
+            || state.volumes.values().any(|i| i == instance_id)
+            || state
+                .floating_ips
+                .values()
+                .any(|f| f.reserved_for == instance_id)
+    }
+}
+
+fn error(status: StatusCode, text: &str) -> Response {
+    answer(status, &fixture(text))
+}
+
+fn not_found(target: &str, message: &str) -> Response {
+    let mut body = fixture(NOT_FOUND);
+    body["errors"][0]["message"] = json!(message);
+    body["errors"][0]["target"]["value"] = json!(target);
+    answer(StatusCode::NOT_FOUND, &body)
+}
+
+fn bad_request(message: &str) -> Response {
+    let mut body = fixture(NOT_FOUND);
+    body["errors"][0]["code"] = json!("bad_request");
+    body["errors"][0]["message"] = json!(message);
+    body["status_code"] = json!(400);
+    answer(StatusCode::BAD_REQUEST, &body)
+}
+
+async fn handle(
+    State(state): State<Shared<VpcState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let mut state = lock(&state);
+    let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
+    if method == Method::POST && path == ["identity", "token"] {
+        return iam_token(&mut state.knobs, &body);
+    }
+    let route = route_name(&method, &path);
+    if let Some(fault) = injected(
+        &mut state.knobs,
+        &route,
+        &fixture(TOO_MANY_REQUESTS),
+        &fixture(INTERNAL),
+    ) {
+        return fault;
+    }
+    if !authorized(&state.knobs, &headers) {
+        return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED);
+    }
+    if path.first() == Some(&"v3") {
+        return match (&method, path.as_slice()) {
+            (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
+            _ => not_found(uri.path(), "route not found"),
+        };
+    }
+    let dated = query
+        .get("version")
+        .is_some_and(|v| v.len() == 10 && v.as_bytes()[4] == b'-');
+    if !dated || query.get("generation").map(String::as_str) != Some("2") {
+        return bad_request("The version and generation=2 query parameters are required");
+    }
+    match (&method, path.as_slice()) {
+        (&Method::GET, ["v1", "instances"]) => list_instances(&state, &query),
+        (&Method::GET, ["v1", "instances", id]) => get_instance(&mut state, id),
+        (&Method::DELETE, ["v1", "instances", id]) => delete_instance(&mut state, id),
+        (
+            &Method::GET,
+            [
+                "v1",
+                "instances",
+                id,
+                "network_interfaces",
+                nic,
+                "floating_ips",
+            ],
+        ) => floating_ips_of(&state, id, nic),
+        (&Method::DELETE, ["v1", "floating_ips", id]) => {
+            if state.floating_ips.remove(*id).is_some() {
+                no_content()
+            } else {
+                not_found(id, "Floating IP not found")
+            }
+        }
+        _ => not_found(uri.path(), "route not found"),
+    }
+}
+
+/// `GET /v1/instances/0717_x` → `GET /v1/instances/{id}`, for request counts.
+fn route_name(method: &Method, path: &[&str]) -> String {
+    let generic: Vec<&str> = path
+        .iter()
+        .enumerate()
+        .map(|(i, part)| match (i, path.first()) {
+            (2, Some(&"v1")) => "{id}",
+            (4, Some(&"v1")) => "{nic}",
+            _ => part,
+        })
+        .collect();
+    format!("{method} /{}", generic.join("/"))
+}
+
+fn instance_json(base: &str, id: &str, i: &VpcInstance) -> Value {
+    let mut v = fixture(INSTANCE);
+    let nic_href = format!(
+        "{base}/v1/instances/{id}/network_interfaces/{}",
+        i.network_interface
+    );
+    v["id"] = json!(id);
+    v["crn"] = json!(i.crn);
+    v["href"] = json!(format!("{base}/v1/instances/{id}"));
+    v["name"] = json!(i.name);
+    v["status"] = json!(i.status);
+    v["created_at"] = json!(i.created_at);
+    v["memory"] = json!(i.memory_gib);
+    v["vcpu"]["count"] = json!(i.vcpus);
+    v["profile"]["name"] = json!(format!("bx2-{}x{}", i.vcpus, i.memory_gib));
+    v["boot_volume_attachment"]["volume"]["id"] = json!(i.boot_volume);
+    v["primary_network_interface"]["id"] = json!(i.network_interface);
+    v["primary_network_interface"]["href"] = json!(nic_href);
+    v["network_interfaces"][0]["id"] = json!(i.network_interface);
+    v["network_interfaces"][0]["href"] = json!(nic_href);
+    v["zone"]["name"] = json!(ZONE);
+    v
+}
+
+fn list_instances(state: &VpcState, query: &BTreeMap<String, String>) -> Response {
+    let limit: usize = query
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(50)
+        .clamp(1, 100);
+    let base = &state.base_url;
+    let start = query.get("start").cloned().unwrap_or_default();
+    let page: Vec<(&String, &VpcInstance)> =
+        state.instances.range(start..).take(limit + 1).collect();
+    let mut body = fixture(INSTANCE_COLLECTION);
+    body["limit"] = json!(limit);
+    body["total_count"] = json!(state.instances.len());
+    body["first"]["href"] = json!(format!("{base}/v1/instances?limit={limit}"));
+    body["instances"] = page
+        .iter()
+        .take(limit)
+        .map(|(id, i)| instance_json(base, id, i))
+        .collect();
+    match page.get(limit) {
+        Some((next, _)) => {
+            body["next"]["href"] = json!(format!("{base}/v1/instances?start={next}&limit={limit}"));
+        }
+        None => {
+            if let Some(object) = body.as_object_mut() {
+                object.remove("next");
+            }
+        }
+    }
+    answer(StatusCode::OK, &body)
+}
+
+fn get_instance(state: &mut VpcState, id: &str) -> Response {
+    let finished = match state.instances.get_mut(id) {
+        None => return not_found(id, "Instance not found"),
+        Some(i) if i.status == "deleting" && i.deleting_polls_left == 0 => true,
+        Some(i) => {
+            if i.status == "deleting" {
+                i.deleting_polls_left -= 1;
+            }
+            false
+        }
+    };
+    if finished {
+        remove_instance(state, id);
+        return not_found(id, "Instance not found");
+    }
+    match state.instances.get(id) {
+        Some(i) => answer(StatusCode::OK, &instance_json(&state.base_url, id, i)),
+        None => not_found(id, "Instance not found"),
+    }
+}
+
+/// The instance is gone: with it its network interfaces and its boot volume; floating IPs
+/// bound to its interfaces are only unbound (they stay reserved), as the VPC API documents.
+fn remove_instance(state: &mut VpcState, id: &str) {
+    if let Some(instance) = state.instances.remove(id) {
+        state.tags.remove(&instance.crn);
+    }
+    state.network_interfaces.retain(|_, owner| owner != id);
+    state.volumes.retain(|_, owner| owner != id);
+    for ip in state.floating_ips.values_mut() {
+        if ip.target.as_ref().is_some_and(|(_, owner)| owner == id) {
+            ip.target = None;
+        }
+    }
+}
+
+fn delete_instance(state: &mut VpcState, id: &str) -> Response {
+    let polls = state.deleting_polls;
+    match state.instances.get_mut(id) {
+        None => not_found(id, "Instance not found"),
+        Some(instance) => {
+            if instance.status != "deleting" {
+                instance.status = "deleting".into();
+                instance.deleting_polls_left = polls;
+            }
+            no_content()
+        }
+    }
+}
+
+fn floating_ips_of(state: &VpcState, instance_id: &str, nic: &str) -> Response {
+    let Some(instance) = state.instances.get(instance_id) else {
+        return not_found(instance_id, "Instance not found");
+    };
+    if instance.network_interface != nic {
+        return not_found(nic, "Network interface not found");
+    }
+    let base = &state.base_url;
+    let ips: Vec<Value> = state
+        .floating_ips
+        .iter()
+        .filter(|(_, ip)| ip.target.as_ref().is_some_and(|(n, _)| n == nic))
+        .map(|(id, ip)| {
+            let mut v = fixture(FLOATING_IP);
+            v["id"] = json!(id);
+            v["name"] = json!(ip.name);
+            v["address"] = json!(ip.address);
+            v["href"] = json!(format!("{base}/v1/floating_ips/{id}"));
+            v["crn"] = json!(format!(
+                "crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::floating-ip:{id}"
+            ));
+            v["target"]["id"] = json!(nic);
+            v["target"]["href"] = json!(format!(
+                "{base}/v1/instances/{instance_id}/network_interfaces/{nic}"
+            ));
+            v
+        })
+        .collect();
+    answer(StatusCode::OK, &json!({ "floating_ips": ips }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixtures_parse() {
+        for text in [
+            INSTANCE,
+            INSTANCE_COLLECTION,
+            FLOATING_IP,
+            NOT_FOUND,
+            UNAUTHORIZED,
+            TOO_MANY_REQUESTS,
+            INTERNAL,
+        ] {
+            assert!(serde_json::from_str::<Value>(text).is_ok());
+        }
+    }
+
+    #[test]
+    fn routes_are_named_without_ids() {
+        assert_eq!(
+            route_name(&Method::DELETE, &["v1", "instances", "0717_x"]),
+            "DELETE /v1/instances/{id}"
+        );
+        assert_eq!(
+            route_name(
+                &Method::GET,
+                &[
+                    "v1",
+                    "instances",
+                    "0717_x",
+                    "network_interfaces",
+                    "n",
+                    "floating_ips"
+                ]
+            ),
+            "GET /v1/instances/{id}/network_interfaces/{nic}/floating_ips"
+        );
+    }
+
+    #[test]
+    fn an_instance_and_its_parts_exist_until_deleted() {
+        let emulator = VpcEmulator::start().expect("emulator");
+        let id = emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
+        let fip = emulator.attach_floating_ip(&id).expect("fip");
+        assert!(emulator.vm_or_parts_exist(&id));
+        {
+            let mut state = lock(&emulator.state);
+            remove_instance(&mut state, &id);
+        }
+        // The floating IP outlives the instance, unbound: still a part that exists.
+        assert!(emulator.floating_ip_exists(&fip));
+        assert!(emulator.vm_or_parts_exist(&id));
+        lock(&emulator.state).floating_ips.remove(&fip);
+        assert!(!emulator.vm_or_parts_exist(&id));
+    }
+}

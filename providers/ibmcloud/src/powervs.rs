@@ -1,0 +1,308 @@
+//! The IBM Power Virtual Server backend (`ibmcloud-powervs`): the Power Cloud API's
+//! `pvm-instances` of the one workspace (cloud instance) cloud-api-adaptor is configured with.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use peerpods_provider_core::{
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
+    ProviderConfig, ProviderName, Redactor, TagSelector,
+};
+use serde::Deserialize;
+
+use crate::http::{Cloud, Http};
+use crate::iam::{Iam, Token};
+use crate::settings::PowerVsSettings;
+use crate::{instance_id, tags, wait};
+
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "ibmcloud-powervs";
+
+/// IBM Power Virtual Server instances of one workspace.
+pub struct PowerVsProvider {
+    cloud: Cloud,
+    settings: PowerVsSettings,
+    /// `<power endpoint>/pcloud/v1/cloud-instances/<workspace>`.
+    workspace_url: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PvmInstance {
+    #[serde(rename = "pvmInstanceID")]
+    pvm_instance_id: String,
+    #[serde(default)]
+    creation_date: Option<String>,
+    #[serde(default)]
+    crn: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PvmInstances {
+    #[serde(default)]
+    pvm_instances: Vec<PvmInstance>,
+}
+
+/// The workspace (`GET /pcloud/v1/cloud-instances/{id}`), only its quota figures.
+#[derive(Deserialize)]
+struct Workspace {
+    #[serde(default)]
+    limits: Option<Figures>,
+    #[serde(default)]
+    usage: Option<Figures>,
+}
+
+/// `CloudInstanceUsageLimits`: instances, processors (may be fractional), memory in GB.
+#[derive(Deserialize, Default)]
+struct Figures {
+    instances: Option<f64>,
+    processors: Option<f64>,
+    memory: Option<f64>,
+}
+
+impl PowerVsProvider {
+    /// Builds the backend from the `POWERVS_*` and `IBMCLOUD_*` keys of `config`, counting its
+    /// calls in `calls`. Never calls the cloud.
+    pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
+        let settings = PowerVsSettings::from_config(config)?;
+        let redactor = Redactor::new(settings.iam.secrets());
+        let http = Http::new(NAME, calls, redactor, settings.policy.clone())?;
+        Ok(PowerVsProvider {
+            cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
+            workspace_url: format!(
+                "{}/pcloud/v1/cloud-instances/{}",
+                settings.power_url, settings.workspace_id
+            ),
+            settings,
+        })
+    }
+
+    /// A Power API request with its bearer token and the workspace CRN header.
+    fn request(&self, request: reqwest::RequestBuilder, token: &Token) -> reqwest::RequestBuilder {
+        let crn = workspace_crn(
+            &self.settings.power_url,
+            &self.settings.zone,
+            token.account.as_deref().unwrap_or_default(),
+            &self.settings.workspace_id,
+        );
+        request
+            .bearer_auth(token.bearer.expose_secret())
+            .header("CRN", crn)
+            .header("Accept", "application/json")
+    }
+
+    async fn exists(&self, id: &str) -> Result<bool, Error> {
+        let what = format!("reading PowerVS instance {id}");
+        let url = format!("{}/pvm-instances/{id}", self.workspace_url);
+        let answer = self
+            .cloud
+            .call("GetPvmInstance", &what, |c, t| self.request(c.get(&url), t))
+            .await?;
+        Ok(!answer.is_not_found())
+    }
+
+    async fn workspace(&self) -> Result<Workspace, Error> {
+        let what = "reading the PowerVS workspace";
+        let answer = self
+            .cloud
+            .call("GetCloudInstance", what, |c, t| {
+                self.request(c.get(&self.workspace_url), t)
+            })
+            .await?;
+        if answer.is_not_found() {
+            return Err(answer.into_error(what, &self.cloud.http));
+        }
+        answer.json(what)
+    }
+}
+
+/// The CRN of the workspace, which the Power API wants in a `CRN` header on every call (format
+/// of IBM's Power Go client: `staging` for IBM's test endpoints, `bluemix` otherwise).
+pub fn workspace_crn(power_url: &str, zone: &str, account: &str, workspace: &str) -> String {
+    let service = if power_url.contains(".test.cloud.ibm.com") {
+        "staging"
+    } else {
+        "bluemix"
+    };
+    format!("crn:v1:{service}:public:power-iaas:{zone}:a/{account}:{workspace}::")
+}
+
+fn whole(value: Option<f64>) -> Option<u64> {
+    value
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| v.ceil() as u64)
+}
+
+/// Capacity from the workspace's limits and usage. Processors may be fractional (shared
+/// cores): a started core counts as one vCPU. Memory is in GB (GiB) on the wire.
+fn capacity_of(workspace: &Workspace) -> Capacity {
+    let limits = workspace.limits.as_ref();
+    let usage = workspace.usage.as_ref();
+    let figure = |pick: fn(&Figures) -> Option<f64>, scale: f64| Figure {
+        limit: whole(limits.and_then(pick).map(|v| v * scale)),
+        in_use: whole(usage.and_then(pick).map(|v| v * scale)),
+    };
+    Capacity {
+        instances: figure(|f| f.instances, 1.0),
+        vcpus: figure(|f| f.processors, 1.0),
+        memory_mib: figure(|f| f.memory, 1024.0),
+    }
+}
+
+#[async_trait]
+impl Provider for PowerVsProvider {
+    fn name(&self) -> ProviderName {
+        ProviderName::IbmcloudPowervs
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        match instance_id::powervs_problem(instance_id) {
+            None => Ok(()),
+            Some(problem) => Err(Error::invalid(
+                "instance_id",
+                format!("not a PowerVS instance id: {problem}"),
+            )),
+        }
+    }
+
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        self.validate_instance_id(instance_id)?;
+        let what = format!("deleting PowerVS instance {instance_id}");
+        let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
+        let answer = self
+            .cloud
+            .call("DeletePvmInstance", &what, |c, t| {
+                self.request(c.delete(&url), t)
+            })
+            .await?;
+        if answer.is_not_found() {
+            return Ok(DeleteOutcome::AlreadyGone);
+        }
+        let policy = self.cloud.http.policy();
+        let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
+            self.exists(instance_id).await.map(|exists| !exists)
+        })
+        .await?;
+        tracing::info!(instance_id, gone, "PowerVS instance deleted");
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    async fn capacity(&self) -> Result<Capacity, Error> {
+        Ok(capacity_of(&self.workspace().await?))
+    }
+
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
+        let what = "listing PowerVS instances";
+        let url = format!("{}/pvm-instances", self.workspace_url);
+        let answer = self
+            .cloud
+            .call("ListPvmInstances", what, |c, t| {
+                self.request(c.get(&url), t)
+            })
+            .await?;
+        if answer.is_not_found() {
+            return Err(answer.into_error(what, &self.cloud.http));
+        }
+        let listed: PvmInstances = answer.json(what)?;
+        let mut found = Vec::new();
+        for instance in listed.pvm_instances {
+            // Tags cost one Global Tagging call per instance: only when the selector needs them.
+            let tags: BTreeMap<String, String> = match (&instance.crn, selector.is_empty()) {
+                (Some(crn), false) => {
+                    tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?
+                }
+                _ => BTreeMap::new(),
+            };
+            let listed = Instance {
+                id: instance.pvm_instance_id,
+                created: instance.creation_date.and_then(|t| t.parse().ok()),
+                tags,
+            };
+            if listed.matches(selector) {
+                found.push(listed);
+            }
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(found)
+    }
+
+    async fn health(&self) -> Health {
+        match self.workspace().await {
+            Ok(_) => Health {
+                healthy: true,
+                message: format!(
+                    "PowerVS workspace {} answers in zone {}",
+                    self.settings.workspace_id, self.settings.zone
+                ),
+            },
+            Err(error) => Health {
+                healthy: false,
+                message: error.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crn_names_zone_account_and_workspace() {
+        assert_eq!(
+            workspace_crn(
+                "https://us-south.power-iaas.cloud.ibm.com",
+                "dal10",
+                "a1",
+                "w-1"
+            ),
+            "crn:v1:bluemix:public:power-iaas:dal10:a/a1:w-1::"
+        );
+        assert!(
+            workspace_crn(
+                "https://us-south.power-iaas.test.cloud.ibm.com",
+                "dal10",
+                "a1",
+                "w"
+            )
+            .starts_with("crn:v1:staging:")
+        );
+    }
+
+    #[test]
+    fn capacity_rounds_shared_processors_up_and_converts_memory() {
+        let workspace: Workspace = serde_json::from_str(
+            r#"{"limits":{"instances":50,"memory":800,"processors":100,"storage":2000},
+                "usage":{"instances":3,"memory":6,"processors":1.5,"storage":60}}"#,
+        )
+        .expect("workspace");
+        let c = capacity_of(&workspace);
+        assert_eq!(
+            c.instances,
+            Figure {
+                limit: Some(50),
+                in_use: Some(3)
+            }
+        );
+        assert_eq!(
+            c.vcpus,
+            Figure {
+                limit: Some(100),
+                in_use: Some(2)
+            }
+        );
+        assert_eq!(
+            c.memory_mib,
+            Figure {
+                limit: Some(800 * 1024),
+                in_use: Some(6 * 1024)
+            }
+        );
+        let unknown = capacity_of(&Workspace {
+            limits: None,
+            usage: None,
+        });
+        assert_eq!(unknown, Capacity::default());
+    }
+}

@@ -1,0 +1,393 @@
+//! The IBM Cloud VPC backend (`ibmcloud`): VPC API v1 (`/v1/instances`, `/v1/floating_ips`)
+//! and Global Tagging for tags.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use peerpods_provider_core::{
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
+    ProviderConfig, ProviderName, Redactor, TagSelector,
+};
+use serde::Deserialize;
+
+use crate::http::{Cloud, Http};
+use crate::iam::Iam;
+use crate::settings::VpcSettings;
+use crate::{instance_id, tags, wait};
+
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "ibmcloud";
+
+/// The VPC API's date-based version this backend was written against (`version=`).
+pub const API_VERSION: &str = "2025-04-08";
+
+/// Instances per page of `GET /instances` (the API's maximum is 100).
+const PAGE: &str = "100";
+
+/// IBM Cloud VPC virtual server instances.
+pub struct IbmCloudVpcProvider {
+    cloud: Cloud,
+    settings: VpcSettings,
+}
+
+#[derive(Deserialize)]
+struct VpcInstance {
+    id: String,
+    #[serde(default)]
+    crn: Option<String>,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    created_at: Option<String>,
+    #[serde(default)]
+    vcpu: Option<Vcpu>,
+    /// GiB.
+    #[serde(default)]
+    memory: Option<u64>,
+    #[serde(default)]
+    primary_network_interface: Option<Reference>,
+    #[serde(default)]
+    network_interfaces: Vec<Reference>,
+}
+
+#[derive(Deserialize)]
+struct Vcpu {
+    count: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Reference {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct InstanceCollection {
+    #[serde(default)]
+    instances: Vec<VpcInstance>,
+    #[serde(default)]
+    next: Option<Href>,
+}
+
+#[derive(Deserialize)]
+struct Href {
+    href: String,
+}
+
+#[derive(Deserialize)]
+struct FloatingIpCollection {
+    #[serde(default)]
+    floating_ips: Vec<Reference>,
+}
+
+impl IbmCloudVpcProvider {
+    /// Builds the backend from the `IBMCLOUD_*` keys of `config`, counting its calls in `calls`.
+    /// Never calls the cloud.
+    pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
+        let settings = VpcSettings::from_config(config)?;
+        let redactor = Redactor::new(settings.iam.secrets());
+        let http = Http::new(NAME, calls, redactor, settings.policy.clone())?;
+        Ok(IbmCloudVpcProvider {
+            cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
+            settings,
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.settings.vpc_url)
+    }
+
+    /// The instance, or `None` when the VPC does not know it.
+    async fn instance(&self, id: &str) -> Result<Option<VpcInstance>, Error> {
+        let what = format!("reading instance {id}");
+        let url = self.url(&format!("/instances/{id}"));
+        let answer = self
+            .cloud
+            .call("GetInstance", &what, |client, token| {
+                versioned(client.get(&url), token)
+            })
+            .await?;
+        if answer.is_not_found() {
+            return Ok(None);
+        }
+        answer.json(&what).map(Some)
+    }
+
+    /// Releases the floating IPs bound to the instance's network interfaces: deleting the
+    /// instance only unbinds them, and a reserved floating IP is billed until released.
+    async fn release_floating_ips(&self, instance: &VpcInstance) -> Result<usize, Error> {
+        let mut interfaces: Vec<&str> = instance
+            .primary_network_interface
+            .iter()
+            .chain(&instance.network_interfaces)
+            .map(|nic| nic.id.as_str())
+            .collect();
+        interfaces.sort_unstable();
+        interfaces.dedup();
+        let mut released = 0;
+        for nic in interfaces {
+            let what = format!("listing floating IPs of network interface {nic}");
+            let url = self.url(&format!(
+                "/instances/{}/network_interfaces/{nic}/floating_ips",
+                instance.id
+            ));
+            let answer = self
+                .cloud
+                .call("ListInstanceNetworkInterfaceFloatingIps", &what, |c, t| {
+                    versioned(c.get(&url), t)
+                })
+                .await?;
+            if answer.is_not_found() {
+                continue;
+            }
+            let floating: FloatingIpCollection = answer.json(&what)?;
+            for ip in floating.floating_ips {
+                let what = format!("releasing floating IP {}", ip.id);
+                let url = self.url(&format!("/floating_ips/{}", ip.id));
+                let answer = self
+                    .cloud
+                    .call("DeleteFloatingIp", &what, |c, t| {
+                        versioned(c.delete(&url), t)
+                    })
+                    .await?;
+                if answer.is_success() {
+                    released += 1;
+                }
+            }
+        }
+        Ok(released)
+    }
+
+    /// Every instance of the region, page by page.
+    async fn all_instances(&self) -> Result<Vec<VpcInstance>, Error> {
+        let url = self.url("/instances");
+        let mut instances = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let answer = self
+                .cloud
+                .call("ListInstances", "listing instances", |client, token| {
+                    let request = versioned(client.get(&url), token).query(&[("limit", PAGE)]);
+                    match &start {
+                        Some(start) => request.query(&[("start", start)]),
+                        None => request,
+                    }
+                })
+                .await?;
+            if answer.is_not_found() {
+                return Err(answer.into_error("listing instances", &self.cloud.http));
+            }
+            let page: InstanceCollection = answer.json("listing instances")?;
+            instances.extend(page.instances);
+            start = page.next.and_then(|next| start_of(&next.href));
+            if start.is_none() {
+                return Ok(instances);
+            }
+        }
+    }
+}
+
+/// A VPC API request with the query parameters every call needs and the bearer token.
+fn versioned(
+    request: reqwest::RequestBuilder,
+    token: &crate::iam::Token,
+) -> reqwest::RequestBuilder {
+    request
+        .query(&[("version", API_VERSION), ("generation", "2")])
+        .bearer_auth(token.bearer.expose_secret())
+}
+
+/// The `start` token of a collection's `next.href`.
+fn start_of(href: &str) -> Option<String> {
+    let url = reqwest::Url::parse(href).ok()?;
+    url.query_pairs()
+        .find(|(name, _)| name == "start")
+        .map(|(_, value)| value.into_owned())
+        .filter(|value| !value.is_empty())
+}
+
+/// Capacity from the region's instances. The VPC API publishes no quota figures, so every
+/// limit is unknown; usage counts every instance of the account in the region (what a quota
+/// would count), with vCPUs and memory from each instance's profile.
+fn capacity_of(instances: &[VpcInstance]) -> Capacity {
+    let vcpus: Option<u64> = instances
+        .iter()
+        .map(|i| i.vcpu.as_ref().and_then(|v| v.count))
+        .sum();
+    let memory: Option<u64> = instances
+        .iter()
+        .map(|i| i.memory.map(|gib| gib * 1024))
+        .sum();
+    Capacity {
+        instances: Figure {
+            limit: None,
+            in_use: Some(instances.len() as u64),
+        },
+        vcpus: Figure {
+            limit: None,
+            in_use: vcpus,
+        },
+        memory_mib: Figure {
+            limit: None,
+            in_use: memory,
+        },
+    }
+}
+
+#[async_trait]
+impl Provider for IbmCloudVpcProvider {
+    fn name(&self) -> ProviderName {
+        ProviderName::Ibmcloud
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        match instance_id::vpc_problem(instance_id) {
+            None => Ok(()),
+            Some(problem) => Err(Error::invalid(
+                "instance_id",
+                format!("not an IBM Cloud VPC instance id: {problem}"),
+            )),
+        }
+    }
+
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        self.validate_instance_id(instance_id)?;
+        let Some(instance) = self.instance(instance_id).await? else {
+            return Ok(DeleteOutcome::AlreadyGone);
+        };
+        let released = self.release_floating_ips(&instance).await?;
+        if instance.status != "deleting" {
+            let what = format!("deleting instance {instance_id}");
+            let url = self.url(&format!("/instances/{instance_id}"));
+            let answer = self
+                .cloud
+                .call("DeleteInstance", &what, |c, t| versioned(c.delete(&url), t))
+                .await?;
+            if answer.is_not_found() {
+                return Ok(DeleteOutcome::AlreadyGone);
+            }
+        }
+        let policy = self.cloud.http.policy();
+        let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
+            self.instance(instance_id).await.map(|i| i.is_none())
+        })
+        .await?;
+        tracing::info!(
+            instance_id,
+            floating_ips_released = released,
+            gone,
+            "IBM Cloud VPC instance deleted"
+        );
+        Ok(DeleteOutcome::Deleted)
+    }
+
+    async fn capacity(&self) -> Result<Capacity, Error> {
+        Ok(capacity_of(&self.all_instances().await?))
+    }
+
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
+        let mut found = Vec::new();
+        for instance in self.all_instances().await? {
+            if instance.status == "deleting" {
+                continue;
+            }
+            let tags: BTreeMap<String, String> = match &instance.crn {
+                Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
+                None => BTreeMap::new(),
+            };
+            let listed = Instance {
+                id: instance.id,
+                created: instance.created_at.and_then(|t| t.parse().ok()),
+                tags,
+            };
+            if listed.matches(selector) {
+                found.push(listed);
+            }
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(found)
+    }
+
+    async fn health(&self) -> Health {
+        let url = self.url("/instances");
+        let answer = self
+            .cloud
+            .call("ListInstances", "listing instances", |client, token| {
+                versioned(client.get(&url), token).query(&[("limit", "1")])
+            })
+            .await;
+        match answer {
+            Ok(answer) if answer.is_success() => Health {
+                healthy: true,
+                message: format!("IBM Cloud VPC answers at {}", self.settings.vpc_url),
+            },
+            Ok(answer) => Health {
+                healthy: false,
+                message: answer
+                    .into_error("listing instances", &self.cloud.http)
+                    .to_string(),
+            },
+            Err(error) => Health {
+                healthy: false,
+                message: error.to_string(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(vcpus: Option<u64>, memory: Option<u64>) -> VpcInstance {
+        VpcInstance {
+            id: "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0".into(),
+            crn: None,
+            status: "running".into(),
+            created_at: None,
+            vcpu: vcpus.map(|count| Vcpu { count: Some(count) }),
+            memory,
+            primary_network_interface: None,
+            network_interfaces: vec![],
+        }
+    }
+
+    #[test]
+    fn capacity_sums_profiles_and_leaves_limits_unknown() {
+        let c = capacity_of(&[instance(Some(2), Some(8)), instance(Some(4), Some(16))]);
+        assert_eq!(
+            c.instances,
+            Figure {
+                limit: None,
+                in_use: Some(2)
+            }
+        );
+        assert_eq!(c.vcpus.in_use, Some(6));
+        assert_eq!(c.memory_mib.in_use, Some(24 * 1024));
+        let unknown = capacity_of(&[instance(None, Some(8))]);
+        assert_eq!(unknown.vcpus.in_use, None);
+    }
+
+    #[test]
+    fn next_page_token_is_read_from_the_href() {
+        assert_eq!(
+            start_of(
+                "https://us-south.iaas.cloud.ibm.com/v1/instances?limit=20&start=9d5a91a3e2cbd233b5a5b33436855ed1"
+            ),
+            Some("9d5a91a3e2cbd233b5a5b33436855ed1".into())
+        );
+        assert_eq!(start_of("https://x/v1/instances?limit=20"), None);
+        assert_eq!(start_of("not a url"), None);
+    }
+
+    #[test]
+    fn instances_parse_from_the_api_shape() {
+        let parsed: VpcInstance = serde_json::from_str(
+            r#"{"id":"0717_1","crn":"crn:v1:x","status":"deleting","vcpu":{"architecture":"amd64","count":2},"memory":8,
+               "primary_network_interface":{"id":"0717-nic1"},"network_interfaces":[{"id":"0717-nic1"},{"id":"0717-nic2"}]}"#,
+        )
+        .expect("instance");
+        assert_eq!(parsed.status, "deleting");
+        assert_eq!(parsed.network_interfaces.len(), 2);
+        assert_eq!(parsed.vcpu.and_then(|v| v.count), Some(2));
+    }
+}

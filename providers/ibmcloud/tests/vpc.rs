@@ -1,0 +1,414 @@
+//! The IBM Cloud VPC backend against the VPC emulator: the real IAM exchange, VPC and Global
+//! Tagging calls, driven only through the `Provider` API.
+
+use std::time::Duration;
+
+use peerpods_emulator_ibmcloud::{API_KEY, VpcEmulator};
+use peerpods_provider_core::{
+    CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig, TagSelector,
+};
+use peerpods_provider_ibmcloud::IbmCloudVpcProvider;
+use test_support::cloud::CloudEmulator;
+
+const PROVIDER: &str = "ibmcloud";
+
+fn start() -> VpcEmulator {
+    VpcEmulator::start().expect("emulator")
+}
+
+fn config(emulator: &VpcEmulator, extra: &[(&str, &str)]) -> ProviderConfig {
+    let mut pairs = emulator.config();
+    pairs.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
+    pairs.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    ProviderConfig::from_pairs(pairs)
+}
+
+fn provider(emulator: &VpcEmulator, calls: &CloudCalls) -> IbmCloudVpcProvider {
+    IbmCloudVpcProvider::from_config(&config(emulator, &[]), calls.clone()).expect("provider")
+}
+
+fn selector(pairs: &[(&str, &str)]) -> TagSelector {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_an_instance_removes_it_with_its_parts_and_floating_ip() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[("coco-pod-vm", "c1")]);
+    let floating_ip = emulator.attach_floating_ip(&id).expect("floating ip");
+    let other = emulator.create_vm("podvm-other-5e6f7a8b", &[("coco-pod-vm", "c1")]);
+
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(
+        !emulator.vm_or_parts_exist(&id),
+        "instance or a part survived"
+    );
+    assert!(!emulator.floating_ip_exists(&floating_ip));
+    assert!(
+        emulator.vm_or_parts_exist(&other),
+        "another instance was touched"
+    );
+    assert_eq!(calls.count(PROVIDER, "GetIamToken", "ok"), 1);
+    assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 1);
+    assert_eq!(calls.count(PROVIDER, "DeleteFloatingIp", "ok"), 1);
+    assert_eq!(
+        calls.count(PROVIDER, "ListInstanceNetworkInterfaceFloatingIps", "ok"),
+        1
+    );
+    // One look before, two while `deleting`, the last one answered 404.
+    assert_eq!(calls.count(PROVIDER, "GetInstance", "ok"), 3);
+    assert_eq!(calls.count(PROVIDER, "GetInstance", "error"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_that_is_gone_is_already_gone_every_time() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("first"),
+        DeleteOutcome::Deleted
+    );
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("second"),
+        DeleteOutcome::AlreadyGone
+    );
+    let never_existed = "0717_00000000-0000-4000-8000-000000000999";
+    assert_eq!(
+        provider
+            .delete_instance(never_existed)
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 1);
+    assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.set_deleting_polls(3);
+    emulator.start_deleting(&id);
+    assert_eq!(emulator.instance_status(&id).as_deref(), Some("deleting"));
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 0);
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_that_outlasts_the_wait_is_still_accepted() {
+    let emulator = start();
+    let provider = IbmCloudVpcProvider::from_config(
+        &config(&emulator, &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")]),
+        CloudCalls::default(),
+    )
+    .expect("provider");
+    let id = emulator.create_vm("podvm-a", &[]);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(emulator.instance_status(&id).as_deref(), Some("deleting"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn throttling_is_reported_with_the_clouds_wait() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.throttle_next(1, 7);
+
+    let error = provider.delete_instance(&id).await.expect_err("throttled");
+
+    assert!(
+        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("too_many_requests"), "{error}");
+    assert_eq!(calls.count(PROVIDER, "GetInstance", "throttled"), 1);
+    assert!(emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_errors_are_retried_until_the_cloud_answers() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.fail_next(2);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(calls.count(PROVIDER, "GetInstance", "error"), 2 + 1);
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cloud_that_keeps_failing_is_unavailable_after_bounded_retries() {
+    let emulator = start();
+    let provider = IbmCloudVpcProvider::from_config(
+        &config(&emulator, &[("IBMCLOUD_API_MAX_RETRIES", "2")]),
+        CloudCalls::default(),
+    )
+    .expect("provider");
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.fail_next(100);
+
+    let error = provider.delete_instance(&id).await.expect_err("down");
+
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert_eq!(emulator.requests_to("GET /v1/instances/{id}"), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_ids_are_invalid_without_any_request() {
+    let emulator = start();
+    let provider = provider(&emulator, &CloudCalls::default());
+    for id in [
+        "",
+        "i-0123456789abcdef0",
+        "e21b7391-2ca2-4ab5-84a8-b92157a633b0",
+        "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0/../../floating_ips",
+        "0717_E21B7391-2CA2-4AB5-84A8-B92157A633B0",
+    ] {
+        let error = provider.validate_instance_id(id).expect_err(id);
+        assert!(
+            matches!(
+                error,
+                Error::InvalidArgument {
+                    field: "instance_id",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        let error = provider.delete_instance(id).await.expect_err(id);
+        assert!(
+            matches!(
+                error,
+                Error::InvalidArgument {
+                    field: "instance_id",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+    }
+    assert_eq!(emulator.requests(), 0);
+    assert!(
+        provider
+            .validate_instance_id("0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0")
+            .is_ok()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capacity_counts_the_regions_instances_and_leaves_limits_unknown() {
+    let emulator = start();
+    let provider = provider(&emulator, &CloudCalls::default());
+    emulator.create_vm_with_profile("podvm-a", &[], 2, 8);
+    emulator.create_vm_with_profile("podvm-b", &[], 4, 16);
+
+    let capacity = provider.capacity().await.expect("capacity");
+
+    assert_eq!(capacity.instances.in_use, Some(2));
+    assert_eq!(capacity.vcpus.in_use, Some(6));
+    assert_eq!(capacity.memory_mib.in_use, Some(24 * 1024));
+    assert_eq!(capacity.instances.limit, None);
+    assert_eq!(capacity.vcpus.limit, None);
+    assert_eq!(capacity.memory_mib.limit, None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_by_tag_excludes_other_clusters_and_follows_pages() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let mut ours: Vec<String> = (0..102)
+        .map(|n| {
+            emulator.create_vm(
+                &format!("podvm-{n}"),
+                &[("coco-pod-vm", "c1"), ("env", "ci")],
+            )
+        })
+        .collect();
+    let theirs = emulator.create_vm("podvm-x", &[("coco-pod-vm", "c2"), ("env", "ci")]);
+    ours.sort();
+
+    let listed = provider
+        .list_instances(&selector(&[("coco-pod-vm", "c1")]))
+        .await
+        .expect("list");
+
+    let ids: Vec<String> = listed.iter().map(|i| i.id.clone()).collect();
+    assert_eq!(ids, ours);
+    assert!(!ids.contains(&theirs));
+    assert!(listed.iter().all(|i| i.created.is_some()));
+    assert_eq!(listed[0].tags.get("env").map(String::as_str), Some("ci"));
+    assert_eq!(calls.count(PROVIDER, "ListInstances", "ok"), 2, "two pages");
+
+    let both = provider
+        .list_instances(&selector(&[("env", "ci")]))
+        .await
+        .expect("list");
+    assert_eq!(both.len(), 103);
+    let none = provider
+        .list_instances(&selector(&[("coco-pod-vm", "c3")]))
+        .await
+        .expect("list");
+    assert!(none.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.reject_api_key(true);
+
+    let error = provider.delete_instance(&id).await.expect_err("refused");
+
+    assert!(
+        matches!(error, Error::CloudUnauthenticated { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("BXNIM0415E"), "{error}");
+    assert!(!error.to_string().contains(API_KEY), "{error}");
+    assert!(!format!("{error:?}").contains(API_KEY), "{error:?}");
+    let health = provider.health().await;
+    assert!(!health.healthy);
+    assert!(!health.message.contains(API_KEY), "{}", health.message);
+    assert_eq!(calls.count(PROVIDER, "GetIamToken", "error"), 2);
+    assert!(emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_token_is_exchanged_again_once() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    assert!(provider.health().await.healthy);
+    emulator.revoke_tokens();
+
+    let health = provider.health().await;
+
+    assert!(health.healthy, "{}", health.message);
+    assert_eq!(calls.count(PROVIDER, "GetIamToken", "ok"), 2);
+    assert_eq!(calls.count(PROVIDER, "ListInstances", "error"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn concurrent_callers_share_one_token_exchange() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = std::sync::Arc::new(provider(&emulator, &calls));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let provider = std::sync::Arc::clone(&provider);
+            tokio::spawn(async move { provider.health().await.healthy })
+        })
+        .collect();
+    for task in tasks {
+        assert!(task.await.expect("task"));
+    }
+    assert_eq!(emulator.requests_to("POST /identity/token"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_keys_are_named_and_nothing_is_called() {
+    let emulator = start();
+    let mut pairs = emulator.config();
+    pairs.retain(|(k, _)| k != "IBMCLOUD_API_KEY");
+    let error =
+        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .err()
+            .expect("no key");
+    assert!(
+        matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_API_KEY"),
+        "{error:?}"
+    );
+    let mut pairs = emulator.config();
+    pairs.retain(|(k, _)| k != "IBMCLOUD_VPC_ENDPOINT" && k != "IBMCLOUD_ZONE");
+    let error =
+        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .err()
+            .expect("no endpoint");
+    assert!(
+        matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_VPC_ENDPOINT"),
+        "{error:?}"
+    );
+    assert!(!error.to_string().contains(API_KEY));
+    assert_eq!(emulator.requests(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn health_reports_a_cloud_that_answers() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let health = provider.health().await;
+    assert!(health.healthy, "{}", health.message);
+    assert!(!health.message.contains(API_KEY));
+    assert_eq!(calls.count(PROVIDER, "ListInstances", "ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trusted_profile_is_assumed_with_the_compute_resource_token() {
+    let emulator = start();
+    let profile = "Profile-9fd84246-7df4-4667-94e4-8cd2a72c1d95";
+    let cr_token = "eyJhbGciOiJSUzI1NiJ9.projected-service-account-token.c2ln";
+    emulator.trust_profile(profile, cr_token);
+    let dir = tempfile::tempdir().expect("dir");
+    let token_file = dir.path().join("vault-token");
+    std::fs::write(&token_file, format!("{cr_token}\n")).expect("token file");
+    let mut pairs = emulator.config();
+    pairs.retain(|(k, _)| k != "IBMCLOUD_API_KEY");
+    pairs.push(("IBMCLOUD_IAM_PROFILE_ID".into(), profile.into()));
+    pairs.push((
+        "IBMCLOUD_CR_TOKEN_FILENAME".into(),
+        token_file.display().to_string(),
+    ));
+    let provider =
+        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .expect("provider");
+    let id = emulator.create_vm("podvm-a", &[]);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+
+    std::fs::write(&token_file, "another-token").expect("rotated");
+    emulator.revoke_tokens();
+    let error = provider.capacity().await.expect_err("unknown token");
+    assert!(
+        matches!(error, Error::CloudUnauthenticated { .. }),
+        "{error:?}"
+    );
+}
