@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
-    ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, OwnerTag,
+    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 use serde::Deserialize;
 
@@ -28,6 +28,8 @@ const PAGE: &str = "100";
 pub struct IbmCloudVpcProvider {
     cloud: Cloud,
     settings: VpcSettings,
+    /// With `CLUSTER_TAG`, only instances carrying that user tag are deleted.
+    owner: OwnerTag,
 }
 
 #[derive(Deserialize)]
@@ -89,6 +91,7 @@ impl IbmCloudVpcProvider {
         Ok(IbmCloudVpcProvider {
             cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
             settings,
+            owner: OwnerTag::from_config(config)?,
         })
     }
 
@@ -254,6 +257,15 @@ impl Provider for IbmCloudVpcProvider {
         let Some(instance) = self.instance(instance_id).await? else {
             return Ok(DeleteOutcome::AlreadyGone);
         };
+        // Another cluster's instance (or an untagged one) is not ours to delete: its user tags
+        // come from Global Tagging, asked only when deletes are restricted.
+        if self.owner.required().is_some() {
+            let tags = match &instance.crn {
+                Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
+                None => BTreeMap::new(),
+            };
+            self.owner.check(instance_id, &tags)?;
+        }
         let released = self.release_floating_ips(&instance).await?;
         if instance.status != "deleting" {
             let what = format!("deleting instance {instance_id}");

@@ -412,3 +412,31 @@ async fn a_trusted_profile_is_assumed_with_the_compute_resource_token() {
         "{error:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let guarded = IbmCloudVpcProvider::from_config(
+        &config(&emulator, &[("CLUSTER_TAG", "coco-pod-vm=c1")]),
+        calls.clone(),
+    )
+    .expect("provider");
+    let ours = emulator.create_vm("podvm-ours-1a2b3c4d", &[("coco-pod-vm", "c1")]);
+    let theirs = emulator.create_vm("podvm-theirs-5e6f7a8b", &[("coco-pod-vm", "c2")]);
+
+    let refused = guarded
+        .delete_instance(&theirs)
+        .await
+        .expect_err("not ours");
+    assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
+    assert!(
+        emulator.vm_or_parts_exist(&theirs),
+        "{theirs} must not be touched"
+    );
+    assert_eq!(
+        guarded.delete_instance(&ours).await.expect("ours"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&ours));
+}
