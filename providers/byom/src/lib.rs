@@ -1,1 +1,363 @@
-//! provider-service backend for bring-your-own-machine pools (cloud-api-adaptor's ConfigMap protocol): work in progress.
+//! The byom ("bring your own machine") backend: a pool of pre-created machines whose addresses
+//! cloud-api-adaptor hands out through a ConfigMap. "Deleting" an instance returns its machine to
+//! the pool with CAA's own ConfigMap protocol, so CAA and provider-service can share the pool.
+//!
+//! - [`ByomProvider`]: the [`Provider`] implementation; the only public entry.
+//! - `settings`: configuration keys (cloud-api-adaptor's names) → [`ByomSettings`].
+//! - `machine_address`: the instance id (a machine's IP address) as CAA parses and prints it.
+//! - `pool_state`: CAA's allocation state JSON and the pure rules applied to it.
+//! - `pool_configmap`: every Kubernetes API call, bounded, retried, counted; `failure`: what an
+//!   API error means.
+
+mod failure;
+mod machine_address;
+mod pool_configmap;
+mod pool_state;
+mod settings;
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::ConfigMap;
+
+pub use machine_address::MachineAddress;
+pub use pool_configmap::{GET_CONFIGMAP, REPLACE_CONFIGMAP};
+pub use pool_state::STATE_KEY;
+pub use settings::{ByomSettings, ConfigProblem};
+
+use failure::Failure;
+use peerpods_provider_core::{
+    Capacity, CloudCalls, DeleteOutcome, Error, Figure, Health, Instance, Provider, ProviderConfig,
+    ProviderName, TagSelector,
+};
+use pool_configmap::{Connection, PoolConfigMap};
+use pool_state::PoolState;
+
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "byom";
+
+/// Where a pod finds its own namespace (CAA's default for `POOL_NAMESPACE`).
+const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
+    "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+
+/// Tries of one release when other writers keep changing the ConfigMap between read and write.
+const RELEASE_ATTEMPTS: u32 = 5;
+/// First wait after a conflicting write; it doubles each time.
+const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
+
+pub struct ByomProvider {
+    settings: ByomSettings,
+    pool: PoolConfigMap,
+}
+
+impl std::fmt::Debug for ByomProvider {
+    // Settings only: the connection holds the client's credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ByomProvider")
+            .field("pool_configmap", &self.pool.path())
+            .field("machines", &self.settings.pool.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ByomProvider {
+    /// Builds the provider from cloud-api-adaptor's byom keys of `config`, counting its
+    /// Kubernetes API calls in `calls`. The Kubernetes client (in-cluster ServiceAccount, else
+    /// `KUBECONFIG`) is made on first use: building never connects.
+    pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
+        Self::build(config, Connection::Infer, calls)
+    }
+
+    /// Like [`ByomProvider::from_config`], with the Kubernetes API reached through `kube_config`
+    /// (a client is made from it on first use, without kube's own retries).
+    pub fn with_kube_config(
+        config: &ProviderConfig,
+        kube_config: kube::Config,
+        calls: CloudCalls,
+    ) -> Result<Self, Error> {
+        Self::build(config, Connection::Config(Box::new(kube_config)), calls)
+    }
+
+    /// Like [`ByomProvider::from_config`], with this Kubernetes client as its owner built it
+    /// (including its retry policy).
+    pub fn with_client(
+        config: &ProviderConfig,
+        client: kube::Client,
+        calls: CloudCalls,
+    ) -> Result<Self, Error> {
+        Self::build(config, Connection::Client(client), calls)
+    }
+
+    /// Builds the provider from parsed settings.
+    pub fn new(settings: ByomSettings, client: kube::Client, calls: CloudCalls) -> Self {
+        Self::from_settings(settings, Connection::Client(client), calls)
+    }
+
+    fn build(
+        config: &ProviderConfig,
+        connection: Connection,
+        calls: CloudCalls,
+    ) -> Result<Self, Error> {
+        let pod_namespace = std::fs::read_to_string(Path::new(SERVICE_ACCOUNT_NAMESPACE_FILE))
+            .ok()
+            .map(|text| text.trim().to_owned())
+            .filter(|text| !text.is_empty());
+        let settings =
+            ByomSettings::from_lookup(|key| config.get(key).map(str::to_owned), pod_namespace)
+                .map_err(|problem| Error::Config {
+                    key: problem.key.to_owned(),
+                    message: problem.reason,
+                })?;
+        Ok(Self::from_settings(settings, connection, calls))
+    }
+
+    fn from_settings(settings: ByomSettings, connection: Connection, calls: CloudCalls) -> Self {
+        let pool = PoolConfigMap::new(
+            connection,
+            settings.namespace.clone(),
+            settings.configmap_name.clone(),
+            calls,
+        );
+        Self { settings, pool }
+    }
+
+    /// The pool state as CAA last wrote it, with the ConfigMap it came from.
+    async fn read_state(&self) -> Result<(ConfigMap, PoolState), Error> {
+        let configmap = self.pool.get().await.map_err(|f| self.error_of(f))?;
+        let state = state_of(&configmap, &self.pool.path())?;
+        Ok((configmap, state))
+    }
+
+    /// Returns the machine at `address` to the pool: read, release, write with the read's
+    /// resourceVersion as precondition; on a conflicting write, again from a fresh read.
+    async fn release(&self, address: &MachineAddress) -> Result<DeleteOutcome, Error> {
+        let mut backoff = CONFLICT_BACKOFF;
+        for attempt in 1..=RELEASE_ATTEMPTS {
+            let (mut configmap, mut state) = self.read_state().await?;
+            let released = state.release(address, jiff::Timestamp::now());
+            if released.is_empty() {
+                return Ok(DeleteOutcome::AlreadyGone);
+            }
+            let text = state.to_text().map_err(|e| Error::Internal {
+                message: format!("encoding the pool state: {e}"),
+            })?;
+            configmap
+                .data
+                .get_or_insert_default()
+                .insert(STATE_KEY.to_owned(), text);
+            match self.pool.replace(&configmap).await {
+                Ok(()) => {
+                    tracing::info!(
+                        machine = %address,
+                        allocations = ?released,
+                        configmap = %self.pool.path(),
+                        "byom machine returned to the pool"
+                    );
+                    return Ok(DeleteOutcome::Deleted);
+                }
+                Err(Failure::Conflict) => {
+                    tracing::debug!(machine = %address, attempt, "pool ConfigMap changed meanwhile, reading it again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(failure) => return Err(self.error_of(failure)),
+            }
+        }
+        Err(Error::Unavailable {
+            message: format!(
+                "ConfigMap {} changed during each of {RELEASE_ATTEMPTS} attempts to update it",
+                self.pool.path()
+            ),
+        })
+    }
+
+    fn error_of(&self, failure: Failure) -> Error {
+        match failure {
+            Failure::NotFound => Error::Config {
+                key: "POOL_CONFIGMAP_NAME".into(),
+                message: format!(
+                    "ConfigMap {} does not exist: cloud-api-adaptor creates it when it starts \
+                     with CLOUD_PROVIDER=byom; check POOL_NAMESPACE and POOL_CONFIGMAP_NAME",
+                    self.pool.path()
+                ),
+            },
+            Failure::Conflict => Error::Unavailable {
+                message: format!("ConfigMap {} changed meanwhile", self.pool.path()),
+            },
+            Failure::Transient(error) | Failure::Final(error) => error,
+        }
+    }
+}
+
+/// The pool state of `configmap`; an error when there is none or it is not CAA's JSON.
+fn state_of(configmap: &ConfigMap, path: &str) -> Result<PoolState, Error> {
+    let text = configmap
+        .data
+        .as_ref()
+        .and_then(|data| data.get(STATE_KEY))
+        .ok_or_else(|| Error::Config {
+            key: "POOL_CONFIGMAP_NAME".into(),
+            message: format!(
+                "ConfigMap {path} has no key {STATE_KEY}: it is not cloud-api-adaptor's byom pool state"
+            ),
+        })?;
+    PoolState::parse(text).map_err(|e| Error::Internal {
+        message: format!(
+            "ConfigMap {path} key {STATE_KEY} is not cloud-api-adaptor's pool state: {e}"
+        ),
+    })
+}
+
+/// Capacity of a pool of `pool_size` machines of which `allocated` are handed out. Machines
+/// carry no vCPU or memory figures in the pool state: those stay unknown.
+fn capacity_from(pool_size: usize, allocated: usize) -> Capacity {
+    Capacity {
+        instances: Figure {
+            limit: Some(pool_size as u64),
+            in_use: Some(allocated as u64),
+        },
+        vcpus: Figure::default(),
+        memory_mib: Figure::default(),
+    }
+}
+
+#[async_trait]
+impl Provider for ByomProvider {
+    fn name(&self) -> ProviderName {
+        ProviderName::Byom
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        parse_instance_id(instance_id).map(drop)
+    }
+
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        let address = parse_instance_id(instance_id)?;
+        // Never touch a machine this pool does not list, whatever the ConfigMap says.
+        if !self.settings.owns(&address) {
+            return Err(Error::NotOwnedByCluster {
+                message: format!(
+                    "machine {address} is not in this byom pool (VM_POOL_IPS): not returning it"
+                ),
+            });
+        }
+        let outcome = self.release(&address).await;
+        match &outcome {
+            Ok(outcome) => {
+                tracing::info!(
+                    instance_id,
+                    outcome = outcome.as_str(),
+                    "byom release answered"
+                )
+            }
+            Err(error) => {
+                tracing::warn!(instance_id, reason = error.reason(), %error, "byom release failed")
+            }
+        }
+        outcome
+    }
+
+    async fn capacity(&self) -> Result<Capacity, Error> {
+        let (_, state) = self.read_state().await?;
+        let allocated = state.allocations_of(|a| self.settings.owns(a)).len();
+        Ok(capacity_from(self.settings.pool.len(), allocated))
+    }
+
+    async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
+        let (_, state) = self.read_state().await?;
+        // Keyed by canonical address: already ordered by id.
+        Ok(state
+            .allocations_of(|a| self.settings.owns(a))
+            .into_iter()
+            .map(|(id, allocation)| Instance {
+                id,
+                created: allocation.allocated_at(),
+                tags: allocation.tags(),
+            })
+            .filter(|instance| instance.matches(selector))
+            .collect())
+    }
+
+    async fn health(&self) -> Health {
+        match self.read_state().await {
+            Ok((_, state)) => Health {
+                healthy: true,
+                message: format!(
+                    "byom pool ConfigMap {} answers: {} of {} machines allocated",
+                    self.pool.path(),
+                    state.allocations_of(|a| self.settings.owns(a)).len(),
+                    self.settings.pool.len()
+                ),
+            },
+            Err(error) => Health {
+                healthy: false,
+                message: error.to_string(),
+            },
+        }
+    }
+}
+
+/// The machine address an instance id names (what CAA writes into `PeerPod.spec.instanceID`).
+fn parse_instance_id(instance_id: &str) -> Result<MachineAddress, Error> {
+    instance_id.parse().map_err(|reason| {
+        Error::invalid(
+            "instance_id",
+            format!("not a byom instance id (the IP address of a pool machine): {reason}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instance_ids_are_machine_addresses() {
+        assert!(parse_instance_id("192.168.122.10").is_ok());
+        assert!(parse_instance_id("fd00::a").is_ok());
+        let e = parse_instance_id("i-0123456789abcdef0").unwrap_err();
+        assert!(matches!(
+            e,
+            Error::InvalidArgument {
+                field: "instance_id",
+                ..
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "instance_id: not a byom instance id (the IP address of a pool machine): \
+             it is neither an IPv4 nor an IPv6 address"
+        );
+        assert!(
+            parse_instance_id("")
+                .unwrap_err()
+                .to_string()
+                .contains("empty")
+        );
+    }
+
+    #[test]
+    fn capacity_counts_machines_and_knows_what_it_does_not_know() {
+        let capacity = capacity_from(4, 1);
+        assert_eq!(capacity.instances.limit, Some(4));
+        assert_eq!(capacity.instances.in_use, Some(1));
+        assert_eq!(capacity.vcpus, Figure::default());
+        assert_eq!(capacity.memory_mib, Figure::default());
+    }
+
+    #[test]
+    fn a_configmap_without_state_is_a_clear_error() {
+        let empty = ConfigMap::default();
+        let e = state_of(&empty, "ns/pool").unwrap_err();
+        assert!(matches!(&e, Error::Config { key, .. } if key == "POOL_CONFIGMAP_NAME"));
+        let broken = ConfigMap {
+            data: Some([(STATE_KEY.to_owned(), "{not json".to_owned())].into()),
+            ..ConfigMap::default()
+        };
+        assert_eq!(
+            state_of(&broken, "ns/pool").unwrap_err().reason(),
+            "Internal"
+        );
+    }
+}

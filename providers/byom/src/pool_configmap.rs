@@ -1,0 +1,179 @@
+//! Every Kubernetes API call of this backend: reading and replacing the pool ConfigMap, each
+//! bounded in time, retried on outages, counted in `CloudCalls`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor};
+use tokio::sync::OnceCell;
+
+use crate::NAME;
+use crate::failure::{Failure, classify, timed_out};
+
+/// Operation names in `provider_service_cloud_api_calls_total`.
+pub const GET_CONFIGMAP: &str = "GetConfigMap";
+pub const REPLACE_CONFIGMAP: &str = "ReplaceConfigMap";
+
+/// Longest wait for one API answer.
+const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tries of one call when the API is unavailable (5xx, 408, no answer).
+const TRANSIENT_ATTEMPTS: u32 = 3;
+/// First wait before another try; it doubles each time.
+const TRANSIENT_BACKOFF: Duration = Duration::from_millis(200);
+
+/// How this backend reaches the Kubernetes API.
+pub enum Connection {
+    /// In-cluster ServiceAccount or `KUBECONFIG`, inferred on first use.
+    Infer,
+    /// This client configuration, turned into a client on first use.
+    Config(Box<kube::Config>),
+    /// This client, as its owner built it.
+    Client(kube::Client),
+}
+
+struct Connected {
+    client: kube::Client,
+    redactor: Redactor,
+}
+
+/// The pool ConfigMap `namespace/name`.
+pub struct PoolConfigMap {
+    connection: Connection,
+    connected: OnceCell<Connected>,
+    namespace: String,
+    name: String,
+    calls: CloudCalls,
+}
+
+impl PoolConfigMap {
+    pub fn new(connection: Connection, namespace: String, name: String, calls: CloudCalls) -> Self {
+        Self {
+            connection,
+            connected: OnceCell::new(),
+            namespace,
+            name,
+            calls,
+        }
+    }
+
+    /// `namespace/name`, for messages.
+    pub fn path(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The ConfigMap; `Failure::NotFound` when it does not exist.
+    pub async fn get(&self) -> Result<ConfigMap, Failure> {
+        let api = self.api().await?;
+        let operation = format!("reading ConfigMap {}", self.path());
+        self.call(GET_CONFIGMAP, &operation, || api.get(&self.name))
+            .await
+    }
+
+    /// Writes `configmap` back if nobody changed it since it was read (its resourceVersion is
+    /// the precondition): `Failure::Conflict` when somebody did.
+    pub async fn replace(&self, configmap: &ConfigMap) -> Result<(), Failure> {
+        let api = self.api().await?;
+        let operation = format!("updating ConfigMap {}", self.path());
+        let params = PostParams {
+            field_manager: Some("provider-service".to_owned()),
+            ..PostParams::default()
+        };
+        self.call(REPLACE_CONFIGMAP, &operation, || {
+            api.replace(&self.name, &params, configmap)
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn api(&self) -> Result<Api<ConfigMap>, Failure> {
+        let connected = self
+            .connected
+            .get_or_try_init(|| connect(&self.connection))
+            .await
+            .map_err(Failure::Final)?;
+        Ok(Api::namespaced(connected.client.clone(), &self.namespace))
+    }
+
+    fn redactor(&self) -> Redactor {
+        self.connected
+            .get()
+            .map(|c| c.redactor.clone())
+            .unwrap_or_default()
+    }
+
+    /// One API call, retried while the API is unavailable, each try counted.
+    async fn call<T, F, Fut>(
+        &self,
+        name: &'static str,
+        operation: &str,
+        mut attempt: F,
+    ) -> Result<T, Failure>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, kube::Error>>,
+    {
+        let mut backoff = TRANSIENT_BACKOFF;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let failure = match tokio::time::timeout(CALL_TIMEOUT, attempt()).await {
+                Ok(Ok(value)) => {
+                    self.calls.record(NAME, name, "ok");
+                    return Ok(value);
+                }
+                Ok(Err(error)) => classify(&error, operation, &self.redactor()),
+                Err(_) => timed_out(operation, CALL_TIMEOUT),
+            };
+            self.calls.record(NAME, name, failure.result_label());
+            match failure {
+                Failure::Transient(error) if tries < TRANSIENT_ATTEMPTS => {
+                    tracing::debug!(operation, tries, %error, "Kubernetes API unavailable, trying again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                other => return Err(other),
+            }
+        }
+    }
+}
+
+/// The client for `connection`. A client this backend builds itself does not retry on its own
+/// (kube's default retries 429 up to 15 times): throttling goes back to the caller with the
+/// server's wait, outages are retried by [`PoolConfigMap::call`] a bounded number of times.
+async fn connect(connection: &Connection) -> Result<Connected, Error> {
+    let config = match connection {
+        Connection::Client(client) => {
+            return Ok(Connected {
+                client: client.clone(),
+                redactor: Redactor::default(),
+            });
+        }
+        Connection::Config(config) => (**config).clone(),
+        Connection::Infer => kube::Config::infer().await.map_err(|e| Error::Config {
+            key: "KUBECONFIG".into(),
+            message: format!(
+                "no Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG): {e}"
+            ),
+        })?,
+    };
+    let redactor = redactor_for(&config);
+    let mut config = config;
+    config.default_retry = false;
+    let client = kube::Client::try_from(config).map_err(|e| Error::Config {
+        key: "KUBECONFIG".into(),
+        message: redactor.redact(&format!("cannot build a Kubernetes client: {e}")),
+    })?;
+    Ok(Connected { client, redactor })
+}
+
+/// Keeps the client's own credentials out of every text this backend reports.
+fn redactor_for(config: &kube::Config) -> Redactor {
+    let auth = &config.auth_info;
+    Redactor::new(
+        [&auth.token, &auth.password, &auth.client_key_data]
+            .into_iter()
+            .flatten()
+            .map(|secret| secret.expose_secret().to_owned()),
+    )
+}
