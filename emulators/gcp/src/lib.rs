@@ -1,1 +1,592 @@
-//! A local emulator of the gcp endpoints provider-service calls: work in progress.
+//! A local emulator of the Compute Engine endpoints the GCP backend calls, for tests.
+//!
+//! An axum server on 127.0.0.1 (port 0) on its own thread and tokio runtime, so it outlives
+//! any single test runtime and works from sync code; dropping it stops it. It serves exactly:
+//!
+//! - `DELETE /compute/v1/projects/{project}/zones/{zone}/instances/{instance}` (`instances.delete`)
+//! - `GET    /compute/v1/projects/{project}/zones/{zone}/instances/{instance}` (`instances.get`)
+//! - `GET    /compute/v1/projects/{project}/zones/{zone}/instances` (`instances.list`: label
+//!   filter, `maxResults`, `pageToken`)
+//! - `GET    /compute/v1/projects/{project}/zones/{zone}/operations/{operation}` (`zoneOperations.get`)
+//! - `GET    /compute/v1/projects/{project}/regions/{region}` (`regions.get`, with quotas)
+//!
+//! with the resource, `Operation` and error shapes of the published Compute Engine API (the
+//! JSON files in `fixtures/`, see the README). Every request must carry what a service-account
+//! key produces: a self-signed RS256 JWT; the emulator verifies its signature against the key
+//! in `fixtures/service-account-key.json` and answers 401 otherwise, so the real credential
+//! code of `google-cloud-auth` runs.
+
+mod filter;
+mod jwt;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use test_support::cloud::CloudEmulator;
+
+/// The project the emulator serves.
+pub const PROJECT: &str = "emulated-project";
+/// The zone the emulator serves.
+pub const ZONE: &str = "us-central1-a";
+/// The region of [`ZONE`].
+pub const REGION: &str = "us-central1";
+/// vCPUs of the machine type the emulated VMs have (n2d-standard-2, as in the fixture).
+pub const VCPUS_PER_VM: u32 = 2;
+
+const SERVICE_ACCOUNT_KEY: &str = include_str!("../fixtures/service-account-key.json");
+const WRONG_SERVICE_ACCOUNT_KEY: &str = include_str!("../fixtures/wrong-service-account-key.json");
+const INSTANCE: &str = include_str!("../fixtures/instance.json");
+const INSTANCE_LIST: &str = include_str!("../fixtures/instance-list.json");
+const OPERATION: &str = include_str!("../fixtures/operation.json");
+const REGION_RESOURCE: &str = include_str!("../fixtures/region.json");
+const ERROR_NOT_FOUND: &str = include_str!("../fixtures/error-not-found.json");
+const ERROR_NOT_READY: &str = include_str!("../fixtures/error-not-ready.json");
+const ERROR_UNAUTHENTICATED: &str = include_str!("../fixtures/error-unauthenticated.json");
+const ERROR_RATE_LIMITED: &str = include_str!("../fixtures/error-rate-limited.json");
+const ERROR_UNAVAILABLE: &str = include_str!("../fixtures/error-unavailable.json");
+const ERROR_INVALID_FILTER: &str = include_str!("../fixtures/error-invalid-filter.json");
+
+/// A running Compute Engine emulator. Stopped when dropped.
+pub struct GcpEmulator {
+    url: String,
+    state: Arc<Mutex<Cloud>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl GcpEmulator {
+    /// Starts an emulator with no VMs, trusting [`GcpEmulator::credentials_json`].
+    pub fn start() -> std::io::Result<Self> {
+        let trusted = jwt::TrustedKey::from_service_account(SERVICE_ACCOUNT_KEY)
+            .map_err(std::io::Error::other)?;
+        let state = Arc::new(Mutex::new(Cloud::new(trusted)));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("gcp-emulator".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = async { axum::serve(listener, app).await } => {}
+                        _ = stopped => {}
+                    }
+                });
+                runtime.shutdown_background();
+            })?;
+        Ok(GcpEmulator {
+            url,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:41234` (the backend's `GCP_COMPUTE_ENDPOINT`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The service-account key file the emulator trusts (`GCP_CREDENTIALS`).
+    pub fn credentials_json() -> &'static str {
+        SERVICE_ACCOUNT_KEY
+    }
+
+    /// A key file of the same account with another private key: its tokens fail verification.
+    pub fn wrong_credentials_json() -> &'static str {
+        WRONG_SERVICE_ACCOUNT_KEY
+    }
+
+    /// The next `calls` requests are answered 429 with `Retry-After: retry_after_secs`.
+    pub fn throttle_next(&self, calls: u32, retry_after_secs: u64) {
+        let mut cloud = self.cloud();
+        cloud.throttle_next = calls;
+        cloud.retry_after_secs = retry_after_secs;
+    }
+
+    /// The next `calls` requests are answered with the 5xx `status` (500, 502, 503 or 504).
+    pub fn fail_next(&self, calls: u32, status: u16) {
+        let mut cloud = self.cloud();
+        cloud.fail_next = calls;
+        cloud.fail_status = status;
+    }
+
+    /// Whether every token is refused (401), as for a revoked key.
+    pub fn reject_credentials(&self, reject: bool) {
+        self.cloud().reject_credentials = reject;
+    }
+
+    /// How many `zoneOperations.get` calls see a deletion RUNNING before it is DONE
+    /// (default 0: the first poll sees it DONE).
+    pub fn set_operation_polls(&self, polls: u32) {
+        self.cloud().operation_polls = polls;
+    }
+
+    /// Starts deleting the VM as another client would: it is STOPPING, further deletions are
+    /// refused as `resourceNotReady`, and it is gone after `gets` more `instances.get` calls.
+    pub fn begin_deletion(&self, name: &str, gets: u32) {
+        if let Some(vm) = self.cloud().vms.get_mut(name) {
+            vm.status = "STOPPING";
+            vm.gone_after_gets = Some(gets);
+        }
+    }
+
+    /// At most `size` instances per `instances.list` page (default 500).
+    pub fn set_page_size(&self, size: usize) {
+        self.cloud().page_size = size.max(1);
+    }
+
+    /// Overrides one quota of the region (`CPUS`, `INSTANCES`, ...). Without an override,
+    /// `CPUS` and `INSTANCES` usage follow the emulated VMs.
+    pub fn set_region_quota(&self, metric: &str, limit: f64, usage: f64) {
+        self.cloud()
+            .quota_overrides
+            .insert(metric.to_owned(), (limit, usage));
+    }
+
+    /// Requests received so far (any endpoint, any answer).
+    pub fn requests(&self) -> usize {
+        self.cloud().log.len()
+    }
+
+    /// `METHOD path` of every request received so far.
+    pub fn request_log(&self) -> Vec<String> {
+        self.cloud().log.clone()
+    }
+
+    /// Whether the instance exists (in any status).
+    pub fn instance_exists(&self, name: &str) -> bool {
+        self.cloud().vms.contains_key(name)
+    }
+
+    /// Whether the boot disk created with the instance exists.
+    pub fn disk_exists(&self, name: &str) -> bool {
+        self.cloud().disks.contains_key(name)
+    }
+
+    /// The instance's status (`RUNNING`, `STOPPING`, ...), if it exists.
+    pub fn instance_status(&self, name: &str) -> Option<String> {
+        self.cloud().vms.get(name).map(|vm| vm.status.to_owned())
+    }
+
+    fn cloud(&self) -> MutexGuard<'_, Cloud> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for GcpEmulator {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl CloudEmulator for GcpEmulator {
+    fn provider(&self) -> &'static str {
+        "gcp"
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        [
+            ("CLOUD_PROVIDER", "gcp"),
+            ("GCP_PROJECT_ID", PROJECT),
+            ("GCP_ZONE", ZONE),
+            ("GCP_CREDENTIALS", SERVICE_ACCOUNT_KEY),
+            ("GCP_COMPUTE_ENDPOINT", self.url.as_str()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+    }
+
+    /// A RUNNING instance as cloud-api-adaptor creates one: a boot disk of the same name with
+    /// `autoDelete`, one network interface with an ephemeral external address, `tags` as labels.
+    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        let mut cloud = self.cloud();
+        cloud.next_id += 1;
+        let vm = Vm {
+            id: 4_568_311_740_296_217_402 + cloud.next_id,
+            labels: tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            status: "RUNNING",
+            gone_after_gets: None,
+        };
+        cloud.vms.insert(name.to_owned(), vm);
+        cloud.disks.insert(name.to_owned(), name.to_owned());
+        name.to_owned()
+    }
+
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        let cloud = self.cloud();
+        cloud.vms.contains_key(instance_id)
+            || cloud.disks.values().any(|owner| owner == instance_id)
+    }
+}
+
+struct Vm {
+    id: u64,
+    labels: BTreeMap<String, String>,
+    status: &'static str,
+    /// Being deleted by someone else: gone after this many more `instances.get`.
+    gone_after_gets: Option<u32>,
+}
+
+struct ZoneOperation {
+    id: u64,
+    instance: String,
+    target_id: u64,
+    polls_left: u32,
+    done: bool,
+}
+
+/// The emulated project: VMs, their boot disks, operations, and the test's knobs.
+struct Cloud {
+    trusted: jwt::TrustedKey,
+    vms: BTreeMap<String, Vm>,
+    /// Boot disk name → the instance it was created with.
+    disks: BTreeMap<String, String>,
+    operations: HashMap<String, ZoneOperation>,
+    /// `requestId` of a deletion → its operation.
+    request_ids: HashMap<String, String>,
+    next_id: u64,
+    log: Vec<String>,
+    throttle_next: u32,
+    retry_after_secs: u64,
+    fail_next: u32,
+    fail_status: u16,
+    reject_credentials: bool,
+    operation_polls: u32,
+    page_size: usize,
+    quota_overrides: BTreeMap<String, (f64, f64)>,
+}
+
+impl Cloud {
+    fn new(trusted: jwt::TrustedKey) -> Self {
+        Cloud {
+            trusted,
+            vms: BTreeMap::new(),
+            disks: BTreeMap::new(),
+            operations: HashMap::new(),
+            request_ids: HashMap::new(),
+            next_id: 0,
+            log: Vec::new(),
+            throttle_next: 0,
+            retry_after_secs: 1,
+            fail_next: 0,
+            fail_status: 503,
+            reject_credentials: false,
+            operation_polls: 0,
+            page_size: 500,
+            quota_overrides: BTreeMap::new(),
+        }
+    }
+
+    fn remove_vm(&mut self, name: &str) {
+        self.vms.remove(name);
+        // autoDelete: the boot disk goes with the instance.
+        self.disks.retain(|_, owner| owner != name);
+    }
+
+    fn delete_instance(&mut self, name: &str, request_id: Option<&String>) -> Response {
+        if let Some(operation) = request_id.and_then(|id| self.request_ids.get(id))
+            && let Some(op) = self.operations.get(operation)
+        {
+            return ok(operation_json(operation, op));
+        }
+        let Some(vm) = self.vms.get_mut(name) else {
+            return error_response(ERROR_NOT_FOUND, &instance_path(name));
+        };
+        if vm.status == "STOPPING" {
+            return error_response(ERROR_NOT_READY, &instance_path(name));
+        }
+        vm.status = "STOPPING";
+        let target_id = vm.id;
+        self.next_id += 1;
+        let id = 7_223_685_420_011_538_101 + self.next_id;
+        let operation = format!("operation-{id}-delete-{name}");
+        let op = ZoneOperation {
+            id,
+            instance: name.to_owned(),
+            target_id,
+            polls_left: self.operation_polls,
+            done: false,
+        };
+        let body = operation_json(&operation, &op);
+        if let Some(request_id) = request_id {
+            self.request_ids
+                .insert(request_id.clone(), operation.clone());
+        }
+        self.operations.insert(operation, op);
+        ok(body)
+    }
+
+    fn get_operation(&mut self, name: &str) -> Response {
+        let Some(op) = self.operations.get_mut(name) else {
+            return error_response(
+                ERROR_NOT_FOUND,
+                &format!("projects/{PROJECT}/zones/{ZONE}/operations/{name}"),
+            );
+        };
+        if !op.done {
+            if op.polls_left == 0 {
+                op.done = true;
+            } else {
+                op.polls_left -= 1;
+            }
+        }
+        let (done, instance) = (op.done, op.instance.clone());
+        let body = self
+            .operations
+            .get(name)
+            .map(|op| operation_json(name, op))
+            .unwrap_or(Value::Null);
+        if done {
+            self.remove_vm(&instance);
+        }
+        ok(body)
+    }
+
+    fn get_instance(&mut self, name: &str) -> Response {
+        let gone = match self.vms.get_mut(name) {
+            None => true,
+            Some(vm) => match vm.gone_after_gets {
+                Some(0) => true,
+                Some(n) => {
+                    vm.gone_after_gets = Some(n - 1);
+                    false
+                }
+                None => false,
+            },
+        };
+        if gone {
+            self.remove_vm(name);
+            return error_response(ERROR_NOT_FOUND, &instance_path(name));
+        }
+        match self.vms.get(name) {
+            Some(vm) => ok(instance_json(name, vm)),
+            None => error_response(ERROR_NOT_FOUND, &instance_path(name)),
+        }
+    }
+
+    fn list_instances(&self, query: &HashMap<String, String>) -> Response {
+        let wanted = match query.get("filter").map(|f| filter::labels(f)) {
+            None => Vec::new(),
+            Some(Ok(labels)) => labels,
+            Some(Err(())) => {
+                let filter = query.get("filter").map_or("", String::as_str);
+                return error_response_with(ERROR_INVALID_FILTER, "FILTER", filter);
+            }
+        };
+        let matching: Vec<(&String, &Vm)> = self
+            .vms
+            .iter()
+            .filter(|(_, vm)| wanted.iter().all(|(k, v)| vm.labels.get(k) == Some(v)))
+            .collect();
+        let max = query
+            .get("maxResults")
+            .and_then(|m| m.parse::<usize>().ok())
+            .unwrap_or(500)
+            .min(self.page_size)
+            .max(1);
+        let start = query
+            .get("pageToken")
+            .and_then(|t| t.strip_prefix("page-start-"))
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(0);
+        let page: Vec<Value> = matching
+            .iter()
+            .skip(start)
+            .take(max)
+            .map(|(name, vm)| instance_json(name, vm))
+            .collect();
+        let mut body = fixture(INSTANCE_LIST, &[]);
+        body["items"] = Value::Array(page);
+        if start + max < matching.len() {
+            body["nextPageToken"] = json!(format!("page-start-{}", start + max));
+        }
+        ok(body)
+    }
+
+    fn get_region(&self) -> Response {
+        let mut body = fixture(REGION_RESOURCE, &[]);
+        let vms = self.vms.len() as f64;
+        if let Some(quotas) = body["quotas"].as_array_mut() {
+            for quota in quotas {
+                let metric = quota["metric"].as_str().unwrap_or_default().to_owned();
+                match metric.as_str() {
+                    "CPUS" => quota["usage"] = json!(vms * f64::from(VCPUS_PER_VM)),
+                    "INSTANCES" => quota["usage"] = json!(vms),
+                    _ => {}
+                }
+                if let Some((limit, usage)) = self.quota_overrides.get(&metric) {
+                    quota["limit"] = json!(limit);
+                    quota["usage"] = json!(usage);
+                }
+            }
+        }
+        ok(body)
+    }
+}
+
+async fn handle(
+    State(state): State<Arc<Mutex<Cloud>>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let mut cloud = state.lock().unwrap_or_else(PoisonError::into_inner);
+    cloud.log.push(format!("{method} {}", uri.path()));
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let authenticated = !cloud.reject_credentials
+        && token.is_some_and(|token| cloud.trusted.verify(token, now).is_ok());
+    if !authenticated {
+        let mut response = error_response(ERROR_UNAUTHENTICATED, "");
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(
+                "Bearer realm=\"https://accounts.google.com/\", error=\"invalid_token\"",
+            ),
+        );
+        return response;
+    }
+    if cloud.throttle_next > 0 {
+        cloud.throttle_next -= 1;
+        let mut response = error_response(ERROR_RATE_LIMITED, "");
+        if let Ok(value) = HeaderValue::from_str(&cloud.retry_after_secs.to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
+    if cloud.fail_next > 0 {
+        cloud.fail_next -= 1;
+        return server_error(cloud.fail_status);
+    }
+    let path = uri.path().trim_start_matches('/');
+    let segments: Vec<&str> = path.split('/').collect();
+    let zonal = |s: &[&str]| {
+        s.len() >= 6
+            && s[..3] == ["compute", "v1", "projects"]
+            && s[3] == PROJECT
+            && s[4] == "zones"
+            && s[5] == ZONE
+    };
+    let (get, delete) = (method == Method::GET, method == Method::DELETE);
+    match segments.as_slice() {
+        [_, _, _, _, _, _, "instances", name] if delete && zonal(&segments) => {
+            cloud.delete_instance(name, query.get("requestId"))
+        }
+        [_, _, _, _, _, _, "instances", name] if get && zonal(&segments) => {
+            cloud.get_instance(name)
+        }
+        [_, _, _, _, _, _, "instances"] if get && zonal(&segments) => cloud.list_instances(&query),
+        [_, _, _, _, _, _, "operations", name] if get && zonal(&segments) => {
+            cloud.get_operation(name)
+        }
+        ["compute", "v1", "projects", project, "regions", region]
+            if get && *project == PROJECT && *region == REGION =>
+        {
+            cloud.get_region()
+        }
+        _ => error_response(ERROR_NOT_FOUND, path),
+    }
+}
+
+fn instance_path(name: &str) -> String {
+    format!("projects/{PROJECT}/zones/{ZONE}/instances/{name}")
+}
+
+/// A fixture with its placeholders (`PROJECT`, `ZONE`, `REGION`, and `extra`) filled in.
+fn fixture(text: &str, extra: &[(&str, &str)]) -> Value {
+    let mut text = text
+        .replace("PROJECT", PROJECT)
+        .replace("REGION", REGION)
+        .replace("ZONE", ZONE);
+    for (placeholder, value) in extra {
+        text = text.replace(placeholder, value);
+    }
+    serde_json::from_str(&text).unwrap_or(Value::Null)
+}
+
+fn instance_json(name: &str, vm: &Vm) -> Value {
+    let mut body = fixture(INSTANCE, &[("INSTANCE", name)]);
+    body["id"] = json!(vm.id.to_string());
+    body["status"] = json!(vm.status);
+    body["labels"] = json!(vm.labels);
+    body
+}
+
+fn operation_json(name: &str, op: &ZoneOperation) -> Value {
+    let mut body = fixture(
+        OPERATION,
+        &[("INSTANCE", &op.instance), ("OPERATION", name)],
+    );
+    body["id"] = json!(op.id.to_string());
+    body["name"] = json!(name);
+    body["targetId"] = json!(op.target_id.to_string());
+    if op.done {
+        body["status"] = json!("DONE");
+        body["progress"] = json!(100);
+        body["endTime"] = json!("2026-11-22T10:00:20.000-08:00");
+    }
+    body
+}
+
+fn ok(body: Value) -> Response {
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+fn error_response(fixture_text: &str, resource: &str) -> Response {
+    error_response_with(fixture_text, "RESOURCE", resource)
+}
+
+/// An error fixture, answered with the status in its `error.code`.
+fn error_response_with(fixture_text: &str, placeholder: &str, value: &str) -> Response {
+    let body = fixture(fixture_text, &[(placeholder, value)]);
+    let status = body["error"]["code"]
+        .as_u64()
+        .and_then(|c| u16::try_from(c).ok())
+        .and_then(|c| StatusCode::from_u16(c).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, axum::Json(body)).into_response()
+}
+
+/// The 503 fixture, answered with another 5xx status when asked.
+fn server_error(status: u16) -> Response {
+    let mut body = fixture(ERROR_UNAVAILABLE, &[]);
+    if status != 503 {
+        body["error"]["code"] = json!(status);
+        body["error"]["status"] = json!("INTERNAL");
+        body["error"]["message"] =
+            json!("Internal error. Please try again or contact Google Support.");
+    }
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    (status, axum::Json(body)).into_response()
+}

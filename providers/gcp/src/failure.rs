@@ -1,0 +1,225 @@
+//! What a Compute Engine answer means: the SDK's error reduced to plain facts ([`Failure`]),
+//! which pure functions turn into the crate's [`Error`] and the retry decision.
+
+use google_cloud_gax::error::Error as GaxError;
+use google_cloud_gax::error::rpc::StatusDetails;
+use http::StatusCode;
+use peerpods_provider_core::{Error, Redactor, http as cloud_http};
+
+/// Compute Engine's reason for "another operation on this resource is still running".
+pub const NOT_READY_REASON: &str = "resourceNotReady";
+
+/// The facts of one failed call, taken from the SDK's error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// HTTP status of the answer; `None` when there was no answer (connect, timeout, token).
+    pub status: Option<u16>,
+    /// The `Retry-After` header of the answer, as sent.
+    pub retry_after: Option<String>,
+    /// The `reason`s of the answer's `error.errors[]` (e.g. `notFound`, `resourceNotReady`).
+    pub reasons: Vec<String>,
+    /// The cloud's message (or the transport error), already redacted.
+    pub message: String,
+    /// The credentials could not produce a token; `transient` when they may later.
+    pub credentials: Option<CredentialsFailure>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CredentialsFailure {
+    pub transient: bool,
+}
+
+impl Failure {
+    /// Reads the SDK's error; cloud texts pass through `redactor`.
+    pub fn from_sdk(error: &GaxError, redactor: &Redactor) -> Self {
+        let reasons = error
+            .status()
+            .map(|status| {
+                status
+                    .details
+                    .iter()
+                    .filter_map(|detail| match detail {
+                        StatusDetails::ErrorInfo(info) => Some(info.reason.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let message = match error.status() {
+            Some(status) => status.message.clone(),
+            None => error_chain(error),
+        };
+        let credentials = error.is_authentication().then(|| CredentialsFailure {
+            transient: credentials_transient(error),
+        });
+        Failure {
+            status: error.http_status_code(),
+            retry_after: error
+                .http_headers()
+                .and_then(|headers| headers.get(http::header::RETRY_AFTER))
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned),
+            reasons,
+            message: redactor.redact(&message),
+            credentials,
+        }
+    }
+
+    /// Compute Engine answered 404: the resource does not exist.
+    pub fn is_not_found(&self) -> bool {
+        self.status == Some(404)
+    }
+
+    /// Another operation (e.g. a deletion already under way) holds the resource.
+    pub fn is_not_ready(&self) -> bool {
+        self.reasons.iter().any(|r| r == NOT_READY_REASON)
+    }
+
+    /// The crate error for this failure; `operation` says what was being done.
+    pub fn into_error(self, operation: &str) -> Error {
+        if let Some(credentials) = self.credentials {
+            let message = format!(
+                "{operation}: the credentials cannot produce an access token: {}",
+                self.message
+            );
+            return if credentials.transient {
+                Error::Unavailable { message }
+            } else {
+                Error::CloudUnauthenticated { message }
+            };
+        }
+        match self.status.and_then(|s| StatusCode::from_u16(s).ok()) {
+            Some(status) => {
+                let wait =
+                    cloud_http::retry_after(self.retry_after.as_deref(), jiff::Timestamp::now());
+                cloud_http::status_error(status, wait, operation, &self.message)
+            }
+            None => Error::Unavailable {
+                message: format!("{operation}: {}", self.message),
+            },
+        }
+    }
+}
+
+/// Whether an attempt that failed like this is worth repeating: no answer at all (connect,
+/// timeout, broken body) or a server-side 5xx / 408. Never 429 (the caller is told to wait),
+/// never a refusal.
+pub fn is_transient(status: Option<u16>, no_answer: bool) -> bool {
+    match status {
+        Some(status) => status == 408 || (500..=599).contains(&status),
+        None => no_answer,
+    }
+}
+
+/// [`is_transient`] for the SDK's error.
+pub fn sdk_error_is_transient(error: &GaxError) -> bool {
+    if error.is_authentication() {
+        return credentials_transient(error);
+    }
+    let no_answer = error.is_io()
+        || error.is_connect()
+        || error.is_timeout()
+        || error.is_transport()
+        || error.is_transient_and_before_rpc();
+    is_transient(error.http_status_code(), no_answer)
+}
+
+fn credentials_transient(error: &GaxError) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(s) = source {
+        if let Some(credentials) = s.downcast_ref::<google_cloud_gax::error::CredentialsError>() {
+            return credentials.is_transient();
+        }
+        source = s.source();
+    }
+    false
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn failure(status: Option<u16>) -> Failure {
+        Failure {
+            status,
+            retry_after: None,
+            reasons: vec![],
+            message: "cloud text".into(),
+            credentials: None,
+        }
+    }
+
+    #[test]
+    fn only_missing_answers_and_server_errors_are_retried() {
+        for status in [500, 502, 503, 504, 408] {
+            assert!(is_transient(Some(status), false), "{status}");
+        }
+        for status in [400, 401, 403, 404, 409, 412, 429] {
+            assert!(!is_transient(Some(status), false), "{status}");
+        }
+        assert!(is_transient(None, true));
+        assert!(!is_transient(None, false));
+    }
+
+    #[test]
+    fn answers_map_to_what_the_caller_can_do() {
+        let throttled = Failure {
+            retry_after: Some("7".into()),
+            ..failure(Some(429))
+        }
+        .into_error("deleting instance vm-1");
+        assert!(
+            matches!(throttled, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7))
+        );
+        assert_eq!(
+            failure(Some(401)).into_error("op").reason(),
+            "CloudUnauthenticated"
+        );
+        assert_eq!(
+            failure(Some(403)).into_error("op").reason(),
+            "CloudPermissionDenied"
+        );
+        assert_eq!(
+            failure(Some(503)).into_error("op").reason(),
+            "CloudUnavailable"
+        );
+        assert_eq!(failure(None).into_error("op").reason(), "CloudUnavailable");
+        let refused_token = Failure {
+            credentials: Some(CredentialsFailure { transient: false }),
+            ..failure(None)
+        };
+        assert_eq!(
+            refused_token.into_error("op").reason(),
+            "CloudUnauthenticated"
+        );
+        let metadata_down = Failure {
+            credentials: Some(CredentialsFailure { transient: true }),
+            ..failure(None)
+        };
+        assert_eq!(metadata_down.into_error("op").reason(), "CloudUnavailable");
+    }
+
+    #[test]
+    fn not_found_and_not_ready_are_recognised() {
+        assert!(failure(Some(404)).is_not_found());
+        assert!(!failure(Some(400)).is_not_found());
+        let busy = Failure {
+            reasons: vec!["resourceNotReady".into()],
+            ..failure(Some(400))
+        };
+        assert!(busy.is_not_ready());
+        assert!(!failure(Some(400)).is_not_ready());
+    }
+}

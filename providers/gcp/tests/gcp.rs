@@ -1,0 +1,374 @@
+//! The GCP backend through its public `Provider` API, with the real Compute Engine client and
+//! `google-cloud-auth` credentials, against the local Compute Engine emulator.
+
+use std::time::Duration;
+
+use peerpods_emulator_gcp::{GcpEmulator, PROJECT, VCPUS_PER_VM, ZONE};
+use peerpods_provider_core::{
+    CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
+};
+use peerpods_provider_gcp::GcpProvider;
+use test_support::cloud::CloudEmulator;
+
+const GCP: &str = "gcp";
+
+fn emulator() -> GcpEmulator {
+    GcpEmulator::start().expect("emulator starts")
+}
+
+async fn provider_with(config: Vec<(String, String)>, calls: CloudCalls) -> GcpProvider {
+    GcpProvider::from_config(&ProviderConfig::from_pairs(config), calls)
+        .await
+        .expect("provider builds")
+}
+
+async fn provider(emulator: &GcpEmulator) -> (GcpProvider, CloudCalls) {
+    let calls = CloudCalls::default();
+    (provider_with(emulator.config(), calls.clone()).await, calls)
+}
+
+fn deletes_sent(emulator: &GcpEmulator, name: &str) -> usize {
+    let path = format!("DELETE /compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/{name}");
+    emulator
+        .request_log()
+        .iter()
+        .filter(|r| **r == path)
+        .count()
+}
+
+#[tokio::test]
+async fn delete_removes_the_vm_and_its_boot_disk_after_the_operation_is_done() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[("cluster", "blue")]);
+    let other = emulator.create_vm("podvm-other-5e6f7a8b", &[("cluster", "blue")]);
+    emulator.set_operation_polls(2);
+    let (gcp, calls) = provider(&emulator).await;
+
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert!(!emulator.disk_exists(&id));
+    assert!(emulator.vm_or_parts_exist(&other), "only the named VM goes");
+    assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 1);
+    // Two polls see RUNNING, the third DONE.
+    assert_eq!(calls.count(GCP, "GetZoneOperation", "ok"), 3);
+    assert_eq!(gcp.api_calls("GetZoneOperation", "ok"), 3);
+}
+
+#[tokio::test]
+async fn deleting_a_vm_that_is_gone_is_already_gone_every_time() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-twice", &[]);
+    let (gcp, calls) = provider(&emulator).await;
+
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("first"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("second"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(
+        gcp.delete_instance("podvm-never-existed")
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+    // The 404s are answers, not retried.
+    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 2);
+    assert_eq!(deletes_sent(&emulator, "podvm-never-existed"), 1);
+}
+
+#[tokio::test]
+async fn a_vm_already_being_deleted_counts_as_deleted_once_gone() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-stopping", &[]);
+    emulator.begin_deletion(&id, 2);
+    assert_eq!(emulator.instance_status(&id).as_deref(), Some("STOPPING"));
+    let (gcp, calls) = provider(&emulator).await;
+
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+
+    assert!(!emulator.vm_or_parts_exist(&id));
+    // Refused once as resourceNotReady, then watched until instances.get says 404.
+    assert_eq!(deletes_sent(&emulator, &id), 1);
+    assert_eq!(calls.count(GCP, "GetInstance", "ok"), 2);
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 1);
+}
+
+#[tokio::test]
+async fn throttling_is_reported_with_the_clouds_wait_and_not_retried() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-throttled", &[]);
+    let (gcp, calls) = provider(&emulator).await;
+    emulator.throttle_next(1, 7);
+
+    let error = gcp.delete_instance(&id).await.expect_err("throttled");
+
+    assert!(
+        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
+        "{error:?}"
+    );
+    assert_eq!(calls.count(GCP, "DeleteInstance", "throttled"), 1);
+    assert_eq!(emulator.requests(), 1);
+    assert!(emulator.vm_or_parts_exist(&id));
+    // Once the cloud lets us, the same call succeeds.
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+}
+
+#[tokio::test]
+async fn server_errors_are_retried_by_the_sdk_then_succeed() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-flaky", &[]);
+    let (gcp, calls) = provider(&emulator).await;
+    emulator.fail_next(2, 503);
+
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+
+    assert_eq!(deletes_sent(&emulator, &id), 3);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 2);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 1);
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test]
+async fn server_errors_that_persist_become_unavailable_after_bounded_attempts() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-down", &[]);
+    let (gcp, calls) = provider(&emulator).await;
+    emulator.fail_next(100, 500);
+
+    let error = gcp.delete_instance(&id).await.expect_err("unavailable");
+
+    assert_eq!(error.reason(), "CloudUnavailable", "{error}");
+    assert!(error.to_string().contains("HTTP 500"), "{error}");
+    assert_eq!(deletes_sent(&emulator, &id), 4);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 4);
+    assert!(emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test]
+async fn malformed_ids_are_invalid_arguments_without_any_request() {
+    let emulator = emulator();
+    let (gcp, calls) = provider(&emulator).await;
+    let too_long = "a".repeat(64);
+    for id in [
+        "",
+        "Podvm-upper",
+        "podvm_underscore",
+        "../podvm",
+        "projects/p/zones/z/instances/x",
+        "-podvm",
+        "podvm-",
+        "1podvm",
+        too_long.as_str(),
+    ] {
+        let validated = gcp.validate_instance_id(id).expect_err(id);
+        assert!(
+            matches!(
+                validated,
+                Error::InvalidArgument {
+                    field: "instance_id",
+                    ..
+                }
+            ),
+            "{id}: {validated:?}"
+        );
+        let deleted = gcp.delete_instance(id).await.expect_err(id);
+        assert!(
+            matches!(
+                deleted,
+                Error::InvalidArgument {
+                    field: "instance_id",
+                    ..
+                }
+            ),
+            "{id}: {deleted:?}"
+        );
+    }
+    assert_eq!(emulator.requests(), 0);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 0);
+    gcp.validate_instance_id("podvm-nginx-1a2b3c4d")
+        .expect("a CAA name is valid");
+}
+
+#[tokio::test]
+async fn capacity_comes_from_the_regions_cpu_and_instance_quotas() {
+    let emulator = emulator();
+    for name in ["podvm-a", "podvm-b", "podvm-c"] {
+        emulator.create_vm(name, &[]);
+    }
+    let (gcp, calls) = provider(&emulator).await;
+
+    let capacity = gcp.capacity().await.expect("capacity");
+    assert_eq!(
+        capacity.instances,
+        Figure {
+            limit: Some(24),
+            in_use: Some(3)
+        }
+    );
+    assert_eq!(
+        capacity.vcpus,
+        Figure {
+            limit: Some(24),
+            in_use: Some(3 * u64::from(VCPUS_PER_VM))
+        }
+    );
+    assert_eq!(
+        capacity.memory_mib,
+        Figure::default(),
+        "GCP has no memory quota"
+    );
+
+    emulator.set_region_quota("CPUS", 96.0, 40.0);
+    let capacity = gcp.capacity().await.expect("capacity");
+    assert_eq!(
+        capacity.vcpus,
+        Figure {
+            limit: Some(96),
+            in_use: Some(40)
+        }
+    );
+    assert_eq!(calls.count(GCP, "GetRegion", "ok"), 2);
+}
+
+#[tokio::test]
+async fn list_returns_the_clusters_labelled_vms_across_pages_ordered_by_name() {
+    let emulator = emulator();
+    emulator.create_vm("podvm-blue-2", &[("cluster", "blue"), ("owner", "caa")]);
+    emulator.create_vm("podvm-red-1", &[("cluster", "red"), ("owner", "caa")]);
+    emulator.create_vm("podvm-blue-1", &[("cluster", "blue"), ("owner", "caa")]);
+    emulator.create_vm("podvm-blue-3", &[("cluster", "blue")]);
+    emulator.create_vm("unlabelled", &[]);
+    emulator.set_page_size(1);
+    let (gcp, calls) = provider(&emulator).await;
+
+    let selector: TagSelector = [("cluster", "blue"), ("owner", "caa")]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let listed = gcp.list_instances(&selector).await.expect("list");
+
+    let ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
+    assert_eq!(ids, ["podvm-blue-1", "podvm-blue-2"]);
+    assert!(listed.iter().all(|i| i.created.is_some()));
+    assert_eq!(listed[0].tags.get("owner").map(String::as_str), Some("caa"));
+    // The label filter ran in the cloud: two matches, one per page.
+    assert_eq!(calls.count(GCP, "ListInstances", "ok"), 2);
+
+    let everything = gcp
+        .list_instances(&TagSelector::new())
+        .await
+        .expect("list all");
+    assert_eq!(everything.len(), 5);
+    assert!(everything.windows(2).all(|w| w[0].id < w[1].id));
+}
+
+#[tokio::test]
+async fn rejected_credentials_are_cloud_unauthenticated_and_never_shown() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-auth", &[]);
+    let mut config = emulator.config();
+    for (key, value) in &mut config {
+        if key == "GCP_CREDENTIALS" {
+            *value = GcpEmulator::wrong_credentials_json().to_owned();
+        }
+    }
+    let secret_key: serde_json::Value =
+        serde_json::from_str(GcpEmulator::wrong_credentials_json()).expect("key file");
+    let private_key = secret_key["private_key"].as_str().expect("private key");
+    let a_key_line = private_key.lines().nth(5).expect("a line of the key");
+    let gcp = provider_with(config, CloudCalls::default()).await;
+
+    let error = gcp.delete_instance(&id).await.expect_err("refused");
+    assert!(
+        matches!(error, Error::CloudUnauthenticated { .. }),
+        "{error:?}"
+    );
+    let health = gcp.health().await;
+    assert!(!health.healthy);
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        health.message,
+        format!("{gcp:?}"),
+    ] {
+        assert!(!shown.contains(a_key_line), "secret in {shown}");
+        assert!(!shown.contains("PRIVATE KEY"), "secret in {shown}");
+    }
+    assert!(emulator.vm_or_parts_exist(&id));
+
+    // The right key works until the cloud revokes it.
+    let (gcp, _) = provider(&emulator).await;
+    assert!(gcp.health().await.healthy);
+    emulator.reject_credentials(true);
+    let error = gcp.capacity().await.expect_err("revoked");
+    assert_eq!(error.reason(), "CloudUnauthenticated");
+}
+
+#[tokio::test]
+async fn a_missing_or_broken_key_is_a_config_error_naming_it_without_any_request() {
+    let emulator = emulator();
+    let without = |dropped: &str| -> Vec<(String, String)> {
+        emulator
+            .config()
+            .into_iter()
+            .filter(|(k, _)| k != dropped)
+            .collect()
+    };
+    for key in ["GCP_PROJECT_ID", "GCP_ZONE"] {
+        let error = GcpProvider::from_config(
+            &ProviderConfig::from_pairs(without(key)),
+            CloudCalls::default(),
+        )
+        .await
+        .expect_err(key);
+        assert!(
+            matches!(&error, Error::Config { key: named, .. } if named == key),
+            "{error:?}"
+        );
+    }
+    let mut broken = without("GCP_CREDENTIALS");
+    broken.push((
+        "GCP_CREDENTIALS".into(),
+        "{\"private_key\": \"s3cr3t-not-json".into(),
+    ));
+    let error =
+        GcpProvider::from_config(&ProviderConfig::from_pairs(broken), CloudCalls::default())
+            .await
+            .expect_err("broken credentials");
+    assert!(
+        matches!(&error, Error::Config { key, .. } if key == "GCP_CREDENTIALS"),
+        "{error:?}"
+    );
+    assert!(!format!("{error} {error:?}").contains("s3cr3t"));
+
+    // Building a valid provider calls nothing either.
+    let (_gcp, _) = provider(&emulator).await;
+    assert_eq!(emulator.requests(), 0);
+}
+
+#[tokio::test]
+async fn health_is_one_authenticated_region_read() {
+    let emulator = emulator();
+    let (gcp, calls) = provider(&emulator).await;
+    let health = gcp.health().await;
+    assert!(health.healthy, "{}", health.message);
+    assert!(health.message.contains(PROJECT));
+    assert_eq!(emulator.requests(), 1);
+    assert_eq!(calls.count(GCP, "GetRegion", "ok"), 1);
+}
