@@ -43,7 +43,6 @@ pub struct Knobs {
     pub revoke_issued_tokens: bool,
     pub requests: u64,
     pub requests_by_route: BTreeMap<String, u64>,
-    pub issued_tokens: BTreeSet<String>,
     pub token_seq: u64,
     /// The trusted profile IAM lets assume, and the compute-resource token it accepts for it.
     pub trusted_profile: Option<(String, String)>,
@@ -87,7 +86,19 @@ pub fn injected(
     None
 }
 
-/// Whether the request carries a bearer token this emulator issued and did not revoke.
+/// Tokens IAM issued. IAM is one global service whose tokens every IBM Cloud API accepts, so the
+/// emulators of one process share them: a provider-service serving both VPC and Power Virtual
+/// Server through one IAM endpoint works against the two emulators as against IBM Cloud.
+fn issued_tokens() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
+    static ISSUED: std::sync::OnceLock<std::sync::Mutex<BTreeSet<String>>> =
+        std::sync::OnceLock::new();
+    match ISSUED.get_or_init(Default::default).lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Whether the request carries a bearer token IAM issued, unless this emulator revoked them.
 pub fn authorized(knobs: &Knobs, headers: &HeaderMap) -> bool {
     let Some(token) = headers
         .get("authorization")
@@ -96,7 +107,7 @@ pub fn authorized(knobs: &Knobs, headers: &HeaderMap) -> bool {
     else {
         return false;
     };
-    !knobs.revoke_issued_tokens && knobs.issued_tokens.contains(token)
+    !knobs.revoke_issued_tokens && issued_tokens().contains(token)
 }
 
 /// `POST /identity/token`: the API key grant of IAM's identity token API.
@@ -127,7 +138,9 @@ pub fn iam_token(knobs: &mut Knobs, body: &Bytes) -> Response {
     if knobs.reject_api_key || !accepted {
         return answer(StatusCode::BAD_REQUEST, &fixture(IAM_API_KEY_NOT_FOUND));
     }
-    knobs.token_seq += 1;
+    // Unique across the emulators of the process, whose tokens are shared.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    knobs.token_seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
     let now = jiff::Timestamp::now().as_second();
     let claims = json!({
         "iam_id": "iam-ServiceId-emulated",
@@ -145,7 +158,7 @@ pub fn iam_token(knobs: &mut Knobs, body: &Bytes) -> Response {
         b64.encode(format!("signature-{}", knobs.token_seq)),
     );
     knobs.revoke_issued_tokens = false;
-    knobs.issued_tokens.insert(token.clone());
+    issued_tokens().insert(token.clone());
     let mut body = fixture(IAM_TOKEN);
     body["access_token"] = json!(token);
     body["expires_in"] = json!(3600);
