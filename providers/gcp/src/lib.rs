@@ -20,6 +20,7 @@ mod operation;
 mod quota;
 mod settings;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,8 +33,8 @@ use compute::{Compute, Target};
 use failure::Failure;
 use operation::Progress;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, Provider, ProviderConfig,
-    ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, OwnerTag, Provider,
+    ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 
 /// The `cloud_provider` name of this backend.
@@ -51,6 +52,8 @@ const MAX_PAGES: usize = 1000;
 pub struct GcpProvider {
     compute: Compute,
     delete_timeout: Duration,
+    /// With `CLUSTER_TAG`, only instances carrying that label are deleted.
+    owner: OwnerTag,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -71,7 +74,11 @@ impl GcpProvider {
             |path| std::fs::read_to_string(path),
         )
         .map_err(config_error)?;
-        Self::new(settings, calls).await
+        let owner = OwnerTag::from_config(config)?;
+        Ok(GcpProvider {
+            owner,
+            ..Self::new(settings, calls).await?
+        })
     }
 
     /// Builds the provider from parsed settings. Makes no call to Google.
@@ -96,6 +103,7 @@ impl GcpProvider {
         Ok(GcpProvider {
             compute,
             delete_timeout: DELETE_TIMEOUT,
+            owner: OwnerTag::default(),
         })
     }
 
@@ -108,6 +116,16 @@ impl GcpProvider {
     /// Deletes the instance and waits until Compute Engine reports it gone.
     async fn delete(&self, name: &str) -> Result<DeleteOutcome, Error> {
         let what = format!("deleting instance {name}");
+        // Another cluster's instance (or an unlabelled one) is not ours to delete: read its
+        // labels first, only when deletes are restricted.
+        if self.owner.required().is_some() {
+            let labels: BTreeMap<String, String> = match self.compute.get_instance(name).await {
+                Ok(instance) => instance.labels.into_iter().collect(),
+                Err(failure) if failure.is_not_found() => return Ok(DeleteOutcome::AlreadyGone),
+                Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
+            };
+            self.owner.check(name, &labels)?;
+        }
         let deadline = tokio::time::Instant::now() + self.delete_timeout;
         let request_id = request_id();
         let mut pause = Pauses::new();

@@ -372,3 +372,27 @@ async fn health_is_one_authenticated_region_read() {
     assert_eq!(emulator.requests(), 1);
     assert_eq!(calls.count(GCP, "GetRegion", "ok"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
+    let emulator = GcpEmulator::start().expect("emulator");
+    let mut config = emulator.config();
+    config.push(("CLUSTER_TAG".into(), "peerpods-cluster=c1".into()));
+    let guarded = provider_with(config, CloudCalls::default()).await;
+    let ours = emulator.create_vm("podvm-ours", &[("peerpods-cluster", "c1")]);
+    let theirs = emulator.create_vm("podvm-theirs", &[("peerpods-cluster", "c2")]);
+
+    let refused = guarded.delete_instance(&theirs).await.expect_err("not ours");
+    assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
+    assert!(emulator.vm_or_parts_exist(&theirs), "{theirs} must not be touched");
+    assert_eq!(deletes_sent(&emulator, &theirs), 0);
+    assert_eq!(
+        guarded.delete_instance(&ours).await.expect("ours"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&ours));
+    assert_eq!(
+        guarded.delete_instance("podvm-never-existed").await.expect("gone"),
+        DeleteOutcome::AlreadyGone
+    );
+}
