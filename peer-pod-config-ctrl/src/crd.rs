@@ -133,35 +133,8 @@ pub struct CapacityFromProvider {
     pub memory_mib_per_instance: Option<u32>,
 }
 
-/// CAA's CLOUD_PROVIDER names.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum CloudProvider {
-    Aws,
-    Azure,
-    Gcp,
-    Ibmcloud,
-    IbmcloudPowervs,
-    Libvirt,
-    Alibabacloud,
-    Byom,
-}
-
-impl CloudProvider {
-    /// The wire name, as CAA and the provider service spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Aws => "aws",
-            Self::Azure => "azure",
-            Self::Gcp => "gcp",
-            Self::Ibmcloud => "ibmcloud",
-            Self::IbmcloudPowervs => "ibmcloud-powervs",
-            Self::Libvirt => "libvirt",
-            Self::Alibabacloud => "alibabacloud",
-            Self::Byom => "byom",
-        }
-    }
-}
+/// CAA's CLOUD_PROVIDER names (one type for the whole project).
+pub use peerpods_proto::ProviderName as CloudProvider;
 
 /// The cloud-api-adaptor DaemonSet.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -2,11 +2,14 @@
 //!
 //! Watch → decide → act → record:
 //! - [`crd`]: the `PeerPodConfig` type (and the CRD YAML generated from it).
-//! - Decide (pure): [`spread`] (node capacity values), [`objects`] (owned DaemonSet, webhook objects),
-//!   [`cert`] (webhook serving certificate and its rotation), [`nodes`] (which nodes need a capacity patch),
-//!   [`status`] (conditions), [`capacity`] (free VMs from provider-service figures).
-//! - Act: [`apply`] (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status).
-//! - [`controller`]: the reconciler, its watches, finalizer cleanup and metrics.
+//! - Watch: [`controller`] (watches, triggers, wiring, leader election, health).
+//! - Decide (pure): [`validate`] (which PeerPodConfig is acted on, and why one is invalid), [`plan`] (desired node
+//!   capacity from the spec, the nodes and the provider's free capacity), [`spread`] (node capacity values),
+//!   [`objects`] (owned DaemonSet, webhook objects), [`cert`] (webhook serving certificate and its rotation),
+//!   [`nodes`] (which nodes need a capacity patch), [`status`] (conditions), [`capacity`] (free VMs from
+//!   provider-service figures).
+//! - Act and record: [`reconcile`] (the reconcile, finalizer cleanup, status, Events, metrics), [`apply`]
+//!   (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status).
 
 pub mod apply;
 pub mod capacity;
@@ -17,8 +20,11 @@ mod error;
 pub mod metrics;
 pub mod nodes;
 pub mod objects;
+pub mod plan;
+pub mod reconcile;
 pub mod spread;
 pub mod status;
+pub mod validate;
 
 pub use error::Error;
 

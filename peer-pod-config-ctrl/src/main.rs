@@ -1,18 +1,14 @@
 //! Wires flags and environment to the library. Every flag has an environment variable of the same meaning.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
 use peerpods_runtime::admin::{AdminServer, Readiness};
-use peerpods_runtime::client::ProviderClientConfig;
-use peerpods_runtime::leader::LeaderConfig;
-use peerpods_runtime::telemetry::{self, LogFormat};
+use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs};
+use peerpods_runtime::health::Health;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -29,26 +25,15 @@ struct Cli {
         default_value = "confidential-containers-system"
     )]
     namespace: String,
-    /// provider-service address, needed only for capacityFromProvider: https://host:port (TLS, needs
-    /// --provider-ca) or http://host:port (local only).
-    #[arg(long, env = "PROVIDER_ENDPOINT")]
-    provider_endpoint: Option<String>,
-    /// How to authenticate to provider-service: a projected ServiceAccount token, or nothing (local only).
-    #[arg(long, env = "PROVIDER_AUTH", value_enum, default_value_t = Auth::Token)]
-    provider_auth: Auth,
-    /// PEM file with the CA of provider-service's certificate.
-    #[arg(long, env = "PROVIDER_CA")]
-    provider_ca: Option<PathBuf>,
-    /// Name to verify provider-service's certificate against, when it differs from the endpoint host.
-    #[arg(long, env = "PROVIDER_SERVER_NAME")]
-    provider_server_name: Option<String>,
-    /// Projected ServiceAccount token (audience provider-service); re-read when rotated.
-    #[arg(
-        long,
-        env = "TOKEN_FILE",
-        default_value = "/var/run/secrets/provider-service/token"
-    )]
-    token_file: PathBuf,
+    // provider-service, needed only for capacityFromProvider: without --provider-endpoint the limit alone decides.
+    #[command(flatten)]
+    provider: ProviderArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    health: HealthArgs,
     /// provider-service as the CAA DaemonSet should call it (https://<service>.<namespace>.svc:<port>): CAA
     /// gets the endpoint, the CA and a projected token in PROVIDER_SERVICE_* variables. Unset: CAA is not wired.
     #[arg(long, env = "CAA_PROVIDER_ENDPOINT")]
@@ -66,41 +51,12 @@ struct Cli {
     /// Name CAA verifies provider-service's certificate against, when it differs from the endpoint host.
     #[arg(long, env = "CAA_PROVIDER_SERVER_NAME")]
     caa_provider_server_name: Option<String>,
-    /// Deadline of each provider-service call.
-    #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "30s", value_parser = duration)]
-    provider_timeout: Duration,
-    /// Only the replica holding the Lease acts (run 2 replicas with this on).
-    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
-    leader_elect: bool,
-    /// Name of the Lease used for leader election.
-    #[arg(long, env = "LEASE_NAME", default_value = "peer-pod-config-ctrl")]
-    lease_name: String,
-    /// Name of this replica (Lease holder, Event reporter); the Pod name in a cluster.
-    #[arg(long, env = "POD_NAME")]
-    identity: Option<String>,
-    /// Address of the /healthz, /readyz and /metrics server.
-    #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
-    admin_listen: SocketAddr,
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
-    log_format: LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Print the PeerPodConfig CustomResourceDefinition as YAML and exit.
     Crd,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum Auth {
-    Token,
-    None,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    let signed: jiff::SignedDuration = text.parse().map_err(|e| format!("{text:?}: {e}"))?;
-    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
 }
 
 #[tokio::main]
@@ -118,7 +74,7 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let telemetry = match telemetry::init("peer-pod-config-ctrl", cli.log_format) {
+    let telemetry = match cli.admin.init_telemetry(COMPONENT) {
         Ok(t) => t,
         Err(error) => {
             eprintln!("{error}");
@@ -139,31 +95,27 @@ async fn main() -> ExitCode {
 async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = peerpods_runtime::shutdown::on_signal();
     let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Metrics::default();
-    metrics.register(&mut registry);
-    let readiness = Readiness::default();
-    let admin = AdminServer::bind(cli.admin_listen, readiness.clone(), Arc::new(registry)).await?;
+    let metrics = Metrics::register(&mut registry);
+    let health = Health {
+        readiness: Readiness::default(),
+        liveness: cli.health.liveness(),
+    };
+    let admin = AdminServer::bind(
+        cli.admin.admin_listen,
+        health.readiness.clone(),
+        Arc::new(registry),
+    )
+    .await?
+    .with_liveness(health.liveness.clone());
     let admin = tokio::spawn(admin.serve(shutdown.clone().cancelled_owned()));
 
     let client = kube::Client::try_default().await?;
     let provider = cli
-        .provider_endpoint
-        .as_ref()
-        .map(|endpoint| {
-            peerpods_runtime::client::connect(&ProviderClientConfig {
-                endpoint: endpoint.clone(),
-                ca_file: cli.provider_ca.clone(),
-                tls_server_name: cli.provider_server_name.clone(),
-                token_file: matches!(cli.provider_auth, Auth::Token)
-                    .then(|| cli.token_file.clone()),
-                timeout: Some(cli.provider_timeout),
-            })
-        })
+        .provider
+        .client_config()
+        .map(|config| peerpods_runtime::client::connect(&config))
         .transpose()?;
-    let identity = cli
-        .identity
-        .clone()
-        .unwrap_or_else(|| format!("peer-pod-config-ctrl-{}", std::process::id()));
+    let identity = cli.leader.identity(COMPONENT);
     if cli
         .caa_provider_endpoint
         .as_deref()
@@ -188,22 +140,108 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         instance: Some(identity.clone()),
         caa_provider_service,
     };
-    tracing::info!(identity, namespace = %cli.namespace, leader_elect = cli.leader_elect, "starting");
-    readiness.set("controller", true, "running");
-    let leader = cli
-        .leader_elect
-        .then(|| LeaderConfig::new(&cli.lease_name, &cli.namespace, &identity));
+    let leader = cli.leader.config(COMPONENT, &cli.namespace);
+    tracing::info!(identity, namespace = %cli.namespace, leader_elect = leader.is_some(), "starting");
     let result = controller::run(
         client,
         settings,
         metrics,
         leader,
         shutdown.clone(),
-        Some(readiness),
+        Some(health),
     )
     .await
     .map_err(Into::into);
     shutdown.cancel();
     admin.await??;
     result
+}
+
+const COMPONENT: &str = "peer-pod-config-ctrl";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::time::Duration;
+
+    #[test]
+    fn flags_fit_together() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working.
+    #[test]
+    fn the_flags_and_variables_deployments_use_are_accepted() {
+        let command = Cli::command();
+        let envs: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        for env in [
+            "PEERPODS_NAMESPACE",
+            "PROVIDER_ENDPOINT",
+            "PROVIDER_AUTH",
+            "PROVIDER_CA",
+            "PROVIDER_SERVER_NAME",
+            "TOKEN_FILE",
+            "PROVIDER_TIMEOUT",
+            "CAA_PROVIDER_ENDPOINT",
+            "CAA_PROVIDER_CA_SECRET",
+            "CAA_PROVIDER_AUDIENCE",
+            "CAA_PROVIDER_SERVER_NAME",
+            "ADMIN_LISTEN",
+            "LEADER_ELECT",
+            "LEASE_NAME",
+            "LOG_FORMAT",
+            "POD_NAME",
+        ] {
+            assert!(envs.iter().any(|e| e == env), "{env} is not read");
+        }
+        let cli = Cli::try_parse_from([
+            "peer-pod-config-ctrl",
+            "--admin-listen",
+            "127.0.0.1:18082",
+            "--provider-endpoint",
+            "http://127.0.0.1:50051",
+            "--provider-auth",
+            "none",
+            "--caa-provider-endpoint",
+            "http://127.0.0.1:50051",
+            "--leader-elect",
+            "--lease-name",
+            "peer-pod-config-ctrl",
+            "--identity",
+            "pod-0",
+            "--namespace",
+            "pp-system",
+        ])
+        .unwrap();
+        assert_eq!(cli.provider.client_config().unwrap().token_file, None);
+        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        assert_eq!(
+            (lease.lease_name.as_str(), lease.namespace.as_str()),
+            ("peer-pod-config-ctrl", "pp-system")
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from(["peer-pod-config-ctrl"]).unwrap();
+        assert!(
+            cli.provider.client_config().is_none(),
+            "provider-service only when asked for"
+        );
+        assert_eq!(cli.provider.provider_timeout, Duration::from_secs(60));
+        assert_eq!(cli.namespace, "confidential-containers-system");
+        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        let cli = Cli::try_parse_from(["peer-pod-config-ctrl", "--leader-elect"]).unwrap();
+        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        assert_eq!(lease.lease_name, "peer-pod-config-ctrl");
+        assert_eq!(
+            (lease.lease_duration, lease.renew_before),
+            (Duration::from_secs(15), Duration::from_secs(5))
+        );
+    }
 }

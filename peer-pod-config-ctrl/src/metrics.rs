@@ -48,8 +48,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric under the `peerpodconfig` prefix.
-    pub fn register(&self, registry: &mut Registry) {
+    /// Creates the metrics and registers them under the `peerpodconfig` prefix (as peerpod-ctrl's
+    /// `Metrics::register` does under its own).
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Metrics::default();
+        metrics.register_in(registry);
+        metrics
+    }
+
+    fn register_in(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("peerpodconfig");
         r.register(
             "reconciles",

@@ -923,3 +923,106 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
         .expect("standby task")
         .expect("standby stopped cleanly");
 }
+
+/// `/readyz` stays false until both watches (PeerPodConfigs, Nodes) have listed; an idle but connected controller
+/// stays live (its heartbeat watches are renewed three times per bound); `/healthz` fails once the API server stops
+/// answering for longer than the bound, and recovers when it answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_waits_for_the_first_list_and_liveness_fails_while_the_api_server_stalls() {
+    use peer_pod_config_ctrl::controller::{NODE_WATCH, Settings, run};
+    use peer_pod_config_ctrl::metrics::Metrics;
+    use peerpods_runtime::admin::{AdminServer, Readiness};
+    use peerpods_runtime::health::{Health, Liveness};
+    use std::time::Duration;
+    use support::{StallingProxy, http_get};
+    use tokio_util::sync::CancellationToken;
+
+    const BOUND: Duration = Duration::from_secs(3);
+    let s = Scenario::start_idle("ppc-health").await;
+    let proxy = StallingProxy::start().await;
+    let health = Health {
+        readiness: Readiness::default(),
+        liveness: Liveness::new(BOUND),
+    };
+    let stop = CancellationToken::new();
+    let admin = AdminServer::bind(
+        "127.0.0.1:0".parse().expect("address"),
+        health.readiness.clone(),
+        Arc::new(prometheus_client::registry::Registry::default()),
+    )
+    .await
+    .expect("admin server")
+    .with_liveness(health.liveness.clone());
+    let addr = admin.local_addr().expect("admin address");
+    let admin = tokio::spawn(admin.serve(stop.clone().cancelled_owned()));
+
+    // The API server does not answer yet, so no list can have completed.
+    proxy.stall();
+    let controller = tokio::spawn(run(
+        proxy.client().await,
+        Settings {
+            namespace: s.ns.clone(),
+            provider: None,
+            instance: Some("health".into()),
+            caa_provider_service: None,
+        },
+        Metrics::default(),
+        None,
+        stop.clone(),
+        Some(health.clone()),
+    ));
+    let before = testenv::wait_for("the watches registered", TIMEOUT, || async {
+        let (code, body) = http_get(addr, "/readyz").await;
+        body.contains(NODE_WATCH).then_some((code, body))
+    })
+    .await;
+    assert_eq!(before.0, 503, "{}", before.1);
+    assert!(
+        before.1.contains("not ready: waiting for the initial list"),
+        "{}",
+        before.1
+    );
+
+    proxy.resume();
+    let ready = testenv::wait_for("ready after the first list", TIMEOUT, || async {
+        let (code, body) = http_get(addr, "/readyz").await;
+        (code == 200).then_some(body)
+    })
+    .await;
+    assert!(
+        ready.contains("watch/peerpodconfigs: ok") && ready.contains("watch/nodes: ok"),
+        "{ready}"
+    );
+
+    // Idle (nothing to reconcile in this namespace) but connected: live for twice the bound.
+    let idle_since = Instant::now();
+    while idle_since.elapsed() < 2 * BOUND {
+        let (code, body) = http_get(addr, "/healthz").await;
+        assert_eq!(code, 200, "an idle, connected controller is live: {body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    proxy.stall();
+    let stalled = testenv::wait_for("liveness to fail", 4 * BOUND, || async {
+        let (code, body) = http_get(addr, "/healthz").await;
+        (code == 503).then_some(body)
+    })
+    .await;
+    assert!(stalled.contains("stalled: no progress"), "{stalled}");
+    let (code, _) = http_get(addr, "/readyz").await;
+    assert_eq!(code, 200, "the cache listed once stays ready");
+
+    proxy.resume();
+    testenv::wait_for("liveness to recover", TIMEOUT, || async {
+        (http_get(addr, "/healthz").await.0 == 200).then_some(())
+    })
+    .await;
+
+    stop.cancel();
+    controller
+        .await
+        .expect("controller task")
+        .expect("controller stopped");
+    admin.await.expect("admin task").expect("admin server");
+    s.finish().await;
+}

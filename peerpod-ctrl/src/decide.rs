@@ -1,5 +1,6 @@
 //! Pure decisions: what to do with a PeerPod, how to release the finalizer, which PeerPods are stale, which
-//! VMs are orphans, how long to wait before retrying. No I/O here, so every rule has a plain unit test.
+//! VMs are orphans. No I/O here, so every rule has a plain unit test. How long to wait before retrying is the
+//! runtime's [`Backoff`], shared with peer-pod-config-ctrl.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashSet};
@@ -156,53 +157,8 @@ pub fn orphans<'a>(
         .collect()
 }
 
-/// Per-object retry policy: exponential from `base`, capped at `cap`; permanent errors wait the full cap so
-/// they never loop hot; a server's retry hint is honoured (up to the cap). `seed` (a hash of the object)
-/// spreads retries of many objects that failed together by up to 10 %.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    pub base: Duration,
-    pub cap: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Backoff {
-    /// Delay before the next attempt after `failures` consecutive failures (1 for the first).
-    pub fn delay(
-        &self,
-        failures: u32,
-        permanent: bool,
-        retry_after: Option<Duration>,
-        seed: u64,
-    ) -> Duration {
-        let exponential = if permanent {
-            self.cap
-        } else {
-            let factor = 2u32.saturating_pow(failures.saturating_sub(1));
-            self.base.saturating_mul(factor).min(self.cap)
-        };
-        let wanted = exponential
-            .max(retry_after.unwrap_or_default())
-            .min(self.cap);
-        let jitter = wanted.mul_f64((seed % 1000) as f64 / 10_000.0);
-        wanted + jitter
-    }
-}
-
-/// A stable hash of an object's identity, used as jitter seed.
-pub fn seed(namespace: &str, name: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    (namespace, name).hash(&mut hasher);
-    hasher.finish()
-}
+/// The retry policy lives in the runtime, shared with peer-pod-config-ctrl.
+pub use peerpods_runtime::backoff::{Backoff, seed};
 
 /// The parts of a PeerPod whose change may need a reconcile: spec (generation), deletion, finalizers and
 /// owners. Status is left out on purpose: our own condition updates must not trigger another pass, or a
@@ -448,46 +404,6 @@ mod tests {
             Duration::ZERO,
         );
         assert_eq!(found.len(), 1);
-    }
-
-    #[test]
-    fn backoff_grows_and_caps() {
-        let b = Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(60),
-        };
-        assert_eq!(b.delay(1, false, None, 0), Duration::from_secs(1));
-        assert_eq!(b.delay(2, false, None, 0), Duration::from_secs(2));
-        assert_eq!(b.delay(4, false, None, 0), Duration::from_secs(8));
-        assert_eq!(b.delay(40, false, None, 0), Duration::from_secs(60));
-        assert_eq!(b.delay(u32::MAX, false, None, 0), Duration::from_secs(60));
-    }
-
-    #[test]
-    fn permanent_errors_wait_the_cap_and_hints_are_honoured() {
-        let b = Backoff {
-            base: Duration::from_secs(1),
-            cap: Duration::from_secs(60),
-        };
-        assert_eq!(b.delay(1, true, None, 0), Duration::from_secs(60));
-        assert_eq!(
-            b.delay(1, false, Some(Duration::from_secs(7)), 0),
-            Duration::from_secs(7)
-        );
-        assert_eq!(
-            b.delay(1, false, Some(Duration::from_secs(999)), 0),
-            Duration::from_secs(60)
-        );
-    }
-
-    #[test]
-    fn jitter_adds_at_most_ten_percent() {
-        let b = Backoff::default();
-        let d = b.delay(3, false, None, 999);
-        assert!(
-            d >= Duration::from_secs(4) && d <= Duration::from_millis(4400),
-            "{d:?}"
-        );
     }
 
     #[test]

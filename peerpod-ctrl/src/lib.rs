@@ -21,7 +21,7 @@ pub mod reconcile;
 pub use error::Error;
 
 use kube::runtime::events::{Recorder, Reporter};
-use peerpods_runtime::admin::Readiness;
+use peerpods_runtime::health::Health;
 use peerpods_runtime::leader::{self, LeaderConfig};
 use peerpods_runtime::shutdown::CancellationToken;
 
@@ -35,12 +35,14 @@ pub struct Settings {
 }
 
 /// Runs the reconciler and the orphan scan until the future is dropped. Called once per leadership term, so
-/// a replica that lost the lease stops acting the moment this future is dropped.
+/// a replica that lost the lease stops acting the moment this future is dropped. With `health`, the PeerPod
+/// watch is tracked for `/healthz` and `/readyz` while the term lasts.
 pub async fn run(
     client: kube::Client,
     provider: provider::Provider,
     metrics: metrics::Metrics,
     settings: Settings,
+    health: Option<Health>,
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
     let (store_tx, store_rx) = tokio::sync::watch::channel(None);
@@ -58,6 +60,7 @@ pub async fn run(
         metrics,
         settings.reconciler,
         Some(store_tx),
+        health,
     );
     // The scan ends early when it is disabled; the controller decides how long the term lasts.
     let scan = async move {
@@ -79,7 +82,7 @@ pub async fn run_until(
     settings: Settings,
     leader: Option<LeaderConfig>,
     shutdown: CancellationToken,
-    readiness: Option<Readiness>,
+    health: Option<Health>,
 ) -> Result<(), Error> {
     let work = || {
         run(
@@ -87,16 +90,16 @@ pub async fn run_until(
             provider.clone(),
             metrics.clone(),
             settings.clone(),
+            health.clone(),
         )
     };
+    let readiness = health.as_ref().map(|h| h.readiness.clone());
     match leader {
         Some(config) => leader::run_while_leader(client.clone(), config, shutdown, readiness, work)
             .await
             .map_err(|e| Error::LeaderElection(e.to_string())),
         None => {
-            if let Some(r) = &readiness {
-                r.set("controller", true, "");
-            }
+            // Ready once the PeerPod watch has listed (see reconcile::run).
             tokio::select! {
                 () = work() => {}
                 () = shutdown.cancelled() => {}

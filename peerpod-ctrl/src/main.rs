@@ -1,7 +1,5 @@
 //! Wires flags and environment to the library. Every flag has an environment variable of the same meaning.
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,71 +8,42 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube::runtime::events::Reporter;
 use peerpod_ctrl::decide::Backoff;
 use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings, parse_tag};
-use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
+use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
 use peerpods_runtime::admin::{AdminServer, Readiness};
-use peerpods_runtime::leader::LeaderConfig;
-use peerpods_runtime::telemetry::{self, LogFormat};
+use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs, duration};
+use peerpods_runtime::health::Health;
+
+/// Where provider-service listens in local development; this controller cannot work without one.
+const LOCAL_PROVIDER: &str = "http://127.0.0.1:50051";
 
 #[derive(Parser, Debug)]
 #[command(
     version,
-    about = "Deletes the cloud VMs of deleted PeerPods, stale PeerPods of the same Pod, and orphan VMs"
+    about = "Deletes the cloud VMs of deleted PeerPods, stale PeerPods of the same Pod, and orphan VMs",
+    mut_arg("provider_endpoint", |a| a.default_value(LOCAL_PROVIDER))
 )]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
-    /// provider-service address: https://host:port (TLS, needs --provider-ca) or http://host:port (local only).
-    #[arg(
-        long,
-        env = "PROVIDER_ENDPOINT",
-        default_value = "http://127.0.0.1:50051"
-    )]
-    provider_endpoint: String,
-    /// How to authenticate to provider-service: a projected ServiceAccount token, or nothing (local only).
-    #[arg(long, env = "PROVIDER_AUTH", value_enum, default_value_t = Auth::Token)]
-    provider_auth: Auth,
-    /// PEM file with the CA of provider-service's certificate.
-    #[arg(long, env = "PROVIDER_CA")]
-    provider_ca: Option<PathBuf>,
-    /// Name to verify provider-service's certificate against, when it differs from the endpoint host.
-    #[arg(long, env = "PROVIDER_SERVER_NAME")]
-    provider_server_name: Option<String>,
-    /// Projected ServiceAccount token (audience provider-service); re-read when rotated.
-    #[arg(
-        long,
-        env = "TOKEN_FILE",
-        default_value = "/var/run/secrets/provider-service/token"
-    )]
-    token_file: PathBuf,
-    /// Deadline of each provider-service call.
-    #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "60s", value_parser = duration)]
-    provider_timeout: Duration,
+    #[command(flatten)]
+    provider: ProviderArgs,
+    #[command(flatten)]
+    leader: LeaderArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    #[command(flatten)]
+    health: HealthArgs,
     /// PeerPod reconciles in flight at once.
     #[arg(long, env = "CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
     /// Longest wait between retries of a failing PeerPod (the backoff cap).
     #[arg(long, env = "RETRY_MAX_DELAY", default_value = "5m", value_parser = duration)]
     retry_max_delay: Duration,
-    /// Only the replica holding the Lease acts (run 2 replicas with this on).
-    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
-    leader_elect: bool,
-    /// Name of the Lease used for leader election.
-    #[arg(long, env = "LEASE_NAME", default_value = "peerpod-ctrl")]
-    lease_name: String,
-    /// Validity of the Lease after the last renewal (how long a crashed leader blocks the other replica).
-    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = duration)]
-    lease_duration: Duration,
-    /// How long before expiry the leader renews the Lease.
-    #[arg(long, env = "LEASE_RENEW_BEFORE", default_value = "5s", value_parser = duration)]
-    lease_renew_before: Duration,
     /// This controller's namespace: holds the Lease, and its Namespace object receives orphan-VM Events.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     namespace: String,
-    /// Name of this replica (Lease holder, Event reporter); the Pod name in a cluster.
-    #[arg(long, env = "POD_NAME")]
-    identity: Option<String>,
     /// How often to look for VMs without a PeerPod.
     #[arg(long, env = "ORPHAN_SCAN_INTERVAL", default_value = "10m", value_parser = duration)]
     orphan_scan_interval: Duration,
@@ -87,12 +56,6 @@ struct Cli {
     /// KEY=VALUE tag carried by this cluster's VMs. Without it no orphan scan runs.
     #[arg(long, env = "CLUSTER_TAG")]
     cluster_tag: Option<String>,
-    /// Address of the /healthz, /readyz and /metrics server.
-    #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
-    admin_listen: SocketAddr,
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
-    log_format: LogFormat,
 }
 
 #[derive(Subcommand, Debug)]
@@ -102,20 +65,9 @@ enum Command {
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
-enum Auth {
-    Token,
-    None,
-}
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
 enum Policy {
     Report,
     Delete,
-}
-
-fn duration(text: &str) -> Result<Duration, String> {
-    let signed: jiff::SignedDuration = text.parse().map_err(|e| format!("{text:?}: {e}"))?;
-    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
 }
 
 #[tokio::main]
@@ -133,7 +85,7 @@ async fn main() -> ExitCode {
             }
         };
     }
-    let telemetry = match telemetry::init("peerpod-ctrl", cli.log_format) {
+    let telemetry = match cli.admin.init_telemetry(COMPONENT) {
         Ok(t) => t,
         Err(error) => {
             eprintln!("{error}");
@@ -155,22 +107,26 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = peerpods_runtime::shutdown::on_signal();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
-    let admin = AdminServer::bind(cli.admin_listen, readiness.clone(), Arc::new(registry)).await?;
+    let health = Health {
+        readiness: Readiness::default(),
+        liveness: cli.health.liveness(),
+    };
+    let admin = AdminServer::bind(
+        cli.admin.admin_listen,
+        health.readiness.clone(),
+        Arc::new(registry),
+    )
+    .await?
+    .with_liveness(health.liveness.clone());
     let admin = tokio::spawn(admin.serve(shutdown.clone().cancelled_owned()));
 
     let client = kube::Client::try_default().await?;
-    let provider = Provider::connect(&ProviderClientConfig {
-        endpoint: cli.provider_endpoint.clone(),
-        ca_file: cli.provider_ca.clone(),
-        tls_server_name: cli.provider_server_name.clone(),
-        token_file: matches!(cli.provider_auth, Auth::Token).then(|| cli.token_file.clone()),
-        timeout: Some(cli.provider_timeout),
-    })?;
-    let identity = cli
-        .identity
-        .clone()
-        .unwrap_or_else(|| format!("peerpod-ctrl-{}", std::process::id()));
+    let provider_config = cli
+        .provider
+        .client_config()
+        .ok_or("--provider-endpoint is required")?;
+    let provider = Provider::connect(&provider_config)?;
+    let identity = cli.leader.identity(COMPONENT);
     let settings = Settings {
         reconciler: ReconcilerSettings {
             concurrency: cli.concurrency,
@@ -190,16 +146,12 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             event_namespace: cli.namespace.clone(),
         },
         reporter: Reporter {
-            controller: "peerpod-ctrl".into(),
+            controller: COMPONENT.into(),
             instance: Some(identity.clone()),
         },
     };
-    let leader = cli.leader_elect.then(|| LeaderConfig {
-        lease_duration: cli.lease_duration,
-        renew_before: cli.lease_renew_before,
-        ..LeaderConfig::new(&cli.lease_name, &cli.namespace, &identity)
-    });
-    tracing::info!(identity, endpoint = %cli.provider_endpoint, leader_elect = cli.leader_elect, "starting");
+    let leader = cli.leader.config(COMPONENT, &cli.namespace);
+    tracing::info!(identity, endpoint = %provider_config.endpoint, leader_elect = leader.is_some(), "starting");
     let result = peerpod_ctrl::run_until(
         client,
         provider,
@@ -207,10 +159,109 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         settings,
         leader,
         shutdown.clone(),
-        Some(readiness),
+        Some(health),
     )
     .await;
     shutdown.cancel();
     admin.await??;
     Ok(result?)
+}
+
+const COMPONENT: &str = "peerpod-ctrl";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_fit_together() {
+        Cli::command().debug_assert();
+    }
+
+    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working.
+    #[test]
+    fn the_flags_and_variables_deployments_use_are_accepted() {
+        let command = Cli::command();
+        let envs: Vec<String> = command
+            .get_arguments()
+            .filter_map(|a| a.get_env())
+            .map(|e| e.to_string_lossy().into_owned())
+            .collect();
+        for env in [
+            "PROVIDER_ENDPOINT",
+            "PROVIDER_AUTH",
+            "PROVIDER_CA",
+            "PROVIDER_SERVER_NAME",
+            "TOKEN_FILE",
+            "PROVIDER_TIMEOUT",
+            "ADMIN_LISTEN",
+            "LEADER_ELECT",
+            "LEASE_NAME",
+            "LEASE_DURATION",
+            "LEASE_RENEW_BEFORE",
+            "LOG_FORMAT",
+            "POD_NAME",
+            "POD_NAMESPACE",
+            "CONCURRENCY",
+            "RETRY_MAX_DELAY",
+            "ORPHAN_SCAN_INTERVAL",
+            "ORPHAN_GRACE",
+            "ORPHAN_POLICY",
+            "CLUSTER_TAG",
+        ] {
+            assert!(envs.iter().any(|e| e == env), "{env} is not read");
+        }
+        let cli = Cli::try_parse_from([
+            "peerpod-ctrl",
+            "--provider-endpoint",
+            "http://127.0.0.1:50051",
+            "--provider-auth",
+            "none",
+            "--admin-listen",
+            "127.0.0.1:18081",
+            "--orphan-scan-interval",
+            "30s",
+            "--orphan-grace",
+            "1m",
+            "--retry-max-delay",
+            "30s",
+            "--leader-elect",
+            "--lease-name",
+            "peerpod-ctrl",
+            "--lease-duration",
+            "15s",
+            "--lease-renew-before",
+            "5s",
+            "--namespace",
+            "ns",
+            "--identity",
+            "pod-0",
+            "--log-format",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.retry_max_delay, Duration::from_secs(30));
+        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        assert_eq!(
+            (lease.namespace.as_str(), lease.identity.as_str()),
+            ("ns", "pod-0")
+        );
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from(["peerpod-ctrl"]).unwrap();
+        let provider = cli.provider.client_config().unwrap();
+        assert_eq!(provider.endpoint, LOCAL_PROVIDER);
+        assert_eq!(provider.timeout, Some(Duration::from_secs(60)));
+        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert!(cli.leader.config(COMPONENT, &cli.namespace).is_none());
+        let cli = Cli::try_parse_from(["peerpod-ctrl", "--leader-elect"]).unwrap();
+        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        assert_eq!(
+            (lease.lease_name.as_str(), lease.namespace.as_str()),
+            ("peerpod-ctrl", "default")
+        );
+    }
 }

@@ -8,24 +8,11 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-/// Provider names cloud-api-adaptor knows. Anything else is counted as `other`.
-const KNOWN_PROVIDERS: &[&str] = &[
-    "aws",
-    "azure",
-    "gcp",
-    "ibmcloud",
-    "ibmcloud-powervs",
-    "libvirt",
-    "alibabacloud",
-    "byom",
-];
-
 /// Bounded provider label: a typo in a PeerPod must not create a new time series.
 pub fn provider_label(provider: &str) -> String {
-    if KNOWN_PROVIDERS.contains(&provider) {
-        provider.to_string()
-    } else {
-        "other".to_string()
+    match provider.parse::<peerpods_proto::ProviderName>() {
+        Ok(known) => known.as_str().to_owned(),
+        Err(_) => "other".to_owned(),
     }
 }
 

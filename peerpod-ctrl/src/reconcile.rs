@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -21,11 +21,13 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
+use peerpods_runtime::backoff::{Backoff, Failures};
+use peerpods_runtime::health::{self, Health};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::Error;
 use crate::crd::{CONDITION_CLEANED, PeerPod, PeerPodStatus};
-use crate::decide::{self, Backoff, Cleanup};
+use crate::decide::{self, Cleanup};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
 use crate::provider::{About, Deleted, Provider};
@@ -40,29 +42,24 @@ pub struct Context {
     pub store: Store<PeerPod>,
     pub index: OwnerIndex,
     /// Consecutive failures per PeerPod, for the exponential backoff. Cleared on success and on deletion.
-    failures: Mutex<HashMap<ObjectRef<PeerPod>, u32>>,
+    failures: Failures<ObjectRef<PeerPod>>,
     /// When this controller first saw each PeerPod waiting for cleanup: the release latency is measured
     /// from here (deletionTimestamp has whole seconds only). Cleared when the object is gone.
     deletion_seen: Mutex<HashMap<ObjectRef<PeerPod>, Instant>>,
 }
 
 impl Context {
-    fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, u32>> {
-        // Only plain counters live behind this lock; a poisoned one is still consistent enough.
-        self.failures.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     fn deletion_seen(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, Instant>> {
         self.deletion_seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn forget(&self, key: &ObjectRef<PeerPod>) {
-        self.failures().remove(key);
+        self.failures.forget(key);
     }
 
     /// The object is gone: nothing of it is kept.
     fn forget_object(&self, key: &ObjectRef<PeerPod>) {
-        self.failures().remove(key);
+        self.failures.forget(key);
         self.deletion_seen().remove(key);
     }
 }
@@ -84,8 +81,16 @@ pub async fn run(
     metrics: Metrics,
     settings: ReconcilerSettings,
     store_out: Option<tokio::sync::watch::Sender<Option<Store<PeerPod>>>>,
+    health: Option<Health>,
 ) {
     let api: Api<PeerPod> = Api::all(client.clone());
+    // Liveness and readiness follow this watch (peerpods_runtime::health); the heartbeat shows an idle one is
+    // still connected.
+    let progress = health.map(|h| h.track(WATCH));
+    let heartbeat = match &progress {
+        Some(p) => health::heartbeat(api.clone(), p.clone()).left_future(),
+        None => std::future::pending().right_future(),
+    };
     let (store, writer) = reflector::store();
     let index = OwnerIndex::default();
     let ctx = Arc::new(Context {
@@ -96,7 +101,7 @@ pub async fn run(
         backoff: settings.backoff,
         store: store.clone(),
         index: index.clone(),
-        failures: Mutex::default(),
+        failures: Failures::default(),
         deletion_seen: Mutex::default(),
     });
     if let Some(tx) = store_out {
@@ -111,6 +116,9 @@ pub async fn run(
         .default_backoff()
         .modify(decide::keep_what_is_read)
         .map(move |event| {
+            if let Some(p) = &progress {
+                p.observe(&event);
+            }
             if let Ok(event) = &event {
                 index.apply(event);
                 if let watcher::Event::Delete(p) = event {
@@ -122,7 +130,7 @@ pub async fn run(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(decide::reconcile_trigger_hash, PredicateConfig::default());
-    Controller::for_stream(trigger, store)
+    let controller = Controller::for_stream(trigger, store)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -130,9 +138,16 @@ pub async fn run(
                 // Reconcile errors were recorded in reconcile(); these are watch/queue errors.
                 debug!(%error, "controller stream");
             }
-        })
-        .await;
+        });
+    // The heartbeat never ends; the controller decides how long this runs.
+    tokio::select! {
+        () = controller => {}
+        () = heartbeat => {}
+    }
 }
+
+/// Name of the PeerPod watch on `/healthz` and `/readyz`.
+pub const WATCH: &str = "watch/peerpods";
 
 async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = info_span!(
@@ -189,12 +204,7 @@ fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Context>) -> Acti
         return Action::requeue(Duration::from_millis(200));
     }
     let key = ObjectRef::from_obj(peerpod.as_ref());
-    let failures = {
-        let mut map = ctx.failures();
-        let n = map.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    };
+    let failures = ctx.failures.record(key);
     let seed = decide::seed(
         &peerpod.namespace().unwrap_or_default(),
         &peerpod.name_any(),

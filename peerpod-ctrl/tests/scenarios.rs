@@ -804,3 +804,46 @@ async fn a_cleanup_costs_two_writes_the_event_and_the_finalizer_patch() {
     ctrl.stop().await;
     s.cleanup().await;
 }
+
+/// Ready once the PeerPod watch has listed; an idle but connected controller stays live, because its heartbeat
+/// watch is renewed three times per bound; a stopped controller no longer tracks the watch.
+#[tokio::test(flavor = "multi_thread")]
+async fn ready_after_the_first_list_and_live_while_idle() {
+    use peerpods_runtime::admin::Readiness;
+    use peerpods_runtime::health::{Health, Liveness};
+
+    let s = Scenario::start("health").await;
+    let bound = Duration::from_secs(3);
+    let health = Health {
+        readiness: Readiness::default(),
+        liveness: Liveness::new(bound),
+    };
+    let controller = Controller::start(
+        s.client.clone(),
+        ControllerOptions {
+            health: Some(health.clone()),
+            ..ControllerOptions::new(unused_addr())
+        },
+    )
+    .await;
+    testenv::wait_for("ready after the first list", MINUTE, || async {
+        health.readiness.is_ready().then_some(())
+    })
+    .await;
+    assert_eq!(
+        health.readiness.report(),
+        "watch/peerpods: ok: initial list done\n"
+    );
+    let idle_since = Instant::now();
+    while idle_since.elapsed() < 2 * bound {
+        assert!(health.liveness.is_live(), "{}", health.liveness.report());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    controller.stop().await;
+    assert_eq!(health.liveness.report(), "ok\n");
+    assert!(
+        !health.readiness.is_ready(),
+        "nothing runs, nothing is ready"
+    );
+    s.cleanup().await;
+}

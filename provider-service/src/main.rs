@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use peerpods_runtime::telemetry::LogFormat;
+use peerpods_runtime::args::AdminArgs;
 use provider_service::auth::Grant;
 use provider_service::service::{CallerAuth, Listen, Options};
 
@@ -19,14 +19,14 @@ enum AuthMode {
 
 /// The gRPC service that alone holds cloud credentials and deletes peer-pod VMs.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(version, mut_arg("admin_listen", |a| a.default_value("0.0.0.0:8081")))]
 struct Args {
     /// gRPC address.
     #[arg(long, env = "LISTEN", default_value = "0.0.0.0:50051")]
     listen: SocketAddr,
-    /// Address of /healthz, /readyz and /metrics.
-    #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8081")]
-    admin_listen: SocketAddr,
+    // Admin server (/healthz, /readyz, /metrics; port 8081 here), log format and OTLP export, as every service.
+    #[command(flatten)]
+    admin: AdminArgs,
     /// Directories whose files are configuration keys (CLOUD_PROVIDER, AWS_REGION, LIBVIRT_URI,
     /// ...), e.g. the mounted peer-pods-cm ConfigMap and peer-pods-secret Secret. Later ones win;
     /// the environment fills in keys no file sets. Without any, the embedded defaults
@@ -53,15 +53,12 @@ struct Args {
     /// Audience callers' tokens must be issued for.
     #[arg(long, env = "AUDIENCE", default_value = "provider-service")]
     audience: String,
-    /// Log format: text or json.
-    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
-    log_format: LogFormat,
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let telemetry = match peerpods_runtime::telemetry::init("provider-service", args.log_format) {
+    let telemetry = match args.admin.init_telemetry("provider-service") {
         Ok(t) => t,
         Err(e) => {
             eprintln!("provider-service: {e}");
@@ -95,11 +92,24 @@ async fn run(args: Args) -> Result<(), provider_service::Error> {
     };
     let options = Options {
         grpc: Listen::Addr(args.listen),
-        admin: Some(Listen::Addr(args.admin_listen)),
+        admin: Some(Listen::Addr(args.admin.admin_listen)),
         config_dirs: args.config_dir,
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
         tls,
         auth,
     };
     provider_service::service::run(options, peerpods_runtime::shutdown::on_signal()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_admin_port_stays_8081() {
+        Args::command().debug_assert();
+        let args = Args::try_parse_from(["provider-service", "--log-format", "json"]).unwrap();
+        assert_eq!(args.admin.admin_listen.to_string(), "0.0.0.0:8081");
+    }
 }

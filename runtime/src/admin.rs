@@ -1,6 +1,6 @@
-//! The admin HTTP server every service runs on its own port: `/healthz` (the process serves),
-//! `/readyz` (every registered component is ready, with a line of detail each) and `/metrics`
-//! (Prometheus text from a prometheus-client registry).
+//! The admin HTTP server every service runs on its own port: `/healthz` (the process serves and, with a
+//! [`Liveness`], every watch it tracks makes progress), `/readyz` (every registered component is ready, with a
+//! line of detail each) and `/metrics` (Prometheus text from a prometheus-client registry).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -15,6 +15,7 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 
 use crate::Error;
+use crate::health::Liveness;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Check {
@@ -40,6 +41,13 @@ impl Readiness {
                     detail: detail.into(),
                 },
             );
+        }
+    }
+
+    /// Forgets `component` (it no longer runs).
+    pub fn remove(&self, component: &str) {
+        if let Ok(mut checks) = self.checks.write() {
+            checks.remove(component);
         }
     }
 
@@ -73,13 +81,14 @@ impl Readiness {
 #[derive(Clone)]
 struct AdminState {
     readiness: Readiness,
+    liveness: Option<Liveness>,
     registry: Arc<Registry>,
 }
 
 /// A bound, not yet serving admin server.
 pub struct AdminServer {
     listener: tokio::net::TcpListener,
-    router: Router,
+    state: AdminState,
 }
 
 impl AdminServer {
@@ -101,15 +110,20 @@ impl AdminServer {
         readiness: Readiness,
         registry: Arc<Registry>,
     ) -> Self {
-        let router = Router::new()
-            .route("/healthz", get(|| async { "ok\n" }))
-            .route("/readyz", get(readyz))
-            .route("/metrics", get(metrics))
-            .with_state(AdminState {
+        AdminServer {
+            listener,
+            state: AdminState {
                 readiness,
+                liveness: None,
                 registry,
-            });
-        AdminServer { listener, router }
+            },
+        }
+    }
+
+    /// `/healthz` fails while `liveness` reports a stalled watch.
+    pub fn with_liveness(mut self, liveness: Liveness) -> Self {
+        self.state.liveness = Some(liveness);
+        self
     }
 
     /// The address the server listens on.
@@ -124,10 +138,25 @@ impl AdminServer {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), Error> {
-        axum::serve(self.listener, self.router)
+        let router = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics))
+            .with_state(self.state);
+        axum::serve(self.listener, router)
             .with_graceful_shutdown(shutdown)
             .await
             .map_err(|e| Error::io("admin server", e))
+    }
+}
+
+async fn healthz(State(state): State<AdminState>) -> impl IntoResponse {
+    match &state.liveness {
+        Some(liveness) if !liveness.is_live() => {
+            (StatusCode::SERVICE_UNAVAILABLE, liveness.report())
+        }
+        Some(liveness) => (StatusCode::OK, liveness.report()),
+        None => (StatusCode::OK, "ok\n".to_owned()),
     }
 }
 

@@ -42,6 +42,21 @@ pub struct Telemetry {
 /// Installs the global subscriber (filter from `RUST_LOG`, default `info`) and, when
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set, a batch OTLP/gRPC span exporter.
 pub fn init(service_name: &'static str, format: LogFormat) -> Result<Telemetry, Error> {
+    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT").ok();
+    init_with(
+        service_name,
+        format,
+        endpoint.as_deref().filter(|e| !e.is_empty()),
+    )
+}
+
+/// As [`init`], with the OTLP endpoint given (`None`: no span export). The other `OTEL_*` variables still
+/// apply to the exporter.
+pub fn init_with(
+    service_name: &'static str,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+) -> Result<Telemetry, Error> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -52,10 +67,9 @@ pub fn init(service_name: &'static str, format: LogFormat) -> Result<Telemetry, 
             .with_writer(std::io::stderr)
             .boxed(),
     };
-    let provider = match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
-        Ok(endpoint) if !endpoint.is_empty() => Some(tracer_provider(service_name)?),
-        _ => None,
-    };
+    let provider = otlp_endpoint
+        .map(|endpoint| tracer_provider(service_name, endpoint))
+        .transpose()?;
     let otel = provider
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service_name)));
@@ -71,10 +85,11 @@ pub fn init(service_name: &'static str, format: LogFormat) -> Result<Telemetry, 
     Ok(Telemetry { provider })
 }
 
-fn tracer_provider(service_name: &'static str) -> Result<SdkTracerProvider, Error> {
-    // The exporter reads OTEL_EXPORTER_OTLP_ENDPOINT (and the other OTEL_* variables) itself.
+fn tracer_provider(service_name: &'static str, endpoint: &str) -> Result<SdkTracerProvider, Error> {
+    use opentelemetry_otlp::WithExportConfig;
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
+        .with_endpoint(endpoint)
         .build()
         .map_err(|e| Error::Telemetry {
             message: format!("OTLP exporter: {e}"),

@@ -71,3 +71,53 @@ async fn health_readiness_and_metrics() {
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A clock the test moves by hand.
+#[derive(Debug)]
+struct Manual(std::sync::Mutex<std::time::Instant>);
+
+impl peerpods_runtime::health::Clock for Manual {
+    fn now(&self) -> std::time::Instant {
+        *self.0.lock().unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_fails_while_a_watch_is_stalled() {
+    use peerpods_runtime::health::Liveness;
+    use std::time::{Duration, Instant};
+
+    let clock = Arc::new(Manual(std::sync::Mutex::new(Instant::now())));
+    let liveness = Liveness::with_clock(Duration::from_secs(60), clock.clone());
+    let admin = AdminServer::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        Readiness::default(),
+        Arc::new(prometheus_client::registry::Registry::default()),
+    )
+    .await
+    .unwrap()
+    .with_liveness(liveness.clone());
+    let addr = admin.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(admin.serve(async move { stop.cancelled().await }));
+
+    assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
+    let progress = liveness.track("watch/peerpods", None);
+    assert_eq!(get(addr, "/healthz").await.0, 200);
+    *clock.0.lock().unwrap() += Duration::from_secs(61);
+    let (code, body) = get(addr, "/healthz").await;
+    assert_eq!(code, 503);
+    assert!(
+        body.contains("watch/peerpods: stalled: no progress for 61s (limit 60s)"),
+        "{body}"
+    );
+    progress.tick();
+    assert_eq!(
+        get(addr, "/healthz").await,
+        (200, "watch/peerpods: ok\n".to_owned())
+    );
+
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}

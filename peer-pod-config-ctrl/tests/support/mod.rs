@@ -347,3 +347,120 @@ impl ProviderService {
         format!("http://{}", self.addr)
     }
 }
+
+/// A TCP proxy to the API server that can stop answering: while stalled it moves no bytes either way (they wait
+/// in the kernel, as behind a server that hangs), and connections made meanwhile hang too.
+pub struct StallingProxy {
+    pub addr: SocketAddr,
+    stalled: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StallingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StallingProxy {
+    /// A proxy to the local control plane's API server.
+    pub async fn start() -> StallingProxy {
+        let upstream: SocketAddr = testenv::shared()
+            .server_url()
+            .trim_start_matches("https://")
+            .parse()
+            .expect("API server address");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let (stalled, watch_stalled) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let stalled = watch_stalled.clone();
+                tokio::spawn(async move {
+                    let Ok(outbound) = tokio::net::TcpStream::connect(upstream).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = inbound.into_split();
+                    let (from_server, to_server) = outbound.into_split();
+                    tokio::join!(
+                        pipe(from_client, to_server, stalled.clone()),
+                        pipe(from_server, to_client, stalled)
+                    );
+                });
+            }
+        });
+        StallingProxy {
+            addr,
+            stalled,
+            task,
+        }
+    }
+
+    /// A client of the control plane that goes through this proxy.
+    pub async fn client(&self) -> Client {
+        let mut config = testenv::shared().config().await.expect("client config");
+        config.cluster_url = format!("https://{}", self.addr).parse().expect("URL");
+        Client::try_from(config).expect("client")
+    }
+
+    pub fn stall(&self) {
+        self.stalled.send_replace(true);
+    }
+
+    pub fn resume(&self) {
+        self.stalled.send_replace(false);
+    }
+}
+
+async fn pipe(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut stalled: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if stalled.wait_for(|s| !*s).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => {
+                let _ = to.shutdown().await;
+                return;
+            }
+            Ok(n) => n,
+        };
+        // Read just before a stall began: held back too.
+        if stalled.wait_for(|s| !*s).await.is_err() {
+            return;
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// GET `path` from an HTTP server on `addr`: (status code, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .expect("request");
+    let mut raw = String::new();
+    tcp.read_to_string(&mut raw).await.expect("response");
+    let code = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (code, body)
+}

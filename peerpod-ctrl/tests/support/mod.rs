@@ -367,6 +367,8 @@ pub struct ControllerOptions {
     pub concurrency: u16,
     /// Reach provider-service over TLS, trusting this CA file, verifying this name.
     pub provider_tls: Option<(std::path::PathBuf, String)>,
+    /// Readiness and liveness to report to, as the admin server would.
+    pub health: Option<peerpods_runtime::health::Health>,
 }
 
 impl ControllerOptions {
@@ -381,6 +383,7 @@ impl ControllerOptions {
             leader: None,
             concurrency: 32,
             provider_tls: None,
+            health: None,
         }
     }
 }
@@ -437,7 +440,7 @@ impl Controller {
             settings,
             options.leader,
             shutdown.clone(),
-            None,
+            options.health,
         ));
         Controller {
             registry: Arc::new(registry),

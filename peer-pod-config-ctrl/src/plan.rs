@@ -1,0 +1,232 @@
+//! The desired node capacity of a PeerPodConfig (pure): from the limit, the nodes its selector picks and the free
+//! capacity the provider reports, which value each node should advertise and which nodes need a patch to get
+//! there. The reconciler acts on the plan ([`crate::reconcile`]); everything here has a plain unit test.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+
+use crate::crd::{Limit, PeerPodConfig};
+use crate::nodes::{self, CapacityChange};
+use crate::spread;
+use crate::status::Capacity;
+
+/// Resync period without changes: reads only, so it costs no writes, and it repairs anything a missed watch
+/// event left behind.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Node capacity as it should be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapacityPlan {
+    /// What the limit asks for over the selected nodes.
+    pub requested: u64,
+    /// What the provider reports as free, when asked and known.
+    pub provider_free: Option<u64>,
+    /// What is advertised: the requested total, capped by the provider's free capacity.
+    pub effective: u64,
+    /// Nodes the selector picks.
+    pub selected_nodes: usize,
+    /// Node name → value, for the selected nodes.
+    pub desired: BTreeMap<String, u32>,
+    /// Patches that bring the nodes to `desired` (nodes outside it lose the resource), by node name.
+    pub changes: Vec<(String, CapacityChange)>,
+}
+
+/// Plans node capacity for `limit` over the nodes `selector` picks among `all_nodes`, capped by `provider_free`.
+/// A per-node limit stays per node unless the provider caps it; then the capped total is spread.
+pub fn capacity<'a>(
+    limit: Limit,
+    selector: &BTreeMap<String, String>,
+    all_nodes: impl IntoIterator<Item = &'a Node>,
+    provider_free: Option<u64>,
+) -> CapacityPlan {
+    let all_nodes: Vec<&Node> = all_nodes.into_iter().collect();
+    let selected: Vec<String> = all_nodes
+        .iter()
+        .filter(|n| nodes::selects(selector, n))
+        .map(|n| n.name_any())
+        .collect();
+    let count = u64::try_from(selected.len()).unwrap_or(u64::MAX);
+    let requested = match limit {
+        Limit::Total(total) => u64::from(total),
+        Limit::PerNode(each) => u64::from(each).saturating_mul(count),
+    };
+    let effective = provider_free.map_or(requested, |free| free.min(requested));
+    let names = selected.iter().map(String::as_str);
+    let desired = match limit {
+        Limit::PerNode(each) if effective == requested => spread::per_node(each, names),
+        _ => spread::spread(u32::try_from(effective).unwrap_or(u32::MAX), names),
+    };
+    let changes = nodes::plan(all_nodes.iter().copied(), &desired);
+    CapacityPlan {
+        requested,
+        provider_free,
+        effective,
+        selected_nodes: selected.len(),
+        desired,
+        changes,
+    }
+}
+
+impl CapacityPlan {
+    /// The figures the status reports.
+    pub fn status(&self) -> Capacity {
+        Capacity {
+            requested: self.requested,
+            provider_free: self.provider_free,
+            effective: self.effective,
+            selected_nodes: u32::try_from(self.selected_nodes).unwrap_or(u32::MAX),
+            per_node_min: self.desired.values().min().copied(),
+            per_node_max: self.desired.values().max().copied(),
+        }
+    }
+}
+
+/// Patches that remove the resource from every node carrying it (the PeerPodConfig is being deleted).
+pub fn removal<'a>(all_nodes: impl IntoIterator<Item = &'a Node>) -> Vec<(String, CapacityChange)> {
+    nodes::plan(all_nodes, &BTreeMap::new())
+}
+
+/// When to look again after a successful reconcile: as often as provider figures are refreshed when the total
+/// depends on them, else at the resync period.
+pub fn next_check(config: &PeerPodConfig) -> Duration {
+    match &config.spec.capacity_from_provider {
+        Some(source) => Duration::from_secs(u64::from(source.refresh_seconds)),
+        None => RESYNC,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use kube::api::ObjectMeta;
+
+    use crate::objects::EXTENDED_RESOURCE;
+
+    fn node(name: &str, worker: bool, advertised: Option<&str>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    [(
+                        "worker".to_owned(),
+                        if worker { "yes" } else { "no" }.to_owned(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            status: advertised.map(|v| NodeStatus {
+                capacity: Some([(EXTENDED_RESOURCE.to_owned(), Quantity(v.into()))].into()),
+                ..NodeStatus::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    fn workers() -> BTreeMap<String, String> {
+        [("worker".to_owned(), "yes".to_owned())].into()
+    }
+
+    #[test]
+    fn a_total_is_spread_over_the_selected_nodes_only() {
+        let nodes = [
+            node("a", true, None),
+            node("b", true, Some("5")),
+            node("c", false, Some("3")),
+        ];
+        let plan = capacity(Limit::Total(9), &workers(), &nodes, None);
+        assert_eq!(
+            (plan.requested, plan.effective, plan.selected_nodes),
+            (9, 9, 2)
+        );
+        assert_eq!(plan.desired, [("a".into(), 5), ("b".into(), 4)].into());
+        assert_eq!(
+            plan.changes,
+            vec![
+                (
+                    "a".into(),
+                    CapacityChange::Set {
+                        value: 5,
+                        create_map: true
+                    }
+                ),
+                (
+                    "b".into(),
+                    CapacityChange::Set {
+                        value: 4,
+                        create_map: false
+                    }
+                ),
+                ("c".into(), CapacityChange::Remove),
+            ]
+        );
+        let status = plan.status();
+        assert_eq!(
+            (
+                status.per_node_min,
+                status.per_node_max,
+                status.selected_nodes
+            ),
+            (Some(4), Some(5), 2)
+        );
+    }
+
+    #[test]
+    fn nodes_already_right_need_no_change() {
+        let nodes = [node("a", true, Some("2")), node("b", true, Some("2"))];
+        let plan = capacity(Limit::PerNode(2), &workers(), &nodes, None);
+        assert_eq!(plan.requested, 4);
+        assert!(plan.changes.is_empty(), "{:?}", plan.changes);
+    }
+
+    #[test]
+    fn the_provider_caps_the_total_and_a_per_node_limit_is_then_spread() {
+        let nodes = [
+            node("a", true, None),
+            node("b", true, None),
+            node("c", true, None),
+        ];
+        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, Some(5));
+        assert_eq!((plan.requested, plan.effective), (12, 5));
+        assert_eq!(plan.desired.values().sum::<u32>(), 5);
+        assert_eq!(plan.status().provider_free, Some(5));
+        let plenty = capacity(Limit::PerNode(4), &workers(), &nodes, Some(100));
+        assert_eq!(plenty.effective, 12);
+        assert!(plenty.desired.values().all(|v| *v == 4));
+    }
+
+    #[test]
+    fn no_selected_node_means_nothing_advertised() {
+        let nodes = [node("c", false, Some("3"))];
+        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, None);
+        assert_eq!((plan.requested, plan.selected_nodes), (0, 0));
+        assert_eq!(plan.changes, vec![("c".into(), CapacityChange::Remove)]);
+        assert_eq!(plan.status().per_node_max, None);
+    }
+
+    #[test]
+    fn removal_touches_only_nodes_that_advertise() {
+        let nodes = [node("a", true, Some("1")), node("b", true, None)];
+        assert_eq!(removal(&nodes), vec![("a".into(), CapacityChange::Remove)]);
+    }
+
+    #[test]
+    fn provider_figures_set_the_next_check() {
+        let mut config = PeerPodConfig::new(
+            "c",
+            serde_json::from_value(serde_json::json!({"limit": 1})).expect("spec"),
+        );
+        assert_eq!(next_check(&config), RESYNC);
+        config.spec = serde_json::from_value(serde_json::json!({
+            "limit": 1,
+            "capacityFromProvider": {"cloudProvider": "libvirt", "refreshSeconds": 30}
+        }))
+        .expect("spec");
+        assert_eq!(next_check(&config), Duration::from_secs(30));
+    }
+}

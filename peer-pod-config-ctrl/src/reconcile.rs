@@ -1,0 +1,425 @@
+//! The acting reconcile: applies what [`crate::validate`] and [`crate::plan`] decided, records status, Events and
+//! metrics, and removes node capacity and the webhook configuration when a PeerPodConfig is deleted (finalizer).
+//! The only module of the controller that writes to the API or calls provider-service.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use peerpods_runtime::backoff::{self, Backoff, Failures};
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::capacity::{ProviderCapacity, free_instances};
+use crate::cert::{self, ServingCert};
+use crate::crd::{PeerPodConfig, PeerPodConfigStatus};
+use crate::metrics::{KindLabels, Metrics, ResultLabels};
+use crate::plan::{self, RESYNC};
+use crate::status::{self, Observed};
+use crate::validate::{self, DUPLICATE};
+use crate::{Error, FIELD_MANAGER, apply, nodes, objects};
+
+/// Finalizer on PeerPodConfigs: node capacity and the webhook configuration are removed before the object goes.
+pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
+
+/// How long a reconcile waits for the first node list before retrying later.
+const NODE_CACHE_WAIT: Duration = Duration::from_secs(10);
+/// How often a PeerPodConfig that waits for another one (duplicate) looks again.
+const DUPLICATE_RECHECK: Duration = Duration::from_secs(30);
+
+/// Failed reconciles retry with a per-object exponential backoff, 5 s doubling to the resync period (5 min),
+/// never a hot loop.
+pub const BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(5),
+    cap: RESYNC,
+};
+
+/// Shared state of one controller run.
+pub struct Context {
+    pub client: Client,
+    pub namespace: String,
+    pub nodes: Store<Node>,
+    pub configs: Store<PeerPodConfig>,
+    pub metrics: Metrics,
+    pub(crate) recorder: Recorder,
+    pub(crate) provider: Option<ProviderCapacity>,
+    pub(crate) caa_provider_service: Option<objects::ProviderServiceWiring>,
+    pub(crate) failures: Failures<ObjectRef<PeerPodConfig>>,
+}
+
+impl Context {
+    /// The PeerPodConfig acted on, from the cache (see [`validate::active_config`]).
+    fn active_config(&self) -> Option<Arc<PeerPodConfig>> {
+        validate::active_config(self.configs.state(), &self.namespace)
+    }
+}
+
+/// One reconcile of one PeerPodConfig. Public so tests can run a reconcile and count its writes.
+pub async fn reconcile(config: Arc<PeerPodConfig>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let ns = config
+        .namespace()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let name = config.name_any();
+    let api: Api<PeerPodConfig> = Api::namespaced(ctx.client.clone(), &ns);
+    let span = info_span!("reconcile", peerpodconfig = %format!("{ns}/{name}"));
+    let result = finalizer(&api, FINALIZER, config, |event| async {
+        match event {
+            Finalizer::Apply(config) => apply_config(config, &ctx).await,
+            Finalizer::Cleanup(config) => cleanup(config, &ctx).await,
+        }
+    })
+    .instrument(span)
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    let label = match &result {
+        Ok(_) => "ok".to_owned(),
+        Err(e) => e.reason().to_owned(),
+    };
+    ctx.metrics
+        .reconciles
+        .get_or_create(&ResultLabels { result: label })
+        .inc();
+    if result.is_ok() {
+        ctx.failures.forget(&ObjectRef::new(&name).within(&ns));
+    }
+    result
+}
+
+/// Retries a failed reconcile after [`BACKOFF`] for this object's consecutive failures.
+pub fn error_policy(config: Arc<PeerPodConfig>, error: &Error, ctx: Arc<Context>) -> Action {
+    let failures = ctx.failures.record(ObjectRef::from_obj(config.as_ref()));
+    let namespace = config.namespace().unwrap_or_default();
+    let name = config.name_any();
+    let delay = BACKOFF.delay(failures, false, None, backoff::seed(&namespace, &name));
+    warn!(
+        peerpodconfig = %format!("{namespace}/{name}"),
+        reason = error.reason(), error = %error, retry_in = ?delay, "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// Waits a bounded time for the first node list. Bounded, because the cache fills only while the controller polls
+/// its watches: a reconcile waiting forever would block a graceful shutdown that waits for running reconciles.
+async fn node_cache_ready(ctx: &Context) -> Result<(), Error> {
+    match tokio::time::timeout(NODE_CACHE_WAIT, ctx.nodes.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) | Err(_) => Err(Error::NodeCacheNotReady),
+    }
+}
+
+async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Error> {
+    // An empty cache would mean "no nodes" and strip capacity from every node: wait for the first list.
+    node_cache_ready(ctx).await?;
+    let mut observed = Observed {
+        generation: config.metadata.generation,
+        ..Observed::default()
+    };
+    let active = ctx.active_config();
+    if let Some(invalid) = validate::validate(&config, &ctx.namespace, active.as_deref()) {
+        let recheck = invalid.reason == DUPLICATE;
+        observed.invalid = Some(invalid);
+        write_status(&config, &observed, ctx).await?;
+        return Ok(if recheck {
+            Action::requeue(DUPLICATE_RECHECK)
+        } else {
+            Action::await_change()
+        });
+    }
+    let limit = config.spec.parsed_limit().map_err(Error::InvalidSpec)?;
+    let ns = ctx.namespace.as_str();
+
+    // Owned objects.
+    let mut written = Vec::new();
+    let daemonset = ensure(
+        ctx,
+        &mut written,
+        objects::caa_daemonset(&config, ns, ctx.caa_provider_service.as_ref())?,
+    )
+    .await?;
+    let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let existing = secret_api
+        .get_opt(objects::WEBHOOK_CERT_SECRET)
+        .await
+        .map_err(|source| Error::Read {
+            kind: "Secret",
+            name: objects::WEBHOOK_CERT_SECRET.into(),
+            source,
+        })?
+        .filter(|s| objects::labelled_for(&s.metadata, &config))
+        .as_ref()
+        .and_then(ServingCert::from_secret);
+    let (serving, renewed) = cert::ensure(
+        existing,
+        &objects::webhook_dns_names(ns),
+        jiff::Timestamp::now(),
+    )?;
+    if let Some(why) = &renewed {
+        info!(reason = %why, "issuing a new webhook serving certificate");
+    }
+    ensure(ctx, &mut written, serving.to_secret(&config, ns)?).await?;
+    ensure(ctx, &mut written, objects::webhook_service(&config, ns)?).await?;
+    let webhook = ensure(ctx, &mut written, objects::webhook_deployment(&config, ns)?).await?;
+    ensure_cluster(
+        ctx,
+        &mut written,
+        objects::webhook_configuration(&config, ns, serving.ca_pem.as_bytes()),
+    )
+    .await?;
+    if !written.is_empty() {
+        publish(
+            ctx,
+            &config,
+            EventType::Normal,
+            "Applied",
+            format!("applied {}", written.join(", ")),
+        )
+        .await;
+    }
+
+    // Node capacity.
+    let all_nodes = ctx.nodes.state();
+    let (provider_free, provider_problem) = provider_free(&config, ctx).await;
+    let planned = plan::capacity(
+        limit,
+        &config.spec.node_selector,
+        all_nodes.iter().map(AsRef::as_ref),
+        provider_free,
+    );
+    let node_api: Api<Node> = Api::all(ctx.client.clone());
+    let patched = nodes::apply(&node_api, &planned.changes).await;
+    let patched_count = match &patched {
+        Ok(n) => *n,
+        Err(_) => 0,
+    };
+    ctx.metrics
+        .node_writes
+        .inc_by(u64::try_from(patched_count).unwrap_or(0));
+    let patched = patched?;
+    let effective = planned.effective;
+    if patched > 0 {
+        let note = format!(
+            "kata.peerpods.io/vm {effective} over {} nodes: {patched} nodes updated",
+            planned.selected_nodes
+        );
+        info!(%note, "node capacity changed");
+        publish(ctx, &config, EventType::Normal, "CapacityChanged", note).await;
+    }
+    ctx.metrics
+        .effective_limit
+        .set(i64::try_from(effective).unwrap_or(i64::MAX));
+    ctx.metrics
+        .selected_nodes
+        .set(i64::try_from(planned.selected_nodes).unwrap_or(i64::MAX));
+
+    observed.capacity = Some(planned.status());
+    observed.provider_problem = provider_problem;
+    observed.objects_applied = true;
+    observed.daemonset = Some(daemonset);
+    observed.webhook = Some(webhook);
+    write_status(&config, &observed, ctx).await?;
+
+    Ok(Action::requeue(plan::next_check(&config)))
+}
+
+/// Free capacity for `capacityFromProvider`, or why it is unknown (then the limit alone decides).
+async fn provider_free(config: &PeerPodConfig, ctx: &Context) -> (Option<u64>, Option<String>) {
+    let Some(source) = &config.spec.capacity_from_provider else {
+        return (None, None);
+    };
+    let Some(provider) = &ctx.provider else {
+        return (
+            None,
+            Some("the controller runs without --provider-endpoint".into()),
+        );
+    };
+    let max_age = Duration::from_secs(u64::from(source.refresh_seconds));
+    match provider.figures(source.cloud_provider.as_str(), max_age).await {
+        Ok(figures) => match free_instances(&figures, source) {
+            Some(free) => (Some(free), None),
+            None => (None, Some("the provider reports no usable figure (set vcpusPerInstance or memoryMiBPerInstance)".into())),
+        },
+        Err(e) => {
+            warn!(error = %e, "provider capacity unknown; using the limit alone");
+            (None, Some(e.to_string()))
+        }
+    }
+}
+
+/// Apply one owned object unless it already matches; returns the live object.
+async fn ensure<K>(ctx: &Context, written: &mut Vec<&'static str>, desired: K) -> Result<K, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    apply_with(ctx, &api, written, desired).await
+}
+
+async fn apply_with<K>(
+    ctx: &Context,
+    api: &Api<K>,
+    written: &mut Vec<&'static str>,
+    desired: K,
+) -> Result<K, Error>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let kind = apply::kind_of::<K>();
+    let (was_written, live) = apply::ensure(api, desired).await?;
+    if was_written {
+        ctx.metrics
+            .object_writes
+            .get_or_create(&KindLabels { kind: kind.into() })
+            .inc();
+        written.push(kind);
+    }
+    Ok(live)
+}
+
+/// Write the status when it differs from what is stored (so an unchanged cluster costs no status write), and
+/// announce an Invalid condition turning true with a Warning Event.
+async fn write_status(
+    config: &PeerPodConfig,
+    observed: &Observed,
+    ctx: &Context,
+) -> Result<(), Error> {
+    let previous = config.status.as_ref();
+    let next = status::compute(previous, observed, Time(jiff::Timestamp::now()));
+    if previous == Some(&next) {
+        return Ok(());
+    }
+    let was_invalid = previous
+        .map(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == status::INVALID && c.status == "True")
+        })
+        .unwrap_or(false);
+    if let Some(invalid) = observed.invalid.as_ref().filter(|_| !was_invalid) {
+        warn!(reason = invalid.reason, message = %invalid.message, "PeerPodConfig is invalid");
+        publish(
+            ctx,
+            config,
+            EventType::Warning,
+            invalid.reason,
+            invalid.message.clone(),
+        )
+        .await;
+    }
+    let name = config.name_any();
+    let api: Api<PeerPodConfig> =
+        Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
+    let body = serde_json::json!({
+        "apiVersion": PeerPodConfig::api_version(&()),
+        "kind": PeerPodConfig::kind(&()),
+        "status": status_body(&next),
+    });
+    api.patch_status(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|source| Error::Status { name, source })?;
+    ctx.metrics.status_writes.inc();
+    Ok(())
+}
+
+fn status_body(status: &PeerPodConfigStatus) -> serde_json::Value {
+    serde_json::to_value(status).unwrap_or_default()
+}
+
+/// Deletion: remove node capacity and the webhook configuration (cluster-scoped, so no owner reference can
+/// cascade to it). The namespaced objects go with the garbage collector through their owner references.
+async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Error> {
+    let active = ctx.active_config();
+    if !validate::may_have_written(&config, &ctx.namespace, active.as_deref()) {
+        return Ok(Action::await_change());
+    }
+    node_cache_ready(ctx).await?;
+    let changes = plan::removal(ctx.nodes.state().iter().map(AsRef::as_ref));
+    let removed = nodes::apply(&Api::all(ctx.client.clone()), &changes).await?;
+    ctx.metrics
+        .node_writes
+        .inc_by(u64::try_from(removed).unwrap_or(0));
+    let mwc_api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
+    let mwc = mwc_api
+        .get_opt(objects::WEBHOOK_CONFIGURATION)
+        .await
+        .map_err(|source| Error::Read {
+            kind: "MutatingWebhookConfiguration",
+            name: objects::WEBHOOK_CONFIGURATION.into(),
+            source,
+        })?;
+    if let Some(mwc) = mwc.filter(|m| objects::labelled_for(&m.metadata, &config)) {
+        match mwc_api
+            .delete(&mwc.name_any(), &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => {
+                return Err(Error::Delete {
+                    kind: "MutatingWebhookConfiguration",
+                    name: objects::WEBHOOK_CONFIGURATION.into(),
+                    source,
+                });
+            }
+        }
+    }
+    let note =
+        format!("removed kata.peerpods.io/vm from {removed} nodes and the webhook configuration");
+    info!(%note, "cleaned up");
+    publish(ctx, &config, EventType::Normal, "CleanedUp", note).await;
+    Ok(Action::await_change())
+}
+
+async fn publish(
+    ctx: &Context,
+    config: &PeerPodConfig,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &config.object_ref(&())).await {
+        warn!(error = %e, reason, "publishing an Event failed");
+    }
+}
+
+/// Apply the webhook configuration (cluster-scoped) through the same write accounting.
+async fn ensure_cluster<K>(
+    ctx: &Context,
+    written: &mut Vec<&'static str>,
+    desired: K,
+) -> Result<K, Error>
+where
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::all(ctx.client.clone());
+    apply_with(ctx, &api, written, desired).await
+}

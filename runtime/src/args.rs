@@ -1,0 +1,280 @@
+//! Command-line argument groups shared by the binaries, each flattened into a binary's clap `Parser`
+//! (`#[command(flatten)]`), so every service reads the same flag and environment variable the same way. Every
+//! flag has an environment variable of the same meaning (the Helm chart sets those).
+//!
+//! - [`AdminArgs`]: admin server address, log format, OTLP endpoint (every service).
+//! - [`ProviderArgs`]: how to reach provider-service (the controllers).
+//! - [`LeaderArgs`]: leader election on a Lease (the controllers).
+//! - [`HealthArgs`]: how long a controller's watch may make no progress before `/healthz` fails.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::Error;
+use crate::client::ProviderClientConfig;
+use crate::health::Liveness;
+use crate::leader::LeaderConfig;
+use crate::telemetry::{self, LogFormat, Telemetry};
+
+/// Parses `30s`, `5m`, `1h30m` or ISO 8601 (`PT5M`); negative durations are refused.
+pub fn duration(text: &str) -> Result<Duration, String> {
+    let signed: jiff::SignedDuration = text.parse().map_err(|e| format!("{text:?}: {e}"))?;
+    Duration::try_from(signed).map_err(|_| format!("{text:?} is negative"))
+}
+
+/// Admin server and telemetry. The admin port defaults to 8080; provider-service moves it to 8081 with
+/// `#[command(mut_arg("admin_listen", ...))]` so both keep the port they always had.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AdminArgs {
+    /// Address of the /healthz, /readyz and /metrics server.
+    #[arg(long, env = "ADMIN_LISTEN", default_value = "0.0.0.0:8080")]
+    pub admin_listen: SocketAddr,
+    /// Log line format: text or json.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    pub log_format: LogFormat,
+    /// OTLP/gRPC collector to export trace spans to (e.g. http://otel-collector:4317); unset: no export.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+}
+
+impl AdminArgs {
+    /// Installs logging and, with an OTLP endpoint, span export for `service_name`.
+    pub fn init_telemetry(&self, service_name: &'static str) -> Result<Telemetry, Error> {
+        telemetry::init_with(
+            service_name,
+            self.log_format,
+            self.otlp_endpoint.as_deref().filter(|e| !e.is_empty()),
+        )
+    }
+}
+
+/// How the caller authenticates to provider-service.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderAuth {
+    /// A projected ServiceAccount token (`--token-file`).
+    Token,
+    /// Nothing (local development only).
+    None,
+}
+
+/// The provider-service client.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ProviderArgs {
+    /// provider-service address: https://host:port (TLS, needs --provider-ca) or http://host:port (local only).
+    #[arg(long, env = "PROVIDER_ENDPOINT")]
+    pub provider_endpoint: Option<String>,
+    /// How to authenticate to provider-service: a projected ServiceAccount token, or nothing (local only).
+    #[arg(long, env = "PROVIDER_AUTH", value_enum, default_value_t = ProviderAuth::Token)]
+    pub provider_auth: ProviderAuth,
+    /// PEM file with the CA of provider-service's certificate.
+    #[arg(long, env = "PROVIDER_CA")]
+    pub provider_ca: Option<PathBuf>,
+    /// Name to verify provider-service's certificate against, when it differs from the endpoint host.
+    #[arg(long, env = "PROVIDER_SERVER_NAME")]
+    pub provider_server_name: Option<String>,
+    /// Projected ServiceAccount token (audience provider-service); re-read when rotated.
+    #[arg(
+        long,
+        env = "TOKEN_FILE",
+        default_value = "/var/run/secrets/provider-service/token"
+    )]
+    pub token_file: PathBuf,
+    /// Deadline of each provider-service call. Longer than provider-service's own cloud-call timeouts (AWS: 60 s
+    /// per operation), so a slow but successful cloud call is not abandoned and repeated.
+    #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "60s", value_parser = duration)]
+    pub provider_timeout: Duration,
+}
+
+impl ProviderArgs {
+    /// The client configuration, or `None` when no endpoint is set.
+    pub fn client_config(&self) -> Option<ProviderClientConfig> {
+        let endpoint = self.provider_endpoint.clone()?;
+        Some(ProviderClientConfig {
+            endpoint,
+            ca_file: self.provider_ca.clone(),
+            tls_server_name: self.provider_server_name.clone(),
+            token_file: (self.provider_auth == ProviderAuth::Token)
+                .then(|| self.token_file.clone()),
+            timeout: Some(self.provider_timeout),
+        })
+    }
+}
+
+/// Leader election (see [`crate::leader`]).
+#[derive(clap::Args, Debug, Clone)]
+pub struct LeaderArgs {
+    /// Only the replica holding the Lease acts (run 2 replicas with this on).
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    pub leader_elect: bool,
+    /// Name of the Lease used for leader election [default: the controller's name].
+    #[arg(long, env = "LEASE_NAME")]
+    pub lease_name: Option<String>,
+    /// Namespace of the Lease [default: the controller's namespace].
+    #[arg(long, env = "LEASE_NAMESPACE")]
+    pub lease_namespace: Option<String>,
+    /// Validity of the Lease after the last renewal (how long a crashed leader blocks the other replica).
+    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    pub lease_duration: Duration,
+    /// How long before expiry the leader renews the Lease.
+    #[arg(long, env = "LEASE_RENEW_BEFORE", default_value = "5s", value_parser = duration)]
+    pub lease_renew_before: Duration,
+    /// Name of this replica (Lease holder, Event reporter); the Pod name in a cluster
+    /// [default: <controller>-<process id>].
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl LeaderArgs {
+    /// This replica's name.
+    pub fn identity(&self, component: &str) -> String {
+        self.identity
+            .clone()
+            .unwrap_or_else(|| format!("{component}-{}", std::process::id()))
+    }
+
+    /// The Lease to compete for, or `None` without `--leader-elect`. `namespace` is the controller's own, used
+    /// unless `--lease-namespace` is set.
+    pub fn config(&self, component: &str, namespace: &str) -> Option<LeaderConfig> {
+        self.leader_elect.then(|| LeaderConfig {
+            lease_duration: self.lease_duration,
+            renew_before: self.lease_renew_before,
+            ..LeaderConfig::new(
+                self.lease_name.as_deref().unwrap_or(component),
+                self.lease_namespace.as_deref().unwrap_or(namespace),
+                self.identity(component),
+            )
+        })
+    }
+}
+
+/// Liveness of a controller's watches (see [`crate::health`]).
+#[derive(clap::Args, Debug, Clone)]
+pub struct HealthArgs {
+    /// /healthz fails when a watch made no progress (no event, no heartbeat from the API server) for this long.
+    #[arg(long, env = "WATCH_STALL_TIMEOUT", default_value = "3m", value_parser = duration)]
+    pub watch_stall_timeout: Duration,
+}
+
+impl HealthArgs {
+    pub fn liveness(&self) -> Liveness {
+        Liveness::new(self.watch_stall_timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(flatten)]
+        provider: ProviderArgs,
+        #[command(flatten)]
+        leader: LeaderArgs,
+        #[command(flatten)]
+        health: HealthArgs,
+    }
+
+    #[test]
+    fn the_groups_fit_together() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(cli.admin.log_format, LogFormat::Text);
+        assert!(
+            cli.provider.client_config().is_none(),
+            "no endpoint, no client"
+        );
+        assert_eq!(cli.provider.provider_timeout, Duration::from_secs(60));
+        assert!(cli.leader.config("peerpod-ctrl", "ns").is_none());
+        assert_eq!(cli.health.watch_stall_timeout, Duration::from_secs(180));
+    }
+
+    #[test]
+    fn provider_client_from_flags() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--provider-endpoint",
+            "https://provider-service:50051",
+            "--provider-ca",
+            "/ca.crt",
+            "--provider-server-name",
+            "ps.svc",
+            "--token-file",
+            "/token",
+            "--provider-timeout",
+            "30s",
+        ])
+        .unwrap();
+        let config = cli.provider.client_config().unwrap();
+        assert_eq!(config.endpoint, "https://provider-service:50051");
+        assert_eq!(config.ca_file, Some(PathBuf::from("/ca.crt")));
+        assert_eq!(config.tls_server_name.as_deref(), Some("ps.svc"));
+        assert_eq!(config.token_file, Some(PathBuf::from("/token")));
+        assert_eq!(config.timeout, Some(Duration::from_secs(30)));
+        let cli = Cli::try_parse_from([
+            "x",
+            "--provider-endpoint",
+            "http://127.0.0.1:50051",
+            "--provider-auth",
+            "none",
+        ])
+        .unwrap();
+        assert_eq!(cli.provider.client_config().unwrap().token_file, None);
+    }
+
+    #[test]
+    fn lease_defaults_to_the_controller_and_its_namespace() {
+        let cli = Cli::try_parse_from(["x", "--leader-elect", "--identity", "pod-0"]).unwrap();
+        let lease = cli
+            .leader
+            .config("peer-pod-config-ctrl", "pp-system")
+            .unwrap();
+        assert_eq!(
+            (
+                lease.lease_name.as_str(),
+                lease.namespace.as_str(),
+                lease.identity.as_str()
+            ),
+            ("peer-pod-config-ctrl", "pp-system", "pod-0")
+        );
+        assert_eq!(lease.lease_duration, Duration::from_secs(15));
+        let cli = Cli::try_parse_from([
+            "x",
+            "--leader-elect",
+            "--lease-name",
+            "mine",
+            "--lease-namespace",
+            "elsewhere",
+            "--lease-duration",
+            "20s",
+            "--lease-renew-before",
+            "4s",
+        ])
+        .unwrap();
+        let lease = cli.leader.config("peerpod-ctrl", "ns").unwrap();
+        assert_eq!(
+            (lease.lease_name.as_str(), lease.namespace.as_str()),
+            ("mine", "elsewhere")
+        );
+        assert_eq!(lease.renew_before, Duration::from_secs(4));
+        assert!(lease.identity.starts_with("peerpod-ctrl-"));
+    }
+
+    #[test]
+    fn durations_parse_and_negative_ones_are_refused() {
+        assert_eq!(duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert!(duration("-5s").is_err());
+        assert!(duration("soon").is_err());
+    }
+}

@@ -1,0 +1,405 @@
+//! Health of a controller, from its watches: `/healthz` (liveness) fails when a watch has made no progress for
+//! longer than a bound, `/readyz` stays false until the watch's first list is in the cache.
+//!
+//! **What counts as progress.** Every event a watch yields (`Init`, `InitApply`, `InitDone`, `Apply`, `Delete`;
+//! errors are not progress) and every sign of life of a small *heartbeat watch* on the same resource
+//! ([`heartbeat`]): a watch request the API server accepted, or a bookmark it sent. The heartbeat exists
+//! because kube's watcher consumes bookmarks and re-watches silently, so a watch that is connected but has
+//! nothing to report yields nothing a caller could see, while such a watch is healthy. The heartbeat selects an
+//! object name that never exists and asks for a short server-side timeout, so it costs one idle connection, no
+//! objects, and shows at least three times per bound (at most every [`HEARTBEAT_WATCH_TIMEOUT`]) that the API
+//! server still serves watches of that resource to this client. The reconcile loop's heartbeat was the alternative, and was not taken: a controller
+//! with nothing to reconcile (no PeerPods) has no reconciles, and a periodic reconcile of every object just to
+//! prove liveness costs work per object. When the API server stops answering, events and heartbeat both stop
+//! and liveness fails after the bound; restarting then gives the controller a fresh connection and a fresh
+//! list.
+//!
+//! A [`Progress`] is registered only while its watch runs: a standby replica (no Lease) has no watch and is
+//! neither stalled nor waiting for a list. Dropping the last clone of a `Progress` unregisters it.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::Api;
+use kube::api::{WatchEvent, WatchParams};
+use kube::runtime::watcher;
+use serde::de::DeserializeOwned;
+
+use crate::admin::Readiness;
+
+/// Default bound on a watch making no progress: three heartbeat periods, so one slow or lost heartbeat
+/// never restarts a healthy controller.
+pub const DEFAULT_MAX_STALL: Duration = Duration::from_secs(180);
+
+/// Longest server-side timeout of the heartbeat watch: it ends (and is made again) at least this often, and
+/// more often for a short bound (three times per bound, at least once a second).
+pub const HEARTBEAT_WATCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Name the heartbeat watch selects; no object has it, so the watch carries only bookmarks.
+const HEARTBEAT_NAME: &str = "peerpods-heartbeat-never-created";
+
+/// Pause before the heartbeat watch is made again after it failed.
+const HEARTBEAT_RETRY: Duration = Duration::from_secs(2);
+
+/// Readiness detail while the initial list runs.
+const LISTING: &str = "waiting for the initial list";
+
+/// Where "now" comes from; tests inject a clock they move by hand.
+pub trait Clock: Send + Sync + Debug {
+    fn now(&self) -> Instant;
+}
+
+/// The monotonic clock.
+#[derive(Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+#[derive(Debug)]
+struct Watched {
+    last_progress: Instant,
+    /// Why the last event was not progress, if it was an error.
+    last_error: Option<String>,
+}
+
+/// Liveness of a process: live while every registered watch made progress within `max_stall`. Cheap to clone;
+/// clones share state.
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    max_stall: Duration,
+    clock: Arc<dyn Clock>,
+    watches: Arc<Mutex<BTreeMap<String, Watched>>>,
+}
+
+impl Default for Liveness {
+    fn default() -> Self {
+        Liveness::new(DEFAULT_MAX_STALL)
+    }
+}
+
+impl Liveness {
+    pub fn new(max_stall: Duration) -> Self {
+        Liveness::with_clock(max_stall, Arc::new(SystemClock))
+    }
+
+    /// With the given clock instead of the system's.
+    pub fn with_clock(max_stall: Duration, clock: Arc<dyn Clock>) -> Self {
+        Liveness {
+            max_stall,
+            clock,
+            watches: Arc::default(),
+        }
+    }
+
+    /// The bound on no progress.
+    pub fn max_stall(&self) -> Duration {
+        self.max_stall
+    }
+
+    /// How often a heartbeat watch is renewed: three times per bound, between 1 s and
+    /// [`HEARTBEAT_WATCH_TIMEOUT`], in whole seconds (the API counts watch timeouts so).
+    pub fn heartbeat_period(&self) -> Duration {
+        Duration::from_secs((self.max_stall / 3).as_secs())
+            .clamp(Duration::from_secs(1), HEARTBEAT_WATCH_TIMEOUT)
+    }
+
+    fn watches(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Watched>> {
+        // Only timestamps live behind this lock; a poisoned one is still consistent.
+        self.watches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers the watch `name` (progress counts from now) and, with `readiness`, a readiness component of
+    /// the same name that is false until [`Progress::synced`]. Both go away with the last clone of the result.
+    pub fn track(&self, name: &str, readiness: Option<Readiness>) -> Progress {
+        self.watches().insert(
+            name.to_owned(),
+            Watched {
+                last_progress: self.clock.now(),
+                last_error: None,
+            },
+        );
+        if let Some(r) = &readiness {
+            r.set(name, false, LISTING);
+        }
+        Progress {
+            inner: Arc::new(Registration {
+                name: name.to_owned(),
+                liveness: self.clone(),
+                readiness,
+            }),
+        }
+    }
+
+    /// Watches that made no progress for longer than the bound, with how long.
+    pub fn stalled(&self) -> Vec<(String, Duration)> {
+        let now = self.clock.now();
+        self.watches()
+            .iter()
+            .filter_map(|(name, w)| {
+                let idle = now.saturating_duration_since(w.last_progress);
+                (idle > self.max_stall).then(|| (name.clone(), idle))
+            })
+            .collect()
+    }
+
+    /// Whether every registered watch made progress within the bound (true when none is registered).
+    pub fn is_live(&self) -> bool {
+        self.stalled().is_empty()
+    }
+
+    /// One line per watch: `name: ok` or `name: stalled: ...`.
+    pub fn report(&self) -> String {
+        let now = self.clock.now();
+        let watches = self.watches();
+        if watches.is_empty() {
+            return "ok\n".into();
+        }
+        watches
+            .iter()
+            .map(|(name, w)| {
+                let idle = now.saturating_duration_since(w.last_progress);
+                if idle <= self.max_stall {
+                    return format!("{name}: ok\n");
+                }
+                let why = w
+                    .last_error
+                    .as_deref()
+                    .map(|e| format!("; last error: {e}"))
+                    .unwrap_or_default();
+                format!(
+                    "{name}: stalled: no progress for {}s (limit {}s){why}\n",
+                    idle.as_secs(),
+                    self.max_stall.as_secs()
+                )
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug)]
+struct Registration {
+    name: String,
+    liveness: Liveness,
+    readiness: Option<Readiness>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.liveness.watches().remove(&self.name);
+        if let Some(r) = &self.readiness {
+            r.remove(&self.name);
+        }
+    }
+}
+
+/// What a controller reports to the admin server: its readiness components and its watches' liveness. Cheap to
+/// clone; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    pub readiness: Readiness,
+    pub liveness: Liveness,
+}
+
+impl Health {
+    /// [`Liveness::track`] with this readiness.
+    pub fn track(&self, name: &str) -> Progress {
+        self.liveness.track(name, Some(self.readiness.clone()))
+    }
+}
+
+/// The progress clock of one watch (see the module doc). Cheap to clone; clones share the registration.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    inner: Arc<Registration>,
+}
+
+impl Progress {
+    /// The watch made progress now.
+    pub fn tick(&self) {
+        let liveness = &self.inner.liveness;
+        let now = liveness.clock.now();
+        if let Some(w) = liveness.watches().get_mut(&self.inner.name) {
+            w.last_progress = now;
+            w.last_error = None;
+        }
+    }
+
+    /// The initial list is in the cache: ready from now on (a later re-list keeps the old cache until it is
+    /// done, so readiness stays).
+    pub fn synced(&self) {
+        self.tick();
+        if let Some(r) = &self.inner.readiness {
+            r.set(&self.inner.name, true, "initial list done");
+        }
+    }
+
+    /// Counts a watcher event: any event is progress, `InitDone` also means synced; an error is not progress
+    /// and is kept for the liveness report.
+    pub fn observe<K>(&self, event: &Result<watcher::Event<K>, watcher::Error>) {
+        match event {
+            Ok(watcher::Event::InitDone) => self.synced(),
+            Ok(_) => self.tick(),
+            Err(e) => {
+                if let Some(w) = self.inner.liveness.watches().get_mut(&self.inner.name) {
+                    w.last_error = Some(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// The name it is registered under.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// How often its heartbeat watch is renewed ([`Liveness::heartbeat_period`]).
+    pub fn heartbeat_period(&self) -> Duration {
+        self.inner.liveness.heartbeat_period()
+    }
+}
+
+/// Ticks `progress` for as long as the API server serves watches of `api`'s resource (see the module doc).
+/// Runs until dropped.
+pub async fn heartbeat<K>(api: Api<K>, progress: Progress)
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let period = progress.heartbeat_period();
+    let params = WatchParams::default()
+        .fields(&format!("metadata.name={HEARTBEAT_NAME}"))
+        .timeout(u32::try_from(period.as_secs()).unwrap_or(60));
+    // The server ends the watch after its timeout; a connection that died silently ends it here.
+    let idle = period + Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout(idle, api.watch_metadata(&params, "0")).await {
+            Ok(Ok(stream)) => {
+                progress.tick();
+                let mut stream = std::pin::pin!(stream);
+                while let Ok(Some(item)) = tokio::time::timeout(idle, stream.next()).await {
+                    match item {
+                        Ok(WatchEvent::Error(e)) => {
+                            tracing::debug!(error = %e, watch = progress.name(), "heartbeat watch error");
+                            break;
+                        }
+                        Ok(_) => progress.tick(),
+                        Err(e) => {
+                            tracing::debug!(error = %e, watch = progress.name(), "heartbeat watch failed");
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, watch = progress.name(), "heartbeat watch refused");
+                tokio::time::sleep(HEARTBEAT_RETRY).await;
+            }
+            Err(_) => {
+                tracing::debug!(watch = progress.name(), "heartbeat watch got no answer");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A clock moved by hand.
+    #[derive(Debug)]
+    struct Manual(Mutex<Instant>);
+
+    impl Manual {
+        fn advance(&self, by: Duration) {
+            let mut now = self.0.lock().unwrap();
+            *now += by;
+        }
+    }
+
+    impl Clock for Manual {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn liveness() -> (Liveness, Arc<Manual>) {
+        let clock = Arc::new(Manual(Mutex::new(Instant::now())));
+        (
+            Liveness::with_clock(Duration::from_secs(60), clock.clone()),
+            clock,
+        )
+    }
+
+    #[test]
+    fn stalls_only_after_the_bound_without_progress() {
+        let (live, clock) = liveness();
+        let progress = live.track("peerpods", None);
+        clock.advance(Duration::from_secs(60));
+        assert!(live.is_live(), "exactly the bound is not a stall");
+        clock.advance(Duration::from_secs(1));
+        assert!(!live.is_live());
+        assert!(
+            live.report().contains("peerpods: stalled"),
+            "{}",
+            live.report()
+        );
+        progress.tick();
+        assert!(live.is_live());
+        assert_eq!(live.report(), "peerpods: ok\n");
+    }
+
+    #[test]
+    fn errors_are_not_progress_and_show_in_the_report() {
+        let (live, clock) = liveness();
+        let progress = live.track("nodes", None);
+        clock.advance(Duration::from_secs(50));
+        let failed: Result<watcher::Event<()>, watcher::Error> =
+            Err(watcher::Error::NoResourceVersion);
+        progress.observe(&failed);
+        clock.advance(Duration::from_secs(20));
+        assert!(!live.is_live());
+        assert!(live.report().contains("last error"), "{}", live.report());
+        progress.observe(&Ok(watcher::Event::<()>::Apply(())));
+        assert!(live.is_live());
+    }
+
+    #[test]
+    fn heartbeats_come_three_times_per_bound_within_limits() {
+        let period = |secs| Liveness::new(Duration::from_secs(secs)).heartbeat_period();
+        assert_eq!(period(180), Duration::from_secs(60));
+        assert_eq!(period(3600), Duration::from_secs(60));
+        assert_eq!(period(9), Duration::from_secs(3));
+        assert_eq!(period(1), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn ready_after_the_initial_list_and_unregistered_when_dropped() {
+        let (live, clock) = liveness();
+        let readiness = Readiness::default();
+        let progress = live.track("peerpods", Some(readiness.clone()));
+        assert!(!readiness.is_ready());
+        assert!(readiness.report().contains(LISTING));
+        progress.observe(&Ok(watcher::Event::<()>::Init));
+        progress.observe(&Ok(watcher::Event::<()>::InitApply(())));
+        assert!(!readiness.is_ready(), "not before InitDone");
+        progress.observe(&Ok(watcher::Event::<()>::InitDone));
+        assert!(readiness.is_ready());
+        // A re-list keeps the cache, and readiness, until it is done.
+        progress.observe(&Ok(watcher::Event::<()>::Init));
+        assert!(readiness.is_ready());
+
+        let clone = progress.clone();
+        drop(progress);
+        clock.advance(Duration::from_secs(3600));
+        assert!(!live.is_live(), "a clone keeps the registration");
+        drop(clone);
+        assert!(live.is_live(), "no watch, nothing stalled");
+        assert_eq!(readiness.report(), "");
+    }
+}
