@@ -26,10 +26,10 @@ PROVIDER_SERVICE_BIN := $(ROOT)/target/debug/provider-service
 GO_CLIENT_TOOLCHAIN := go1.25.7
 
 TEST_PREREQS += libvirt-dev python-tools
-CHECKS += proto-lint proto-breaking proto-drift proto-go-test
+CHECKS += proto-lint proto-breaking proto-drift proto-go-test provider-service-aws-only
 
 .PHONY: libvirt-dev python-tools proto proto-lint proto-breaking proto-drift proto-go-test \
-	provider-service-bin
+	provider-service-bin provider-service-aws-only
 
 # The `virt` crate builds against libvirt through pkg-config (Debian: libvirt-dev).
 SYSTEM_PACKAGES += libvirt-dev pkg-config
@@ -86,3 +86,15 @@ proto-go-test: provider-service-bin
 DEV_PROCS += provider-service
 DEV_CMD_provider-service = $(CARGO) run --quiet -p provider-service -- \
 	--auth=none --listen 127.0.0.1:50051 --admin-listen 127.0.0.1:8081
+
+# Each cloud is a cargo feature: an AWS-only provider-service compiles, and neither libvirt's C library nor any
+# other cloud's SDK is in its dependency graph.
+provider-service-aws-only:
+	$(CARGO) check --locked --quiet -p provider-service --no-default-features --features aws
+	@graph=$$($(CARGO) tree --locked -e normal -p provider-service --no-default-features --features aws --prefix none); \
+	for crate in virt-sys peerpods-provider-libvirt peerpods-provider-azure peerpods-provider-gcp \
+	  peerpods-provider-ibmcloud peerpods-provider-alibabacloud peerpods-provider-byom; do \
+	  if grep -q "^$$crate " <<<"$$graph"; then echo "AWS-only provider-service depends on $$crate"; exit 1; fi; \
+	done; \
+	grep -q "^peerpods-provider-aws " <<<"$$graph" || { echo "AWS-only provider-service lacks the aws backend"; exit 1; }; \
+	echo "AWS-only provider-service: compiles, no libvirt, no other cloud"

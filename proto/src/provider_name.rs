@@ -4,8 +4,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A cloud cloud-api-adaptor can run peer-pod VMs on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// A cloud cloud-api-adaptor can run peer-pod VMs on. Ordered by name (as ListProviders lists them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
@@ -51,6 +51,18 @@ impl ProviderName {
     }
 }
 
+impl Ord for ProviderName {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for ProviderName {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl fmt::Display for ProviderName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -91,6 +103,17 @@ mod tests {
             assert_eq!(p.as_str().parse::<ProviderName>(), Ok(p));
         }
         assert_eq!(ProviderName::ALL.len(), 8);
+    }
+
+    #[test]
+    fn names_order_alphabetically() {
+        let mut sorted = ProviderName::ALL;
+        sorted.sort();
+        let names: Vec<&str> = sorted.iter().map(|p| p.as_str()).collect();
+        let mut expected = names.clone();
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+        assert_eq!(names[0], "alibabacloud");
     }
 
     #[test]

@@ -13,8 +13,20 @@ use peerpods_provider_core::{CloudCalls, Error, Provider, ProviderConfig, Provid
 
 /// Names of the backends compiled into this binary.
 pub const BUILT_IN: &[&str] = &[
+    #[cfg(feature = "alibabacloud")]
+    "alibabacloud",
     #[cfg(feature = "aws")]
     "aws",
+    #[cfg(feature = "azure")]
+    "azure",
+    #[cfg(feature = "byom")]
+    "byom",
+    #[cfg(feature = "gcp")]
+    "gcp",
+    #[cfg(feature = "ibmcloud")]
+    "ibmcloud",
+    #[cfg(feature = "ibmcloud-powervs")]
+    "ibmcloud-powervs",
     #[cfg(feature = "libvirt")]
     "libvirt",
 ];
@@ -28,9 +40,39 @@ pub async fn build(
     // Unused when no backend is built in.
     let _ = (config, cloud_calls);
     Ok(match name {
+        #[cfg(feature = "alibabacloud")]
+        ProviderName::Alibabacloud => Some(Arc::new(
+            peerpods_provider_alibabacloud::AlibabaCloudProvider::from_config(
+                config,
+                cloud_calls.clone(),
+            )?,
+        )),
         #[cfg(feature = "aws")]
         ProviderName::Aws => Some(Arc::new(
             peerpods_provider_aws::AwsProvider::from_config(config, cloud_calls.clone()).await?,
+        )),
+        #[cfg(feature = "azure")]
+        ProviderName::Azure => Some(Arc::new(
+            peerpods_provider_azure::AzureProvider::from_config(config, cloud_calls.clone())?,
+        )),
+        #[cfg(feature = "byom")]
+        ProviderName::Byom => Some(Arc::new(
+            peerpods_provider_byom::ByomProvider::from_config(config, cloud_calls.clone())?,
+        )),
+        #[cfg(feature = "gcp")]
+        ProviderName::Gcp => Some(Arc::new(
+            peerpods_provider_gcp::GcpProvider::from_config(config, cloud_calls.clone()).await?,
+        )),
+        #[cfg(feature = "ibmcloud")]
+        ProviderName::Ibmcloud => Some(Arc::new(
+            peerpods_provider_ibmcloud::IbmCloudVpcProvider::from_config(
+                config,
+                cloud_calls.clone(),
+            )?,
+        )),
+        #[cfg(feature = "ibmcloud-powervs")]
+        ProviderName::IbmcloudPowervs => Some(Arc::new(
+            peerpods_provider_ibmcloud::PowerVsProvider::from_config(config, cloud_calls.clone())?,
         )),
         #[cfg(feature = "libvirt")]
         ProviderName::Libvirt => Some(Arc::new(

@@ -26,3 +26,27 @@ pub trait CloudEmulator: Send + Sync {
     /// Whether the VM, or any part created with it, still exists.
     fn vm_or_parts_exist(&self, instance_id: &str) -> bool;
 }
+
+/// One provider-service configuration serving several clouds: the clouds' keys with one `CLOUD_PROVIDER`
+/// naming `providers`. No key may mean two things to two clouds, except the keys the two IBM clouds share
+/// (IAM, Global Tagging, tuning): the first value serves both, as one IBM Cloud account's would.
+///
+/// # Panics
+/// When two clouds give one key different values.
+pub fn merged_config(
+    providers: &[&str],
+    pairs: impl IntoIterator<Item = (String, String)>,
+) -> Vec<(String, String)> {
+    let mut config: Vec<(String, String)> = Vec::new();
+    for (key, value) in pairs.into_iter().filter(|(k, _)| k != "CLOUD_PROVIDER") {
+        match config.iter().find(|(k, _)| *k == key) {
+            None => config.push((key, value)),
+            Some((_, first)) => assert!(
+                *first == value || key.starts_with("IBMCLOUD_"),
+                "two clouds read {key} differently"
+            ),
+        }
+    }
+    config.push(("CLOUD_PROVIDER".into(), providers.join(",")));
+    config
+}

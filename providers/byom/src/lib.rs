@@ -63,10 +63,15 @@ impl std::fmt::Debug for ByomProvider {
 
 impl ByomProvider {
     /// Builds the provider from cloud-api-adaptor's byom keys of `config`, counting its
-    /// Kubernetes API calls in `calls`. The Kubernetes client (in-cluster ServiceAccount, else
-    /// `KUBECONFIG`) is made on first use: building never connects.
+    /// Kubernetes API calls in `calls`. The Kubernetes client (the kubeconfig file named by
+    /// `BYOM_KUBECONFIG`, else the in-cluster ServiceAccount, else `KUBECONFIG`) is made on first
+    /// use: building never connects.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        Self::build(config, Connection::Infer, calls)
+        let connection = match config.get("BYOM_KUBECONFIG") {
+            Some(path) => Connection::Kubeconfig(path.into()),
+            None => Connection::Infer,
+        };
+        Self::build(config, connection, calls)
     }
 
     /// Like [`ByomProvider::from_config`], with the Kubernetes API reached through `kube_config`

@@ -26,6 +26,8 @@ const TRANSIENT_BACKOFF: Duration = Duration::from_millis(200);
 pub enum Connection {
     /// In-cluster ServiceAccount or `KUBECONFIG`, inferred on first use.
     Infer,
+    /// The kubeconfig file at this path (`BYOM_KUBECONFIG`), read on first use.
+    Kubeconfig(std::path::PathBuf),
     /// This client configuration, turned into a client on first use.
     Config(Box<kube::Config>),
     /// This client, as its owner built it.
@@ -150,6 +152,16 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
             });
         }
         Connection::Config(config) => (**config).clone(),
+        Connection::Kubeconfig(path) => {
+            let unusable = |e: &dyn std::fmt::Display| Error::Config {
+                key: "BYOM_KUBECONFIG".into(),
+                message: format!("kubeconfig {}: {e}", path.display()),
+            };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| unusable(&e))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| unusable(&e))?
+        }
         Connection::Infer => kube::Config::infer().await.map_err(|e| Error::Config {
             key: "KUBECONFIG".into(),
             message: format!(

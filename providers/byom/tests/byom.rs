@@ -34,7 +34,7 @@ async fn deleting_returns_the_machine_to_the_pool_and_keeps_other_allocations() 
         .await;
     let (before, _) = pool.state().await;
     let calls = CloudCalls::default();
-    let provider = pool.provider(&calls).await;
+    let provider = byom_support::provider(&pool, &calls).await;
 
     let outcome = provider
         .delete_instance("192.168.122.11")
@@ -72,7 +72,7 @@ async fn a_free_machine_is_already_gone_and_nothing_is_written() {
     pool.caa_allocate("192.168.122.10", "web-1", "worker-0")
         .await;
     let calls = CloudCalls::default();
-    let provider = pool.provider(&calls).await;
+    let provider = byom_support::provider(&pool, &calls).await;
 
     assert_eq!(
         provider.delete_instance("192.168.122.10").await.unwrap(),
@@ -111,7 +111,7 @@ async fn a_write_between_read_and_update_is_retried_and_both_changes_survive() {
     });
     let calls = CloudCalls::default();
     let provider =
-        ByomProvider::with_client(&pool.config(&[]), tap.client(&pool.ns), calls.clone()).unwrap();
+        ByomProvider::with_client(&byom_support::config(&pool, &[]), tap.client(&pool.ns), calls.clone()).unwrap();
 
     let outcome = provider
         .delete_instance("192.168.122.10")
@@ -151,7 +151,7 @@ async fn a_write_between_read_and_update_is_retried_and_both_changes_survive() {
 async fn capacity_is_the_pool_size_and_the_allocated_machines() {
     let pool = Pool::start(&IPS).await;
     let calls = CloudCalls::default();
-    let provider = pool.provider(&calls).await;
+    let provider = byom_support::provider(&pool, &calls).await;
     let empty = provider.capacity().await.unwrap();
     assert_eq!(
         (empty.instances.limit, empty.instances.in_use),
@@ -185,9 +185,9 @@ async fn list_shows_this_pools_allocated_machines_filtered_by_allocation_tags() 
     let other = Pool::start(&["192.168.122.11", "10.1.0.1"]).await;
     other.caa_allocate("10.1.0.1", "theirs", "worker-0").await;
     // A machine CAA allocated that this pool's VM_POOL_IPS does not list: not ours to report.
-    let narrow = pool.config(&[("VM_POOL_IPS", "192.168.122.10,192.168.122.11")]);
+    let narrow = byom_support::config(&pool, &[("VM_POOL_IPS", "192.168.122.10,192.168.122.11")]);
     let calls = CloudCalls::default();
-    let provider = pool.provider(&calls).await;
+    let provider = byom_support::provider(&pool, &calls).await;
 
     let all = provider.list_instances(&TagSelector::new()).await.unwrap();
     let ids: Vec<&str> = all.iter().map(|i| i.id.as_str()).collect();
@@ -235,7 +235,7 @@ async fn malformed_ids_and_machines_outside_the_pool_cost_no_api_call() {
     let tap = Tap::new(pool.client.clone());
     let calls = CloudCalls::default();
     let provider =
-        ByomProvider::with_client(&pool.config(&[]), tap.client(&pool.ns), calls.clone()).unwrap();
+        ByomProvider::with_client(&byom_support::config(&pool, &[]), tap.client(&pool.ns), calls.clone()).unwrap();
 
     for id in [
         "",
@@ -288,7 +288,7 @@ async fn malformed_ids_and_machines_outside_the_pool_cost_no_api_call() {
 async fn a_missing_pool_configmap_is_a_clear_error() {
     let pool = Pool::empty_namespace(&IPS).await;
     let calls = CloudCalls::default();
-    let provider = pool.provider(&calls).await;
+    let provider = byom_support::provider(&pool, &calls).await;
 
     let error = provider
         .delete_instance("192.168.122.10")
@@ -326,7 +326,7 @@ async fn a_missing_pool_configmap_is_a_clear_error() {
 
     // Once CAA created it, the same provider works.
     let started = Pool::start(&IPS).await;
-    let provider = started.provider(&calls).await;
+    let provider = byom_support::provider(&started, &calls).await;
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert!(
@@ -349,7 +349,7 @@ async fn rejected_credentials_are_unauthenticated_and_never_shown() {
     };
     let calls = CloudCalls::default();
     let provider =
-        ByomProvider::with_kube_config(&pool.config(&[]), kube_config, calls.clone()).unwrap();
+        ByomProvider::with_kube_config(&byom_support::config(&pool, &[]), kube_config, calls.clone()).unwrap();
 
     let error = provider
         .delete_instance("192.168.122.10")
@@ -392,7 +392,7 @@ async fn get_and_update_on_the_pool_configmap_are_all_the_rbac_it_needs() {
     let calls = CloudCalls::default();
     let as_service = |calls: &CloudCalls| {
         let calls = calls.clone();
-        let config = pool.config(&[]);
+        let config = byom_support::config(&pool, &[]);
         let token = token.clone();
         async move {
             let mut kube_config = testenv::shared().config().await.unwrap();
