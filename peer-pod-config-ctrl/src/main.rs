@@ -1,14 +1,12 @@
 //! Wires flags and environment to the library. Every flag has an environment variable of the same meaning.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
-use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs};
-use peerpods_runtime::health::Health;
+use peerpods_runtime::binary::{self, Started};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -63,52 +61,22 @@ enum Command {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Command::Crd) = cli.command {
-        return match peer_pod_config_ctrl::crd::crd_yaml() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("{error}");
-                ExitCode::FAILURE
-            }
-        };
+        return binary::print_crd(peer_pod_config_ctrl::crd::crd_yaml());
     }
-    let telemetry = match cli.admin.init_telemetry(COMPONENT) {
-        Ok(t) => t,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = serve(cli).await;
-    telemetry.shutdown().await;
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "peer-pod-config-ctrl failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let shutdown = peerpods_runtime::shutdown::on_signal();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let health = Health {
-        readiness: Readiness::default(),
-        liveness: cli.health.liveness(),
-    };
-    let admin = AdminServer::bind(
-        cli.admin.admin_listen,
-        health.readiness.clone(),
-        Arc::new(registry),
-    )
-    .await?
-    .with_liveness(health.liveness.clone());
-    let admin = tokio::spawn(admin.serve(shutdown.clone().cancelled_owned()));
+    let (admin, health) = (cli.admin.clone(), cli.health.clone());
+    binary::run_controller(COMPONENT, &admin, &health, registry, |started| {
+        serve(cli, metrics, started)
+    })
+    .await
+}
 
+async fn serve(
+    cli: Cli,
+    metrics: Metrics,
+    Started { shutdown, health }: Started,
+) -> Result<(), Box<dyn std::error::Error>> {
     let client = kube::Client::try_default().await?;
     let provider = cli
         .provider
@@ -142,19 +110,9 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     };
     let leader = cli.leader.config(COMPONENT, &cli.namespace);
     tracing::info!(identity, namespace = %cli.namespace, leader_elect = leader.is_some(), "starting");
-    let result = controller::run(
-        client,
-        settings,
-        metrics,
-        leader,
-        shutdown.clone(),
-        Some(health),
-    )
-    .await
-    .map_err(Into::into);
-    shutdown.cancel();
-    admin.await??;
-    result
+    controller::run(client, settings, metrics, leader, shutdown, Some(health))
+        .await
+        .map_err(Into::into)
 }
 
 const COMPONENT: &str = "peer-pod-config-ctrl";

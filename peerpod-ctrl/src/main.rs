@@ -1,7 +1,6 @@
 //! Wires flags and environment to the library. Every flag has an environment variable of the same meaning.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -11,9 +10,8 @@ use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
-use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs, duration};
-use peerpods_runtime::health::Health;
+use peerpods_runtime::binary::{self, Started};
 
 /// Where provider-service listens in local development; this controller cannot work without one.
 const LOCAL_PROVIDER: &str = "http://127.0.0.1:50051";
@@ -74,52 +72,22 @@ enum Policy {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Command::Crd) = cli.command {
-        return match peerpod_ctrl::crd::crd_yaml() {
-            Ok(yaml) => {
-                print!("{yaml}");
-                ExitCode::SUCCESS
-            }
-            Err(error) => {
-                eprintln!("{error}");
-                ExitCode::FAILURE
-            }
-        };
+        return binary::print_crd(peerpod_ctrl::crd::crd_yaml());
     }
-    let telemetry = match cli.admin.init_telemetry(COMPONENT) {
-        Ok(t) => t,
-        Err(error) => {
-            eprintln!("{error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = serve(cli).await;
-    telemetry.shutdown().await;
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            tracing::error!(%error, "peerpod-ctrl failed");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
-    let shutdown = peerpods_runtime::shutdown::on_signal();
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let health = Health {
-        readiness: Readiness::default(),
-        liveness: cli.health.liveness(),
-    };
-    let admin = AdminServer::bind(
-        cli.admin.admin_listen,
-        health.readiness.clone(),
-        Arc::new(registry),
-    )
-    .await?
-    .with_liveness(health.liveness.clone());
-    let admin = tokio::spawn(admin.serve(shutdown.clone().cancelled_owned()));
+    let (admin, health) = (cli.admin.clone(), cli.health.clone());
+    binary::run_controller(COMPONENT, &admin, &health, registry, |started| {
+        serve(cli, metrics, started)
+    })
+    .await
+}
 
+async fn serve(
+    cli: Cli,
+    metrics: Metrics,
+    Started { shutdown, health }: Started,
+) -> Result<(), Box<dyn std::error::Error>> {
     let client = kube::Client::try_default().await?;
     let provider_config = cli
         .provider
@@ -152,19 +120,17 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     };
     let leader = cli.leader.config(COMPONENT, &cli.namespace);
     tracing::info!(identity, endpoint = %provider_config.endpoint, leader_elect = leader.is_some(), "starting");
-    let result = peerpod_ctrl::run_until(
+    peerpod_ctrl::run_until(
         client,
         provider,
         metrics,
         settings,
         leader,
-        shutdown.clone(),
+        shutdown,
         Some(health),
     )
-    .await;
-    shutdown.cancel();
-    admin.await??;
-    Ok(result?)
+    .await?;
+    Ok(())
 }
 
 const COMPONENT: &str = "peerpod-ctrl";

@@ -3,6 +3,7 @@
 //! - [`telemetry`]: logs, OTLP traces, W3C trace context over gRPC metadata.
 //! - [`args`]: the command-line argument groups every binary shares (admin and telemetry, provider-service
 //!   client, leader election).
+//! - [`binary`]: what every controller binary's `main` does (CRD printing, telemetry, admin server, exit code).
 //! - [`admin`]: `/healthz`, `/readyz` and `/metrics` on the admin port.
 //! - [`health`]: liveness and readiness of a controller from its watches' progress.
 //! - [`backoff`]: the per-object retry policy of the controllers.
@@ -14,6 +15,7 @@
 pub mod admin;
 pub mod args;
 pub mod backoff;
+pub mod binary;
 pub mod client;
 mod error;
 pub mod health;

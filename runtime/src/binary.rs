@@ -1,0 +1,100 @@
+//! What every controller binary's `main` does, written once: print its CRD for the `crd` subcommand, or run
+//! telemetry, the admin server (health and metrics) and the controller until SIGTERM, and turn the outcome
+//! into the exit code. `main.rs` only parses flags and builds the controller's settings.
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{AdminServer, Readiness};
+use crate::args::{AdminArgs, HealthArgs};
+use crate::health::Health;
+
+/// The `crd` subcommand: prints the CustomResourceDefinition YAML, or the error.
+pub fn print_crd<E: std::fmt::Display>(yaml: Result<String, E>) -> ExitCode {
+    match yaml {
+        Ok(yaml) => {
+            print!("{yaml}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// What a controller runs with: the process's shutdown token (cancelled on SIGTERM/SIGINT) and the health its
+/// watches report to the admin server.
+pub struct Started {
+    pub shutdown: CancellationToken,
+    pub health: Health,
+}
+
+/// Runs `controller` as the binary `component`: telemetry from `admin`, the admin server on its address serving
+/// `registry`'s metrics and the health (liveness bound from `health`), then the controller. When the controller
+/// returns, the admin server stops, telemetry is flushed and a failure is logged with the component's name.
+pub async fn run_controller<F, Fut>(
+    component: &'static str,
+    admin: &AdminArgs,
+    health: &HealthArgs,
+    registry: Registry,
+    controller: F,
+) -> ExitCode
+where
+    F: FnOnce(Started) -> Fut,
+    Fut: Future<Output = Result<(), Box<dyn std::error::Error>>>,
+{
+    let telemetry = match admin.init_telemetry(component) {
+        Ok(t) => t,
+        Err(error) => {
+            eprintln!("{component}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = serve(admin, health, registry, controller).await;
+    telemetry.shutdown().await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, component, "stopped with an error");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn serve<F, Fut>(
+    admin: &AdminArgs,
+    health: &HealthArgs,
+    registry: Registry,
+    controller: F,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    F: FnOnce(Started) -> Fut,
+    Fut: Future<Output = Result<(), Box<dyn std::error::Error>>>,
+{
+    let shutdown = crate::shutdown::on_signal();
+    let health = Health {
+        readiness: Readiness::default(),
+        liveness: health.liveness(),
+    };
+    let server = AdminServer::bind(
+        admin.admin_listen,
+        health.readiness.clone(),
+        Arc::new(registry),
+    )
+    .await?
+    .with_liveness(health.liveness.clone());
+    let server = tokio::spawn(server.serve(shutdown.clone().cancelled_owned()));
+    let result = controller(Started {
+        shutdown: shutdown.clone(),
+        health,
+    })
+    .await;
+    shutdown.cancel();
+    server.await??;
+    result
+}
