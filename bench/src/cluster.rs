@@ -49,6 +49,11 @@ impl Cluster {
         self.control_plane.kubeconfig_path()
     }
 
+    /// How the control plane is tuned for speed, as it announces itself.
+    pub fn tuning(&self) -> &[String] {
+        self.control_plane.tuning()
+    }
+
     /// Creates namespace `name` with the ServiceAccounts peer-pod-config-ctrl's owned objects name.
     pub async fn namespace(&self, name: &str) -> Result<(), Error> {
         let namespaces: Api<Namespace> = Api::all(self.client.clone());

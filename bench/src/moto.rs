@@ -2,40 +2,74 @@
 //!
 //! moto runs inside a small Python wrapper that reads its stdin until EOF and then stops the server: this process
 //! holds the write end, so the server goes away with the run however it ends.
+//!
+//! Cloud calls are counted on the cloud's side: the wrapper serves moto's own WSGI application behind a layer that
+//! counts every HTTP request by EC2 `Action` and by the access key that signed it (so SDK retries count, and the
+//! bench's own arranging and polling, signed with another key, does not). `counts` asks the wrapper over its stdin.
 
 use std::path::Path;
 use std::process::Stdio;
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_ec2::types::InstanceType;
-use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use std::collections::BTreeMap;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::Error;
 
-/// Dummy credentials moto accepts; provider-service gets the same through its configuration.
+/// Dummy credentials moto accepts for the bench's own calls (arranging and checking moto's state).
 pub const ACCESS_KEY_ID: &str = "AKIDBENCHPEERPODS";
 pub const SECRET_ACCESS_KEY: &str = "bench-secret-not-a-real-key";
+/// provider-service's credentials: requests signed with this key are the ones the cloud-call figure counts.
+pub const PROVIDER_ACCESS_KEY_ID: &str = "AKIDPROVIDERSERVICE";
+const PROVIDER_SECRET_ACCESS_KEY: &str = "provider-secret-not-a-real-key";
 pub const REGION: &str = "us-east-1";
 /// An AMI moto knows in every region.
 const IMAGE_ID: &str = "ami-12c6146b";
 /// Instances per RunInstances call while arranging a storm.
 const LAUNCH_CHUNK: usize = 100;
 
+// moto's server application behind a counting layer, served as moto's ThreadedMotoServer serves it. Each stdin line
+// `counts` prints one JSON line {access_key: {action: requests}}; EOF stops the server.
 const WRAPPER: &str = r#"
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print(server.get_host_and_port()[1], flush=True)
-sys.stdin.read()
-server.stop()
+import collections, io, json, re, sys, threading, urllib.parse
+from werkzeug.serving import make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+counts = collections.defaultdict(collections.Counter)
+lock = threading.Lock()
+credential = re.compile(r"Credential=([^/]+)/")
+
+def counting(app):
+    def handle(environ, start_response):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        query = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        query.update(urllib.parse.parse_qs(environ.get("QUERY_STRING", "")))
+        action = query.get("Action", [environ.get("PATH_INFO", "?")])[0]
+        key = credential.search(environ.get("HTTP_AUTHORIZATION", ""))
+        with lock:
+            counts[key.group(1) if key else "-"][action] += 1
+        return app(environ, start_response)
+    return handle
+
+server = make_server("127.0.0.1", 0, counting(DomainDispatcherApplication(create_backend_app)), threaded=True)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print(server.server_port, flush=True)
+for line in sys.stdin:
+    if line.strip() == "counts":
+        with lock:
+            print(json.dumps(counts), flush=True)
+server.shutdown()
 "#;
 
 pub struct Moto {
     pub endpoint: String,
-    // Held, never written: dropping it (closing the pipe) stops the server.
-    _stdin: ChildStdin,
+    // Closing it (dropping the pipe) stops the server; lines on it ask for the request counts.
+    stdin: tokio::sync::Mutex<(ChildStdin, Lines<BufReader<ChildStdout>>)>,
     _child: Child,
 }
 
@@ -66,11 +100,12 @@ impl Moto {
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
             return Err(Error::Setup("moto started without pipes".into()));
         };
-        let mut first = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut first)
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines
+            .next_line()
             .await
-            .map_err(|e| Error::io("reading moto's port", e))?;
+            .map_err(|e| Error::io("reading moto's port", e))?
+            .unwrap_or_default();
         let port: u16 = first.trim().parse().map_err(|_| Error::Exited {
             name: "moto".into(),
             status: format!("printed {first:?} instead of its port"),
@@ -79,9 +114,27 @@ impl Moto {
         })?;
         Ok(Moto {
             endpoint: format!("http://127.0.0.1:{port}"),
-            _stdin: stdin,
+            stdin: tokio::sync::Mutex::new((stdin, lines)),
             _child: child,
         })
+    }
+
+    /// HTTP requests moto has received so far that provider-service signed, by EC2 action (retries included).
+    pub async fn provider_requests(&self) -> Result<BTreeMap<String, u64>, Error> {
+        let mut pipes = self.stdin.lock().await;
+        let (stdin, stdout) = &mut *pipes;
+        stdin
+            .write_all(b"counts\n")
+            .await
+            .map_err(|e| Error::io("asking moto for its request counts", e))?;
+        let line = stdout
+            .next_line()
+            .await
+            .map_err(|e| Error::io("reading moto's request counts", e))?
+            .ok_or_else(|| Error::Setup("moto stopped before answering".into()))?;
+        let mut by_key: BTreeMap<String, BTreeMap<String, u64>> = serde_json::from_str(&line)
+            .map_err(|e| Error::Setup(format!("moto's request counts {line:?}: {e}")))?;
+        Ok(by_key.remove(PROVIDER_ACCESS_KEY_ID).unwrap_or_default())
     }
 
     /// provider-service's configuration keys for this server (cloud-api-adaptor's names).
@@ -89,8 +142,8 @@ impl Moto {
         vec![
             ("CLOUD_PROVIDER", "aws".into()),
             ("AWS_REGION", REGION.into()),
-            ("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID.into()),
-            ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY.into()),
+            ("AWS_ACCESS_KEY_ID", PROVIDER_ACCESS_KEY_ID.into()),
+            ("AWS_SECRET_ACCESS_KEY", PROVIDER_SECRET_ACCESS_KEY.into()),
             ("AWS_ENDPOINT_URL", self.endpoint.clone()),
         ]
     }

@@ -13,9 +13,13 @@ use crate::Error;
 #[serde(untagged)]
 pub enum Outcome<T> {
     Measured(T),
-    /// A part the scenario needs is not there (or the scenario was not selected).
+    /// The scenario was not selected.
     Skipped {
         skipped: String,
+    },
+    /// The scenario was selected but a part it needs is not there: no figures, and the run exits non-zero.
+    Missing {
+        missing: String,
     },
     /// The scenario ran and broke; no figures.
     Failed {
@@ -37,24 +41,30 @@ impl<T> Outcome<T> {
         }
     }
 
-    /// Skipped when a part is missing, failed otherwise.
+    /// Missing when a part is missing, failed otherwise.
     pub fn from_error(error: &Error) -> Self {
         match error {
-            Error::Missing { .. } => Outcome::skipped(error.to_string()),
+            Error::Missing { .. } => Outcome::Missing {
+                missing: error.to_string(),
+            },
             _ => Outcome::Failed {
                 failed: format!("{error} ({})", error.reason()),
             },
         }
     }
 
+    /// Whether a selected scenario gave no figures (it broke, timed out, or lacked a part): the run exits non-zero.
     pub fn failed(&self) -> bool {
-        matches!(self, Outcome::Failed { .. })
+        matches!(self, Outcome::Failed { .. } | Outcome::Missing { .. })
     }
 }
 
 /// Field order is the order of the keys in results.json.
 #[derive(Debug, Serialize)]
 pub struct Results {
+    /// How the local control plane the figures come from is tuned for speed (no fsync in etcd, raised request
+    /// limits, ...), as it announces itself: figures from a production cluster would differ.
+    pub control_plane_tuning: Vec<String>,
     pub storm: Outcome<Storm>,
     pub memory: Outcome<Memory>,
     pub cloud_calls: Outcome<CloudCalls>,
@@ -91,9 +101,12 @@ pub struct Memory {
 #[derive(Debug, Serialize)]
 pub struct CloudCalls {
     pub deletes: usize,
-    /// EC2 API calls provider-service made during the storm (its provider_service_cloud_api_calls_total).
+    /// HTTP requests to EC2 (moto) signed by provider-service during the storm, counted on the cloud's side, so
+    /// retries inside the SDK count too.
     pub ec2_calls: u64,
     pub ec2_calls_by_operation: BTreeMap<String, u64>,
+    /// The same calls as provider-service counts them (provider_service_cloud_api_calls_total: SDK operations).
+    pub sdk_operations: u64,
     pub ec2_calls_per_delete: f64,
     /// DeleteInstance calls provider-service answered (peerpod-ctrl → provider-service).
     pub delete_instance_calls: u64,
@@ -157,6 +170,13 @@ impl Results {
         let mut add = |scenario: &str, figure: &str, value: String| {
             rows.push((scenario.into(), figure.into(), value));
         };
+        if !self.control_plane_tuning.is_empty() {
+            add(
+                "cluster",
+                "control plane tuned for speed",
+                self.control_plane_tuning.join(", "),
+            );
+        }
         match &self.storm {
             Outcome::Measured(s) => {
                 add("storm", "PeerPods", s.peerpods.to_string());
@@ -215,7 +235,11 @@ impl Results {
         match &self.cloud_calls {
             Outcome::Measured(c) => {
                 add("cloud_calls", "deletes", c.deletes.to_string());
-                add("cloud_calls", "EC2 calls", c.ec2_calls.to_string());
+                add(
+                    "cloud_calls",
+                    "EC2 HTTP requests (counted by moto)",
+                    c.ec2_calls.to_string(),
+                );
                 for (operation, n) in &c.ec2_calls_by_operation {
                     add("cloud_calls", &format!("  {operation}"), n.to_string());
                 }
@@ -223,6 +247,11 @@ impl Results {
                     "cloud_calls",
                     "EC2 calls per delete",
                     format!("{:.3}", c.ec2_calls_per_delete),
+                );
+                add(
+                    "cloud_calls",
+                    "EC2 operations (provider-service's count)",
+                    c.sdk_operations.to_string(),
                 );
                 add(
                     "cloud_calls",
@@ -320,6 +349,7 @@ impl Results {
 fn not_measured<T>(outcome: &Outcome<T>) -> String {
     match outcome {
         Outcome::Skipped { skipped } => format!("skipped: {skipped}"),
+        Outcome::Missing { missing } => format!("missing: {missing}"),
         Outcome::Failed { failed } => format!("failed: {failed}"),
         Outcome::Measured(_) => String::new(),
     }
@@ -344,6 +374,7 @@ mod tests {
     #[test]
     fn json_keys_in_issue_order_with_skips_and_failures() {
         let results = Results {
+            control_plane_tuning: vec!["etcd-unsafe-no-fsync".into()],
             storm: Outcome::Measured(Storm {
                 peerpods: 2,
                 cleanup_seconds: 4.0,
@@ -363,6 +394,7 @@ mod tests {
         };
         let json = results.to_json().expect("encodes");
         let keys: Vec<usize> = [
+            "\"control_plane_tuning\"",
             "\"storm\"",
             "\"memory\"",
             "\"cloud_calls\"",
@@ -379,7 +411,7 @@ mod tests {
         let value: serde_json::Value = serde_json::from_str(&json).expect("parses");
         assert_eq!(value["memory"]["skipped"], "not selected");
         assert!(
-            value["cloud_calls"]["skipped"]
+            value["cloud_calls"]["missing"]
                 .as_str()
                 .is_some_and(|s| s.contains("make moto"))
         );
@@ -389,10 +421,12 @@ mod tests {
                 .is_some_and(|s| s.contains("Setup"))
         );
         assert_eq!(value["storm"]["ratio"], 4.0);
+        assert_eq!(value["control_plane_tuning"][0], "etcd-unsafe-no-fsync");
         assert!(results.any_failed());
         let table = results.table();
         assert!(table.contains("skipped: not selected"));
         assert!(table.contains("failed: broken"));
+        assert!(table.contains("missing: "));
         assert!(table.contains("4.00x"));
     }
 }

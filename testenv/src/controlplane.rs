@@ -20,6 +20,7 @@ pub struct ControlPlane {
     kubeconfig_path: PathBuf,
     kubeconfig: Kubeconfig,
     server_url: String,
+    tuning: Vec<String>,
     child: Mutex<Child>,
 }
 
@@ -66,8 +67,8 @@ impl ControlPlane {
                 path: binary.clone(),
                 source,
             })?;
-        let server_url = match wait_ready(&mut child) {
-            Ok(url) => url,
+        let Ready { server_url, tuning } = match wait_ready(&mut child) {
+            Ok(ready) => ready,
             Err(e) => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -85,6 +86,7 @@ impl ControlPlane {
             kubeconfig_path,
             kubeconfig,
             server_url,
+            tuning,
             child: Mutex::new(child),
         })
     }
@@ -97,6 +99,12 @@ impl ControlPlane {
     /// The API server's URL, `https://127.0.0.1:<port>`.
     pub fn server_url(&self) -> &str {
         &self.server_url
+    }
+
+    /// How this control plane is set up for speed rather than like a production cluster (no fsync in etcd,
+    /// raised request limits, ...), as it announces itself: for benchmark results to record.
+    pub fn tuning(&self) -> &[String] {
+        &self.tuning
     }
 
     /// Client configuration for the admin user.
@@ -147,8 +155,33 @@ impl ControlPlane {
     }
 }
 
-/// Reads the child's standard output until its "ready" line; returns the server URL from it.
-fn wait_ready(child: &mut Child) -> Result<String, Error> {
+/// What the "ready" line says.
+struct Ready {
+    server_url: String,
+    tuning: Vec<String>,
+}
+
+impl Ready {
+    /// `ready server=URL kubeconfig=PATH pid=N startup=D tuning=A,B,...`
+    fn parse(rest: &str) -> Ready {
+        let field = |name: &str| {
+            rest.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(name))
+                .unwrap_or_default()
+        };
+        Ready {
+            server_url: field("server=").to_owned(),
+            tuning: field("tuning=")
+                .split(',')
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }
+    }
+}
+
+/// Reads the child's standard output until its "ready" line; returns what it says.
+fn wait_ready(child: &mut Child) -> Result<Ready, Error> {
     let Some(stdout) = child.stdout.take() else {
         return Err(Error::Exited {
             log: PathBuf::new(),
@@ -162,12 +195,7 @@ fn wait_ready(child: &mut Child) -> Result<String, Error> {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             if !sent && let Some(rest) = line.strip_prefix("ready ") {
-                let url = rest
-                    .split_whitespace()
-                    .find_map(|kv| kv.strip_prefix("server="))
-                    .unwrap_or_default()
-                    .to_owned();
-                sent = tx.send(Some(url)).is_ok();
+                sent = tx.send(Some(Ready::parse(rest))).is_ok();
             }
         }
         if !sent {
@@ -175,7 +203,7 @@ fn wait_ready(child: &mut Child) -> Result<String, Error> {
         }
     });
     match rx.recv_timeout(START_TIMEOUT) {
-        Ok(Some(url)) => Ok(url),
+        Ok(Some(ready)) => Ok(ready),
         Ok(None) | Err(mpsc::RecvTimeoutError::Disconnected) => Err(Error::Exited {
             log: PathBuf::new(),
             tail: String::new(),

@@ -60,6 +60,12 @@ async fn api_server_is_ready_and_reports_its_version() {
         (version.major.as_str(), version.minor.as_str()),
         ("1", "37")
     );
+    // Benchmarks record how the control plane is tuned for speed; it says so itself.
+    let tuning = testenv::shared().tuning();
+    assert!(
+        tuning.iter().any(|t| t == "etcd-unsafe-no-fsync"),
+        "{tuning:?}"
+    );
 }
 
 #[tokio::test]

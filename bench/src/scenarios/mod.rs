@@ -18,6 +18,7 @@ use crate::report::{Outcome, Results};
 /// Runs the selected scenarios (the others report "skipped: not selected").
 pub async fn run(options: &Options) -> Results {
     let mut results = Results {
+        control_plane_tuning: Vec::new(),
         storm: Outcome::skipped("not selected"),
         memory: Outcome::skipped("not selected"),
         cloud_calls: Outcome::skipped("not selected (measured during the storm)"),
@@ -30,7 +31,10 @@ pub async fn run(options: &Options) -> Results {
     }
     eprintln!("bench: starting a local control plane");
     let cluster = match Cluster::start().await {
-        Ok(cluster) => cluster,
+        Ok(cluster) => {
+            results.control_plane_tuning = cluster.tuning().to_vec();
+            cluster
+        }
         Err(e) => {
             if options.selected("storm") {
                 results.storm = Outcome::from_error(&e);

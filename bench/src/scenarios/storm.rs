@@ -55,6 +55,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     .await;
 
     let before = provider.metrics().await?;
+    let requests_before = moto.provider_requests().await?;
     let writes_before = controller_writes(cluster).await?;
     let api = cluster.peerpods(ns);
     let started = Instant::now();
@@ -79,12 +80,14 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     .await?;
     let cleanup = started.elapsed().as_secs_f64();
     let after = provider.metrics().await?;
+    let requests_after = moto.provider_requests().await?;
     let writes = controller_writes(cluster).await? - writes_before;
     ctrl.stop().await;
     provider.stop().await;
 
-    let by_operation = ec2_calls_by_operation(&after, &before);
+    let by_operation = requests_between(&requests_before, &requests_after);
     let ec2_calls = by_operation.values().sum();
+    let sdk_operations = sdk_operations_by_operation(&after, &before).values().sum();
     let delete_calls = |text: &str| {
         stats::sum(
             text,
@@ -109,6 +112,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         deletes: n,
         ec2_calls,
         ec2_calls_by_operation: by_operation,
+        sdk_operations,
         ec2_calls_per_delete: if n > 0 {
             ec2_calls as f64 / n as f64
         } else {
@@ -174,8 +178,26 @@ async fn controller_writes(cluster: &Cluster) -> Result<f64, Error> {
         + cluster.api_writes("events", "").await?)
 }
 
-/// EC2 calls to moto between two scrapes of provider-service's metrics, by operation.
-fn ec2_calls_by_operation(after: &str, before: &str) -> BTreeMap<String, u64> {
+/// HTTP requests the cloud received between two counts, by EC2 action.
+fn requests_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(action, n)| {
+            (
+                action.clone(),
+                n.saturating_sub(before.get(action).copied().unwrap_or(0)),
+            )
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
+/// EC2 operations provider-service counted itself (SDK operations: retries inside the SDK are invisible here)
+/// between two scrapes of its metrics, by operation.
+fn sdk_operations_by_operation(after: &str, before: &str) -> BTreeMap<String, u64> {
     let count = |text: &str| {
         let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
         for sample in stats::samples(text, "provider_service_cloud_api_calls_total") {
@@ -208,7 +230,7 @@ mod tests {
             provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"TerminateInstances\",result=\"throttled\"} 1\n\
             provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"DescribeInstances\",result=\"ok\"} 3\n\
             provider_service_cloud_api_calls_total{provider=\"libvirt\",operation=\"delete\",result=\"ok\"} 9\n";
-        let calls = ec2_calls_by_operation(after, before);
+        let calls = sdk_operations_by_operation(after, before);
         assert_eq!(
             calls,
             BTreeMap::from([
