@@ -56,9 +56,10 @@ pub async fn build(
             peerpods_provider_azure::AzureProvider::from_config(config, cloud_calls.clone())?,
         )),
         #[cfg(feature = "byom")]
-        ProviderName::Byom => Some(Arc::new(
-            peerpods_provider_byom::ByomProvider::from_config(config, cloud_calls.clone())?,
-        )),
+        ProviderName::Byom => Some(Arc::new(peerpods_provider_byom::ByomProvider::from_config(
+            config,
+            cloud_calls.clone(),
+        )?)),
         #[cfg(feature = "gcp")]
         ProviderName::Gcp => Some(Arc::new(
             peerpods_provider_gcp::GcpProvider::from_config(config, cloud_calls.clone()).await?,

@@ -183,7 +183,11 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
     assert_eq!(moto::state_of(&ec2, &aws_vm).await, "terminated");
     let mut available = pool.available().await;
     available.sort();
-    assert_eq!(available, ["192.0.2.10", "192.0.2.11"], "byom machine back in the pool");
+    assert_eq!(
+        available,
+        ["192.0.2.10", "192.0.2.11"],
+        "byom machine back in the pool"
+    );
     // Another delete of the same VM is no error: it is gone.
     let again = client
         .delete_instance(delete_request("libvirt", &libvirt_vm))

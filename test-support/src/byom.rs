@@ -170,4 +170,3 @@ pub fn now() -> String {
 pub fn pretty(state: &Value) -> String {
     serde_json::to_string_pretty(state).expect("JSON")
 }
-

@@ -178,7 +178,10 @@ where
 /// A core configuration error (key and message) as a settings problem.
 fn from_core(error: Error) -> SettingsProblem {
     match error {
-        Error::Config { key, message } => SettingsProblem { key, reason: message },
+        Error::Config { key, message } => SettingsProblem {
+            key,
+            reason: message,
+        },
         other => SettingsProblem {
             key: String::new(),
             reason: other.to_string(),

@@ -158,9 +158,12 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
                 message: format!("kubeconfig {}: {e}", path.display()),
             };
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| unusable(&e))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| unusable(&e))?
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .map_err(|e| unusable(&e))?
         }
         Connection::Infer => kube::Config::infer().await.map_err(|e| Error::Config {
             key: "KUBECONFIG".into(),

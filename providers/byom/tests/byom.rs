@@ -110,8 +110,12 @@ async fn a_write_between_read_and_update_is_retried_and_both_changes_survive() {
         caa_allocate(&caa, "192.168.122.13", "batch-7", "worker-2").await;
     });
     let calls = CloudCalls::default();
-    let provider =
-        ByomProvider::with_client(&byom_support::config(&pool, &[]), tap.client(&pool.ns), calls.clone()).unwrap();
+    let provider = ByomProvider::with_client(
+        &byom_support::config(&pool, &[]),
+        tap.client(&pool.ns),
+        calls.clone(),
+    )
+    .unwrap();
 
     let outcome = provider
         .delete_instance("192.168.122.10")
@@ -234,8 +238,12 @@ async fn malformed_ids_and_machines_outside_the_pool_cost_no_api_call() {
         .await;
     let tap = Tap::new(pool.client.clone());
     let calls = CloudCalls::default();
-    let provider =
-        ByomProvider::with_client(&byom_support::config(&pool, &[]), tap.client(&pool.ns), calls.clone()).unwrap();
+    let provider = ByomProvider::with_client(
+        &byom_support::config(&pool, &[]),
+        tap.client(&pool.ns),
+        calls.clone(),
+    )
+    .unwrap();
 
     for id in [
         "",
@@ -348,8 +356,12 @@ async fn rejected_credentials_are_unauthenticated_and_never_shown() {
         ..AuthInfo::default()
     };
     let calls = CloudCalls::default();
-    let provider =
-        ByomProvider::with_kube_config(&byom_support::config(&pool, &[]), kube_config, calls.clone()).unwrap();
+    let provider = ByomProvider::with_kube_config(
+        &byom_support::config(&pool, &[]),
+        kube_config,
+        calls.clone(),
+    )
+    .unwrap();
 
     let error = provider
         .delete_instance("192.168.122.10")

@@ -95,7 +95,11 @@ mod tests {
     fn cluster_tag_guards_deletes_unless_untagged_deletes_are_allowed() {
         let owner = OwnerTag::parse(Some("peerpods.io/cluster=prod"), None).expect("valid");
         assert_eq!(owner.required(), Some(("peerpods.io/cluster", "prod")));
-        assert!(owner.check("vm-1", &tags(&[("peerpods.io/cluster", "prod")])).is_ok());
+        assert!(
+            owner
+                .check("vm-1", &tags(&[("peerpods.io/cluster", "prod")]))
+                .is_ok()
+        );
         let refused = owner
             .check("vm-2", &tags(&[("peerpods.io/cluster", "test")]))
             .expect_err("other cluster");
@@ -106,7 +110,12 @@ mod tests {
         let open = OwnerTag::parse(Some("peerpods.io/cluster=prod"), Some("allow")).expect("valid");
         assert_eq!(open.required(), None);
         assert!(open.check("vm-3", &tags(&[])).is_ok());
-        assert!(OwnerTag::parse(None, None).expect("valid").check("x", &tags(&[])).is_ok());
+        assert!(
+            OwnerTag::parse(None, None)
+                .expect("valid")
+                .check("x", &tags(&[]))
+                .is_ok()
+        );
     }
 
     #[test]

@@ -382,9 +382,15 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let ours = emulator.create_vm("podvm-ours", &[("peerpods-cluster", "c1")]);
     let theirs = emulator.create_vm("podvm-theirs", &[("peerpods-cluster", "c2")]);
 
-    let refused = guarded.delete_instance(&theirs).await.expect_err("not ours");
+    let refused = guarded
+        .delete_instance(&theirs)
+        .await
+        .expect_err("not ours");
     assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
-    assert!(emulator.vm_or_parts_exist(&theirs), "{theirs} must not be touched");
+    assert!(
+        emulator.vm_or_parts_exist(&theirs),
+        "{theirs} must not be touched"
+    );
     assert_eq!(deletes_sent(&emulator, &theirs), 0);
     assert_eq!(
         guarded.delete_instance(&ours).await.expect("ours"),
@@ -392,7 +398,10 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     );
     assert!(!emulator.vm_or_parts_exist(&ours));
     assert_eq!(
-        guarded.delete_instance("podvm-never-existed").await.expect("gone"),
+        guarded
+            .delete_instance("podvm-never-existed")
+            .await
+            .expect("gone"),
         DeleteOutcome::AlreadyGone
     );
 }
