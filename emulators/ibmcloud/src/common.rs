@@ -48,6 +48,45 @@ pub struct Knobs {
     pub trusted_profile: Option<(String, String)>,
 }
 
+/// The fault and IAM knobs every IBM Cloud emulator offers, written once.
+pub trait IbmEmulator {
+    /// Runs `change` on this emulator's knobs.
+    fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R;
+
+    /// The next `calls` cloud API calls answer 429 with `Retry-After: retry_after_seconds`.
+    fn throttle_next(&self, calls: u32, retry_after_seconds: u64) {
+        self.with_knobs(|k| {
+            k.throttle_next = calls;
+            k.retry_after_seconds = retry_after_seconds;
+        });
+    }
+
+    /// The next `calls` cloud API calls answer 503.
+    fn fail_next(&self, calls: u32) {
+        self.with_knobs(|k| k.fail_next = calls);
+    }
+
+    /// IAM refuses the API key (as it does a deleted one) while `reject` is set.
+    fn reject_api_key(&self, reject: bool) {
+        self.with_knobs(|k| k.reject_api_key = reject);
+    }
+
+    /// Every token issued so far is refused (401) until IAM issues a new one.
+    fn revoke_tokens(&self) {
+        self.with_knobs(|k| k.revoke_issued_tokens = true);
+    }
+
+    /// Requests received so far (IAM included).
+    fn requests(&self) -> u64 {
+        self.with_knobs(|k| k.requests)
+    }
+
+    /// Requests received so far for one route, e.g. `DELETE /v1/instances/{id}`.
+    fn requests_to(&self, route: &str) -> u64 {
+        self.with_knobs(|k| k.requests_by_route.get(route).copied().unwrap_or(0))
+    }
+}
+
 /// A JSON answer.
 pub fn answer(status: StatusCode, body: &Value) -> Response {
     (

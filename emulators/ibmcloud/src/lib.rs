@@ -8,6 +8,6 @@ mod common;
 mod powervs;
 mod vpc;
 
-pub use common::{ACCOUNT_ID, API_KEY};
+pub use common::{ACCOUNT_ID, API_KEY, IbmEmulator, Knobs};
 pub use powervs::{PowerVsEmulator, WORKSPACE_ID, ZONE as POWERVS_ZONE};
 pub use vpc::{VpcEmulator, ZONE as VPC_ZONE};

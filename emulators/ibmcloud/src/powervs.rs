@@ -13,8 +13,8 @@ use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
 
 use crate::common::{
-    ACCOUNT_ID, API_KEY, Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected,
-    lock, tag_list, url_decode_form, uuid_like,
+    ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
+    iam_token, injected, lock, tag_list, url_decode_form, uuid_like,
 };
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
@@ -79,43 +79,6 @@ impl PowerVsEmulator {
     /// The emulator's base URL (`http://127.0.0.1:<port>`).
     pub fn url(&self) -> String {
         self.server.url()
-    }
-
-    /// The next `calls` cloud API calls answer 429 with `Retry-After: retry_after_seconds`.
-    pub fn throttle_next(&self, calls: u32, retry_after_seconds: u64) {
-        let mut state = lock(&self.state);
-        state.knobs.throttle_next = calls;
-        state.knobs.retry_after_seconds = retry_after_seconds;
-    }
-
-    /// The next `calls` cloud API calls answer 503.
-    pub fn fail_next(&self, calls: u32) {
-        lock(&self.state).knobs.fail_next = calls;
-    }
-
-    /// IAM refuses the API key while `reject` is set.
-    pub fn reject_api_key(&self, reject: bool) {
-        lock(&self.state).knobs.reject_api_key = reject;
-    }
-
-    /// Every token issued so far is refused (401) until IAM issues a new one.
-    pub fn revoke_tokens(&self) {
-        lock(&self.state).knobs.revoke_issued_tokens = true;
-    }
-
-    /// Requests received so far (IAM included).
-    pub fn requests(&self) -> u64 {
-        lock(&self.state).knobs.requests
-    }
-
-    /// Requests received so far for one route, e.g. `DELETE pvm-instances/{id}`.
-    pub fn requests_to(&self, route: &str) -> u64 {
-        lock(&self.state)
-            .knobs
-            .requests_by_route
-            .get(route)
-            .copied()
-            .unwrap_or(0)
     }
 
     /// How many GETs an instance is still listed after its DELETE (default 2).
@@ -184,6 +147,12 @@ impl PowerVsEmulator {
         if let Some(instance) = state.instances.get_mut(id) {
             instance.deleting_polls_left = Some(polls);
         }
+    }
+}
+
+impl IbmEmulator for PowerVsEmulator {
+    fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R {
+        change(&mut lock(&self.state).knobs)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use peerpods_emulator_ibmcloud::{API_KEY, PowerVsEmulator};
+use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, PowerVsEmulator};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
 };

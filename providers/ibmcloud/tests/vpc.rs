@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use peerpods_emulator_ibmcloud::{API_KEY, VpcEmulator};
+use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, VpcEmulator};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig, TagSelector,
 };
