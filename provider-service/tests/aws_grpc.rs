@@ -1,16 +1,15 @@
 //! The AWS backend end to end: a real gRPC client over loopback, provider-service configured
 //! from a config directory (as the mounted ConfigMap and Secret), the real AWS SDK, moto server.
 
-mod aws_support;
 mod common;
 
 use std::collections::HashMap;
 
-use aws_support::{
-    ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, SERIAL, moto, run_instances, state_of, unknown_id,
-};
 use futures::future::join_all;
 use peerpods_proto::v1 as pb;
+use test_support::moto::{
+    ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, SERIAL, moto, run_instances, state_of, unknown_id,
+};
 
 fn config_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -238,40 +238,7 @@ pub fn tag_list(
 
 /// `a=1&b=x%20y` → map (also used for query strings).
 pub fn url_decode_form(body: &[u8]) -> BTreeMap<String, String> {
-    String::from_utf8_lossy(body)
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect()
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3])
-                    .ok()
-                    .and_then(|h| u8::from_str_radix(h, 16).ok());
-                match hex {
-                    Some(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    form_urlencoded::parse(body).into_owned().collect()
 }
 
 /// An emulator's HTTP server: its own thread and tokio runtime, so it outlives any test's
