@@ -112,6 +112,8 @@ fn serve(
         .unwrap_or_default()
         .to_owned();
     account.requests.push(action.clone());
+    let params = query_params(query);
+    account.params.push((action.clone(), params.clone()));
 
     if account.throttle.0 > 0 {
         account.throttle.0 -= 1;
@@ -146,7 +148,6 @@ fn serve(
         };
     }
 
-    let params = query_params(query);
     if let Some(response) = authenticate(account, method, &params, headers, body) {
         return response;
     }
@@ -184,6 +185,18 @@ fn serve(
             "InvalidRegionId.NotFound",
             "The specified region does not exist.",
         );
+    }
+    if let Some(example) = account
+        .verbatim
+        .get_mut(&action)
+        .and_then(|queue| queue.pop_front())
+    {
+        let mut response = (StatusCode::OK, example).into_response();
+        response.headers_mut().insert(
+            "content-type",
+            axum::http::HeaderValue::from_static("application/json;charset=utf-8"),
+        );
+        return response;
     }
     match action.as_str() {
         "DescribeInstances" => describe_instances(account, &params),
@@ -311,28 +324,17 @@ fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Res
             ));
         }
     }
-    let max_results: usize = get("MaxResults").and_then(|m| m.parse().ok()).unwrap_or(10);
-    if !(1..=100).contains(&max_results) {
-        return error(
-            account,
-            400,
-            "InvalidParameter",
-            "The specified parameter MaxResults is not valid.",
-        );
-    }
-    let page_size = max_results.min(account.page_limit);
-    let offset: usize = match get("NextToken") {
-        Some(token) => match usize::from_str_radix(token, 16) {
-            Ok(offset) => offset,
-            Err(_) => {
-                return error(
-                    account,
-                    400,
-                    "InvalidNextToken.Malformed",
-                    "The specified parameter NextToken is not valid.",
-                );
-            }
-        },
+    let page_size = max_results(get("MaxResults")).min(account.page_limit);
+    let offset = match get("NextToken").map(token_offset) {
+        Some(Some(offset)) => offset,
+        Some(None) => {
+            return error(
+                account,
+                400,
+                "InvalidNextToken.Malformed",
+                "The specified parameter NextToken is not valid.",
+            );
+        }
         None => 0,
     };
     let matching: Vec<&String> = account
@@ -378,18 +380,41 @@ fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Res
             Some(v)
         })
         .collect();
-    let next = offset + listed.len();
+    let next = offset.saturating_add(listed.len());
     let mut body = template;
     body["TotalCount"] = json!(matching.len());
     body["PageSize"] = json!(page_size);
     body["PageNumber"] = json!(offset / page_size + 1);
     body["NextToken"] = json!(if next < matching.len() {
-        format!("{next:x}")
+        format!("{next:032x}")
     } else {
         String::new()
     });
     body["Instances"] = json!({"Instance": listed});
     ok(account, body)
+}
+
+/// `MaxResults` as ECS reads it: absent or below 10 is 10, above 100 is 100.
+fn max_results(value: Option<&str>) -> usize {
+    value
+        .and_then(|m| m.parse::<i64>().ok())
+        .map_or(10, |m| m.clamp(10, 100))
+        .try_into()
+        .unwrap_or(10)
+}
+
+/// The offset a `NextToken` stands for. Tokens look like ECS's (32 lowercase hex digits) and
+/// encode the offset of the next page; a token past the end gives an empty last page.
+fn token_offset(token: &str) -> Option<usize> {
+    let valid = token.len() == 32
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !valid {
+        return None;
+    }
+    let offset = u128::from_str_radix(token, 16).ok()?;
+    Some(usize::try_from(offset).unwrap_or(usize::MAX))
 }
 
 fn delete_instance(account: &mut Account, id: Option<String>, force: Option<String>) -> Response {
@@ -445,10 +470,14 @@ fn account_attributes(account: &Account, params: &[(String, String)]) -> Respons
             v["AttributeName"] = json!(name);
             let mut value_item = v["AttributeValues"]["ValueItem"][0].clone();
             value_item["Value"] = json!(value);
-            value_item["ZoneId"] = json!("");
-            value_item["InstanceType"] = json!("");
-            value_item["DiskCategory"] = json!("");
-            value_item["ExpiredTime"] = json!("");
+            value_item["InstanceChargeType"] = json!("PostPaid");
+            // Per zone, instance type, disk category or expiry only where the attribute is
+            // (`ExpiredTime` is "returned only when the privilege has an expiration time").
+            if let Some(fields) = value_item.as_object_mut() {
+                for absent in ["ZoneId", "InstanceType", "DiskCategory", "ExpiredTime"] {
+                    fields.remove(absent);
+                }
+            }
             v["AttributeValues"] = json!({"ValueItem": [value_item]});
             v
         })
@@ -468,22 +497,40 @@ fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) ->
             }
         }
     }
-    let allocation = get("AllocationId");
-    let bound_kind = get("AssociatedInstanceType");
+    // Up to 50 allocation ids, comma-separated.
+    let allocations: Option<Vec<String>> =
+        get("AllocationId").map(|ids| ids.split(',').map(|id| id.trim().to_owned()).collect());
+    // `AssociatedInstanceType` defaults to `EcsInstance`.
+    let bound_kind = get("AssociatedInstanceType").unwrap_or_else(|| "EcsInstance".into());
     let bound_id = get("AssociatedInstanceId");
+    // `PageSize`: default 10, at most 100; `PageNumber` from 1.
+    let page_size: usize = get("PageSize")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(10)
+        .clamp(1, 100);
+    let page_number: usize = get("PageNumber")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let template = fixture(DESCRIBE_EIPS);
     let item = template["EipAddresses"]["EipAddress"][0].clone();
-    let listed: Vec<Value> = account
+    let matching: Vec<(&String, &crate::state::Eip)> = account
         .eips
         .iter()
-        .filter(|(id, _)| allocation.as_ref().is_none_or(|a| a == *id))
+        .filter(|(id, _)| allocations.as_ref().is_none_or(|a| a.contains(id)))
         .filter(|(_, eip)| {
             bound_id.as_ref().is_none_or(|wanted| {
-                eip.bound_to.as_ref().is_some_and(|(id, kind)| {
-                    id == wanted && bound_kind.as_ref().is_none_or(|k| k == kind)
-                })
+                eip.bound_to
+                    .as_ref()
+                    .is_some_and(|(id, kind)| id == wanted && *kind == bound_kind)
             })
         })
+        .collect();
+    let total = matching.len();
+    let listed: Vec<Value> = matching
+        .into_iter()
+        .skip((page_number - 1).saturating_mul(page_size))
+        .take(page_size)
         .map(|(id, eip)| {
             let mut v = item.clone();
             v["AllocationId"] = json!(id);
@@ -500,9 +547,9 @@ fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) ->
         })
         .collect();
     let mut body = template;
-    body["TotalCount"] = json!(listed.len());
-    body["PageSize"] = json!(10);
-    body["PageNumber"] = json!(1);
+    body["TotalCount"] = json!(total);
+    body["PageSize"] = json!(page_size);
+    body["PageNumber"] = json!(page_number);
     body["EipAddresses"] = json!({"EipAddress": listed});
     ok(account, body)
 }
@@ -543,4 +590,106 @@ fn release_eip(account: &mut Account, allocation: Option<String>) -> Response {
     }
     account.eips.remove(&id);
     ok(account, fixture(RELEASE_EIP))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_results_is_read_as_ecs_documents_it() {
+        assert_eq!(max_results(None), 10);
+        assert_eq!(max_results(Some("5")), 10);
+        assert_eq!(max_results(Some("50")), 50);
+        assert_eq!(max_results(Some("500")), 100);
+        assert_eq!(max_results(Some("-1")), 10);
+    }
+
+    #[test]
+    fn next_tokens_are_32_hex_digits() {
+        assert_eq!(token_offset(&format!("{:032x}", 7)), Some(7));
+        // The reference's example token: far past any emulated page.
+        assert!(token_offset("caeba0bbb2be03f84eb48b699f0a4883").is_some_and(|o| o > 1_000_000));
+        assert_eq!(token_offset("7"), None);
+        assert_eq!(token_offset("CAEBA0BBB2BE03F84EB48B699F0A4883"), None);
+    }
+
+    fn eip_params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn listed_eips(account: &mut Account, pairs: &[(&str, &str)]) -> Value {
+        let params = eip_params(pairs);
+        let get = |name: &str| {
+            params
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let response = describe_eips(account, &get);
+        let bytes = body_bytes(response);
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null)
+    }
+
+    fn body_bytes(response: Response) -> Vec<u8> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        runtime
+            .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+            .map(|b| b.to_vec())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn eips_are_filtered_by_the_associated_type_defaulting_to_ecs_instance() {
+        let mut account = Account::new("secret");
+        let id = account.create_instance("pod", &[], true, 2, 4096);
+        let nic = account
+            .instances
+            .get(&id)
+            .and_then(|i| i.addon_nic.clone())
+            .expect("add-on NIC");
+        let by_nic = listed_eips(
+            &mut account,
+            &[
+                ("AssociatedInstanceType", "NetworkInterface"),
+                ("AssociatedInstanceId", nic.as_str()),
+            ],
+        );
+        assert_eq!(by_nic["TotalCount"], json!(1));
+        // Without the type, ECS looks for an EIP bound to an ECS instance of that id.
+        let untyped = listed_eips(&mut account, &[("AssociatedInstanceId", nic.as_str())]);
+        assert_eq!(untyped["TotalCount"], json!(0));
+    }
+
+    #[test]
+    fn eips_come_in_pages_of_ten_by_default() {
+        let mut account = Account::new("secret");
+        let id = account.create_instance("pod", &[], true, 2, 4096);
+        for _ in 0..11 {
+            account.add_eip(&id);
+        }
+        let first = listed_eips(&mut account, &[]);
+        assert_eq!(first["TotalCount"], json!(12));
+        assert_eq!(
+            first["EipAddresses"]["EipAddress"].as_array().map(Vec::len),
+            Some(10)
+        );
+        let second = listed_eips(&mut account, &[("PageNumber", "2")]);
+        assert_eq!(
+            second["EipAddresses"]["EipAddress"]
+                .as_array()
+                .map(Vec::len),
+            Some(2)
+        );
+        let all = listed_eips(&mut account, &[("PageSize", "100")]);
+        assert_eq!(
+            all["EipAddresses"]["EipAddress"].as_array().map(Vec::len),
+            Some(12)
+        );
+    }
 }

@@ -21,6 +21,16 @@ use tokio::sync::oneshot;
 pub use state::DEFAULT_MAX_VCPUS;
 use state::State;
 
+/// Response examples of Alibaba Cloud's API reference (sources in the README), to be served
+/// with [`AlibabaCloudEmulator::answer_next_verbatim`].
+pub mod examples {
+    /// ECS `DescribeInstances`: one instance, `NextToken` to a further page.
+    pub const DESCRIBE_INSTANCES: &str = include_str!("../fixtures/describe_instances.json");
+    /// ECS `DescribeAccountAttributes`: the `max-security-groups` attribute.
+    pub const DESCRIBE_ACCOUNT_ATTRIBUTES: &str =
+        include_str!("../fixtures/describe_account_attributes.json");
+}
+
 /// The access key id the emulator accepts.
 pub const ACCESS_KEY_ID: &str = "LTAI5tEmulatorAccessKey01";
 /// The access key secret the emulator accepts (until [`AlibabaCloudEmulator::reject_credentials`]).
@@ -121,6 +131,33 @@ impl AlibabaCloudEmulator {
     /// EIP bound to it, as cloud-api-adaptor does for multi-NIC pods with `USE_PUBLIC_IP`.
     pub fn create_instance(&self, name: &str, tags: &[(&str, &str)], with_eip: bool) -> String {
         self.state().create_instance(name, tags, with_eip, 2, 4096)
+    }
+
+    /// The query parameters of every request for `action` received so far, in order.
+    pub fn params_of(&self, action: &str) -> Vec<Vec<(String, String)>> {
+        self.state()
+            .params
+            .iter()
+            .filter(|(a, _)| a == action)
+            .map(|(_, params)| params.clone())
+            .collect()
+    }
+
+    /// The next authenticated `action` request is answered 200 with exactly `body`, whatever
+    /// the emulated account holds: the way to feed a response example of Alibaba Cloud's API
+    /// reference through the backend's real client code.
+    pub fn answer_next_verbatim(&self, action: &str, body: &str) {
+        self.state()
+            .verbatim
+            .entry(action.to_owned())
+            .or_default()
+            .push_back(body.to_owned());
+    }
+
+    /// Binds one more EIP to the instance's add-on NIC; returns its allocation id (`None` for
+    /// an instance without add-on NIC).
+    pub fn add_eip(&self, instance_id: &str) -> Option<String> {
+        self.state().add_eip(instance_id)
     }
 
     /// Creates an instance of `vcpus` and `memory_mib` (for capacity figures).

@@ -1,7 +1,7 @@
 //! What the emulated account holds: instances with their NICs, EIPs, account attributes, and
 //! the test's knobs.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
 /// `max-postpaid-instance-vcpu-count` until a test sets another value.
 pub const DEFAULT_MAX_VCPUS: &str = "800";
@@ -38,6 +38,10 @@ pub struct State {
     pub throttle: (u32, u64),
     pub fail: (u32, u16),
     pub requests: Vec<String>,
+    /// The decoded query parameters of each request, with its action, in order.
+    pub params: Vec<(String, Vec<(String, String)>)>,
+    /// Bodies to answer verbatim, by action, each once and in order.
+    pub verbatim: BTreeMap<String, VecDeque<String>>,
     pub nonces: HashSet<String>,
     pub release_polls: u32,
     pub page_limit: usize,
@@ -57,6 +61,8 @@ impl State {
             throttle: (0, 0),
             fail: (0, 500),
             requests: Vec::new(),
+            params: Vec::new(),
+            verbatim: BTreeMap::new(),
             nonces: HashSet::new(),
             release_polls: 1,
             page_limit: 100,
@@ -67,6 +73,28 @@ impl State {
             parts: BTreeMap::new(),
             counter: 0,
         }
+    }
+
+    /// Allocates one more EIP and binds it to the instance's add-on NIC (EIPs in multi-EIP
+    /// mode on one secondary ENI); `None` without an add-on NIC.
+    pub fn add_eip(&mut self, instance_id: &str) -> Option<String> {
+        let nic = self.instances.get(instance_id)?.addon_nic.clone()?;
+        let allocation = self.next_id("eip");
+        let n = self.counter;
+        self.eips.insert(
+            allocation.clone(),
+            Eip {
+                ip: format!("47.95.{}.{}", (n / 256) % 256, n % 256),
+                status: "InUse".into(),
+                bound_to: Some((nic, "NetworkInterface".into())),
+                settling: 0,
+            },
+        );
+        self.parts
+            .entry(instance_id.to_owned())
+            .or_default()
+            .push(allocation.clone());
+        Some(allocation)
     }
 
     /// An id in ECS's style: a region prefix and lowercase letters and digits.

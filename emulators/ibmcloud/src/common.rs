@@ -1,7 +1,7 @@
 //! What both emulators share: the server thread, IAM's token endpoint, Global Tagging, the
 //! fault-injection knobs and the request counter.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -46,6 +46,11 @@ pub struct Knobs {
     pub token_seq: u64,
     /// The trusted profile IAM lets assume, and the compute-resource token it accepts for it.
     pub trusted_profile: Option<(String, String)>,
+    /// Every request received, as `METHOD /path?query`, in order (IAM included).
+    pub log: Vec<String>,
+    /// Bodies to answer verbatim, by route, each once and in order (see
+    /// [`IbmEmulator::answer_next_verbatim`]).
+    pub verbatim: BTreeMap<String, VecDeque<(StatusCode, String)>>,
 }
 
 /// The fault and IAM knobs every IBM Cloud emulator offers, written once.
@@ -85,6 +90,45 @@ pub trait IbmEmulator {
     fn requests_to(&self, route: &str) -> u64 {
         self.with_knobs(|k| k.requests_by_route.get(route).copied().unwrap_or(0))
     }
+
+    /// Every request received so far, as `METHOD /path?query`, in order.
+    fn request_log(&self) -> Vec<String> {
+        self.with_knobs(|k| k.log.clone())
+    }
+
+    /// The next authorized request to `route` (e.g. `GET /v1/instances`) is answered with
+    /// `status` and exactly `body`, whatever the emulated account holds: the way to feed a
+    /// response example of IBM's reference through a backend's real client code.
+    fn answer_next_verbatim(&self, route: &str, status: u16, body: &str) {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+        self.with_knobs(|k| {
+            k.verbatim
+                .entry(route.to_owned())
+                .or_default()
+                .push_back((status, body.to_owned()))
+        });
+    }
+}
+
+/// The verbatim answer queued for `route`, if any (taken).
+pub fn verbatim(knobs: &mut Knobs, route: &str) -> Option<Response> {
+    let (status, body) = knobs.verbatim.get_mut(route)?.pop_front()?;
+    Some(
+        (
+            status,
+            [("content-type", HeaderValue::from_static("application/json"))],
+            body,
+        )
+            .into_response(),
+    )
+}
+
+/// `METHOD /path?query` of a request, for the request log.
+pub fn request_line(method: &axum::http::Method, uri: &axum::http::Uri) -> String {
+    match uri.query() {
+        Some(query) => format!("{method} {}?{query}", uri.path()),
+        None => format!("{method} {}", uri.path()),
+    }
 }
 
 /// A JSON answer.
@@ -101,14 +145,17 @@ pub fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// Counts the request and answers an injected fault if one is due.
+/// Counts and logs the request (`line`: see [`request_line`]) and answers an injected fault if
+/// one is due.
 pub fn injected(
     knobs: &mut Knobs,
     route: &str,
+    line: String,
     throttled: &Value,
     failed: &Value,
 ) -> Option<Response> {
     knobs.requests += 1;
+    knobs.log.push(line);
     *knobs.requests_by_route.entry(route.to_owned()).or_default() += 1;
     if knobs.fail_next > 0 {
         knobs.fail_next -= 1;
@@ -152,6 +199,7 @@ pub fn authorized(knobs: &Knobs, headers: &HeaderMap) -> bool {
 /// `POST /identity/token`: the API key grant of IAM's identity token API.
 pub fn iam_token(knobs: &mut Knobs, body: &Bytes) -> Response {
     knobs.requests += 1;
+    knobs.log.push("POST /identity/token".into());
     *knobs
         .requests_by_route
         .entry("POST /identity/token".into())
@@ -205,14 +253,17 @@ pub fn iam_token(knobs: &mut Knobs, body: &Bytes) -> Response {
     answer(StatusCode::OK, &body)
 }
 
-/// `GET /v3/tags?attached_to=<crn>&offset=&limit=`: the Global Tagging API's tag list.
+/// `GET /v3/tags?attached_to=<crn>&tag_type=&offset=&limit=`: the Global Tagging API's tag
+/// list. The emulated resources carry user tags only, and `tag_type` defaults to `user`.
 pub fn tag_list(
     tags: &BTreeMap<String, Vec<String>>,
     query: &BTreeMap<String, String>,
 ) -> Response {
+    let user_tags = query.get("tag_type").is_none_or(|t| t == "user");
     let names = query
         .get("attached_to")
         .and_then(|crn| tags.get(crn))
+        .filter(|_| user_tags)
         .cloned()
         .unwrap_or_default();
     let offset: usize = query

@@ -11,3 +11,15 @@ mod vpc;
 pub use common::{ACCOUNT_ID, API_KEY, IbmEmulator, Knobs};
 pub use powervs::{PowerVsEmulator, WORKSPACE_ID, ZONE as POWERVS_ZONE};
 pub use vpc::{VpcEmulator, ZONE as VPC_ZONE};
+
+/// Response examples of IBM's published API definitions, verbatim (sources in the README), to
+/// be served with [`IbmEmulator::answer_next_verbatim`].
+pub mod examples {
+    /// `GET /v1/instances` (VPC API `ListInstances`): one instance, `next.href` to a 2nd page.
+    pub const VPC_LIST_INSTANCES: &str =
+        include_str!("../fixtures/examples/vpc_list_instances.json");
+    /// `GET /v1/instances/{id}/network_interfaces/{nic}/floating_ips` (VPC API
+    /// `ListInstanceNetworkInterfaceFloatingIps`): one floating IP.
+    pub const VPC_LIST_NIC_FLOATING_IPS: &str =
+        include_str!("../fixtures/examples/vpc_list_instance_network_interface_floating_ips.json");
+}

@@ -14,7 +14,7 @@ use test_support::cloud::CloudEmulator;
 
 use crate::common::{
     ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, lock, tag_list, url_decode_form, uuid_like,
+    iam_token, injected, lock, request_line, tag_list, url_decode_form, uuid_like, verbatim,
 };
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
@@ -39,6 +39,8 @@ struct PvmInstance {
     boot_volume: String,
     network_port: String,
     deleting_polls_left: Option<u32>,
+    /// The next DELETE answers 410 Gone (see [`PowerVsEmulator::answer_gone`]).
+    gone: bool,
 }
 
 #[derive(Default)]
@@ -127,6 +129,7 @@ impl PowerVsEmulator {
                 boot_volume,
                 network_port,
                 deleting_polls_left: None,
+                gone: false,
             },
         );
         id
@@ -138,6 +141,16 @@ impl PowerVsEmulator {
             .instances
             .get(id)
             .is_some_and(|i| i.deleting_polls_left.is_some())
+    }
+
+    /// The instance is gone: GETs answer 404, lists leave it out, and the next DELETE of it
+    /// answers 410 Gone (a status the Power Cloud API reference lists for that operation) and
+    /// releases its parts.
+    pub fn answer_gone(&self, id: &str) {
+        let mut state = lock(&self.state);
+        if let Some(instance) = state.instances.get_mut(id) {
+            instance.gone = true;
+        }
     }
 
     /// Accepts a deletion of the instance, as if someone else had asked just now.
@@ -221,6 +234,7 @@ async fn handle(
     if let Some(fault) = injected(
         &mut state.knobs,
         &route,
+        request_line(&method, &uri),
         &fixture(TOO_MANY_REQUESTS),
         &fixture(INTERNAL),
     ) {
@@ -229,15 +243,20 @@ async fn handle(
     if !authorized(&state.knobs, &headers) {
         return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED, None);
     }
+    if let Some(example) = verbatim(&mut state.knobs, &route) {
+        return example;
+    }
     if path.first() == Some(&"v3") {
         return match (&method, path.as_slice()) {
             (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
             _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
         };
     }
-    let expected_crn =
-        format!("crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}::");
-    if headers.get("crn").and_then(|v| v.to_str().ok()) != Some(expected_crn.as_str()) {
+    if !headers
+        .get("crn")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(names_this_workspace)
+    {
         return error(
             StatusCode::UNAUTHORIZED,
             UNAUTHORIZED,
@@ -255,10 +274,8 @@ async fn handle(
         (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(&state),
         (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
             let mut body = fixture(PVM_INSTANCES);
-            body["pvmInstances"] = state
-                .instances
-                .iter()
-                .map(|(id, i)| instance_json(id, i))
+            body["pvmInstances"] = visible(&state.instances)
+                .map(|(id, i)| reference_json(id, i))
                 .collect();
             answer(StatusCode::OK, &body)
         }
@@ -269,6 +286,14 @@ async fn handle(
             let polls = state.deleting_polls;
             match state.instances.get_mut(*id) {
                 None => not_found(id),
+                Some(instance) if instance.gone => {
+                    remove_instance(&mut state, id);
+                    error(
+                        StatusCode::GONE,
+                        NOT_FOUND,
+                        Some(&format!("pvm-instance has been deleted. ID: {id}")),
+                    )
+                }
                 Some(instance) => {
                     if instance.deleting_polls_left.is_none() {
                         instance.deleting_polls_left = Some(polls);
@@ -279,6 +304,24 @@ async fn handle(
         }
         _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
     }
+}
+
+/// The `CRN` header the Power API wants: the workspace's CRN, built as IBM's Power Go client
+/// builds it (`crn:v1:<bluemix|staging>:public:power-iaas:<zone>:a/<account>:<workspace>::`;
+/// the client picks `staging` for any host that is not IBM's production one).
+fn names_this_workspace(crn: &str) -> bool {
+    ["bluemix", "staging"].iter().any(|environment| {
+        crn == format!(
+            "crn:v1:{environment}:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}::"
+        )
+    })
+}
+
+/// Instances the API still shows (not [`PowerVsEmulator::answer_gone`] ones).
+fn visible(
+    instances: &BTreeMap<String, PvmInstance>,
+) -> impl Iterator<Item = (&String, &PvmInstance)> {
+    instances.iter().filter(|(_, i)| !i.gone)
 }
 
 fn not_found(id: &str) -> Response {
@@ -300,6 +343,7 @@ fn route_name(method: &Method, path: &[&str]) -> String {
     }
 }
 
+/// A `PVMInstance` (what `GET .../pvm-instances/{id}` answers).
 fn instance_json(id: &str, i: &PvmInstance) -> Value {
     let mut v = fixture(PVM_INSTANCE);
     v["pvmInstanceID"] = json!(id);
@@ -309,16 +353,28 @@ fn instance_json(id: &str, i: &PvmInstance) -> Value {
     v["processors"] = json!(i.processors);
     v["memory"] = json!(i.memory_gb);
     v["volumeIDs"] = json!([i.boot_volume]);
-    v["networks"][0]["networkID"] = json!(i.network_port);
+    v["networks"][0]["networkInterfaceID"] = json!(i.network_port);
     v["href"] = json!(format!(
         "/pcloud/v1/cloud-instances/{WORKSPACE_ID}/pvm-instances/{id}"
     ));
     v
 }
 
+/// A `PVMInstanceReference` (the items of `PVMInstances` and of a workspace's `pvmInstances`):
+/// a `PVMInstance` without `networkIDs` and `volumeIDs`.
+fn reference_json(id: &str, i: &PvmInstance) -> Value {
+    let mut v = instance_json(id, i);
+    if let Some(object) = v.as_object_mut() {
+        object.remove("networkIDs");
+        object.remove("volumeIDs");
+    }
+    v
+}
+
 fn get_instance(state: &mut PowerState, id: &str) -> Response {
     let finished = match state.instances.get_mut(id) {
         None => return not_found(id),
+        Some(i) if i.gone => return not_found(id),
         Some(i) => match i.deleting_polls_left {
             Some(0) => true,
             Some(n) => {
@@ -329,17 +385,22 @@ fn get_instance(state: &mut PowerState, id: &str) -> Response {
         },
     };
     if finished {
-        if let Some(instance) = state.instances.remove(id) {
-            state.tags.remove(&instance.crn);
-        }
-        state.volumes.retain(|_, owner| owner != id);
-        state.ports.retain(|_, owner| owner != id);
+        remove_instance(state, id);
         return not_found(id);
     }
     match state.instances.get(id) {
         Some(i) => answer(StatusCode::OK, &instance_json(id, i)),
         None => not_found(id),
     }
+}
+
+/// The instance is gone, and with it its boot volume and network port.
+fn remove_instance(state: &mut PowerState, id: &str) {
+    if let Some(instance) = state.instances.remove(id) {
+        state.tags.remove(&instance.crn);
+    }
+    state.volumes.retain(|_, owner| owner != id);
+    state.ports.retain(|_, owner| owner != id);
 }
 
 fn workspace(state: &PowerState) -> Response {
@@ -359,14 +420,14 @@ fn workspace(state: &PowerState) -> Response {
             }
         }
     }
-    let instances = &state.instances;
+    let instances: Vec<(&String, &PvmInstance)> = visible(&state.instances).collect();
     body["usage"]["instances"] = json!(instances.len());
-    body["usage"]["processors"] = json!(instances.values().map(|i| i.processors).sum::<f64>());
+    body["usage"]["processors"] = json!(instances.iter().map(|(_, i)| i.processors).sum::<f64>());
     body["usage"]["procUnits"] = body["usage"]["processors"].clone();
-    body["usage"]["memory"] = json!(instances.values().map(|i| i.memory_gb).sum::<f64>());
+    body["usage"]["memory"] = json!(instances.iter().map(|(_, i)| i.memory_gb).sum::<f64>());
     body["pvmInstances"] = instances
         .iter()
-        .map(|(id, i)| json!({ "id": id, "name": i.name, "href": format!("/pcloud/v1/cloud-instances/{WORKSPACE_ID}/pvm-instances/{id}") }))
+        .map(|(id, i)| reference_json(id, i))
         .collect();
     answer(StatusCode::OK, &body)
 }
@@ -388,6 +449,53 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Value>(text).is_ok());
         }
+    }
+
+    #[test]
+    fn the_crn_header_names_this_workspace_in_either_environment() {
+        let crn = |environment: &str, zone: &str, workspace: &str| {
+            format!("crn:v1:{environment}:public:power-iaas:{zone}:a/{ACCOUNT_ID}:{workspace}::")
+        };
+        assert!(names_this_workspace(&crn("bluemix", ZONE, WORKSPACE_ID)));
+        assert!(names_this_workspace(&crn("staging", ZONE, WORKSPACE_ID)));
+        assert!(!names_this_workspace(&crn(
+            "bluemix",
+            "lon04",
+            WORKSPACE_ID
+        )));
+        assert!(!names_this_workspace(&crn("bluemix", ZONE, "other")));
+        assert!(!names_this_workspace(&crn("public", ZONE, WORKSPACE_ID)));
+    }
+
+    #[test]
+    fn list_items_are_references_and_gets_are_full_instances() {
+        let emulator = PowerVsEmulator::start().expect("emulator");
+        let id = emulator.create_vm("podvm-a", &[]);
+        let state = lock(&emulator.state);
+        let instance = state.instances.get(&id).expect("instance");
+        let full = instance_json(&id, instance);
+        let reference = reference_json(&id, instance);
+        // Required by `PVMInstance` and `PVMInstanceReference` (power-go-client models).
+        for key in [
+            "diskSize",
+            "imageID",
+            "memory",
+            "osType",
+            "procType",
+            "processors",
+            "pvmInstanceID",
+            "serverName",
+            "status",
+        ] {
+            assert!(
+                full.get(key).is_some() && reference.get(key).is_some(),
+                "{key}"
+            );
+        }
+        assert!(full.get("networkIDs").is_some() && full.get("volumeIDs").is_some());
+        assert!(reference.get("networkIDs").is_none() && reference.get("volumeIDs").is_none());
+        assert!(reference.get("href").is_some());
+        assert_eq!(full["minproc"], json!(0.25), "lower-case resize bounds");
     }
 
     #[test]

@@ -14,7 +14,8 @@ use test_support::cloud::CloudEmulator;
 
 use crate::common::{
     ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, lock, no_content, tag_list, url_decode_form, uuid_like,
+    iam_token, injected, lock, no_content, request_line, tag_list, url_decode_form, uuid_like,
+    verbatim,
 };
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
@@ -269,6 +270,7 @@ async fn handle(
     if let Some(fault) = injected(
         &mut state.knobs,
         &route,
+        request_line(&method, &uri),
         &fixture(TOO_MANY_REQUESTS),
         &fixture(INTERNAL),
     ) {
@@ -278,16 +280,24 @@ async fn handle(
         return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED);
     }
     if path.first() == Some(&"v3") {
+        if let Some(example) = verbatim(&mut state.knobs, &route) {
+            return example;
+        }
         return match (&method, path.as_slice()) {
             (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
             _ => not_found(uri.path(), "route not found"),
         };
     }
-    let dated = query
+    let version_ok = query
         .get("version")
-        .is_some_and(|v| v.len() == 10 && v.as_bytes()[4] == b'-');
-    if !dated || query.get("generation").map(String::as_str) != Some("2") {
-        return bad_request("The version and generation=2 query parameters are required");
+        .is_some_and(|v| version_accepted(v, jiff::Timestamp::now()));
+    if !version_ok || query.get("generation").map(String::as_str) != Some("2") {
+        return bad_request(
+            "The version query parameter must be a date (YYYY-MM-DD) between 2022-09-13 and today, and generation must be 2",
+        );
+    }
+    if let Some(example) = verbatim(&mut state.knobs, &route) {
+        return example;
     }
     match (&method, path.as_slice()) {
         (&Method::GET, ["v1", "instances"]) => list_instances(&state, &query),
@@ -313,6 +323,16 @@ async fn handle(
         }
         _ => not_found(uri.path(), "route not found"),
     }
+}
+
+/// Whether the VPC API takes `version`: a real date, not before the oldest date of the API
+/// behaviour the reference documents (2022-09-13) and not after today (UTC).
+fn version_accepted(version: &str, now: jiff::Timestamp) -> bool {
+    let Ok(date) = version.parse::<jiff::civil::Date>() else {
+        return false;
+    };
+    let today = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    version.len() == 10 && date >= jiff::civil::date(2022, 9, 13) && date <= today
 }
 
 /// `GET /v1/instances/0717_x` → `GET /v1/instances/{id}`, for request counts.
@@ -480,9 +500,22 @@ mod tests {
             UNAUTHORIZED,
             TOO_MANY_REQUESTS,
             INTERNAL,
+            crate::examples::VPC_LIST_INSTANCES,
+            crate::examples::VPC_LIST_NIC_FLOATING_IPS,
         ] {
             assert!(serde_json::from_str::<Value>(text).is_ok());
         }
+    }
+
+    #[test]
+    fn versions_are_dates_between_the_documented_oldest_and_today() {
+        let now: jiff::Timestamp = "2026-03-01T12:00:00Z".parse().expect("now");
+        assert!(version_accepted("2025-04-08", now));
+        assert!(version_accepted("2026-03-01", now));
+        assert!(!version_accepted("2026-03-02", now), "in the future");
+        assert!(!version_accepted("2021-01-01", now), "before 2022-09-13");
+        assert!(!version_accepted("2025-02-30", now), "not a date");
+        assert!(!version_accepted("2025-4-8", now));
     }
 
     #[test]

@@ -131,6 +131,11 @@ pub fn eips(answer: &Value) -> Result<Vec<Eip>, String> {
         .collect()
 }
 
+/// `TotalCount` of a paged answer, when present.
+pub fn total_count(answer: &Value) -> Option<usize> {
+    number(answer, "TotalCount").and_then(|n| usize::try_from(n).ok())
+}
+
 /// The value of account attribute `name`: the sum over its value items (one per zone when
 /// the attribute is per zone), `None` when the answer does not carry it or it is not a number.
 pub fn account_attribute(answer: &Value, name: &str) -> Option<u64> {

@@ -10,8 +10,8 @@
 //!
 //! 1. `DescribeInstances` for the id: absent → already gone (no other call); present without the
 //!    cluster tag (`CLUSTER_TAG`) → refused, nothing deleted.
-//! 2. For each secondary NIC: `DescribeEipAddresses` bound to it; unassociate, wait for
-//!    `Available`, release, wait until gone (each bounded).
+//! 2. For each secondary NIC: `DescribeEipAddresses` bound to it (every page); unassociate,
+//!    wait for `Available`, release, wait until gone (each bounded).
 //! 3. `DeleteInstance` with `Force=true`; `IncorrectInstanceStatus` (e.g. an instance another
 //!    caller is releasing, or still starting) is retried until the wait bound.
 //! 4. `DescribeInstances` until the instance is no longer listed (bounded; the deletion was
@@ -34,6 +34,9 @@ pub struct Deletion<'a> {
     /// The tag an instance must carry to be deleted.
     pub owner: &'a OwnerTag,
 }
+
+/// EIPs per `DescribeEipAddresses` page: the API's maximum.
+const EIP_PAGE_SIZE: usize = 100;
 
 fn param(key: &str, value: impl Into<String>) -> (String, String) {
     (key.to_owned(), value.into())
@@ -118,21 +121,35 @@ impl Deletion<'_> {
         Ok(())
     }
 
+    /// Every EIP bound to the NIC, page by page: a secondary ENI in multi-EIP mode can hold
+    /// more EIPs than one page (`PageSize` defaults to 10) shows.
     async fn eips_bound_to(&self, nic: &str) -> Result<Vec<Eip>, Error> {
-        let answer = self
-            .api
-            .call(
-                Service::Vpc,
-                "DescribeEipAddresses",
-                &[
-                    param("RegionId", self.region),
-                    param("AssociatedInstanceType", "NetworkInterface"),
-                    param("AssociatedInstanceId", nic),
-                ],
-            )
-            .await
-            .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-        answers::eips(&answer).map_err(|message| Error::Internal { message })
+        let mut found = Vec::new();
+        for page_number in 1u32.. {
+            let answer = self
+                .api
+                .call(
+                    Service::Vpc,
+                    "DescribeEipAddresses",
+                    &[
+                        param("RegionId", self.region),
+                        param("AssociatedInstanceType", "NetworkInterface"),
+                        param("AssociatedInstanceId", nic),
+                        param("PageSize", EIP_PAGE_SIZE.to_string()),
+                        param("PageNumber", page_number.to_string()),
+                    ],
+                )
+                .await
+                .map_err(|f| f.into_error("DescribeEipAddresses"))?;
+            let page = answers::eips(&answer).map_err(|message| Error::Internal { message })?;
+            let count = page.len();
+            found.extend(page);
+            let total = answers::total_count(&answer);
+            if count < EIP_PAGE_SIZE || total.is_none_or(|total| found.len() >= total) {
+                break;
+            }
+        }
+        Ok(found)
     }
 
     async fn eip(&self, allocation_id: &str) -> Result<Option<Eip>, Error> {

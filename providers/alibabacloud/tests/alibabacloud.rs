@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use peerpods_emulator_alibabacloud::{ACCESS_KEY_SECRET, AlibabaCloudEmulator, DEFAULT_MAX_VCPUS};
+use peerpods_emulator_alibabacloud::{
+    ACCESS_KEY_SECRET, AlibabaCloudEmulator, DEFAULT_MAX_VCPUS, examples,
+};
 use peerpods_provider_alibabacloud::{AlibabaCloudProvider, NAME};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
@@ -76,6 +78,76 @@ async fn deleting_an_instance_releases_its_eip_and_waits_until_it_is_gone() {
     let again = provider.delete_instance(&id).await.expect("already gone");
     assert_eq!(again, DeleteOutcome::AlreadyGone);
     assert_eq!(emulator.requests_of("DeleteInstance"), before);
+}
+
+#[tokio::test]
+async fn every_eip_of_a_multi_eip_nic_is_released_across_pages() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-many", &[]);
+    let mut eips = vec![emulator.eip_of(&id).expect("EIP")];
+    // More than the 10 a `DescribeEipAddresses` page holds by default.
+    eips.extend((0..11).map(|_| emulator.add_eip(&id).expect("EIP")));
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+    for eip in &eips {
+        assert!(!emulator.eip_exists(eip), "{eip} leaked");
+    }
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+/// The `DescribeInstances` and `DescribeAccountAttributes` response examples of the ECS API
+/// reference, served verbatim: read as they are, and the example's `NextToken` followed.
+#[tokio::test]
+async fn the_reference_examples_are_read_and_the_next_token_followed() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    emulator.answer_next_verbatim("DescribeInstances", examples::DESCRIBE_INSTANCES);
+
+    let listed = provider
+        .list_instances(&TagSelector::new())
+        .await
+        .expect("listed");
+
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, "i-bp67acfmxazb4p****");
+    assert_eq!(
+        listed[0].tags.get("TestKey").map(String::as_str),
+        Some("TestValue")
+    );
+    assert_eq!(
+        listed[0].created,
+        Some("2017-12-10T04:04:00Z".parse().expect("time")),
+        "ECS writes `CreationTime` to the minute"
+    );
+    let pages = emulator.params_of("DescribeInstances");
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert!(
+        pages[1]
+            .iter()
+            .any(|(k, v)| k == "NextToken" && v == "caeba0bbb2be03f84eb48b699f0a4883"),
+        "{pages:?}"
+    );
+
+    emulator.answer_next_verbatim("DescribeInstances", examples::DESCRIBE_INSTANCES);
+    emulator.answer_next_verbatim(
+        "DescribeAccountAttributes",
+        examples::DESCRIBE_ACCOUNT_ATTRIBUTES,
+    );
+    let capacity = provider.capacity().await.expect("capacity");
+    // The example reports `max-security-groups` only: no vCPU quota is known.
+    assert_eq!(capacity.vcpus, Figure::default());
+    assert_eq!(
+        capacity.memory_mib,
+        Figure {
+            limit: None,
+            in_use: Some(16384)
+        }
+    );
+    assert_eq!(capacity.instances.in_use, Some(1));
 }
 
 #[tokio::test]

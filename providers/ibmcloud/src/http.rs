@@ -27,8 +27,10 @@ impl Answer {
         self.status.is_success()
     }
 
-    pub fn is_not_found(&self) -> bool {
-        self.status == StatusCode::NOT_FOUND
+    /// 404 Not Found, or 410 Gone (which the Power Cloud API reference lists for deleting a
+    /// PVM instance): either way the resource is not, or no longer, there.
+    pub fn is_gone(&self) -> bool {
+        self.status == StatusCode::NOT_FOUND || self.status == StatusCode::GONE
     }
 
     /// The crate's error for this (non-success) answer.
@@ -257,7 +259,8 @@ impl Cloud {
     }
 
     /// Sends an authenticated request; a refused token is exchanged once and the request sent
-    /// again. Returns success and "not found" answers; every other answer is an error.
+    /// again. Returns success and "gone" answers (see [`Answer::is_gone`]); every other answer
+    /// is an error.
     pub async fn call(
         &self,
         operation: &'static str,
@@ -271,7 +274,7 @@ impl Cloud {
                 .http
                 .send(operation, what, || build(self.http.client(), &token))
                 .await?;
-            if answer.is_success() || answer.is_not_found() {
+            if answer.is_success() || answer.is_gone() {
                 return Ok(answer);
             }
             if answer.status == StatusCode::UNAUTHORIZED && !exchanged_again {

@@ -9,6 +9,7 @@
 //! - `iam`: API key → bearer token, cached and refreshed; shared by both backends.
 //! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
 //! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
+//! - `timestamps`: the APIs' date-times.
 //!
 //! [`Provider`]: peerpods_provider_core::Provider
 
@@ -18,6 +19,7 @@ mod instance_id;
 mod powervs;
 mod settings;
 mod tags;
+mod timestamps;
 mod vpc;
 mod wait;
 

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::http::{Cloud, Http};
 use crate::iam::{Iam, Token};
 use crate::settings::PowerVsSettings;
-use crate::{instance_id, tags, wait};
+use crate::{instance_id, tags, timestamps, wait};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud-powervs";
@@ -99,7 +99,7 @@ impl PowerVsProvider {
             .cloud
             .call("GetPvmInstance", &what, |c, t| self.request(c.get(&url), t))
             .await?;
-        Ok(!answer.is_not_found())
+        Ok(!answer.is_gone())
     }
 
     async fn workspace(&self) -> Result<Workspace, Error> {
@@ -110,15 +110,18 @@ impl PowerVsProvider {
                 self.request(c.get(&self.workspace_url), t)
             })
             .await?;
-        if answer.is_not_found() {
+        if answer.is_gone() {
             return Err(answer.into_error(what, &self.cloud.http));
         }
         answer.json(what)
     }
 }
 
-/// The CRN of the workspace, which the Power API wants in a `CRN` header on every call (format
-/// of IBM's Power Go client: `staging` for IBM's test endpoints, `bluemix` otherwise).
+/// The CRN of the workspace, which the Power API wants in a `CRN` header on every call, in the
+/// format of IBM's Power Go client (`ibmpisession`). That client names the environment
+/// `bluemix` only for hosts under `.power-iaas.cloud.ibm.com` and `staging` for every other
+/// host; here only IBM's test hosts (`.test.cloud.ibm.com`) are `staging`, so that a
+/// production workspace reached through a proxy or a private endpoint name keeps its CRN.
 pub fn workspace_crn(power_url: &str, zone: &str, account: &str, workspace: &str) -> String {
     let service = if power_url.contains(".test.cloud.ibm.com") {
         "staging"
@@ -176,7 +179,7 @@ impl Provider for PowerVsProvider {
                 self.request(c.delete(&url), t)
             })
             .await?;
-        if answer.is_not_found() {
+        if answer.is_gone() {
             return Ok(DeleteOutcome::AlreadyGone);
         }
         let policy = self.cloud.http.policy();
@@ -201,7 +204,7 @@ impl Provider for PowerVsProvider {
                 self.request(c.get(&url), t)
             })
             .await?;
-        if answer.is_not_found() {
+        if answer.is_gone() {
             return Err(answer.into_error(what, &self.cloud.http));
         }
         let listed: PvmInstances = answer.json(what)?;
@@ -216,7 +219,10 @@ impl Provider for PowerVsProvider {
             };
             let listed = Instance {
                 id: instance.pvm_instance_id,
-                created: instance.creation_date.and_then(|t| t.parse().ok()),
+                created: instance
+                    .creation_date
+                    .as_deref()
+                    .and_then(timestamps::parse),
                 tags,
             };
             if listed.matches(selector) {

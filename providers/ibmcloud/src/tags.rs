@@ -62,7 +62,7 @@ pub async fn user_tags(
                 },
             )
             .await?;
-        if answer.is_not_found() {
+        if answer.is_gone() {
             return Err(answer.into_error("listing the tags of an instance", &cloud.http));
         }
         let page: TagList = answer.json("listing the tags of an instance")?;

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use crate::http::{Cloud, Http};
 use crate::iam::Iam;
 use crate::settings::VpcSettings;
-use crate::{instance_id, tags, wait};
+use crate::{instance_id, tags, timestamps, wait};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud";
@@ -109,7 +109,7 @@ impl IbmCloudVpcProvider {
                 versioned(client.get(&url), token)
             })
             .await?;
-        if answer.is_not_found() {
+        if answer.is_gone() {
             return Ok(None);
         }
         answer.json(&what).map(Some)
@@ -139,7 +139,7 @@ impl IbmCloudVpcProvider {
                     versioned(c.get(&url), t)
                 })
                 .await?;
-            if answer.is_not_found() {
+            if answer.is_gone() {
                 continue;
             }
             let floating: FloatingIpCollection = answer.json(&what)?;
@@ -176,7 +176,7 @@ impl IbmCloudVpcProvider {
                     }
                 })
                 .await?;
-            if answer.is_not_found() {
+            if answer.is_gone() {
                 return Err(answer.into_error("listing instances", &self.cloud.http));
             }
             let page: InstanceCollection = answer.json("listing instances")?;
@@ -274,7 +274,7 @@ impl Provider for IbmCloudVpcProvider {
                 .cloud
                 .call("DeleteInstance", &what, |c, t| versioned(c.delete(&url), t))
                 .await?;
-            if answer.is_not_found() {
+            if answer.is_gone() {
                 return Ok(DeleteOutcome::AlreadyGone);
             }
         }
@@ -308,7 +308,7 @@ impl Provider for IbmCloudVpcProvider {
             };
             let listed = Instance {
                 id: instance.id,
-                created: instance.created_at.and_then(|t| t.parse().ok()),
+                created: instance.created_at.as_deref().and_then(timestamps::parse),
                 tags,
             };
             if listed.matches(selector) {

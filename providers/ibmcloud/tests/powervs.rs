@@ -66,6 +66,23 @@ async fn an_instance_that_is_gone_is_already_gone() {
     );
 }
 
+/// The Power Cloud API reference lists 410 Gone for deleting a PVM instance: gone is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_answered_gone_is_already_gone() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let provider = provider(&emulator, &calls);
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.answer_gone(&id);
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("gone"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 1);
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_mid_deletion_is_deleted_idempotently() {
     let emulator = start();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, VpcEmulator};
+use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, VpcEmulator, examples};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig, TagSelector,
 };
@@ -282,6 +282,70 @@ async fn listing_by_tag_excludes_other_clusters_and_follows_pages() {
         .await
         .expect("list");
     assert!(none.is_empty());
+}
+
+/// The `ListInstances` response example of IBM's VPC API definition, served verbatim as the
+/// first page: the backend reads the instance and follows `next.href` to the second page.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reference_list_instances_example_is_read_and_its_next_page_followed() {
+    let emulator = start();
+    let provider = provider(&emulator, &CloudCalls::default());
+    emulator.answer_next_verbatim("GET /v1/instances", 200, examples::VPC_LIST_INSTANCES);
+
+    let listed = provider
+        .list_instances(&TagSelector::new())
+        .await
+        .expect("list");
+
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].id, "1e09281b-f177-46fb-baf1-bc152b2e391a");
+    assert_eq!(
+        listed[0].created,
+        Some("2019-01-01T12:00:00Z".parse().expect("time")),
+        "`created_at` without offset is UTC, as IBM's SDKs read it"
+    );
+    let pages: Vec<String> = emulator
+        .request_log()
+        .into_iter()
+        .filter(|line| line.starts_with("GET /v1/instances?"))
+        .collect();
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert!(
+        pages[1].contains("start=9d5a91a3e2cbd233b5a5b33436855ed1"),
+        "the second page starts where `next.href` says: {pages:?}"
+    );
+
+    emulator.answer_next_verbatim("GET /v1/instances", 200, examples::VPC_LIST_INSTANCES);
+    let capacity = provider.capacity().await.expect("capacity");
+    assert_eq!(capacity.instances.in_use, Some(1));
+    assert_eq!(capacity.vcpus.in_use, Some(4));
+    assert_eq!(capacity.memory_mib.in_use, Some(8 * 1024));
+}
+
+/// The `ListInstanceNetworkInterfaceFloatingIps` response example of IBM's VPC API definition,
+/// served verbatim while deleting an instance: the floating IP it names is released.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_reference_floating_ip_example_is_released_with_the_instance() {
+    let emulator = start();
+    let provider = provider(&emulator, &CloudCalls::default());
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.answer_next_verbatim(
+        "GET /v1/instances/{id}/network_interfaces/{nic}/floating_ips",
+        200,
+        examples::VPC_LIST_NIC_FLOATING_IPS,
+    );
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("delete"),
+        DeleteOutcome::Deleted
+    );
+    assert!(
+        emulator.request_log().iter().any(|line| line
+            .starts_with("DELETE /v1/floating_ips/39300233-9995-4806-89a5-3c1b6eb88689?")),
+        "{:?}",
+        emulator.request_log()
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test(flavor = "multi_thread")]
