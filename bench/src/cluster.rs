@@ -13,6 +13,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
 
 use crate::Error;
+use test_support::metrics::Scrape;
 
 /// Objects created at once while arranging a scenario.
 const CREATE_CONCURRENCY: usize = 32;
@@ -143,15 +144,14 @@ impl Cluster {
     /// Write requests the API server has answered so far for `resource` (and `subresource`, "" for the object
     /// itself), by its own `apiserver_request_total`: the count on the server's side, whoever sent them.
     pub async fn api_writes(&self, resource: &str, subresource: &str) -> Result<f64, Error> {
-        let text = self.apiserver_metrics().await?;
-        Ok(crate::stats::samples(&text, "apiserver_request_total")
-            .into_iter()
+        let scrape = Scrape::parse(&self.apiserver_metrics().await?)?;
+        Ok(scrape
+            .samples("apiserver_request_total")
             .filter(|s| {
-                let label = |k: &str| s.labels.get(k).map(String::as_str).unwrap_or("");
-                label("resource") == resource
-                    && label("subresource") == subresource
+                s.label("resource") == resource
+                    && s.label("subresource") == subresource
                     && matches!(
-                        label("verb"),
+                        s.label("verb"),
                         "POST" | "PUT" | "PATCH" | "APPLY" | "CREATE" | "UPDATE"
                     )
             })

@@ -37,6 +37,8 @@ pub enum Error {
     Setup(String),
     #[error("encoding results: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("reading a metrics scrape: {0}")]
+    Metrics(#[from] test_support::Error),
 }
 
 impl Error {
@@ -56,6 +58,7 @@ impl Error {
             Error::Io { .. } => "Io",
             Error::Setup(_) => "Setup",
             Error::Json(_) => "Json",
+            Error::Metrics(_) => "Metrics",
         }
     }
 

@@ -3,7 +3,7 @@
 //!
 //! - [`options`]: sizes and paths of one run.
 //! - [`report`]: the results (`target/bench/results.json`) and the printed table.
-//! - [`stats`]: pure figures: percentiles, Prometheus text, `/proc` status.
+//! - [`stats`]: pure figures: percentiles, `/proc` status, spreads.
 //! - [`procs`]: the services as child processes (ready checks, admin port, peak RSS, stop).
 //! - [`moto`]: the EC2 emulator.
 //! - [`cluster`]: the control plane of the run and the objects scenarios create.

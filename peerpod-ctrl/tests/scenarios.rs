@@ -105,7 +105,7 @@ async fn deleting_the_pod_deletes_its_vm_and_releases_the_peerpod() {
     assert_eq!(
         ctrl.metric(
             "peerpod_ctrl_instance_deletes_total",
-            &["result=\"deleted\""]
+            &[("result", "deleted")]
         ),
         1
     );
@@ -175,7 +175,7 @@ async fn an_already_gone_vm_is_released_in_one_pass() {
     assert_eq!(
         ctrl.metric(
             "peerpod_ctrl_instance_deletes_total",
-            &["result=\"already_gone\""]
+            &[("result", "already_gone")]
         ),
         1
     );
@@ -212,7 +212,7 @@ async fn provider_service_down_keeps_the_finalizer_until_it_is_back() {
     assert!(
         ctrl.metric(
             "peerpod_ctrl_reconcile_errors_total",
-            &["reason=\"ProviderUnavailable\""]
+            &[("reason", "ProviderUnavailable")]
         ) >= 1
     );
 
@@ -269,7 +269,7 @@ async fn unknown_provider_and_empty_id_are_reported_without_a_hot_loop() {
     assert_eq!(
         ctrl.metric(
             "peerpod_ctrl_reconcile_errors_total",
-            &["reason=\"InvalidInstance\""]
+            &[("reason", "InvalidInstance")]
         ),
         1
     );
@@ -422,8 +422,8 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_grace = Duration::ZERO;
     let ctrl = Controller::start(s.client.clone(), options).await;
     testenv::wait_for("an orphan report", MINUTE, || async {
-        (ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"libvirt\""]) == 2
-            && ctrl.metric("peerpod_ctrl_orphan_instances", &["provider=\"aws\""]) == 1)
+        (ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "libvirt")]) == 2
+            && ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "aws")]) == 1)
             .then_some(())
     })
     .await;

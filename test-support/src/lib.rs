@@ -2,9 +2,19 @@
 //!
 //! - [`byom`]: a bring-your-own-machine pool on the local control plane, as cloud-api-adaptor writes it.
 //! - [`cloud`]: what every local cloud emulator (`emulators/<cloud>`) offers the tests.
+//! - [`metrics`]: samples of a metrics scrape (Prometheus text or OpenMetrics), by name and labels.
 //! - [`moto`]: one moto server (the EC2 emulator from PyPI) per test binary, and helpers that arrange
 //!   and inspect its state with the real AWS SDK.
 
 pub mod byom;
 pub mod cloud;
+pub mod metrics;
 pub mod moto;
+
+/// What the shared helpers report instead of panicking (where a caller outside tests uses them).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A metrics scrape that is neither Prometheus text nor OpenMetrics text.
+    #[error("metrics text does not parse at line {line}: {text:?}")]
+    MetricsText { line: usize, text: String },
+}

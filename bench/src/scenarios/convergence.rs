@@ -16,6 +16,7 @@ use crate::cluster::{Cluster, wait_until};
 use crate::options::Options;
 use crate::report::Convergence;
 use crate::stats;
+use test_support::metrics::Scrape;
 
 const NAMESPACE: &str = "bench-convergence";
 const LABEL: &str = "bench.peerpods.io/convergence";
@@ -62,7 +63,10 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Convergence, Er
     wait_spread(&nodes, &selector, from_total, options.timeout).await?;
     let first_spread = started.elapsed().as_secs_f64();
 
-    let writes_before = controller_writes(&ctrl.metrics().await?, &CONTROLLER_WRITES[..1]);
+    let writes_before = controller_writes(
+        &Scrape::parse(&ctrl.metrics().await?)?,
+        &CONTROLLER_WRITES[..1],
+    );
     let change = serde_json::json!({"spec": {"limit": IntOrString::Int(to_total as i32)}});
     let started = Instant::now();
     configs
@@ -70,15 +74,18 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Convergence, Er
         .await?;
     wait_spread(&nodes, &selector, to_total, options.timeout).await?;
     let change_seconds = started.elapsed().as_secs_f64();
-    let change_node_writes =
-        controller_writes(&ctrl.metrics().await?, &CONTROLLER_WRITES[..1]) - writes_before;
+    let change_node_writes = controller_writes(
+        &Scrape::parse(&ctrl.metrics().await?)?,
+        &CONTROLLER_WRITES[..1],
+    ) - writes_before;
 
     tokio::time::sleep(SETTLE).await;
-    let api_before = cluster.apiserver_metrics().await?;
-    let ctrl_before = controller_writes(&ctrl.metrics().await?, &CONTROLLER_WRITES);
+    let api_before = Scrape::parse(&cluster.apiserver_metrics().await?)?;
+    let ctrl_before =
+        controller_writes(&Scrape::parse(&ctrl.metrics().await?)?, &CONTROLLER_WRITES);
     tokio::time::sleep(options.steady_window).await;
-    let api_after = cluster.apiserver_metrics().await?;
-    let ctrl_after = controller_writes(&ctrl.metrics().await?, &CONTROLLER_WRITES);
+    let api_after = Scrape::parse(&cluster.apiserver_metrics().await?)?;
+    let ctrl_after = controller_writes(&Scrape::parse(&ctrl.metrics().await?)?, &CONTROLLER_WRITES);
 
     let by_resource = writes_by_resource(&api_after, &api_before);
     // The next scenario's controllers must not see these objects: the controller removes what it owns (its
@@ -143,26 +150,22 @@ fn capacity(node: &Node) -> Option<u32> {
         .ok()
 }
 
-fn controller_writes(text: &str, names: &[&str]) -> u64 {
-    names
-        .iter()
-        .map(|name| stats::sum(text, name, &[]))
-        .sum::<f64>() as u64
+fn controller_writes(scrape: &Scrape, names: &[&str]) -> u64 {
+    names.iter().map(|name| scrape.sum(name, &[])).sum::<f64>() as u64
 }
 
 /// Write requests the API server served between two scrapes, by resource (and subresource).
-fn writes_by_resource(after: &str, before: &str) -> BTreeMap<String, u64> {
-    let count = |text: &str| {
+fn writes_by_resource(after: &Scrape, before: &Scrape) -> BTreeMap<String, u64> {
+    let count = |scrape: &Scrape| {
         let mut by: BTreeMap<String, f64> = BTreeMap::new();
-        for sample in stats::samples(text, "apiserver_request_total") {
-            let verb = sample.labels.get("verb").map(String::as_str).unwrap_or("");
-            if !WRITE_VERBS.contains(&verb) {
+        for sample in scrape.samples("apiserver_request_total") {
+            if !WRITE_VERBS.contains(&sample.label("verb")) {
                 continue;
             }
-            let resource = sample.labels.get("resource").cloned().unwrap_or_default();
-            let key = match sample.labels.get("subresource").map(String::as_str) {
-                Some(sub) if !sub.is_empty() => format!("{resource}/{sub}"),
-                _ => resource,
+            let resource = sample.label("resource");
+            let key = match sample.label("subresource") {
+                "" => resource.to_owned(),
+                sub => format!("{resource}/{sub}"),
             };
             *by.entry(key).or_default() += sample.value;
         }
@@ -191,8 +194,9 @@ mod tests {
             apiserver_request_total{resource=\"leases\",subresource=\"\",verb=\"PUT\",code=\"200\"} 9\n\
             apiserver_request_total{resource=\"nodes\",subresource=\"\",verb=\"GET\",code=\"200\"} 50\n\
             apiserver_request_total{resource=\"events\",subresource=\"\",verb=\"POST\",code=\"201\"} 2\n";
+        let parse = |text| Scrape::parse(text).expect("scrape");
         assert_eq!(
-            writes_by_resource(after, before),
+            writes_by_resource(&parse(after), &parse(before)),
             BTreeMap::from([("events".into(), 2), ("leases".into(), 5)])
         );
     }

@@ -12,7 +12,7 @@ use crate::Error;
 use crate::cluster::{Cluster, wait_until};
 use crate::options::Options;
 use crate::report::Memory;
-use crate::stats;
+use test_support::metrics::Scrape;
 
 const NAMESPACE: &str = "bench-memory";
 const LABEL: &str = "bench.peerpods.io/memory";
@@ -51,7 +51,8 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Memory, Error> 
         Duration::from_millis(200),
         || async {
             let text = peerpod_ctrl.metrics().await?;
-            Ok((stats::sum(&text, "peerpod_ctrl_reconciles_total", &[]) >= n as f64).then_some(()))
+            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
+            Ok((reconciles >= n as f64).then_some(()))
         },
     )
     .await?;

@@ -14,7 +14,7 @@ use crate::cluster::{Cluster, wait_until};
 use crate::moto::{self, Moto};
 use crate::options::Options;
 use crate::report::{CloudCalls, Outcome, Storm};
-use crate::stats;
+use test_support::metrics::Scrape;
 
 const POLL: Duration = Duration::from_millis(100);
 
@@ -49,12 +49,13 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         POLL,
         || async {
             let text = ctrl.metrics().await?;
-            Ok((stats::sum(&text, "peerpod_ctrl_reconciles_total", &[]) >= n as f64).then_some(()))
+            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
+            Ok((reconciles >= n as f64).then_some(()))
         },
     )
     .await;
 
-    let before = provider.metrics().await?;
+    let before = Scrape::parse(&provider.metrics().await?)?;
     let requests_before = moto.provider_requests().await?;
     let writes_before = controller_writes(cluster).await?;
     let api = cluster.peerpods(ns);
@@ -79,7 +80,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     )
     .await?;
     let cleanup = started.elapsed().as_secs_f64();
-    let after = provider.metrics().await?;
+    let after = Scrape::parse(&provider.metrics().await?)?;
     let requests_after = moto.provider_requests().await?;
     let writes = controller_writes(cluster).await? - writes_before;
     ctrl.stop().await;
@@ -88,9 +89,8 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let by_operation = requests_between(&requests_before, &requests_after);
     let ec2_calls = by_operation.values().sum();
     let sdk_operations = sdk_operations_by_operation(&after, &before).values().sum();
-    let delete_calls = |text: &str| {
-        stats::sum(
-            text,
+    let delete_calls = |scrape: &Scrape| {
+        scrape.sum(
             "provider_service_grpc_calls_total",
             &[("method", "DeleteInstance")],
         )
@@ -197,12 +197,12 @@ fn requests_between(
 
 /// EC2 operations provider-service counted itself (SDK operations: retries inside the SDK are invisible here)
 /// between two scrapes of its metrics, by operation.
-fn sdk_operations_by_operation(after: &str, before: &str) -> BTreeMap<String, u64> {
-    let count = |text: &str| {
+fn sdk_operations_by_operation(after: &Scrape, before: &Scrape) -> BTreeMap<String, u64> {
+    let count = |scrape: &Scrape| {
         let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
-        for sample in stats::samples(text, "provider_service_cloud_api_calls_total") {
-            if sample.labels.get("provider").map(String::as_str) == Some("aws") {
-                let op = sample.labels.get("operation").cloned().unwrap_or_default();
+        for sample in scrape.samples("provider_service_cloud_api_calls_total") {
+            if sample.label("provider") == "aws" {
+                let op = sample.label("operation").to_owned();
                 *by_op.entry(op).or_default() += sample.value;
             }
         }
@@ -230,7 +230,8 @@ mod tests {
             provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"TerminateInstances\",result=\"throttled\"} 1\n\
             provider_service_cloud_api_calls_total{provider=\"aws\",operation=\"DescribeInstances\",result=\"ok\"} 3\n\
             provider_service_cloud_api_calls_total{provider=\"libvirt\",operation=\"delete\",result=\"ok\"} 9\n";
-        let calls = sdk_operations_by_operation(after, before);
+        let parse = |text| Scrape::parse(text).expect("scrape");
+        let calls = sdk_operations_by_operation(&parse(after), &parse(before));
         assert_eq!(
             calls,
             BTreeMap::from([

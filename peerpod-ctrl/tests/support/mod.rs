@@ -21,6 +21,7 @@ use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpods_runtime::leader::LeaderConfig;
 use peerpods_runtime::shutdown::CancellationToken;
 use prometheus_client::registry::Registry;
+use test_support::metrics::Scrape;
 use tokio::sync::{Mutex, MutexGuard};
 use virt::connect::Connect;
 
@@ -313,10 +314,7 @@ impl ProviderService {
         count_metric(
             &self.registry,
             "provider_service_grpc_calls_total",
-            &[
-                "method=\"DeleteInstance\"",
-                &format!("provider=\"{provider}\""),
-            ],
+            &[("method", "DeleteInstance"), ("provider", provider)],
         )
     }
 }
@@ -337,15 +335,13 @@ pub fn unused_addr() -> SocketAddr {
     listener.local_addr().expect("addr")
 }
 
-/// Sum of all samples of `name` whose labels contain every one of `labels`.
-pub fn count_metric(registry: &Registry, name: &str, labels: &[&str]) -> u64 {
+/// Sum of the samples named `name` (e.g. `x_total`, `x_count`) that carry every `(label, value)` of `labels`.
+pub fn count_metric(registry: &Registry, name: &str, labels: &[(&str, &str)]) -> u64 {
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, registry).expect("encode metrics");
-    text.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    Scrape::parse(&text)
+        .expect("the registry's own text parses")
+        .sum(name, labels) as u64
 }
 
 /// peerpod-ctrl running in this process.
@@ -462,7 +458,7 @@ impl Controller {
         let _ = self.task.await;
     }
 
-    pub fn metric(&self, name: &str, labels: &[&str]) -> u64 {
+    pub fn metric(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
         count_metric(&self.registry, name, labels)
     }
 }
