@@ -1,8 +1,11 @@
 //! Support for the deployment tests (the Helm chart under `deploy/chart`, the images, the Tiltfile).
 //!
+//! - [`rbac`]: the chart's RBAC as single permissions, and which of them the workloads' requests (from the API
+//!   server's audit log) never needed.
 //! - [`schemas`]: JSON schemas for kubeconform, made from the API server's own OpenAPI document, so objects
 //!   are checked offline against exactly the Kubernetes version (and CRDs) the tests run.
 
+pub mod rbac;
 pub mod schemas;
 
 /// What went wrong turning an OpenAPI document into schemas.

@@ -2,7 +2,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authentication::v1::{
+    TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
+};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
@@ -91,6 +93,30 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// How the API server names the credential `token` is (its user extra [`crate::audit::CREDENTIAL_ID`], e.g.
+/// `JTI=<id>` for a ServiceAccount token), asked with a TokenReview: audit events carry the same name, so a test
+/// can tell the requests made with one token from those made with another of the same ServiceAccount.
+pub async fn credential_id(client: &Client, token: &str) -> String {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: token.to_owned(),
+            ..TokenReviewSpec::default()
+        },
+        ..TokenReview::default()
+    };
+    let answer = Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap_or_else(|e| panic!("TokenReview: {e}"));
+    answer
+        .status
+        .and_then(|s| s.user)
+        .and_then(|u| u.extra)
+        .and_then(|mut extra| extra.remove(crate::audit::CREDENTIAL_ID))
+        .and_then(|ids| ids.into_iter().next())
+        .unwrap_or_else(|| panic!("the API server names no credential for this token"))
 }
 
 /// Mints a token for ServiceAccount `ns/sa` with the TokenRequest API, creating the ServiceAccount if missing.

@@ -328,3 +328,123 @@ async fn token_review_authenticates_a_service_account_token_for_its_audience() {
         "wrong audience must not authenticate"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn audit_log_records_who_did_what_with_which_credential() {
+    // A control plane of its own: the shared one keeps no audit log.
+    let cp = tokio::task::spawn_blocking(|| {
+        testenv::ControlPlane::start_with(testenv::Options {
+            audit: true,
+            ..Default::default()
+        })
+    })
+    .await
+    .expect("join")
+    .expect("audited control plane");
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "audit").await;
+    let first = testenv::service_account_token(&admin, &ns, "app", &[]).await;
+    let second = testenv::service_account_token(&admin, &ns, "app", &[]).await;
+    let (first_id, second_id) = (
+        testenv::credential_id(&admin, &first).await,
+        testenv::credential_id(&admin, &second).await,
+    );
+    assert_ne!(first_id, second_id, "each token is its own credential");
+
+    // Allowed: every ServiceAccount may review its own access. Refused: reading ConfigMaps.
+    let as_first = cp.client_with_token(&first).await;
+    let review = k8s_openapi::api::authorization::v1::SelfSubjectAccessReview {
+        spec: k8s_openapi::api::authorization::v1::SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(k8s_openapi::api::authorization::v1::ResourceAttributes {
+                resource: Some("configmaps".into()),
+                verb: Some("get".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::authorization::v1::SelfSubjectAccessReview>::all(as_first.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("self review");
+    let refused = Api::<ConfigMap>::namespaced(as_first, &ns)
+        .get("settings")
+        .await
+        .expect_err("no grant");
+    assert!(matches!(refused, kube::Error::Api(ref s) if s.code == 403));
+    let as_second = cp.client_with_token(&second).await;
+    let _ = Api::<ConfigMap>::namespaced(as_second, &ns)
+        .list(&Default::default())
+        .await;
+
+    let user = format!("system:serviceaccount:{ns}:app");
+    let events = testenv::wait_for("the requests in the audit log", GC_TIMEOUT, || async {
+        let events: Vec<_> = cp
+            .audit_events()
+            .expect("audit events")
+            .into_iter()
+            .filter(|e| e.user.username == user)
+            .collect();
+        (events.len() >= 3).then_some(events)
+    })
+    .await;
+    let seen: Vec<_> = events
+        .iter()
+        .map(|e| {
+            let o = e.object_ref.clone().unwrap_or_default();
+            (
+                e.credential_id().unwrap_or_default().to_owned(),
+                e.verb.clone(),
+                o.api_group,
+                o.resource,
+                o.namespace,
+                o.name,
+                e.allowed(),
+                e.code(),
+            )
+        })
+        .collect();
+    let expected = [
+        (
+            first_id.clone(),
+            "create".to_owned(),
+            "authorization.k8s.io".to_owned(),
+            "selfsubjectaccessreviews".to_owned(),
+            String::new(),
+            String::new(),
+            true,
+            Some(201),
+        ),
+        (
+            first_id,
+            "get".into(),
+            String::new(),
+            "configmaps".into(),
+            ns.clone(),
+            "settings".into(),
+            false,
+            Some(403),
+        ),
+        (
+            second_id,
+            "list".into(),
+            String::new(),
+            "configmaps".into(),
+            ns.clone(),
+            String::new(),
+            false,
+            Some(403),
+        ),
+    ];
+    assert_eq!(seen, expected);
+    cp.stop();
+}
+
+#[tokio::test]
+async fn the_shared_control_plane_keeps_no_audit_log() {
+    let err = testenv::shared()
+        .audit_events()
+        .expect_err("no audit log by default");
+    assert!(matches!(err, testenv::Error::AuditOff), "{err}");
+}

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use deploy_tests::schemas;
+use deploy_tests::{rbac, schemas};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{EnvVar, Volume};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -17,6 +18,41 @@ use tokio::process::{Child, Command};
 pub const CHART: &str = "deploy/chart/peerpods";
 /// The local control plane's version (testenv/controlplane), for `helm template` and kubeconform.
 pub const KUBE_VERSION: &str = "1.37.1";
+
+/// The control plane of the chart tests. It keeps the API server's audit log, which tells what the chart's
+/// ServiceAccounts actually did (the RBAC check needs that); other test binaries use the cheaper
+/// [`testenv::shared`].
+pub fn control_plane() -> &'static testenv::ControlPlane {
+    static AUDITED: OnceLock<testenv::ControlPlane> = OnceLock::new();
+    AUDITED.get_or_init(|| {
+        match testenv::ControlPlane::start_with(testenv::Options {
+            audit: true,
+            ..Default::default()
+        }) {
+            Ok(cp) => cp,
+            Err(e) => panic!("local control plane with an audit log: {e}"),
+        }
+    })
+}
+
+/// The RBAC objects (Roles, ClusterRoles and their bindings) of a rendered manifest.
+pub fn rbac_of(manifest: &str) -> rbac::Rbac {
+    fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(doc: &str) -> T {
+        serde_saphyr::from_str(doc)
+            .unwrap_or_else(|e| panic!("{} in the manifest: {e}\n{doc}", kind_of(doc)))
+    }
+    let mut out = rbac::Rbac::default();
+    for doc in documents(manifest) {
+        match kind_of(&doc) {
+            "Role" => out.roles.push(parse(&doc)),
+            "ClusterRole" => out.cluster_roles.push(parse(&doc)),
+            "RoleBinding" => out.role_bindings.push(parse(&doc)),
+            "ClusterRoleBinding" => out.cluster_role_bindings.push(parse(&doc)),
+            _ => {}
+        }
+    }
+    out
+}
 
 /// A tool built into `.tools/bin` by `make test`'s prerequisites.
 pub fn tool(name: &str) -> PathBuf {
@@ -167,10 +203,9 @@ pub async fn wait_for_openapi_kind(client: &kube::Client, group: &str, kind: &st
     .await;
 }
 
-/// A kubeconfig for the local control plane that authenticates with `token` only.
-pub fn token_kubeconfig(path: &Path, token: &str) {
-    let admin =
-        std::fs::read_to_string(testenv::shared().kubeconfig_path()).expect("admin kubeconfig");
+/// A kubeconfig for control plane `cp` that authenticates with `token` only.
+pub fn token_kubeconfig(cp: &testenv::ControlPlane, path: &Path, token: &str) {
+    let admin = std::fs::read_to_string(cp.kubeconfig_path()).expect("admin kubeconfig");
     let mut config: serde_json::Value = serde_saphyr::from_str(&admin).expect("kubeconfig YAML");
     let users = config["users"].as_array_mut().expect("users");
     for user in users.iter_mut() {
