@@ -43,6 +43,8 @@ help:
 	@echo "make testenv-up     start the local control plane in the background ($(KUBECONFIG_DEV))"
 	@echo "make testenv-down   stop it"
 	@echo "make kubectl        build kubectl (matching the control plane) into .tools/bin"
+	@echo "make node           build the test node (kubelet, containerd, runc, kube-proxy, CoreDNS) into .testenv/node"
+	@echo "make test-node      the Helm chart on that node (part of make test; needs root)"
 	@echo "make bench          run the benchmark scenarios (release builds; not part of make test)"
 	@echo "make manifests      regenerate the CRDs in deploy/crds from the Rust types"
 	@echo "make install | uninstall | run | deploy IMG=... | undeploy | docker-build | docker-push | helm-lint"

@@ -20,7 +20,7 @@ const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
 
 // startAPIServer runs kube-apiserver in this process until ctx ends. It serves TLS on listener and reports
 // its end on the returned channel.
-func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir string, p *pki) (<-chan error, error) {
+func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir string, p *pki, at serving) (<-chan error, error) {
 	s := options.NewServerRunOptions()
 	// A registry of its own per component, as Kubernetes' own in-process test servers do, so the API server and the
 	// controller manager in this one process do not contend for the global one.
@@ -38,8 +38,8 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 	}
 	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--bind-address=" + at.address,
+		"--advertise-address=" + at.address,
 		"--cert-dir=" + certDir,
 		"--tls-cert-file=" + p.ServingCert,
 		"--tls-private-key-file=" + p.ServingKey,
@@ -49,8 +49,7 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 		"--service-account-key-file=" + p.SAPub,
 		"--service-account-signing-key-file=" + p.SAKey,
 		"--service-cluster-ip-range=10.0.0.0/24",
-		// No kubelet or kube-proxy: nothing would route to endpoints of the kubernetes Service.
-		"--endpoint-reconciler-type=none",
+		"--endpoint-reconciler-type=" + endpointReconciler(at),
 		// The CAA DaemonSet that peer-pod-config-ctrl deploys is privileged.
 		"--allow-privileged=true",
 		"--profiling=false",
@@ -58,6 +57,11 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 		"--max-requests-inflight=2000",
 		"--max-mutating-requests-inflight=1000",
 	}
+	audit, err := auditArgs(certDir)
+	if err != nil {
+		return nil, err
+	}
+	args = append(args, audit...)
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}
@@ -80,4 +84,13 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 		done <- app.Run(ctx, completed)
 	}()
 	return done, nil
+}
+
+// endpointReconciler publishes the API server as the endpoint of the kubernetes Service only when a node joins:
+// without kubelet and kube-proxy nothing would route to it.
+func endpointReconciler(at serving) string {
+	if at.forNode {
+		return "lease"
+	}
+	return "none"
 }

@@ -29,7 +29,7 @@ var controllers = []string{
 }
 
 // startControllerManager runs kube-controller-manager in this process until ctx ends.
-func startControllerManager(ctx context.Context, kubeconfig string, p *pki) (<-chan error, error) {
+func startControllerManager(ctx context.Context, kubeconfig string, p *pki, forNode bool) (<-chan error, error) {
 	s, err := options.NewKubeControllerManagerOptions()
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func startControllerManager(ctx context.Context, kubeconfig string, p *pki) (<-c
 	}
 	args := []string{
 		"--kubeconfig=" + kubeconfig,
-		"--controllers=" + strings.Join(controllers, ","),
+		"--controllers=" + strings.Join(enabledControllers(forNode), ","),
 		"--leader-elect=false",
 		"--secure-port=0",
 		"--service-account-private-key-file=" + p.SAKey,
@@ -78,4 +78,15 @@ func startControllerManager(ctx context.Context, kubeconfig string, p *pki) (<-c
 		done <- app.Run(ctx, config.Complete())
 	}()
 	return done, nil
+}
+
+// nodeControllers are the controllers a node needs: kube-proxy and CoreDNS read EndpointSlices, and the node
+// lifecycle controller lifts the not-ready taint a kubelet registers its Node with.
+var nodeControllers = []string{"endpointslice-controller", "node-lifecycle-controller"}
+
+func enabledControllers(forNode bool) []string {
+	if forNode {
+		return append(append([]string{}, controllers...), nodeControllers...)
+	}
+	return controllers
 }

@@ -46,6 +46,8 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "", "where to write the admin kubeconfig (required)")
 	parentPID := flag.Int("parent-pid", 0, "stop when this process is no longer our parent (0: never)")
 	startTimeout := flag.Duration("start-timeout", 3*time.Minute, "give up when not ready within this time")
+	nodeIP := flag.String("node-ip", "", "serve on this address instead of 127.0.0.1, for a node's kubelet and pods "+
+		"in a network namespace of their own (see testenv/node); also runs the controllers a node needs")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *kubeconfig == "" {
@@ -55,13 +57,27 @@ func main() {
 	// The API server and the controller manager each apply logging options; allow the second, unchanged apply.
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
 
-	if err := run(*kubeconfig, *parentPID, *startTimeout); err != nil {
+	address := "127.0.0.1"
+	if *nodeIP != "" {
+		if net.ParseIP(*nodeIP) == nil {
+			fmt.Fprintf(os.Stderr, "controlplane: --node-ip %q is not an IP address\n", *nodeIP)
+			os.Exit(2)
+		}
+		address = *nodeIP
+	}
+	if err := run(*kubeconfig, *parentPID, *startTimeout, serving{address: address, forNode: *nodeIP != ""}); err != nil {
 		fmt.Fprintf(os.Stderr, "controlplane: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfigPath string, parentPID int, startTimeout time.Duration) error {
+// serving says where the API is served and whether a node (kubelet, kube-proxy, pods) will join.
+type serving struct {
+	address string
+	forNode bool
+}
+
+func run(kubeconfigPath string, parentPID int, startTimeout time.Duration, at serving) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go stopOnSignalOrOrphan(cancel, parentPID)
@@ -79,7 +95,7 @@ func run(kubeconfigPath string, parentPID int, startTimeout time.Duration) error
 	}
 
 	started := time.Now()
-	p, err := newPKI(pkiDir)
+	p, err := newPKI(pkiDir, net.ParseIP(at.address))
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -89,7 +105,7 @@ func run(kubeconfigPath string, parentPID int, startTimeout time.Duration) error
 	}
 	defer closeEtcd(etcd)
 
-	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	listener, err := net.Listen("tcp", net.JoinHostPort(at.address, "0"))
 	if err != nil {
 		return err
 	}
@@ -97,7 +113,7 @@ func run(kubeconfigPath string, parentPID int, startTimeout time.Duration) error
 	if err := writeKubeconfig(kubeconfigPath, serverURL, p); err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
-	apiDone, err := startAPIServer(ctx, listener, etcdURL, filepath.Join(dir, "apiserver"), p)
+	apiDone, err := startAPIServer(ctx, listener, etcdURL, filepath.Join(dir, "apiserver"), p, at)
 	if err != nil {
 		return err
 	}
@@ -110,7 +126,7 @@ func run(kubeconfigPath string, parentPID int, startTimeout time.Duration) error
 	if err := waitFor(readyCtx, apiDone, func(ctx context.Context) bool { return apiReady(ctx, client) }); err != nil {
 		return fmt.Errorf("kube-apiserver not ready: %w", err)
 	}
-	kcmDone, err := startControllerManager(ctx, kubeconfigPath, p)
+	kcmDone, err := startControllerManager(ctx, kubeconfigPath, p, at.forNode)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ type issuedCert struct {
 
 // newPKI writes a fresh certificate authority and everything signed by it into dir.
 // Everything is ECDSA P-256: fast to generate, which keeps start-up short.
-func newPKI(dir string) (*pki, error) {
+func newPKI(dir string, address net.IP) (*pki, error) {
 	p := &pki{
 		CACert: filepath.Join(dir, "ca.crt"), CAKey: filepath.Join(dir, "ca.key"),
 		ServingCert: filepath.Join(dir, "apiserver.crt"), ServingKey: filepath.Join(dir, "apiserver.key"),
@@ -79,7 +79,7 @@ func newPKI(dir string) (*pki, error) {
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")},
+		IPAddresses: []net.IP{address, net.ParseIP("10.0.0.1")},
 	})
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 use crate::Error;
+use crate::audit::{self, AuditEvent};
 use crate::helpers::repo_root;
 
 /// How long a start may take once the binary exists.
@@ -21,7 +22,21 @@ pub struct ControlPlane {
     kubeconfig: Kubeconfig,
     server_url: String,
     tuning: Vec<String>,
+    /// The audit log, read through a handle opened before the API server writes to it: the events stay readable
+    /// even if the run directory is cleaned away meanwhile (the API server keeps appending to the same file).
+    audit_log: Option<Mutex<std::fs::File>>,
     child: Mutex<Child>,
+}
+
+/// How to start a control plane of one's own ([`ControlPlane::start_with`]). The default is what [`shared`] runs.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Keep kube-apiserver's audit log (every request at Metadata level), read with
+    /// [`ControlPlane::audit_events`]. Off by default: it costs a file write per request.
+    pub audit: bool,
+    /// Serve the API on this address instead of 127.0.0.1 and run the controllers a node needs: for a
+    /// [`crate::node::Node`] whose kubelet and pods live in a network namespace where this address is local.
+    pub node_ip: Option<std::net::IpAddr>,
 }
 
 /// The control plane of this test process, started on first use. Blocking; safe from any thread.
@@ -46,6 +61,11 @@ pub fn binary_path() -> PathBuf {
 impl ControlPlane {
     /// Starts a control plane of its own (most tests want [`shared`]). It has its own ports, data and kubeconfig.
     pub fn start() -> Result<Self, Error> {
+        Self::start_with(Options::default())
+    }
+
+    /// Like [`ControlPlane::start`], set up as `options` say.
+    pub fn start_with(options: Options) -> Result<Self, Error> {
         let binary = binary_path();
         if !binary.exists() {
             build(&binary)?;
@@ -54,11 +74,27 @@ impl ControlPlane {
         let kubeconfig_path = run_dir.join("kubeconfig");
         let log_path = run_dir.join("controlplane.log");
         let log = std::fs::File::create(&log_path)?;
-        let mut child = Command::new(&binary)
+        let audit_path = options.audit.then(|| run_dir.join("audit.log"));
+        let audit_log = match &audit_path {
+            Some(path) => {
+                std::fs::File::create(path)?;
+                Some(Mutex::new(std::fs::File::open(path)?))
+            }
+            None => None,
+        };
+        let mut command = Command::new(&binary);
+        command
             .arg("--kubeconfig")
             .arg(&kubeconfig_path)
             .arg("--parent-pid")
-            .arg(std::process::id().to_string())
+            .arg(std::process::id().to_string());
+        if let Some(path) = &audit_path {
+            command.arg("--audit-log").arg(path);
+        }
+        if let Some(ip) = options.node_ip {
+            command.arg("--node-ip").arg(ip.to_string());
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log)
@@ -87,8 +123,24 @@ impl ControlPlane {
             kubeconfig,
             server_url,
             tuning,
+            audit_log,
             child: Mutex::new(child),
         })
+    }
+
+    /// Every request the API server has answered so far (and every watch it has started), from its audit log.
+    /// Only for a control plane started with [`Options::audit`].
+    pub fn audit_events(&self) -> Result<Vec<AuditEvent>, Error> {
+        use std::io::{Read, Seek, SeekFrom};
+        let file = self.audit_log.as_ref().ok_or(Error::AuditOff)?;
+        let mut file = match file.lock() {
+            Ok(f) => f,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        file.seek(SeekFrom::Start(0))?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        audit::parse(&text).map_err(Error::AuditLog)
     }
 
     /// The admin kubeconfig (user in `system:masters`).
@@ -256,7 +308,7 @@ fn run_dir() -> Result<PathBuf, Error> {
     Ok(dir)
 }
 
-fn tail(path: &Path) -> String {
+pub(crate) fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(30)..].join("\n")

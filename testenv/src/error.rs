@@ -20,4 +20,10 @@ pub enum Error {
     Client(#[from] kube::Error),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the node: {0}")]
+    Node(String),
+    #[error("this control plane keeps no audit log (start it with Options {{ audit: true, .. }})")]
+    AuditOff,
+    #[error("reading the audit log: {0}")]
+    AuditLog(serde_json::Error),
 }

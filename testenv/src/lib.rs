@@ -3,13 +3,23 @@
 //! built from the Go module in `testenv/controlplane` and run on 127.0.0.1.
 //!
 //! One control plane starts per test process, on first use ([`shared`]); each test gets its own namespace
-//! ([`namespace`]). There is no scheduler and no kubelet: Pods stay Pending and Node objects are created through
+//! ([`namespace`]). By default there is no scheduler and no kubelet: Pods stay Pending and Node objects are created through
 //! the API.
+//!
+//! With a control plane of its own serving on the node address, a test can add a real node ([`node`]: kubelet,
+//! containerd, kube-proxy, kube-scheduler, CoreDNS) so that pods run.
+//!
+//! A control plane of one's own ([`ControlPlane::start_with`]) can keep kube-apiserver's audit log
+//! ([`Options::audit`]): every request with its user, credential, verb and object, as [`audit::AuditEvent`]s.
 
+pub mod audit;
 mod controlplane;
 mod error;
 mod helpers;
+pub mod node;
 
-pub use controlplane::{ControlPlane, binary_path, shared};
+pub use controlplane::{ControlPlane, Options, binary_path, shared};
 pub use error::Error;
-pub use helpers::{apply_crds, namespace, repo_root, service_account_token, wait_for};
+pub use helpers::{
+    apply_crds, credential_id, namespace, repo_root, service_account_token, wait_for,
+};
