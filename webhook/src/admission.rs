@@ -1,0 +1,313 @@
+//! One AdmissionReview in, one out: reading the request, deciding with [`crate::mutation`], and answering in
+//! the form the API server expects. Pure; the HTTP layer only moves bytes.
+//!
+//! Every answer is an AdmissionReview (`admission.k8s.io/v1`) whose response echoes the request's uid:
+//! - a peer pod being created: allowed, with a JSON patch;
+//! - anything else (another runtime class, not a Pod, not a create, a subresource): allowed, unchanged;
+//! - a request that cannot be read, or a Pod whose quantities cannot: refused with code 400 and the reason,
+//!   never a panic.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+
+use crate::Error;
+use crate::mutation::{self, Target};
+
+/// What became of one review (a metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A peer pod got its patch.
+    Mutated,
+    /// Allowed as it is.
+    Unchanged,
+    /// Refused: the request or the Pod in it cannot be read.
+    Invalid,
+    /// Refused: the webhook failed to build its answer.
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Mutated => "mutated",
+            Outcome::Unchanged => "unchanged",
+            Outcome::Invalid => "invalid",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// The answer to the AdmissionReview in `body`.
+pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<DynamicObject>) {
+    let request: AdmissionRequest<DynamicObject> =
+        match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
+            .map_err(|e| e.to_string())
+            .and_then(|review| review.try_into().map_err(|e| format!("{e}")))
+        {
+            Ok(request) => request,
+            Err(reason) => {
+                let error = Error::MalformedRequest(reason);
+                tracing::warn!(%error, "refused an unreadable admission request");
+                let mut response = AdmissionResponse::invalid(error.to_string());
+                response.result.code = 400;
+                return (Outcome::Invalid, response.into_review());
+            }
+        };
+    let allowed = AdmissionResponse::from(&request);
+    let pod = match pod_created(&request) {
+        Ok(Some(pod)) => pod,
+        Ok(None) => return (Outcome::Unchanged, allowed.into_review()),
+        Err(error) => return refuse(&request, allowed, &error),
+    };
+    let patch = match mutation::patch(&pod, target) {
+        Ok(Some(patch)) => patch,
+        Ok(None) => return (Outcome::Unchanged, allowed.into_review()),
+        Err(error) => return refuse(&request, allowed, &error),
+    };
+    let operations = patch.0.len();
+    match allowed.clone().with_patch(patch) {
+        Ok(response) => {
+            tracing::info!(
+                namespace = request.namespace.as_deref().unwrap_or_default(),
+                pod = %pod_name(&request),
+                uid = %request.uid,
+                operations,
+                "peer pod: resources moved to VM-size annotations"
+            );
+            (Outcome::Mutated, response.into_review())
+        }
+        Err(e) => refuse(&request, allowed, &Error::Patch(e.to_string())),
+    }
+}
+
+/// The Pod being created, or `None` for anything the webhook leaves alone. Only creation is mutated: the
+/// resources of an existing pod's containers cannot be replaced, and subresources (`resize`, `binding`,
+/// `ephemeralcontainers`) are not the pod's creation.
+fn pod_created(request: &AdmissionRequest<DynamicObject>) -> Result<Option<Pod>, Error> {
+    let is_pod = request.kind.group.is_empty() && request.kind.kind == "Pod";
+    if !is_pod || request.operation != Operation::Create || request.sub_resource.is_some() {
+        return Ok(None);
+    }
+    let Some(object) = &request.object else {
+        return Err(Error::MalformedRequest(
+            "a create request without an object".into(),
+        ));
+    };
+    serde_json::to_value(object)
+        .and_then(serde_json::from_value)
+        .map(Some)
+        .map_err(|e| Error::MalformedRequest(format!("the object is not a Pod: {e}")))
+}
+
+fn refuse(
+    request: &AdmissionRequest<DynamicObject>,
+    allowed: AdmissionResponse,
+    error: &Error,
+) -> (Outcome, AdmissionReview<DynamicObject>) {
+    let (outcome, code) = if error.is_bad_request() {
+        (Outcome::Invalid, 400)
+    } else {
+        (Outcome::Failed, 500)
+    };
+    tracing::warn!(
+        namespace = request.namespace.as_deref().unwrap_or_default(),
+        pod = %pod_name(request),
+        uid = %request.uid,
+        reason = error.reason(),
+        %error,
+        "refused a pod"
+    );
+    let mut response = allowed.deny(error);
+    response.result.code = code;
+    (outcome, response.into_review())
+}
+
+/// The pod's name, or its generateName prefix (a created pod often has no name yet).
+fn pod_name(request: &AdmissionRequest<DynamicObject>) -> String {
+    if !request.name.is_empty() {
+        return request.name.clone();
+    }
+    request
+        .object
+        .as_ref()
+        .and_then(|o| o.metadata.generate_name.clone())
+        .map(|prefix| format!("{prefix}*"))
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    const UID: &str = "0c9a8d74-9cb7-44dd-b98e-09fd62def2f4";
+
+    fn request(operation: &str, kind: Value, object: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": UID,
+                "kind": kind,
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "apps",
+                "operation": operation,
+                "userInfo": {"username": "alice"},
+                "object": object,
+                "dryRun": false
+            }
+        }))
+        .unwrap()
+    }
+
+    fn pod_kind() -> Value {
+        json!({"group": "", "version": "v1", "kind": "Pod"})
+    }
+
+    fn pod(runtime_class: &str) -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "web-", "namespace": "apps"},
+            "spec": {
+                "runtimeClassName": runtime_class,
+                "containers": [{"name": "web", "image": "nginx", "resources": {
+                    "requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}}]
+            }
+        })
+    }
+
+    /// The review as the API server reads it.
+    fn answer(body: &[u8]) -> (Outcome, Value) {
+        let (outcome, review) = review(body, &Target::default());
+        (outcome, serde_json::to_value(review).unwrap())
+    }
+
+    #[test]
+    fn a_peer_pod_is_allowed_with_a_json_patch() {
+        let (outcome, review) = answer(&request("CREATE", pod_kind(), pod("kata-remote")));
+        assert_eq!(outcome, Outcome::Mutated);
+        assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+        assert_eq!(review["kind"], "AdmissionReview");
+        let response = &review["response"];
+        assert_eq!(response["uid"], UID);
+        assert_eq!(response["allowed"], true);
+        assert_eq!(response["patchType"], "JSONPatch");
+        // The patch travels as bytes (a JSON array of numbers, which the API server's decoder takes for a
+        // byte slice as it takes base64); applied to the object it yields the peer pod.
+        let bytes: Vec<u8> = serde_json::from_value(response["patch"].clone()).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        let mut object = pod("kata-remote");
+        json_patch::patch(&mut object, &patch).unwrap();
+        assert_eq!(
+            object["metadata"]["annotations"],
+            json!({mutation::VCPUS_ANNOTATION: "2", mutation::MEMORY_ANNOTATION: "2048"})
+        );
+        assert_eq!(
+            object["spec"]["containers"][0]["resources"],
+            json!({"requests": {"kata.peerpods.io/vm": "1"}, "limits": {"kata.peerpods.io/vm": "1"}})
+        );
+    }
+
+    #[test]
+    fn other_pods_and_objects_are_allowed_unchanged() {
+        for (operation, kind, object) in [
+            ("CREATE", pod_kind(), pod("runc")),
+            ("UPDATE", pod_kind(), pod("kata-remote")),
+            (
+                "CREATE",
+                json!({"group": "apps", "version": "v1", "kind": "Deployment"}),
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {}}),
+            ),
+            (
+                "CREATE",
+                json!({"group": "", "version": "v1", "kind": "ConfigMap"}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            ),
+        ] {
+            let (outcome, review) = answer(&request(operation, kind.clone(), object));
+            assert_eq!(outcome, Outcome::Unchanged, "{operation} {kind}");
+            let response = &review["response"];
+            assert_eq!(response["uid"], UID);
+            assert_eq!(response["allowed"], true);
+            assert!(response.get("patch").is_none(), "{response}");
+            assert!(response.get("patchType").is_none(), "{response}");
+        }
+    }
+
+    #[test]
+    fn a_subresource_is_not_the_pods_creation() {
+        let mut body: Value =
+            serde_json::from_slice(&request("CREATE", pod_kind(), pod("kata-remote"))).unwrap();
+        body["request"]["subResource"] = json!("ephemeralcontainers");
+        let (outcome, _) = answer(&serde_json::to_vec(&body).unwrap());
+        assert_eq!(outcome, Outcome::Unchanged);
+    }
+
+    #[test]
+    fn a_malformed_request_gets_a_400_answer() {
+        for body in [
+            b"not json".to_vec(),
+            b"{}".to_vec(),
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+            )
+            .unwrap(),
+            serde_json::to_vec(
+                &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": UID}}),
+            )
+            .unwrap(),
+        ] {
+            let (outcome, review) = answer(&body);
+            assert_eq!(
+                outcome,
+                Outcome::Invalid,
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
+            assert_eq!(review["apiVersion"], "admission.k8s.io/v1");
+            let response = &review["response"];
+            assert_eq!(response["allowed"], false);
+            assert_eq!(response["status"]["code"], 400);
+            assert!(
+                response["status"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("malformed admission request"),
+                "{response}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pod_that_cannot_be_read_is_refused_with_its_uid() {
+        let mut bad_quantity = pod("kata-remote");
+        bad_quantity["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("two");
+        let not_a_pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+            "spec": {"containers": "none"}});
+        for (object, message) in [
+            (
+                bad_quantity,
+                "spec.containers[0].resources.limits[cpu]: quantity \"two\": no digits",
+            ),
+            (
+                not_a_pod,
+                "malformed admission request: the object is not a Pod",
+            ),
+            (
+                Value::Null,
+                "malformed admission request: a create request without an object",
+            ),
+        ] {
+            let (outcome, review) = answer(&request("CREATE", pod_kind(), object));
+            assert_eq!(outcome, Outcome::Invalid);
+            let response = &review["response"];
+            assert_eq!(response["uid"], UID);
+            assert_eq!(response["allowed"], false);
+            assert_eq!(response["status"]["code"], 400);
+            let got = response["status"]["message"].as_str().unwrap();
+            assert!(got.starts_with(message), "{got}");
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Wires flags and environment to the library. The environment variables and flags are the upstream webhook's,
+//! so the Deployment peer-pod-config-ctrl renders (and upstream's manifests) run this image unchanged.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use peerpods_runtime::telemetry::{self, LogFormat};
+use peerpods_webhook::listen::ListenAddr;
+use peerpods_webhook::mutation::{DEFAULT_EXTENDED_RESOURCE, DEFAULT_RUNTIME_CLASS, Target};
+use peerpods_webhook::server::{self, CERT_POLL_INTERVAL, DEFAULT_CERT_DIR, Options};
+use peerpods_webhook::tls::TlsVersion;
+
+const COMPONENT: &str = "peerpods-webhook";
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Peer-pods mutating admission webhook: peer pods request kata.peerpods.io/vm, their size goes to annotations"
+)]
+struct Cli {
+    /// Runtime class of peer pods, the only pods changed; empty means kata-remote.
+    #[arg(long, env = "TARGET_RUNTIMECLASS", default_value = DEFAULT_RUNTIME_CLASS)]
+    target_runtime_class: String,
+    /// Extended resource a peer pod's first container requests one of (it counts peer-pod VMs on a node).
+    #[arg(long, env = "POD_VM_EXTENDED_RESOURCE", default_value = DEFAULT_EXTENDED_RESOURCE)]
+    pod_vm_extended_resource: String,
+    /// Accepted, not used. peer-pod-config-ctrl passes its PeerPodConfig's instanceType here, as upstream's
+    /// controller does, but upstream's webhook no longer uses it either: cloud-api-adaptor chooses the instance
+    /// type from the size annotations and its own configuration.
+    #[arg(long, env = "POD_VM_INSTANCE_TYPE", hide = true)]
+    pod_vm_instance_type: Option<String>,
+    /// HTTPS address of the webhook: `:port` (every interface) or `ip:port`.
+    #[arg(long, env = "WEBHOOK_BIND_ADDRESS", default_value = ":9443")]
+    webhook_bind_address: ListenAddr,
+    /// Directory with the serving certificate, `tls.crt` and `tls.key`; re-read when they change.
+    #[arg(long, env = "CERT_DIR", default_value = DEFAULT_CERT_DIR)]
+    cert_dir: PathBuf,
+    /// Plain-HTTP address of /healthz, /readyz and /metrics: `:port`, `ip:port`, or 0 for none.
+    #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
+    health_probe_bind_address: ListenAddr,
+    /// Lowest TLS version the webhook port accepts.
+    #[arg(long, env = "TLS_MIN_VERSION", value_enum, default_value_t = TlsVersion::Tls12)]
+    tls_min_version: TlsVersion,
+    /// Log line format: text or json.
+    #[arg(long, env = "LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+    /// OTLP/gRPC collector to export trace spans to (e.g. http://otel-collector:4317); unset: no export.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    // Upstream's manifests pass these two; accepted so they keep working. Every replica serves (a webhook has
+    // nothing to lead), and /metrics is on the health probe address.
+    #[arg(long, hide = true)]
+    leader_elect: bool,
+    #[arg(long, hide = true)]
+    metrics_bind_address: Option<String>,
+}
+
+impl Cli {
+    fn options(&self) -> Options {
+        Options {
+            webhook: self.webhook_bind_address,
+            health: self.health_probe_bind_address,
+            cert_dir: self.cert_dir.clone(),
+            cert_poll_interval: CERT_POLL_INTERVAL,
+            tls_min_version: self.tls_min_version,
+            target: Target::new(&self.target_runtime_class, &self.pod_vm_extended_resource),
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let otlp = cli.otlp_endpoint.as_deref().filter(|e| !e.is_empty());
+    let telemetry = match telemetry::init_with(COMPONENT, cli.log_format, otlp) {
+        Ok(t) => t,
+        Err(error) => {
+            eprintln!("{COMPONENT}: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(instance_type) = &cli.pod_vm_instance_type {
+        tracing::info!(
+            instance_type,
+            "POD_VM_INSTANCE_TYPE is not used by the webhook"
+        );
+    }
+    if cli.leader_elect || cli.metrics_bind_address.is_some() {
+        tracing::info!(
+            "--leader-elect and --metrics-bind-address are not needed: every replica serves, /metrics is on the health probe address"
+        );
+    }
+    let result = server::run(cli.options(), peerpods_runtime::shutdown::on_signal()).await;
+    if let Err(error) = &result {
+        tracing::error!(%error, reason = error.reason(), "{COMPONENT} stopped");
+    }
+    telemetry.shutdown().await;
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use peer_pod_config_ctrl::crd::PeerPodConfig;
+    use peer_pod_config_ctrl::objects::{WEBHOOK_PATH, WEBHOOK_PORT, webhook_deployment};
+
+    #[test]
+    fn flags_fit_together() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let cli = Cli::try_parse_from([COMPONENT]).unwrap();
+        let options = cli.options();
+        assert_eq!(options.webhook, ListenAddr::AnyInterface(9443));
+        assert_eq!(options.health, ListenAddr::AnyInterface(8081));
+        assert_eq!(
+            options.cert_dir,
+            PathBuf::from("/tmp/k8s-webhook-server/serving-certs")
+        );
+        assert_eq!(options.tls_min_version, TlsVersion::Tls12);
+        assert_eq!(
+            options.target,
+            Target::new("kata-remote", "kata.peerpods.io/vm")
+        );
+    }
+
+    #[test]
+    fn upstream_flags_are_accepted() {
+        let cli = Cli::try_parse_from([
+            COMPONENT,
+            "--leader-elect",
+            "--health-probe-bind-address=:8081",
+            "--metrics-bind-address=127.0.0.1:8080",
+            "--tls-min-version=VersionTLS13",
+        ])
+        .unwrap();
+        assert_eq!(cli.options().tls_min_version, TlsVersion::Tls13);
+        let cli = Cli::try_parse_from([
+            COMPONENT,
+            "--health-probe-bind-address=0",
+            "--target-runtime-class=",
+        ])
+        .unwrap();
+        assert_eq!(cli.options().health, ListenAddr::Off);
+        assert_eq!(
+            cli.options().target.runtime_class,
+            "kata-remote",
+            "empty is the default"
+        );
+    }
+
+    /// The Deployment peer-pod-config-ctrl renders starts this binary as it is: its args and environment parse
+    /// (each variable given through the flag that reads it), its ports and probes are where the webhook
+    /// serves, and the certificate is mounted where the webhook reads it.
+    #[test]
+    fn runs_as_peer_pod_config_ctrl_deploys_it() {
+        let spec = serde_json::from_value(serde_json::json!({
+            "limit": 3,
+            "instanceType": "t3.small",
+            "webhook": {"targetRuntimeClass": "kata-remote-snp"}
+        }))
+        .unwrap();
+        let mut config = PeerPodConfig::new("peerpodconfig", spec);
+        // As the API server returns it: the owner reference of the Deployment needs a uid.
+        config.metadata.namespace = Some("peer-pods".into());
+        config.metadata.uid = Some("5b0c1e8e-1111-2222-3333-444455556666".into());
+        let deployment = webhook_deployment(&config, "peer-pods").unwrap();
+        let pod = deployment.spec.template.spec.unwrap();
+        let container = &pod.containers[0];
+
+        let command = Cli::command();
+        let mut argv = vec![COMPONENT.to_owned()];
+        argv.extend(container.args.clone().unwrap_or_default());
+        for env in container.env.as_deref().unwrap_or_default() {
+            let arg = command
+                .get_arguments()
+                .find(|a| a.get_env().is_some_and(|e| e == env.name.as_str()))
+                .unwrap_or_else(|| panic!("{} is not read", env.name));
+            let long = arg.get_long().unwrap();
+            argv.push(format!(
+                "--{long}={}",
+                env.value.clone().unwrap_or_default()
+            ));
+        }
+        let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        let options = cli.options();
+        assert_eq!(
+            options.target,
+            Target::new("kata-remote-snp", "kata.peerpods.io/vm")
+        );
+        assert_eq!(cli.pod_vm_instance_type.as_deref(), Some("t3.small"));
+
+        let port = container.ports.as_deref().unwrap_or_default()[0].container_port;
+        assert_eq!(port, WEBHOOK_PORT);
+        assert_eq!(
+            options.webhook,
+            ListenAddr::AnyInterface(u16::try_from(port).unwrap())
+        );
+        assert_eq!(WEBHOOK_PATH, server::WEBHOOK_PATH);
+        for (probe, path) in [
+            (&container.readiness_probe, "/readyz"),
+            (&container.liveness_probe, "/healthz"),
+        ] {
+            let get = probe.as_ref().and_then(|p| p.http_get.as_ref()).unwrap();
+            assert_eq!(get.path.as_deref(), Some(path));
+            let IntOrString::Int(probe_port) = get.port else {
+                panic!("named probe port")
+            };
+            assert_eq!(
+                options.health,
+                ListenAddr::AnyInterface(u16::try_from(probe_port).unwrap())
+            );
+        }
+        let mounts = container.volume_mounts.as_deref().unwrap_or_default();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| std::path::Path::new(&m.mount_path) == options.cert_dir),
+            "{mounts:?}"
+        );
+    }
+}

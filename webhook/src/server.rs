@@ -1,0 +1,223 @@
+//! The one way to start the webhook: the serving certificate (read, then polled), the HTTPS port with
+//! `/mutate-v1-pod`, and the health port (`/healthz`, `/readyz`, `/metrics`), wired once. `main.rs` turns flags
+//! into [`Options`] and calls [`run`]; tests call [`start`] and keep the [`Running`] handle for its addresses.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::routing::post;
+use kube::core::DynamicObject;
+use kube::core::admission::AdmissionReview;
+use peerpods_runtime::admin::{AdminServer, Readiness};
+use peerpods_runtime::shutdown::CancellationToken;
+use prometheus_client::registry::Registry;
+
+use crate::Error;
+use crate::admission;
+use crate::listen::ListenAddr;
+use crate::metrics::Metrics;
+use crate::mutation::Target;
+use crate::tls::{ServingCert, TlsListener, TlsVersion};
+
+/// Path the API server posts AdmissionReviews to.
+pub const WEBHOOK_PATH: &str = "/mutate-v1-pod";
+/// Where the serving certificate Secret is mounted (controller-runtime's default, which the Deployment uses).
+pub const DEFAULT_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
+/// How often the certificate files are checked for changes (and, before the first pair, for appearing).
+pub const CERT_POLL_INTERVAL: Duration = Duration::from_secs(5);
+/// Readiness component that is ready once a serving certificate is loaded.
+pub const READINESS_CERTIFICATE: &str = "certificate";
+/// Largest AdmissionReview read, as controller-runtime's webhook server: a Pod and its old version fit well.
+const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+
+/// Everything the webhook needs to run.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The HTTPS port the API server calls.
+    pub webhook: ListenAddr,
+    /// `/healthz`, `/readyz` and `/metrics` over plain HTTP; [`ListenAddr::Off`] runs without them.
+    pub health: ListenAddr,
+    /// Directory with `tls.crt` and `tls.key`.
+    pub cert_dir: PathBuf,
+    pub cert_poll_interval: Duration,
+    pub tls_min_version: TlsVersion,
+    /// Which pods are peer pods and what they request instead.
+    pub target: Target,
+}
+
+/// A started webhook.
+pub struct Running {
+    pub webhook_addr: SocketAddr,
+    pub health_addr: Option<SocketAddr>,
+    pub readiness: Readiness,
+    pub metrics: Metrics,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+impl Running {
+    /// Waits until the webhook has stopped (after the shutdown token is cancelled, or a server failed).
+    pub async fn wait(self) -> Result<(), Error> {
+        self.task
+            .await
+            .map_err(|e| Error::io("webhook task", std::io::Error::other(e)))?
+    }
+}
+
+/// Runs until `shutdown` is cancelled.
+pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Error> {
+    start(options, shutdown).await?.wait().await
+}
+
+/// Binds both ports and starts serving; fails (before serving) when a port cannot be bound. A missing
+/// certificate is not a failure: the webhook waits for it, not ready, as the Secret may be created later.
+pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Running, Error> {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+
+    let mut certificate =
+        CertificateWatch::new(ServingCert::in_dir(&options.cert_dir), readiness.clone());
+    certificate.check();
+    let tls = certificate.cert.server_config(options.tls_min_version)?;
+
+    let health = options
+        .health
+        .bind("health probe")
+        .await?
+        .map(|listener| AdminServer::on(listener, readiness.clone(), Arc::new(registry)));
+    let health_addr = health.as_ref().map(AdminServer::local_addr).transpose()?;
+    let webhook = options
+        .webhook
+        .bind("webhook")
+        .await?
+        .ok_or_else(|| Error::ListenAddress {
+            address: options.webhook.to_string(),
+            problem: "the webhook port cannot be turned off",
+        })?;
+    let listener = TlsListener::new(webhook, tls)?;
+    let webhook_addr = axum::serve::Listener::local_addr(&listener)
+        .map_err(|e| Error::io("webhook listener address", e))?;
+    let app = Router::new()
+        .route(WEBHOOK_PATH, post(mutate))
+        .layer(DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .with_state(AppState {
+            target: Arc::new(options.target.clone()),
+            metrics: metrics.clone(),
+        });
+    tracing::info!(
+        webhook = %webhook_addr,
+        health = %health_addr.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+        runtime_class = %options.target.runtime_class,
+        extended_resource = %options.target.extended_resource,
+        "serving the peer-pods webhook"
+    );
+
+    // A child token: a server that fails stops the others without cancelling the caller's token.
+    let stop = shutdown.child_token();
+    let interval = options.cert_poll_interval.max(Duration::from_millis(10));
+    let task = tokio::spawn(async move {
+        let health = health.map(|h| tokio::spawn(h.serve(stop.clone().cancelled_owned())));
+        let polling = tokio::spawn(certificate.poll(interval, stop.clone()));
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .await
+            .map_err(|e| Error::io("webhook server", e));
+        stop.cancel();
+        let _ = polling.await;
+        let health = match health {
+            Some(task) => task
+                .await
+                .map_err(|e| Error::io("health server task", std::io::Error::other(e)))
+                .and_then(|served| served.map_err(Error::from)),
+            None => Ok(()),
+        };
+        served.and(health)
+    });
+    Ok(Running {
+        webhook_addr,
+        health_addr,
+        readiness,
+        metrics,
+        task,
+    })
+}
+
+#[derive(Clone)]
+struct AppState {
+    target: Arc<Target>,
+    metrics: Metrics,
+}
+
+async fn mutate(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> axum::Json<AdmissionReview<DynamicObject>> {
+    let (outcome, review) = admission::review(&body, &state.target);
+    state.metrics.count(outcome);
+    axum::Json(review)
+}
+
+/// The serving certificate and what `/readyz` says about it; a problem is logged when it first appears, not on
+/// every poll.
+struct CertificateWatch {
+    cert: Arc<ServingCert>,
+    readiness: Readiness,
+    problem: Option<String>,
+}
+
+impl CertificateWatch {
+    fn new(cert: Arc<ServingCert>, readiness: Readiness) -> Self {
+        CertificateWatch {
+            cert,
+            readiness,
+            problem: None,
+        }
+    }
+
+    fn check(&mut self) {
+        let serving = format!("serving {}", self.cert.describe());
+        match self.cert.reload() {
+            Ok(true) => {
+                tracing::info!(files = %self.cert.describe(), "serving certificate loaded");
+                self.readiness.set(READINESS_CERTIFICATE, true, serving);
+                self.problem = None;
+            }
+            Ok(false) => {
+                // A rejected pair was put back to the one served.
+                if self.problem.take().is_some() {
+                    self.readiness.set(READINESS_CERTIFICATE, true, serving);
+                }
+            }
+            Err(error) => {
+                let problem = error.to_string();
+                if self.problem.as_ref() != Some(&problem) {
+                    tracing::warn!(%error, "no usable serving certificate");
+                }
+                if self.cert.is_loaded() {
+                    let detail = format!("serving the previous pair; new one rejected: {problem}");
+                    self.readiness.set(READINESS_CERTIFICATE, true, detail);
+                } else {
+                    self.readiness
+                        .set(READINESS_CERTIFICATE, false, problem.clone());
+                }
+                self.problem = Some(problem);
+            }
+        }
+    }
+
+    async fn poll(mut self, interval: Duration, stop: CancellationToken) {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                _ = ticker.tick() => self.check(),
+            }
+        }
+    }
+}

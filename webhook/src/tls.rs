@@ -1,0 +1,290 @@
+//! HTTPS for the webhook port: the serving certificate from `tls.crt` and `tls.key` in the certificate
+//! directory (the mounted Secret), read again when the files change, and a listener that hands out connections
+//! that finished their TLS handshake.
+//!
+//! Until a usable pair has been read the port refuses handshakes and `/readyz` says why; a bad new pair keeps the
+//! old one. Secret mounts are swapped atomically, but the two files are read one after the other, so a pair that
+//! does not match is simply tried again on the next poll.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
+use tokio_rustls::rustls::sign::CertifiedKey;
+use tokio_rustls::server::TlsStream;
+
+use crate::Error;
+
+/// File names inside the certificate directory, as controller-runtime and the Secret use them.
+pub const CERT_FILE: &str = "tls.crt";
+pub const KEY_FILE: &str = "tls.key";
+
+/// A handshake taking longer than this is dropped, so slow clients cannot hold slots.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at most; past this, accepting waits and the kernel's backlog queues connections.
+const MAX_HANDSHAKES: usize = 128;
+
+/// Lowest TLS version the port accepts (upstream's `TLS_MIN_VERSION` values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TlsVersion {
+    #[default]
+    #[value(name = "VersionTLS12")]
+    Tls12,
+    #[value(name = "VersionTLS13")]
+    Tls13,
+}
+
+/// The certificate and key files and the pair currently served.
+#[derive(Debug)]
+pub struct ServingCert {
+    cert_path: PathBuf,
+    key_path: PathBuf,
+    current: RwLock<Option<Loaded>>,
+}
+
+#[derive(Debug)]
+struct Loaded {
+    files: (Vec<u8>, Vec<u8>),
+    key: Arc<CertifiedKey>,
+}
+
+impl ServingCert {
+    /// The pair in `dir`, not read yet (see [`ServingCert::reload`]).
+    pub fn in_dir(dir: &Path) -> Arc<Self> {
+        Arc::new(ServingCert {
+            cert_path: dir.join(CERT_FILE),
+            key_path: dir.join(KEY_FILE),
+            current: RwLock::new(None),
+        })
+    }
+
+    /// Reads the files. `Ok(true)`: a new pair is served from now on; `Ok(false)`: unchanged; `Err`: the files
+    /// are missing or unusable, and the pair served before (if any) stays.
+    pub fn reload(&self) -> Result<bool, Error> {
+        let read = |path: &Path| {
+            std::fs::read(path)
+                .map_err(|e| Error::Certificate(format!("reading {}: {e}", path.display())))
+        };
+        let files = (read(&self.cert_path)?, read(&self.key_path)?);
+        let unchanged = self
+            .current
+            .read()
+            .map(|c| c.as_ref().is_some_and(|c| c.files == files))
+            .unwrap_or(false);
+        if unchanged {
+            return Ok(false);
+        }
+        let key = certified_key(&files)?;
+        if let Ok(mut current) = self.current.write() {
+            *current = Some(Loaded { files, key });
+        }
+        Ok(true)
+    }
+
+    /// Whether a pair is being served.
+    pub fn is_loaded(&self) -> bool {
+        self.current.read().map(|c| c.is_some()).unwrap_or(false)
+    }
+
+    /// Where the pair is read from.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} and {}",
+            self.cert_path.display(),
+            self.key_path.display()
+        )
+    }
+
+    /// A rustls server config serving the current pair. HTTP/1.1 only, as controller-runtime's webhook server
+    /// does by default: the API server needs nothing else, and it keeps HTTP/2's rapid-reset attacks away.
+    pub fn server_config(
+        self: &Arc<Self>,
+        min_version: TlsVersion,
+    ) -> Result<Arc<rustls::ServerConfig>, Error> {
+        let versions: &[&rustls::SupportedProtocolVersion] = match min_version {
+            TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        };
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_protocol_versions(versions)
+        .map_err(|e| Error::Certificate(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(self.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(config))
+    }
+}
+
+impl ResolvesServerCert for ServingCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current
+            .read()
+            .ok()
+            .and_then(|c| c.as_ref().map(|c| c.key.clone()))
+    }
+}
+
+fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, Error> {
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Certificate(format!("{CERT_FILE}: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::Certificate(format!(
+            "{CERT_FILE} holds no certificate"
+        )));
+    }
+    // Never echo key material: only say what kind of problem it is.
+    let key = PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| Error::Certificate(format!("{KEY_FILE}: {e}")))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| Error::Certificate(format!("{KEY_FILE}: {e}")))?;
+    let certified = CertifiedKey::new(chain, signing);
+    certified
+        .keys_match()
+        .map_err(|e| Error::Certificate(format!("{CERT_FILE} and {KEY_FILE} do not match: {e}")))?;
+    Ok(Arc::new(certified))
+}
+
+/// Connections that completed their TLS handshake, for `axum::serve`. Handshakes run in tasks of their own (at
+/// most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE_TIMEOUT`]), so a slow client delays nobody.
+pub struct TlsListener {
+    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> Result<Self, Error> {
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("webhook listener address", e))?;
+        let (tx, connections) = mpsc::channel(32);
+        let accepting = tokio::spawn(accept(listener, TlsAcceptor::from(config), tx));
+        Ok(TlsListener {
+            connections,
+            local_addr,
+            accepting,
+        })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        // The accept loop owns the socket: stopping it closes the port.
+        self.accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.connections.recv().await {
+            Some(connection) => connection,
+            // The accept loop only ends when aborted, and then nothing is accepted any more.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local_addr)
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    connections: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (tcp, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // E.g. too many open files: back off instead of spinning.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, connections) = (acceptor.clone(), connections.clone());
+        tokio::spawn(async move {
+            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+            drop(slot);
+            match handshake {
+                Ok(Ok(stream)) => {
+                    let _ = connections.send((stream, peer)).await;
+                }
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(name: &str) -> (String, String) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec![name.to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    fn write(dir: &Path, (cert, key): &(String, String)) {
+        std::fs::write(dir.join(CERT_FILE), cert).unwrap();
+        std::fs::write(dir.join(KEY_FILE), key).unwrap();
+    }
+
+    #[test]
+    fn loads_reloads_and_keeps_the_last_good_pair() {
+        let dir = tempfile::tempdir().unwrap();
+        let serving = ServingCert::in_dir(dir.path());
+        let missing = serving.reload().unwrap_err();
+        assert_eq!(missing.reason(), "Certificate");
+        assert!(missing.to_string().contains(CERT_FILE), "{missing}");
+        assert!(!serving.is_loaded());
+
+        let first = pair("one.example");
+        write(dir.path(), &first);
+        assert!(serving.reload().unwrap());
+        assert!(serving.is_loaded());
+        assert!(!serving.reload().unwrap(), "same files, nothing new");
+
+        // A key that belongs to another certificate is refused; the first pair stays.
+        let second = pair("two.example");
+        std::fs::write(dir.path().join(KEY_FILE), &second.1).unwrap();
+        let mismatch = serving.reload().unwrap_err();
+        assert!(mismatch.to_string().contains("do not match"), "{mismatch}");
+        assert!(serving.is_loaded());
+
+        write(dir.path(), &second);
+        assert!(serving.reload().unwrap());
+
+        std::fs::write(dir.path().join(CERT_FILE), "not a certificate").unwrap();
+        let garbage = serving.reload().unwrap_err();
+        assert!(
+            garbage.to_string().contains("holds no certificate"),
+            "{garbage}"
+        );
+        assert!(serving.is_loaded());
+    }
+}
