@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use crate::crd::{FINALIZER, PeerPod};
@@ -163,7 +164,7 @@ pub use peerpods_runtime::backoff::{Backoff, seed};
 /// The parts of a PeerPod whose change may need a reconcile: spec (generation), deletion, finalizers and
 /// owners. Status is left out on purpose: our own condition updates must not trigger another pass, or a
 /// failing cleanup would loop as fast as the API server answers.
-pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> Option<u64> {
+pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> u64 {
     let mut hasher = DefaultHasher::new();
     peerpod.metadata.generation.hash(&mut hasher);
     peerpod
@@ -178,16 +179,43 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> Option<u64> {
         .map(|o| o.uid.as_str())
         .collect();
     owners.hash(&mut hasher);
-    Some(hasher.finish())
+    hasher.finish()
+}
+
+/// Whether a PeerPod seen on the watch needs a reconcile, given the version the cache held until then: always
+/// when it is new (or recreated under the same name), otherwise only when [`reconcile_trigger_hash`] changed.
+/// Comparing with the cached version replaces a predicate filter, which would keep a key and a hash of every
+/// PeerPod a second time.
+pub fn needs_reconcile(cached: Option<&PeerPod>, seen: &PeerPod) -> bool {
+    cached.is_none_or(|cached| {
+        cached.metadata.uid != seen.metadata.uid
+            || reconcile_trigger_hash(cached) != reconcile_trigger_hash(seen)
+    })
 }
 
 /// Drops what the controller never reads from a PeerPod before it is cached: managedFields (the largest part),
-/// labels and annotations (kubectl's last-applied copy among them; CAA sets none). Taken as `None`, not
-/// emptied, so no allocation is kept: with 10,000 PeerPods in the cache, every byte per object is 10 kB.
+/// labels and annotations (kubectl's last-applied copy among them; CAA sets none), generateName and selfLink,
+/// and of the owner references all but the controlling owner's UID (the Pod's, which groups the PeerPods of one
+/// Pod; its kind and name would be three more strings per PeerPod). Taken as `None`, not emptied, so no
+/// allocation is kept: with 10,000 PeerPods in the cache, every byte per object is 10 kB.
 pub fn keep_what_is_read(peerpod: &mut PeerPod) {
-    peerpod.metadata.managed_fields = None;
-    peerpod.metadata.labels = None;
-    peerpod.metadata.annotations = None;
+    let meta = &mut peerpod.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.annotations = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    meta.owner_references = meta
+        .owner_references
+        .take()
+        .and_then(|owners| owners.into_iter().find(|o| o.controller == Some(true)))
+        .map(|owner| {
+            vec![OwnerReference {
+                uid: owner.uid,
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]
+        });
 }
 
 /// Whether a PeerPod still exists after we remove our finalizer from `finalizers` (another one holds it).
@@ -199,7 +227,7 @@ pub fn outlives_release(finalizers: &[String]) -> bool {
 mod tests {
     use super::*;
     use crate::crd::PeerPodSpec;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn time(secs: i64) -> Time {
         Time(jiff::Timestamp::from_second(1_700_000_000 + secs).expect("valid"))
@@ -454,6 +482,8 @@ mod tests {
                 && p.metadata.annotations.is_none()
         );
         assert_eq!(controlling_owner_uid(&p), Some("pod-1"));
+        assert_eq!(p.metadata.uid.as_deref(), Some("u1"));
+        assert_eq!(p.spec.instance_id, "i-0123456789abcdef0");
         assert_eq!(p.finalizers(), [FINALIZER.to_string()]);
         assert!(p.metadata.creation_timestamp.is_some());
         assert_eq!(
@@ -461,5 +491,63 @@ mod tests {
             before,
             "nothing the trigger reads is dropped"
         );
+    }
+
+    #[test]
+    fn of_the_owners_only_the_controlling_uid_is_kept() {
+        let mut p = owned_by(peerpod("a", 0), "pod-1", Some(true));
+        let mut owners = p.metadata.owner_references.take().expect("owned");
+        owners.insert(
+            0,
+            OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "ReplicaSet".into(),
+                name: "rs".into(),
+                uid: "rs-1".into(),
+                controller: Some(false),
+                block_owner_deletion: None,
+            },
+        );
+        p.metadata.owner_references = Some(owners);
+        let decision = cleanup(&deleting(p.clone()));
+        keep_what_is_read(&mut p);
+        assert_eq!(
+            p.owner_references(),
+            [OwnerReference {
+                uid: "pod-1".into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]
+        );
+        assert_eq!(cleanup(&deleting(p.clone())), decision);
+
+        let mut unowned = owned_by(peerpod("b", 0), "rs-1", None);
+        keep_what_is_read(&mut unowned);
+        assert!(unowned.metadata.owner_references.is_none());
+    }
+
+    #[test]
+    fn new_changed_and_recreated_peerpods_need_a_reconcile_status_updates_do_not() {
+        let cached = owned_by(peerpod("a", 0), "pod-1", Some(true));
+        assert!(needs_reconcile(None, &cached), "first seen");
+        assert!(!needs_reconcile(Some(&cached), &cached), "unchanged");
+
+        let mut status_only = cached.clone();
+        status_only.metadata.resource_version = Some("2".into());
+        status_only.status = Some(crate::crd::PeerPodStatus {
+            cleand: true,
+            ..Default::default()
+        });
+        assert!(!needs_reconcile(Some(&cached), &status_only));
+
+        assert!(needs_reconcile(Some(&cached), &deleting(cached.clone())));
+        let mut released = cached.clone();
+        released.metadata.finalizers = None;
+        assert!(needs_reconcile(Some(&cached), &released));
+        let moved = owned_by(peerpod("a", 0), "pod-2", Some(true));
+        assert!(needs_reconcile(Some(&cached), &moved));
+        let mut recreated = cached.clone();
+        recreated.metadata.uid = Some("uid-a-2".into());
+        assert!(needs_reconcile(Some(&cached), &recreated));
     }
 }

@@ -11,50 +11,58 @@ use kube::runtime::watcher;
 use crate::crd::PeerPod;
 use crate::decide::controlling_owner_uid;
 
-/// An owner has one PeerPod, rarely a few (a sandbox restarted): a `Vec` holds one entry in one small
-/// allocation where a `HashSet` allocates a table, and the owner UID is stored once, shared by both maps.
+/// One PeerPod of an owner: its namespace and name, the part of an `ObjectRef` that identifies it. An
+/// `ObjectRef` is 96 bytes with room for a resourceVersion and UID the index never needs; with 10,000 PeerPods
+/// every byte per entry is 10 kB.
+#[derive(Debug, PartialEq, Eq)]
+struct Member {
+    namespace: Option<Box<str>>,
+    name: Box<str>,
+}
+
+impl Member {
+    fn of(peerpod: &PeerPod) -> Member {
+        Member {
+            namespace: peerpod.metadata.namespace.as_deref().map(Box::from),
+            name: peerpod.metadata.name.as_deref().unwrap_or_default().into(),
+        }
+    }
+
+    fn key(&self) -> ObjectRef<PeerPod> {
+        let key = ObjectRef::new(&self.name);
+        match &self.namespace {
+            Some(namespace) => key.within(namespace),
+            None => key,
+        }
+    }
+}
+
+/// An owner has one PeerPod, rarely a few (a sandbox restarted). The previous owner of a PeerPod is read from
+/// the cached object an event replaces, so no reverse map is kept.
 #[derive(Default)]
 struct Maps {
-    by_owner: HashMap<Arc<str>, Vec<ObjectRef<PeerPod>>>,
-    owner_of: HashMap<ObjectRef<PeerPod>, Arc<str>>,
+    by_owner: HashMap<Box<str>, Vec<Member>>,
 }
 
 impl Maps {
-    fn remove(&mut self, key: &ObjectRef<PeerPod>) {
-        if let Some(owner) = self.owner_of.remove(key)
-            && let Some(owned) = self.by_owner.get_mut(&owner)
-        {
-            owned.retain(|k| k != key);
-            if owned.is_empty() {
-                self.by_owner.remove(&owner);
+    fn insert(&mut self, owner: &str, member: Member) {
+        match self.by_owner.get_mut(owner) {
+            Some(members) if members.contains(&member) => {}
+            Some(members) => members.push(member),
+            // `vec![]` allocates exactly one slot; a push onto an empty Vec would reserve four.
+            None => {
+                self.by_owner.insert(owner.into(), vec![member]);
             }
         }
     }
 
-    fn upsert(&mut self, peerpod: &PeerPod) {
-        let key = lean_key(peerpod);
-        self.remove(&key);
-        if let Some(owner) = controlling_owner_uid(peerpod) {
-            let owner: Arc<str> = match self.by_owner.get_key_value(owner) {
-                Some((shared, _)) => shared.clone(),
-                None => Arc::from(owner),
-            };
-            self.by_owner
-                .entry(owner.clone())
-                .or_default()
-                .push(key.clone());
-            self.owner_of.insert(key, owner);
+    fn remove(&mut self, owner: &str, member: &Member) {
+        if let Some(members) = self.by_owner.get_mut(owner) {
+            members.retain(|m| m != member);
+            if members.is_empty() {
+                self.by_owner.remove(owner);
+            }
         }
-    }
-}
-
-/// The PeerPod's key without the resourceVersion and UID `ObjectRef::from_obj` carries: keys compare by namespace
-/// and name only, and with 10,000 PeerPods those two strings per key (held twice here) are megabytes.
-fn lean_key(peerpod: &PeerPod) -> ObjectRef<PeerPod> {
-    let key = ObjectRef::new(peerpod.metadata.name.as_deref().unwrap_or_default());
-    match peerpod.metadata.namespace.as_deref() {
-        Some(namespace) => key.within(namespace),
-        None => key,
     }
 }
 
@@ -73,18 +81,41 @@ pub struct OwnerIndex {
 }
 
 impl OwnerIndex {
-    /// Applies one watch event.
-    pub fn apply(&self, event: &watcher::Event<PeerPod>) {
+    /// Applies one watch event. `cached` is the event's object as the cache held it before this event: an
+    /// update or deletion removes the PeerPod from the owner it had then, which may differ from the one it has
+    /// now.
+    pub fn apply(&self, event: &watcher::Event<PeerPod>, cached: Option<&PeerPod>) {
         // A poisoned lock only means another thread panicked mid-update of plain maps; the data is still
         // usable and the next re-list rebuilds it anyway.
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
-            watcher::Event::Apply(p) => state.live.upsert(p),
-            watcher::Event::Delete(p) => state.live.remove(&lean_key(p)),
+            watcher::Event::Apply(p) => {
+                let member = Member::of(p);
+                if let Some(previous) = cached.and_then(controlling_owner_uid) {
+                    state.live.remove(previous, &member);
+                }
+                if let Some(owner) = controlling_owner_uid(p) {
+                    state.live.insert(owner, member);
+                }
+            }
+            watcher::Event::Delete(p) => {
+                let member = Member::of(p);
+                for owner in [
+                    cached.and_then(controlling_owner_uid),
+                    controlling_owner_uid(p),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    state.live.remove(owner, &member);
+                }
+            }
             watcher::Event::Init => state.relisting = Some(Maps::default()),
             watcher::Event::InitApply(p) => {
-                if let Some(maps) = state.relisting.as_mut() {
-                    maps.upsert(p);
+                if let (Some(maps), Some(owner)) =
+                    (state.relisting.as_mut(), controlling_owner_uid(p))
+                {
+                    maps.insert(owner, Member::of(p));
                 }
             }
             watcher::Event::InitDone => {
@@ -102,7 +133,7 @@ impl OwnerIndex {
             .live
             .by_owner
             .get(owner_uid)
-            .map(|owned| owned.to_vec())
+            .map(|members| members.iter().map(Member::key).collect())
             .unwrap_or_default()
     }
 
@@ -148,36 +179,74 @@ mod tests {
     #[test]
     fn groups_by_owner_and_forgets_deleted() {
         let index = OwnerIndex::default();
-        index.apply(&watcher::Event::Apply(peerpod("a", Some("u1"))));
-        index.apply(&watcher::Event::Apply(peerpod("b", Some("u1"))));
-        index.apply(&watcher::Event::Apply(peerpod("c", Some("u2"))));
-        index.apply(&watcher::Event::Apply(peerpod("ownerless", None)));
+        index.apply(&watcher::Event::Apply(peerpod("a", Some("u1"))), None);
+        index.apply(&watcher::Event::Apply(peerpod("b", Some("u1"))), None);
+        index.apply(&watcher::Event::Apply(peerpod("c", Some("u2"))), None);
+        index.apply(&watcher::Event::Apply(peerpod("ownerless", None)), None);
         assert_eq!(names(index.owned_by("u1")), vec!["a", "b"]);
         assert_eq!(index.owners(), 2);
-        index.apply(&watcher::Event::Delete(peerpod("a", Some("u1"))));
+        let a = peerpod("a", Some("u1"));
+        index.apply(&watcher::Event::Delete(a.clone()), Some(&a));
         assert_eq!(names(index.owned_by("u1")), vec!["b"]);
-        index.apply(&watcher::Event::Delete(peerpod("c", Some("u2"))));
+        assert_eq!(
+            index.owned_by("u1")[0].namespace.as_deref(),
+            Some("ns"),
+            "keys carry the namespace"
+        );
+        index.apply(&watcher::Event::Delete(peerpod("c", Some("u2"))), None);
         assert_eq!(index.owners(), 1);
     }
 
     #[test]
     fn owner_change_moves_the_object() {
         let index = OwnerIndex::default();
-        index.apply(&watcher::Event::Apply(peerpod("a", Some("u1"))));
-        index.apply(&watcher::Event::Apply(peerpod("a", Some("u2"))));
+        let before = peerpod("a", Some("u1"));
+        index.apply(&watcher::Event::Apply(before.clone()), None);
+        index.apply(
+            &watcher::Event::Apply(peerpod("a", Some("u2"))),
+            Some(&before),
+        );
         assert!(index.owned_by("u1").is_empty());
         assert_eq!(names(index.owned_by("u2")), vec!["a"]);
+        assert_eq!(index.owners(), 1);
+    }
+
+    #[test]
+    fn a_repeated_update_is_indexed_once() {
+        let index = OwnerIndex::default();
+        let a = peerpod("a", Some("u1"));
+        index.apply(&watcher::Event::Apply(a.clone()), None);
+        index.apply(&watcher::Event::Apply(a.clone()), Some(&a));
+        // Even without the cached version, the entry is not duplicated.
+        index.apply(&watcher::Event::Apply(a), None);
+        assert_eq!(names(index.owned_by("u1")), vec!["a"]);
+    }
+
+    #[test]
+    fn a_deleted_object_leaves_the_owner_it_had_in_the_cache() {
+        let index = OwnerIndex::default();
+        let cached = peerpod("a", Some("u1"));
+        index.apply(&watcher::Event::Apply(cached.clone()), None);
+        // The Delete carries a newer owner than the one indexed (an update was not seen).
+        index.apply(
+            &watcher::Event::Delete(peerpod("a", Some("u2"))),
+            Some(&cached),
+        );
+        assert_eq!(index.owners(), 0);
     }
 
     #[test]
     fn relist_replaces_the_index_when_done() {
         let index = OwnerIndex::default();
-        index.apply(&watcher::Event::Apply(peerpod("gone", Some("u1"))));
-        index.apply(&watcher::Event::Init);
-        index.apply(&watcher::Event::InitApply(peerpod("kept", Some("u1"))));
+        index.apply(&watcher::Event::Apply(peerpod("gone", Some("u1"))), None);
+        index.apply(&watcher::Event::Init, None);
+        index.apply(
+            &watcher::Event::InitApply(peerpod("kept", Some("u1"))),
+            None,
+        );
         // Until the re-list completes, the old view stays visible.
         assert_eq!(names(index.owned_by("u1")), vec!["gone"]);
-        index.apply(&watcher::Event::InitDone);
+        index.apply(&watcher::Event::InitDone, None);
         assert_eq!(names(index.owned_by("u1")), vec!["kept"]);
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! - [`crd`]: the `PeerPod` type, wire-compatible with cloud-api-adaptor, and its CRD.
 //! - [`decide`]: pure decisions (cleanup, finalizer patch, stale PeerPods, orphans, backoff).
+//! - [`cache`]: what is kept of the watched PeerPods (store, owner index) and which changes need a reconcile.
 //! - [`index`]: PeerPods by controlling owner UID.
 //! - [`provider`]: the provider-service calls.
 //! - [`reconcile`]: the controller (watch → decide → act → record).
 //! - [`orphans`]: the periodic orphan-VM scan.
 //! - [`metrics`]: Prometheus metrics.
 
+pub mod cache;
 pub mod crd;
 pub mod decide;
 mod error;

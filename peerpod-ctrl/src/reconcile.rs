@@ -18,14 +18,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Event, EventType, Recorder};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use peerpods_runtime::backoff::{Backoff, Failures};
 use peerpods_runtime::health::{self, Health};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::Error;
+use crate::cache::Cache;
 use crate::crd::{CONDITION_CLEANED, PeerPod, PeerPodStatus};
 use crate::decide::{self, Cleanup};
 use crate::index::OwnerIndex;
@@ -91,8 +92,8 @@ pub async fn run(
         Some(p) => health::heartbeat(api.clone(), p.clone()).left_future(),
         None => std::future::pending().right_future(),
     };
-    let (store, writer) = reflector::store();
-    let index = OwnerIndex::default();
+    let mut cache = Cache::default();
+    let store = cache.store();
     let ctx = Arc::new(Context {
         client,
         provider,
@@ -100,7 +101,7 @@ pub async fn run(
         metrics,
         backoff: settings.backoff,
         store: store.clone(),
-        index: index.clone(),
+        index: cache.index(),
         failures: Failures::default(),
         deletion_seen: Mutex::default(),
     });
@@ -115,21 +116,21 @@ pub async fn run(
     let trigger = watcher(api, watcher::Config::default().streaming_lists())
         .default_backoff()
         .modify(decide::keep_what_is_read)
-        .map(move |event| {
+        .filter_map(move |event| {
             if let Some(p) = &progress {
                 p.observe(&event);
             }
-            if let Ok(event) = &event {
-                index.apply(event);
-                if let watcher::Event::Delete(p) = event {
-                    forget.forget_object(&ObjectRef::from_obj(p));
+            let request = match event {
+                Ok(event) => {
+                    if let watcher::Event::Delete(p) = &event {
+                        forget.forget_object(&ObjectRef::from_obj(p));
+                    }
+                    cache.apply(&event).map(Ok)
                 }
-            }
-            event
-        })
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(decide::reconcile_trigger_hash, PredicateConfig::default());
+                Err(error) => Some(Err(error)),
+            };
+            std::future::ready(request)
+        });
     let controller = Controller::for_stream(trigger, store)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
         .run(reconcile, error_policy, ctx)
