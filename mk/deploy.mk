@@ -4,7 +4,8 @@
 #   make install / uninstall        the CRDs into / out of the cluster of the current KUBECONFIG
 #   make run                        the three services on this machine against the current KUBECONFIG
 #   make deploy IMG=repo/prefix:tag helm upgrade --install (images repo/prefix/<service>:tag); make undeploy
-#   make docker-build / docker-push images of the three services (docker if its engine answers, else buildah)
+#   make docker-build / docker-push images of the three services and the webhook (docker if its engine answers,
+#                                   else buildah; IMAGES=... for some of them)
 #   make helm-lint                  helm lint with the default and the test values
 #
 # Tools (helm, kubeconform) are built from Go modules into .tools/bin.
@@ -24,7 +25,15 @@ RELEASE ?= peerpods
 IMG ?= peerpods:$(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' $(CHART)/Chart.yaml)
 IMG_PREFIX = $(patsubst %:$(IMG_TAG),%,$(IMG))
 IMG_TAG = $(lastword $(subst :, ,$(lastword $(subst /, ,$(IMG)))))
+# With one image in IMAGES, IMAGE_REF names it exactly instead (Tilt's EXPECTED_REF).
+IMAGE_REF ?=
+image_ref = $(if $(IMAGE_REF),$(IMAGE_REF),$(IMG_PREFIX)/$(1):$(IMG_TAG))
+# buildah push checks the registry's TLS unless told (a plain-HTTP registry on localhost, as Tilt's local ones).
+PUSH_TLS_VERIFY ?= true
 SERVICES := provider-service peerpod-ctrl peer-pod-config-ctrl
+# The images: the three services, and the peer-pods webhook peer-pod-config-ctrl deploys (PeerPodConfig
+# spec.webhook.image).
+IMAGES := $(SERVICES) peerpods-webhook
 
 TEST_PREREQS += helm kubeconform kubectl
 CHECKS += chart-crds-check tiltfile-check tiltfile-eval images-check
@@ -128,21 +137,24 @@ ifeq ($(IMAGE_BINARIES),release)
 BIN_provider-service := $(IMAGE_TARGET_DIR)/release/provider-service
 BIN_peerpod-ctrl := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peerpod-ctrl
 BIN_peer-pod-config-ctrl := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peer-pod-config-ctrl
+BIN_peerpods-webhook := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peerpods-webhook
 else
 BIN_provider-service := $(ROOT)/target/debug/provider-service
 BIN_peerpod-ctrl := $(ROOT)/target/debug/peerpod-ctrl
 BIN_peer-pod-config-ctrl := $(ROOT)/target/debug/peer-pod-config-ctrl
+BIN_peerpods-webhook := $(ROOT)/target/debug/peerpods-webhook
 endif
 
 SYSTEM_PACKAGES += buildah
 buildah: system-packages
 
 # Release binaries in their own target directory so an image build never waits on (or invalidates) the
-# workspace's debug builds. The controllers link statically (no musl target is installable here).
+# workspace's debug builds. The controllers and the webhook link statically (no musl target is installable here).
 images-binaries: libvirt-dev
 ifeq ($(IMAGE_BINARIES),release)
 	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) RUSTFLAGS="-C target-feature=+crt-static" \
-	  $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) -p peerpod-ctrl -p peer-pod-config-ctrl
+	  $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) -p peerpod-ctrl -p peer-pod-config-ctrl \
+	  -p peerpods-webhook
 	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) $(CARGO) build --locked --release -p provider-service
 else
 	# The debug binaries `cargo test --workspace` leaves in target/debug (see provider-service-bin).
@@ -151,12 +163,13 @@ endif
 
 docker-build: images-binaries $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 	@mkdir -p $(IMAGE_TARGET_DIR)
-	@set -e; for s in $(SERVICES); do \
+	@set -e; for s in $(IMAGES); do \
 	  case $$s in provider-service) bin=$(BIN_provider-service);; peerpod-ctrl) bin=$(BIN_peerpod-ctrl);; \
-	    peer-pod-config-ctrl) bin=$(BIN_peer-pod-config-ctrl);; esac; \
+	    peer-pod-config-ctrl) bin=$(BIN_peer-pod-config-ctrl);; peerpods-webhook) bin=$(BIN_peerpods-webhook);; \
+	    *) echo "no image named $$s (IMAGES: $(IMAGES))"; exit 1;; esac; \
 	  ctx=$(IMAGE_TARGET_DIR)/context/$$s; \
 	  $(ROOT)/deploy/images/stage.sh $$bin $$ctx; \
-	  image=$(IMG_PREFIX)/$$s:$(IMG_TAG); \
+	  image=$(call image_ref,$$s); \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then \
 	    docker build -f $(ROOT)/deploy/images/$$s.Dockerfile -t $$image $$ctx; \
 	  else \
@@ -168,24 +181,24 @@ docker-build: images-binaries $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 	done
 
 docker-push: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
-	@set -e; for s in $(SERVICES); do \
-	  image=$(IMG_PREFIX)/$$s:$(IMG_TAG); \
+	@set -e; for s in $(IMAGES); do \
+	  image=$(call image_ref,$$s); \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then docker push $$image; \
-	  else $(BUILDAH) push $$image docker://$$image; fi; \
+	  else $(BUILDAH) push --tls-verify=$(PUSH_TLS_VERIFY) $$image docker://$$image; fi; \
 	done
 
-# `make test`: builds the three images from the debug binaries with buildah, then checks each one: a non-root
+# `make test`: builds the images from the debug binaries with buildah, then checks each one: a non-root
 # user, the binary as entrypoint, and that binary runs `--help` inside the image's root filesystem.
 images-check: buildah
 	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=localhost/peerpods-check:test
 	$(MAKE) --no-print-directory images-verify IMG=localhost/peerpods-check:test
 	@# vfs storage keeps full copies: drop the check images and anything left untagged.
-	@$(BUILDAH) rmi $(foreach s,$(SERVICES),localhost/peerpods-check/$(s):test) >/dev/null
+	@$(BUILDAH) rmi $(foreach s,$(IMAGES),localhost/peerpods-check/$(s):test) >/dev/null
 	@$(BUILDAH) rmi --prune >/dev/null 2>&1 || true
 
 # Checks the images of IMG built by buildah.
 images-verify: buildah
-	@set -e; for s in $(SERVICES); do \
+	@set -e; for s in $(IMAGES); do \
 	  image=$(IMG_PREFIX)/$$s:$(IMG_TAG); \
 	  user=$$($(BUILDAH) inspect --type image --format '{{.OCIv1.Config.User}}' $$image); \
 	  entry=$$($(BUILDAH) inspect --type image --format '{{.OCIv1.Config.Entrypoint}}' $$image); \

@@ -1,7 +1,8 @@
 # A real node for the local control plane (testenv/node, the testenv crate's `node` module): kubelet, kube-proxy
 # and kube-scheduler from the control plane's Kubernetes release; containerd, runc and CoreDNS from their Go
-# modules; the pause and CoreDNS images built here. `make test` runs `test-node`: the Helm chart installed on
-# that node, its pods running.
+# modules; the pause and CoreDNS images built here; an image registry (CNCF distribution, its own module: its
+# storage drivers' dependencies stay out of the others). `make test` runs `test-node`: the Helm chart installed on
+# that node, its pods running, and Tilt's cluster mode deploying onto it.
 #
 #   make node        the node's binaries and images into .testenv/node
 #   make test-node   the chart-on-a-node test (needs root: it runs in namespaces of its own)
@@ -32,6 +33,8 @@ node-binaries: system-packages
 	  github.com/containerd/containerd/v2/cmd/ctr
 	cd testenv/node && CGO_ENABLED=1 $(GO) build -tags seccomp -o $(NODE_BIN)/runc github.com/opencontainers/runc
 	cd testenv/node && CGO_ENABLED=0 $(GO) build -o $(NODE_BIN)/ ./coredns ./pause
+	cd testenv/node/registry && CGO_ENABLED=0 $(GO) build -o $(NODE_BIN)/registry \
+	  github.com/distribution/distribution/v3/cmd/registry
 
 node-images: node-binaries buildah
 	@mkdir -p $(NODE_IMAGES)
@@ -47,5 +50,5 @@ node-images: node-binaries buildah
 	done
 
 # The services' images are those images-check builds from the debug binaries (target/images/*.oci.tar).
-test-node: node images-check
+test-node: node images-check tilt
 	$(CARGO) test -p deploy-tests --test node --locked -- --ignored --test-threads=1

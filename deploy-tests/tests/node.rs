@@ -2,9 +2,14 @@
 //! CoreDNS), with the images `make images-check` builds: the chart's pods run, pass their probes, run as the
 //! non-root user on a read-only root, reach the API through the `kubernetes` Service and each other through
 //! Service DNS; peerpod-ctrl releases a PeerPod through the in-cluster provider-service; peer-pod-config-ctrl's
-//! CAA DaemonSet lands on the selected node and the node's allocatable shows `kata.peerpods.io/vm`.
+//! CAA DaemonSet lands on the selected node and the node's allocatable shows `kata.peerpods.io/vm`; the webhook
+//! Deployment it renders (with the project's `peerpods-webhook` image) serves the API server's admission request
+//! for a kata-remote Pod.
 //!
-//! Run by `make test-node` (root: the test re-runs itself in namespaces of its own).
+//! A second test runs the Tiltfile's cluster mode (real Tilt, `tilt ci`) against such a node with a local
+//! registry: Tilt builds the three images with make, pushes them there, deploys the chart, and the pods run.
+//!
+//! Run by `make test-node` (root: each test re-runs itself in namespaces of its own).
 mod support;
 
 use std::collections::BTreeMap;
@@ -23,6 +28,13 @@ use testenv::node::{NODE_IP, NODE_NAME, NodeOptions};
 
 const NAMESPACE: &str = "peerpods-system";
 const SERVICES: [&str; 3] = ["provider-service", "peerpod-ctrl", "peer-pod-config-ctrl"];
+/// The images `make images-check` builds: the services and the peer-pods webhook.
+const IMAGES: [&str; 4] = [
+    "provider-service",
+    "peerpod-ctrl",
+    "peer-pod-config-ctrl",
+    "peerpods-webhook",
+];
 /// The one domain libvirt's `test:///default` driver starts with (a fixed UUID of that driver).
 const TEST_DOMAIN_UUID: &str = "6695eb01-f6a4-8304-79aa-97f2502e193f";
 /// The non-root user of the services' images (deploy/images).
@@ -48,7 +60,7 @@ async fn chart_on_a_node() {
         ..Default::default()
     })
     .expect("control plane on the node address");
-    let images = SERVICES
+    let images = IMAGES
         .map(|s| testenv::repo_root().join(format!("target/images/{s}.oci.tar")))
         .to_vec();
     let node = testenv::node::Node::start(&cp, NodeOptions { images })
@@ -56,7 +68,8 @@ async fn chart_on_a_node() {
         .expect("node up");
     let client = cp.client().await;
 
-    install_chart(&cp, &client).await;
+    create_cloud_config(&client, NAMESPACE).await;
+    install_chart(&cp).await;
     for service in SERVICES {
         let deployment = format!("peerpods-{service}");
         if let Err(e) =
@@ -87,20 +100,122 @@ async fn chart_on_a_node() {
 
     caa_lands_and_capacity_reaches_allocatable(&client).await;
     eprintln!("the CAA DaemonSet landed on the node; allocatable shows kata.peerpods.io/vm");
+
+    webhook_mutates_a_peer_pod(&client).await;
+    eprintln!(
+        "the webhook Deployment peer-pod-config-ctrl runs mutated a kata-remote Pod created through the API"
+    );
     drop(node);
 }
 
-async fn install_chart(cp: &testenv::ControlPlane, client: &Client) {
+#[test]
+#[ignore = "needs root, the node's binaries and Tilt; run by `make test-node`"]
+fn tilt_cluster_mode_deploys_onto_the_node() {
+    if !testenv::node::isolated("tilt_cluster_mode_deploys_onto_the_node") {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(tilt_on_a_node());
+}
+
+async fn tilt_on_a_node() {
+    const TILT_NAMESPACE: &str = "peerpods-dev";
+    let cp = testenv::ControlPlane::start_with(testenv::Options {
+        node_ip: Some(NODE_IP),
+        ..Default::default()
+    })
+    .expect("control plane on the node address");
+    let node = testenv::node::Node::start(&cp, NodeOptions::default())
+        .await
+        .expect("node up");
+    let client = cp.client().await;
+    let registry = testenv::node::Registry::start(&client)
+        .await
+        .expect("registry");
+    create_cloud_config(&client, TILT_NAMESPACE).await;
+
+    let root = testenv::repo_root();
+    let output = tokio::process::Command::new(root.join(".tools/bin/tilt"))
+        .args([
+            "ci",
+            "--timeout",
+            "8m",
+            // Tilt built from source would serve its web UI from a webpack dev server (yarn, npm packages).
+            "--web-mode",
+            "prod",
+            "--port",
+            "0",
+            "--",
+            "--mode=cluster",
+        ])
+        .arg(format!("--namespace={TILT_NAMESPACE}"))
+        // The control plane serves on the node address, which Tilt does not take for a local cluster.
+        .arg("--allow-k8s-context=testenv")
+        .current_dir(&root)
+        .env("KUBECONFIG", cp.kubeconfig_path())
+        // The images from the debug binaries `cargo test` built (a release build would take minutes).
+        .env("IMAGE_BINARIES", "debug")
+        .output()
+        .await
+        .expect("running tilt");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "tilt ci failed:\n{log}");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), TILT_NAMESPACE);
+    for service in SERVICES {
+        let deployment = format!("peerpods-{service}");
+        testenv::node::wait_available(
+            &client,
+            TILT_NAMESPACE,
+            &deployment,
+            Duration::from_secs(60),
+        )
+        .await
+        .expect("Deployment available after tilt ci");
+        let list = pods.list(&ListParams::default()).await.expect("pods");
+        let image = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with(&deployment))
+            })
+            .find_map(|p| p.spec.as_ref()?.containers.first()?.image.clone())
+            .unwrap_or_default();
+        assert!(
+            image.starts_with(&format!("{}/", testenv::node::REGISTRY)),
+            "{service} runs image {image:?}, not one Tilt pushed to the local registry"
+        );
+    }
+    eprintln!(
+        "tilt ci (cluster mode) built, pushed and deployed the three services; they run on the node"
+    );
+    drop(registry);
+    drop(node);
+}
+
+/// The namespace and cloud-api-adaptor's configuration there, which provider-service reads too: libvirt's test
+/// driver as the cloud.
+async fn create_cloud_config(client: &Client, namespace: &str) {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     namespaces
         .create(
             &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}})).expect("ns"),
+            &serde_json::from_value(json!({"metadata": {"name": namespace}})).expect("ns"),
         )
         .await
         .expect("namespace");
-    // CAA's configuration, which provider-service reads too: libvirt's test driver as the cloud.
-    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let data = BTreeMap::from([
         ("CLOUD_PROVIDER".to_string(), "libvirt".to_string()),
         ("LIBVIRT_URI".to_string(), "test:///default".to_string()),
@@ -117,7 +232,7 @@ async fn install_chart(cp: &testenv::ControlPlane, client: &Client) {
         .create(&PostParams::default(), &cm)
         .await
         .expect("peer-pods-cm");
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some("peer-pods-secret".into()),
@@ -129,7 +244,9 @@ async fn install_chart(cp: &testenv::ControlPlane, client: &Client) {
         .create(&PostParams::default(), &secret)
         .await
         .expect("peer-pods-secret");
+}
 
+async fn install_chart(cp: &testenv::ControlPlane) {
     let chart = testenv::repo_root().join(support::CHART);
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     support::run_ok(
@@ -241,6 +358,11 @@ async fn caa_lands_and_capacity_reaches_allocatable(client: &Client) {
             "configMapName": "peer-pods-cm",
             "limit": "3",
             "nodeSelector": {"node.kubernetes.io/worker": ""},
+            "webhook": {
+                "image": "localhost/peerpods-check/peerpods-webhook:test",
+                "imagePullPolicy": "Never",
+                "replicas": 1,
+            },
         },
     }))
     .expect("PeerPodConfig");
@@ -356,4 +478,77 @@ async fn describe_pods(client: &Client) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The webhook Deployment peer-pod-config-ctrl rendered (our image) becomes Available, and the API server sends it
+/// a kata-remote Pod: stored with one `kata.peerpods.io/vm` and its cpu as Kata's annotation instead of resources.
+async fn webhook_mutates_a_peer_pod(client: &Client) {
+    if let Err(e) = testenv::node::wait_available(
+        client,
+        NAMESPACE,
+        "peer-pods-webhook",
+        Duration::from_secs(120),
+    )
+    .await
+    {
+        panic!("{e}\n{}", describe_pods(client).await);
+    }
+    let runtime_classes: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("node.k8s.io", "v1", "RuntimeClass"),
+            "runtimeclasses",
+        ),
+    );
+    let runtime_class: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": "kata-remote"}, "handler": "kata-remote",
+    }))
+    .expect("RuntimeClass");
+    runtime_classes
+        .create(&PostParams::default(), &runtime_class)
+        .await
+        .expect("create RuntimeClass");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "peer-pod"},
+        "spec": {
+            "runtimeClassName": "kata-remote",
+            "containers": [{
+                "name": "app",
+                "image": "localhost/peerpods-node/pause:test",
+                "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "2"}},
+            }],
+        },
+    }))
+    .expect("Pod");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    // The webhook configuration points at the webhook's Service; its endpoints may trail the Deployment.
+    let start = std::time::Instant::now();
+    let stored = loop {
+        match pods.create(&PostParams::default(), &pod).await {
+            Ok(stored) => break stored,
+            Err(e) if start.elapsed() < Duration::from_secs(60) => {
+                eprintln!("kata-remote Pod not admitted yet: {e}");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => panic!("the API server did not admit the kata-remote Pod: {e}"),
+        }
+    };
+    let container = &stored.spec.as_ref().expect("spec").containers[0];
+    let resources = container.resources.as_ref().expect("resources");
+    let limits = resources.limits.as_ref().expect("limits");
+    assert_eq!(
+        limits.get("kata.peerpods.io/vm").map(|q| q.0.as_str()),
+        Some("1"),
+        "{resources:?}"
+    );
+    assert!(!limits.contains_key("cpu"), "cpu limit kept: {resources:?}");
+    let annotations = stored.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("io.katacontainers.config.hypervisor.default_vcpus")
+            .map(String::as_str),
+        Some("2"),
+        "{annotations:?}"
+    );
 }

@@ -140,6 +140,13 @@ func Evaluate(dir string, args []string, helm string) (*Result, error) {
 			}
 			return nil, fmt.Errorf("fail: %s", msg)
 		}),
+		"allow_k8s_contexts": builtin("allow_k8s_contexts", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var contexts starlark.Value
+			if err := starlark.UnpackArgs(b.Name(), args, kwargs, "contexts", &contexts); err != nil {
+				return nil, err
+			}
+			return starlark.None, nil
+		}),
 		"local_resource": builtin("local_resource", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
 			var lr LocalResource
 			var cmd, serveCmd, deps, resourceDeps, links, labels, ignore, tags starlark.Value = starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None, starlark.None

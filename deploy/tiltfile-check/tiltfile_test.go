@@ -122,14 +122,19 @@ func TestClusterModeBuildsThreeImagesAndDeploysTheChart(t *testing.T) {
 		if !strings.Contains(yaml, `image: "peerpods/`+s+`:`) {
 			t.Errorf("the chart does not use image peerpods/%s", s)
 		}
-		// The shell command turns Tilt's EXPECTED_REF into make's IMG=<prefix>:<tag> for this one service.
+		// The shell command has make build and push exactly Tilt's EXPECTED_REF, plain HTTP only on localhost.
 		cmd := strings.ReplaceAll(cb.Command, "make ", "echo make ")
-		run := exec.Command("bash", "-c", cmd)
-		run.Env = append(os.Environ(), "EXPECTED_REF=registry.test:5000/peerpods/"+s+":tilt-0123")
-		out, err := run.CombinedOutput()
-		want := "make docker-build docker-push SERVICES=" + s + " IMG=registry.test:5000/peerpods:tilt-0123"
-		if err != nil || strings.TrimSpace(string(out)) != want {
-			t.Errorf("%s build command gives %q (%v), want %q", s, out, err, want)
+		for ref, tls := range map[string]string{
+			"registry.test:5000/peerpods/" + s + ":tilt-0123": "true",
+			"localhost:5000/peerpods_" + s + ":tilt-0123":     "false",
+		} {
+			run := exec.Command("bash", "-c", cmd)
+			run.Env = append(os.Environ(), "EXPECTED_REF="+ref)
+			out, err := run.CombinedOutput()
+			want := "make docker-build docker-push IMAGES=" + s + " IMAGE_REF=" + ref + " PUSH_TLS_VERIFY=" + tls
+			if err != nil || strings.TrimSpace(string(out)) != want {
+				t.Errorf("%s build command gives %q (%v), want %q", s, out, err, want)
+			}
 		}
 		wl := r.K8sResources[i]
 		if wl.Workload != "peerpods-"+s || !strings.Contains(yaml, "kind: Deployment\nmetadata:\n  name: peerpods-"+s+"\n") {

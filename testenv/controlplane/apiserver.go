@@ -62,6 +62,11 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 		return nil, err
 	}
 	args = append(args, audit...)
+	if at.forNode {
+		// Logs, exec and port-forward go through the node's kubelet, which authenticates the API server by its
+		// client certificate (the admin one: in system:masters, so kubelet's authorization webhook allows it).
+		args = append(args, "--kubelet-client-certificate="+p.AdminCert, "--kubelet-client-key="+p.AdminKey)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, fmt.Errorf("kube-apiserver flags: %w", err)
 	}

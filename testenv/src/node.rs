@@ -35,7 +35,9 @@ pub const NODE_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 99, 0, 1));
 pub const NODE_NAME: &str = "peerpods-node";
 /// Pod addresses (the CNI bridge's range).
 pub const POD_CIDR: &str = "10.88.0.0/16";
-/// The cluster DNS Service's address (the control plane's Service range is 10.0.0.0/24).
+/// The control plane's Service range.
+pub const SERVICE_CIDR: &str = "10.0.0.0/24";
+/// The cluster DNS Service's address.
 pub const CLUSTER_DNS: &str = "10.0.0.10";
 
 /// Set in the environment of a test re-run inside the node's namespaces.
@@ -320,6 +322,71 @@ impl Drop for Node {
     }
 }
 
+/// The address of the node's image registry ([`Registry`]).
+pub const REGISTRY: &str = "localhost:5000";
+
+/// An image registry (the CNCF distribution registry, plain HTTP on 127.0.0.1:5000 in the node's namespace),
+/// announced to tools as the cluster's local registry (KEP-1755's `kube-public/local-registry-hosting`), as kind
+/// and k3d clusters do: Tilt pushes what it builds there and containerd pulls from it.
+pub struct Registry {
+    child: Child,
+}
+
+impl Registry {
+    /// Starts the registry and publishes it in the cluster. Only inside [`isolated`].
+    pub async fn start(client: &Client) -> Result<Self, Error> {
+        let binary = node_dir().join("bin/registry");
+        if !binary.exists() {
+            return Err(Error::Node(format!(
+                "{} is missing: run `make node`",
+                binary.display()
+            )));
+        }
+        let dir = repo_root().join(".testenv/run/registry");
+        std::fs::create_dir_all(&dir)?;
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:5000\n",
+                dir.join("data").display()
+            ),
+        )?;
+        let log = std::fs::File::create(dir.join("registry.log"))?;
+        let child = Command::new(&binary)
+            .arg("serve")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                path: binary,
+                source,
+            })?;
+        let registry = Self { child };
+        wait_until("the registry listening", Duration::from_secs(30), || {
+            std::net::TcpStream::connect("127.0.0.1:5000").is_ok()
+        })?;
+        apply_manifest(
+            client,
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: local-registry-hosting\n  namespace: kube-public\n\
+                 data:\n  localRegistryHosting.v1: |\n    host: \"{REGISTRY}\"\n"
+            ),
+        )
+        .await?;
+        Ok(registry)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn is_ready(node: &NodeObject) -> bool {
     node.status
         .as_ref()
@@ -386,13 +453,16 @@ pub async fn apply_manifest(client: &Client, manifest: &str) -> Result<(), Error
 }
 
 /// Loopback up, with the node address on it: local to every process of the namespace, and the pods reach it
-/// through their bridge's gateway.
+/// through their bridge's gateway. Connections the node's own processes (the API server calling a webhook) open
+/// to a Service address need a route before kube-proxy's rules rewrite them to a pod: the Service range goes to
+/// loopback (a real node has its default route for that).
 fn setup_network() -> Result<(), Error> {
     run("ip", &["link", "set", "lo", "up"])?;
     run(
         "ip",
         &["addr", "add", &format!("{NODE_IP}/32"), "dev", "lo"],
-    )
+    )?;
+    run("ip", &["route", "add", SERVICE_CIDR, "dev", "lo"])
 }
 
 /// Control planes keep their data under `.testenv/run/<pid>-<n>` and remove directories whose pid is gone; pids
