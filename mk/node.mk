@@ -50,5 +50,7 @@ node-images: node-binaries buildah
 	done
 
 # The services' images are those images-check builds from the debug binaries (target/images/*.oci.tar).
+# `--workspace` keeps the workspace's feature set: with `-p deploy-tests`, Cargo would build its dependencies a
+# second time with other features.
 test-node: node images-check tilt
-	$(CARGO) test -p deploy-tests --test node --locked -- --ignored --test-threads=1
+	$(CARGO) test --workspace --test node --locked -- --ignored --test-threads=1
