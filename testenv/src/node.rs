@@ -143,6 +143,7 @@ impl Node {
             "runc",
             "kubelet",
             "kube-proxy",
+            "kube-scheduler",
         ] {
             if !bin.join(needed).exists() {
                 return Err(Error::Node(format!(
