@@ -43,29 +43,14 @@ const IMAGE_UID: u32 = 65532;
 #[test]
 #[ignore = "needs root and the node's binaries and images; run by `make test-node`"]
 fn the_chart_runs_on_a_node() {
-    if !testenv::node::isolated("the_chart_runs_on_a_node") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(chart_on_a_node());
+    in_the_node_namespaces("the_chart_runs_on_a_node", chart_on_a_node);
 }
 
 async fn chart_on_a_node() {
-    let cp = testenv::ControlPlane::start_with(testenv::Options {
-        node_ip: Some(NODE_IP),
-        ..Default::default()
-    })
-    .expect("control plane on the node address");
     let images = IMAGES
         .map(|s| testenv::repo_root().join(format!("target/images/{s}.oci.tar")))
         .to_vec();
-    let node = testenv::node::Node::start(&cp, NodeOptions { images })
-        .await
-        .expect("node up");
+    let (cp, node) = control_plane_and_node(NodeOptions { images }).await;
     let client = cp.client().await;
 
     create_cloud_config(&client, NAMESPACE).await;
@@ -111,27 +96,12 @@ async fn chart_on_a_node() {
 #[test]
 #[ignore = "needs root, the node's binaries and Tilt; run by `make test-node`"]
 fn tilt_cluster_mode_deploys_onto_the_node() {
-    if !testenv::node::isolated("tilt_cluster_mode_deploys_onto_the_node") {
-        return;
-    }
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(tilt_on_a_node());
+    in_the_node_namespaces("tilt_cluster_mode_deploys_onto_the_node", tilt_on_a_node);
 }
 
 async fn tilt_on_a_node() {
     const TILT_NAMESPACE: &str = "peerpods-dev";
-    let cp = testenv::ControlPlane::start_with(testenv::Options {
-        node_ip: Some(NODE_IP),
-        ..Default::default()
-    })
-    .expect("control plane on the node address");
-    let node = testenv::node::Node::start(&cp, NodeOptions::default())
-        .await
-        .expect("node up");
+    let (cp, node) = control_plane_and_node(NodeOptions::default()).await;
     let client = cp.client().await;
     let registry = testenv::node::Registry::start(&client)
         .await
@@ -202,6 +172,38 @@ async fn tilt_on_a_node() {
     );
     drop(registry);
     drop(node);
+}
+
+/// Runs `scenario` on a runtime of its own inside the node's namespaces (the test re-runs itself there; see
+/// `testenv::node::isolated`).
+fn in_the_node_namespaces<F: std::future::Future<Output = ()>>(
+    test_name: &str,
+    scenario: impl FnOnce() -> F,
+) {
+    if !testenv::node::isolated(test_name) {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(scenario());
+}
+
+/// A control plane serving on the node address, and the node joined to it.
+async fn control_plane_and_node(
+    options: NodeOptions,
+) -> (testenv::ControlPlane, testenv::node::Node) {
+    let cp = testenv::ControlPlane::start_with(testenv::Options {
+        node_ip: Some(NODE_IP),
+        ..Default::default()
+    })
+    .expect("control plane on the node address");
+    let node = testenv::node::Node::start(&cp, options)
+        .await
+        .expect("node up");
+    (cp, node)
 }
 
 /// The namespace and cloud-api-adaptor's configuration there, which provider-service reads too: libvirt's test
