@@ -23,6 +23,9 @@ const COMPUTE_API: &str = "2024-07-01";
 const VM_FIXTURE: &str = include_str!("../fixtures/virtual-machine.json");
 const NIC_FIXTURE: &str = include_str!("../fixtures/network-interface.json");
 const USAGE_FIXTURE: &str = include_str!("../fixtures/usage.json");
+const DATA_DISK_FIXTURE: &str = include_str!("../fixtures/data-disk.json");
+const PUBLIC_IP_FIXTURE: &str = include_str!("../fixtures/public-ip-address.json");
+const DISK_FIXTURE: &str = include_str!("../fixtures/disk.json");
 const OPERATION_FIXTURE: &str = include_str!("../fixtures/operation-status.json");
 const ERROR_FIXTURE: &str = include_str!("../fixtures/arm-error.json");
 const TOKEN_FIXTURE: &str = include_str!("../fixtures/token.json");
@@ -62,7 +65,11 @@ struct VmRecord {
     created: String,
     parts: VmParts,
     delete_option: &'static str,
-    deleting: bool,
+    /// Managed disks attached as data disks: name and `deleteOption`.
+    data_disks: Vec<(String, String)>,
+    /// While ARM deletes the VM: how many more looks (operation polls or `GET`s of the VM) it
+    /// stays in `Deleting`.
+    deletion: Option<u32>,
 }
 
 #[derive(Clone, Debug)]
@@ -73,11 +80,16 @@ struct NicRecord {
     vm: Option<String>,
 }
 
+#[derive(Clone, Debug)]
+struct PublicIpRecord {
+    name: String,
+    delete_option: &'static str,
+}
+
 #[derive(Debug)]
 struct OperationRecord {
-    polls_left: u32,
-    /// Key of the VM whose deletion this is; `None` once done.
-    vm: Option<String>,
+    /// Key of the VM whose deletion this is.
+    vm: String,
 }
 
 /// Behaviour the tests arrange.
@@ -162,7 +174,7 @@ pub struct Cloud {
     pub base: String,
     vms: BTreeMap<String, VmRecord>,
     nics: BTreeMap<String, NicRecord>,
-    public_ips: BTreeMap<String, String>,
+    public_ips: BTreeMap<String, PublicIpRecord>,
     disks: BTreeMap<String, String>,
     /// Parts each VM was created with, kept after deletion for `vm_or_parts_exist`.
     created: HashMap<String, VmParts>,
@@ -216,12 +228,18 @@ impl Cloud {
     }
 
     /// Creates a VM as cloud-api-adaptor does: network interface `<name>-net`, OS disk
-    /// `<name>-disk`, optionally a public IP address `<name>-ip`.
+    /// `<name>-disk`, optionally a public IP address named like the interface (the name of
+    /// cloud-api-adaptor's public IP address configuration).
     pub fn create_vm(&mut self, name: &str, tags: &[(&str, &str)], options: VmOptions) -> String {
         let parts = VmParts {
             network_interface: format!("{name}-net"),
             disk: format!("{name}-disk"),
-            public_ip: options.public_ip.then(|| format!("{name}-ip")),
+            public_ip: options.public_ip.then(|| format!("{name}-net")),
+        };
+        let delete_option = if options.parts_deleted_with_vm {
+            "Delete"
+        } else {
+            "Detach"
         };
         self.serial += 1;
         let created = jiff::Timestamp::now()
@@ -231,7 +249,13 @@ impl Cloud {
             .unwrap_or_else(|_| jiff::Timestamp::now())
             .to_string();
         if let Some(ip) = &parts.public_ip {
-            self.public_ips.insert(key(ip), ip.clone());
+            self.public_ips.insert(
+                key(ip),
+                PublicIpRecord {
+                    name: ip.clone(),
+                    delete_option,
+                },
+            );
         }
         self.nics.insert(
             key(&parts.network_interface),
@@ -253,25 +277,55 @@ impl Cloud {
                     .collect(),
                 created,
                 parts,
-                delete_option: if options.parts_deleted_with_vm {
-                    "Delete"
-                } else {
-                    "Detach"
-                },
-                deleting: false,
+                delete_option,
+                data_disks: Vec::new(),
+                deletion: None,
             },
         );
         self.vm_id(name)
     }
 
-    /// Marks a VM as being deleted by someone else (provisioningState `Deleting`).
+    /// Attaches managed disk `disk` (created if absent) to VM `vm` as a data disk with
+    /// `delete_option` (`Detach` as the Azure Disk CSI driver attaches a persistent volume).
+    pub fn attach_data_disk(&mut self, vm: &str, disk: &str, delete_option: &str) -> bool {
+        let Some(record) = self.vms.get_mut(&key(vm)) else {
+            return false;
+        };
+        record
+            .data_disks
+            .push((disk.to_owned(), delete_option.to_owned()));
+        self.disks.insert(key(disk), disk.to_owned());
+        true
+    }
+
+    /// Marks a VM as being deleted by someone else (provisioningState `Deleting`); the deletion
+    /// takes as many looks as an operation takes polls.
     pub fn start_deleting(&mut self, name: &str) -> bool {
+        let polls = self.knobs.polls_before_done;
         match self.vms.get_mut(&key(name)) {
             Some(vm) => {
-                vm.deleting = true;
+                vm.deletion.get_or_insert(polls);
                 true
             }
             None => false,
+        }
+    }
+
+    /// One look at a VM being deleted: ARM's deletion advances; `true` once it is gone.
+    fn observe_deletion(&mut self, vm_key: &str) -> bool {
+        let Some(vm) = self.vms.get_mut(vm_key) else {
+            return true;
+        };
+        match vm.deletion {
+            None => false,
+            Some(0) => {
+                self.finish_vm_deletion(vm_key);
+                true
+            }
+            Some(left) => {
+                vm.deletion = Some(left - 1);
+                false
+            }
         }
     }
 
@@ -457,6 +511,26 @@ impl Cloud {
                 "microsoft.network",
                 "publicipaddresses",
                 name,
+            ] if method == "GET" => self.get_public_ip(name),
+            [
+                "subscriptions",
+                _,
+                "resourcegroups",
+                _,
+                "providers",
+                "microsoft.compute",
+                "disks",
+                name,
+            ] if method == "GET" => self.get_disk(name),
+            [
+                "subscriptions",
+                _,
+                "resourcegroups",
+                _,
+                "providers",
+                "microsoft.network",
+                "publicipaddresses",
+                name,
             ] if method == "DELETE" => self.delete_public_ip(name),
             [
                 "subscriptions",
@@ -509,11 +583,29 @@ impl Cloud {
         os_disk["name"] = json!(vm.parts.disk);
         os_disk["managedDisk"]["id"] = json!(self.disk_id(&vm.parts.disk));
         os_disk["deleteOption"] = json!(vm.delete_option);
+        let data_disks: Vec<Value> = vm
+            .data_disks
+            .iter()
+            .enumerate()
+            .map(|(lun, (disk, delete_option))| {
+                let mut entry = fixture(DATA_DISK_FIXTURE);
+                entry["lun"] = json!(lun);
+                entry["name"] = json!(disk);
+                entry["managedDisk"]["id"] = json!(self.disk_id(disk));
+                entry["deleteOption"] = json!(delete_option);
+                entry
+            })
+            .collect();
+        properties["storageProfile"]["dataDisks"] = json!(data_disks);
         properties["networkProfile"]["networkInterfaces"] = json!([{
             "id": self.nic_id(&vm.parts.network_interface),
             "properties": {"primary": true, "deleteOption": vm.delete_option}
         }]);
-        properties["provisioningState"] = json!(if vm.deleting { "Deleting" } else { "Succeeded" });
+        properties["provisioningState"] = json!(if vm.deletion.is_some() {
+            "Deleting"
+        } else {
+            "Succeeded"
+        });
         properties["timeCreated"] = json!(vm.created);
         body
     }
@@ -528,7 +620,10 @@ impl Cloud {
         )
     }
 
-    fn get_vm(&self, name: &str) -> Reply {
+    fn get_vm(&mut self, name: &str) -> Reply {
+        if self.observe_deletion(&key(name)) {
+            return self.not_found("Microsoft.Compute/virtualMachines", name);
+        }
         match self.vms.get(&key(name)) {
             Some(vm) => Reply::json(200, self.vm_body(vm)),
             None => self.not_found("Microsoft.Compute/virtualMachines", name),
@@ -564,20 +659,17 @@ impl Cloud {
     }
 
     fn delete_vm(&mut self, name: &str) -> Reply {
+        let polls = self.knobs.polls_before_done;
         let Some(vm) = self.vms.get_mut(&key(name)) else {
             // ARM answers the deletion of an absent resource with 204.
             return Reply::empty(204);
         };
-        vm.deleting = true;
+        // Asked again while deleting, ARM accepts again; the deletion does not restart.
+        vm.deletion.get_or_insert(polls);
         self.serial += 1;
         let id = format!("3b1f7c6e-0000-4000-8000-{:012x}", self.serial);
-        self.operations.insert(
-            id.clone(),
-            OperationRecord {
-                polls_left: self.knobs.polls_before_done,
-                vm: Some(key(name)),
-            },
-        );
+        self.operations
+            .insert(id.clone(), OperationRecord { vm: key(name) });
         let operation = format!(
             "{}/subscriptions/{SUBSCRIPTION_ID}/providers/Microsoft.Compute/locations/{REGION}/operations/{id}",
             self.base
@@ -598,17 +690,17 @@ impl Cloud {
     }
 
     fn poll(&mut self, id: &str, monitor: bool) -> Reply {
-        let Some(operation) = self.operations.get_mut(id) else {
+        let Some(operation) = self.operations.get(id) else {
             return Reply::arm_error(
                 404,
                 "NotFound",
                 &format!("The operation '{id}' could not be found."),
             );
         };
+        let vm = operation.vm.clone();
         let mut body = fixture(OPERATION_FIXTURE);
         body["name"] = json!(id);
-        if operation.polls_left > 0 {
-            operation.polls_left -= 1;
+        if !self.observe_deletion(&vm) {
             if monitor {
                 let mut reply = Reply::empty(202);
                 reply
@@ -622,9 +714,6 @@ impl Cloud {
                 .headers
                 .push(("retry-after", self.knobs.poll_retry_after.to_string()));
             return reply;
-        }
-        if let Some(vm) = operation.vm.take() {
-            self.finish_vm_deletion(&vm);
         }
         if monitor {
             return Reply::empty(200);
@@ -643,6 +732,10 @@ impl Cloud {
         if vm.delete_option == "Delete" {
             if let Some(record) = self.nics.remove(&nic)
                 && let Some(ip) = record.public_ip
+                && self
+                    .public_ips
+                    .get(&key(&ip))
+                    .is_some_and(|ip| ip.delete_option == "Delete")
             {
                 self.public_ips.remove(&key(&ip));
             }
@@ -650,6 +743,70 @@ impl Cloud {
         } else if let Some(record) = self.nics.get_mut(&nic) {
             record.vm = None;
         }
+        for (disk, delete_option) in &vm.data_disks {
+            if delete_option.eq_ignore_ascii_case("Delete") {
+                self.disks.remove(&key(disk));
+            }
+        }
+    }
+
+    fn get_public_ip(&self, name: &str) -> Reply {
+        let Some(ip) = self.public_ips.get(&key(name)) else {
+            return self.not_found("Microsoft.Network/publicIPAddresses", name);
+        };
+        let mut body = fixture(PUBLIC_IP_FIXTURE);
+        body["name"] = json!(ip.name);
+        body["id"] = json!(self.public_ip_id(&ip.name));
+        body["location"] = json!(REGION);
+        body["properties"]["deleteOption"] = json!(ip.delete_option);
+        let holder = self
+            .nics
+            .values()
+            .find(|nic| nic.public_ip.as_deref().map(key) == Some(key(name)));
+        match holder {
+            Some(nic) => {
+                body["properties"]["ipConfiguration"] = json!({
+                    "id": format!("{}/ipConfigurations/ipconfig1", self.nic_id(&nic.name))
+                });
+            }
+            None => {
+                if let Some(properties) = body["properties"].as_object_mut() {
+                    properties.remove("ipConfiguration");
+                }
+            }
+        }
+        Reply::json(200, body)
+    }
+
+    /// The VM a disk is attached to (as OS or data disk), if any.
+    fn disk_holder(&self, name: &str) -> Option<&VmRecord> {
+        self.vms.values().find(|vm| {
+            key(&vm.parts.disk) == key(name)
+                || vm.data_disks.iter().any(|(d, _)| key(d) == key(name))
+        })
+    }
+
+    fn get_disk(&self, name: &str) -> Reply {
+        let Some(disk) = self.disks.get(&key(name)) else {
+            return self.not_found("Microsoft.Compute/disks", name);
+        };
+        let mut body = fixture(DISK_FIXTURE);
+        body["name"] = json!(disk);
+        body["id"] = json!(self.disk_id(disk));
+        body["location"] = json!(REGION);
+        match self.disk_holder(name) {
+            Some(vm) => {
+                body["managedBy"] = json!(self.vm_id(&vm.name));
+                body["properties"]["diskState"] = json!("Attached");
+            }
+            None => {
+                if let Some(object) = body.as_object_mut() {
+                    object.remove("managedBy");
+                }
+                body["properties"]["diskState"] = json!("Unattached");
+            }
+        }
+        Reply::json(200, body)
     }
 
     fn get_nic(&self, name: &str) -> Reply {
@@ -732,11 +889,7 @@ impl Cloud {
         if !self.disks.contains_key(&key(name)) {
             return Reply::empty(204);
         }
-        if let Some(vm) = self
-            .vms
-            .values()
-            .find(|vm| key(&vm.parts.disk) == key(name))
-        {
+        if let Some(vm) = self.disk_holder(name) {
             return Reply::arm_error(
                 409,
                 "OperationNotAllowed",
@@ -793,6 +946,9 @@ mod tests {
         for text in [
             VM_FIXTURE,
             NIC_FIXTURE,
+            DATA_DISK_FIXTURE,
+            PUBLIC_IP_FIXTURE,
+            DISK_FIXTURE,
             USAGE_FIXTURE,
             OPERATION_FIXTURE,
             ERROR_FIXTURE,
@@ -828,7 +984,7 @@ mod tests {
         assert!(cloud.vm_or_parts_exist("b"));
         assert!(!cloud.vm_exists("b"));
         assert!(cloud.network_interface_exists("b-net"));
-        assert!(cloud.public_ip_exists("b-ip"));
+        assert!(cloud.public_ip_exists("b-net"));
         assert!(cloud.disk_exists("b-disk"));
     }
 }

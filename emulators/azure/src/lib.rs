@@ -113,7 +113,15 @@ impl AzureEmulator {
         lock(&self.cloud).parts_of(name)
     }
 
-    /// Marks a VM as being deleted by someone else (provisioningState `Deleting`).
+    /// Attaches managed disk `disk` (created if absent) to VM `vm` as a data disk with
+    /// `delete_option`: `Detach` as the Azure Disk CSI driver attaches a persistent volume's
+    /// disk, `Delete` for a disk that goes with the VM.
+    pub fn attach_data_disk(&self, vm: &str, disk: &str, delete_option: &str) -> bool {
+        lock(&self.cloud).attach_data_disk(vm, disk, delete_option)
+    }
+
+    /// Marks a VM as being deleted by someone else (provisioningState `Deleting`); it stays so
+    /// for as many looks as [`Self::set_operation_polls`] says.
     pub fn start_deleting(&self, name: &str) -> bool {
         lock(&self.cloud).start_deleting(name)
     }
@@ -153,8 +161,9 @@ impl AzureEmulator {
         lock(&self.cloud).knobs.reject_credentials = reject;
     }
 
-    /// An asynchronous operation answers `InProgress` this many times before it ends, each
-    /// answer with `Retry-After: retry_after_secs`.
+    /// A VM deletion takes this many looks (polls of its operation or `GET`s of the VM, from
+    /// any caller) before the VM is gone: until then its operation answers `InProgress` (with
+    /// `Retry-After: retry_after_secs`) and the VM `provisioningState: Deleting`.
     pub fn set_operation_polls(&self, polls: u32, retry_after_secs: u64) {
         let mut cloud = lock(&self.cloud);
         cloud.knobs.polls_before_done = polls;
@@ -220,6 +229,8 @@ impl AzureEmulator {
             ("AZURE_CA_BUNDLE", &self.ca_pem),
             // Quick retries: the emulator's failures are injected, not real outages.
             ("AZURE_RETRY_DELAY_MS", "10"),
+            // Quick re-looks at a VM or part ARM is deleting.
+            ("AZURE_POLL_INTERVAL_MS", "100"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -1,12 +1,16 @@
-//! Deleting a VM and the resources cloud-api-adaptor created with it, honouring ARM's
-//! asynchronous-operation protocol.
+//! Deleting a VM and only the parts it owns, and answering only once a later lookup shows all of
+//! them gone.
 //!
-//! cloud-api-adaptor creates each VM with its network interface (and, with `USE_PUBLIC_IP`, a
-//! public IP address) declared inline with `deleteOption: Delete`, and its OS disk with
-//! `deleteOption: Delete`; its own DeleteInstance only deletes the VM and relies on ARM to remove
-//! those parts. Here the parts are read from the VM before it is deleted and deleted explicitly
-//! afterwards, so VMs whose parts were created otherwise (older cloud-api-adaptor versions,
-//! `Detach`) leave nothing behind either; parts ARM already removed answer 204/404.
+//! Ownership: a part is the VM's when ARM deletes it with the VM (`deleteOption: Delete`) or
+//! when cloud-api-adaptor created it for this VM (its names, see [`CaaNames`]). A persistent
+//! volume's managed disk, which the CSI driver attaches as a data disk with `deleteOption:
+//! Detach` so that it outlives the VM, and anything else attached is never deleted.
+//!
+//! Confirmation: the answer is `Deleted` (or `AlreadyGone`) only after `GET` answered 404 for
+//! the VM and for each owned network interface, public IP address and disk. A VM that ARM is
+//! already deleting is waited for, not deleted twice. When the bound of one call passes first,
+//! the call fails with a retryable error and the next call resumes: if the VM is gone by then,
+//! its leftover parts are found by the names cloud-api-adaptor gives them.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +20,10 @@ use peerpods_provider_core::{DeleteOutcome, Error};
 use crate::answer::{self, PollTarget, Progress};
 use crate::arm::{Answer, Arm, COMPUTE_API, DISK_API, NETWORK_API};
 use crate::instance_id::VmId;
-use crate::resources::{NetworkInterface, Vm};
+use crate::resources::{
+    CaaNames, NetworkInterface, ProvisionedResource, PublicIpAddress, Vm, goes_with_vm,
+    resource_name,
+};
 
 /// The longest wait between two polls, whatever `Retry-After` asks.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
@@ -24,9 +31,9 @@ const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
 /// How a deletion waits for ARM.
 #[derive(Clone, Copy, Debug)]
 pub struct Waiting {
-    /// When ARM sends no `Retry-After`.
+    /// When ARM sends no `Retry-After`, and between lookups of a resource ARM is deleting.
     pub poll_interval: Duration,
-    /// Overall bound of one deletion.
+    /// Overall bound of one deletion call.
     pub timeout: Duration,
 }
 
@@ -38,138 +45,367 @@ pub struct Policy {
     pub owner_tag: Option<(String, String)>,
 }
 
-/// Deletes `vm` and its network interfaces, public IP addresses and managed disks.
+/// The kinds of parts, in the order they are deleted: an interface holds its public IP
+/// address, and a disk is attached until its VM is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    NetworkInterface,
+    PublicIp,
+    Disk,
+}
+
+impl Kind {
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::NetworkInterface | Kind::PublicIp => NETWORK_API,
+            Kind::Disk => DISK_API,
+        }
+    }
+
+    fn get_operation(self) -> &'static str {
+        match self {
+            Kind::NetworkInterface => "GetNetworkInterface",
+            Kind::PublicIp => "GetPublicIPAddress",
+            Kind::Disk => "GetDisk",
+        }
+    }
+
+    fn delete_operation(self) -> &'static str {
+        match self {
+            Kind::NetworkInterface => "DeleteNetworkInterface",
+            Kind::PublicIp => "DeletePublicIPAddress",
+            Kind::Disk => "DeleteDisk",
+        }
+    }
+
+    fn noun(self) -> &'static str {
+        match self {
+            Kind::NetworkInterface => "network interface",
+            Kind::PublicIp => "public IP address",
+            Kind::Disk => "disk",
+        }
+    }
+}
+
+/// The owned parts still to be confirmed gone, in deletion order.
+#[derive(Debug, Default)]
+struct Owned {
+    parts: Vec<(Kind, String)>,
+}
+
+impl Owned {
+    fn add(&mut self, kind: Kind, id: String) {
+        let known = self
+            .parts
+            .iter()
+            .any(|(k, existing)| *k == kind && existing.eq_ignore_ascii_case(&id));
+        if !known {
+            self.parts.push((kind, id));
+        }
+    }
+
+    fn in_order(mut self) -> Vec<(Kind, String)> {
+        // Stable: within a kind, the VM's own order.
+        self.parts.sort_by_key(|(kind, _)| match kind {
+            Kind::NetworkInterface => 0,
+            Kind::PublicIp => 1,
+            Kind::Disk => 2,
+        });
+        self.parts
+    }
+}
+
+/// The retryable error of a deletion that has not finished within this call's bound: the next
+/// call resumes it.
+fn still_deleting(what: &str, waiting: Waiting) -> Error {
+    Error::Unavailable {
+        message: format!(
+            "{what}: not confirmed gone within {} s; ARM is still deleting, ask again in {} s to resume and confirm",
+            waiting.timeout.as_secs(),
+            waiting.poll_interval.as_secs().max(1)
+        ),
+    }
+}
+
+/// Deletes `vm` and the network interfaces, public IP addresses and managed disks it owns,
+/// answering once each is confirmed gone.
 pub async fn delete_vm(arm: &Arm, vm: &VmId, policy: &Policy) -> Result<DeleteOutcome, Error> {
     let deadline = Instant::now() + policy.waiting.timeout;
-    let path = vm.path();
-    let url = arm.url(&path, COMPUTE_API);
+    let url = arm.url(&vm.path(), COMPUTE_API);
+    let caa = CaaNames::of(&vm.name);
+    let mut owned = Owned::default();
+    let existed = match get_vm(arm, vm, &url).await? {
+        Some(found) => {
+            if let Some((key, value)) = &policy.owner_tag
+                && found.string_tags().get(key) != Some(value)
+            {
+                return Err(Error::NotOwnedByCluster {
+                    message: format!(
+                        "VM {} does not carry this cluster's tag {key}={value}",
+                        vm.name
+                    ),
+                });
+            }
+            let parts = found.parts(&vm.name);
+            if !parts.kept.is_empty() {
+                tracing::info!(
+                    vm = %vm.name,
+                    kept = ?parts.kept,
+                    "parts attached to the VM that are not its own are left in place"
+                );
+            }
+            for nic in &parts.network_interfaces {
+                for ip in owned_public_ips(arm, nic, &caa).await? {
+                    owned.add(Kind::PublicIp, ip);
+                }
+                owned.add(Kind::NetworkInterface, nic.clone());
+            }
+            for disk in parts.disks {
+                owned.add(Kind::Disk, disk);
+            }
+            until_vm_gone(arm, vm, &url, found.is_deleting(), policy.waiting, deadline).await?;
+            true
+        }
+        None => {
+            // Gone already (an earlier call, ARM, or someone else deleted it): what it owned
+            // and may have left behind carries the names cloud-api-adaptor gave it.
+            leftovers(arm, vm, &caa, &mut owned).await?;
+            false
+        }
+    };
+    let mut removed = false;
+    for (kind, id) in owned.in_order() {
+        removed |= until_part_gone(arm, kind, &id, policy.waiting, deadline).await?;
+    }
+    Ok(if existed || removed {
+        DeleteOutcome::Deleted
+    } else {
+        DeleteOutcome::AlreadyGone
+    })
+}
+
+/// The VM, or `None` when ARM answers 404.
+async fn get_vm(arm: &Arm, vm: &VmId, url: &str) -> Result<Option<Vm>, Error> {
     let reading = format!("reading VM {}", vm.name);
     let answer = arm
-        .call("GetVirtualMachine", Method::Get, &url, &reading)
+        .call("GetVirtualMachine", Method::Get, url, &reading)
         .await?;
     if answer.status == 404 {
-        return Ok(DeleteOutcome::AlreadyGone);
+        return Ok(None);
     }
     if !answer.is_success() {
         return Err(arm.failure(&answer, &reading));
     }
-    let found: Vm = arm.json(&answer, &reading)?;
-    if let Some((key, value)) = &policy.owner_tag
-        && found.string_tags().get(key) != Some(value)
-    {
-        return Err(Error::NotOwnedByCluster {
-            message: format!(
-                "VM {} does not carry this cluster's tag {key}={value}",
-                vm.name
-            ),
-        });
-    }
-    if found.is_deleting() {
-        // ARM is already deleting it (and the parts marked deleteOption: Delete with it).
-        return Ok(DeleteOutcome::Deleted);
-    }
-    let parts = found.parts();
-    let mut public_ips = Vec::new();
-    for nic in &parts.network_interfaces {
-        public_ips.extend(public_ips_of(arm, nic).await?);
-    }
-
-    let deleting = format!("deleting VM {}", vm.name);
-    let answer = arm
-        .call("DeleteVirtualMachine", Method::Delete, &url, &deleting)
-        .await?;
-    match answer.status {
-        // Gone between our read and our delete: someone else deleted it.
-        404 => return Ok(DeleteOutcome::AlreadyGone),
-        200 | 204 => {}
-        201 | 202 => wait(arm, &answer, &deleting, policy.waiting, deadline).await?,
-        _ => return Err(arm.failure(&answer, &deleting)),
-    }
-
-    // A public IP address cannot be deleted while a network interface holds it, so interfaces
-    // go first.
-    for nic in &parts.network_interfaces {
-        delete_part(
-            arm,
-            "DeleteNetworkInterface",
-            nic,
-            NETWORK_API,
-            policy.waiting,
-            deadline,
-        )
-        .await?;
-    }
-    for ip in &public_ips {
-        delete_part(
-            arm,
-            "DeletePublicIPAddress",
-            ip,
-            NETWORK_API,
-            policy.waiting,
-            deadline,
-        )
-        .await?;
-    }
-    for disk in &parts.disks {
-        delete_part(arm, "DeleteDisk", disk, DISK_API, policy.waiting, deadline).await?;
-    }
-    Ok(DeleteOutcome::Deleted)
+    arm.json(&answer, &reading).map(Some)
 }
 
-/// The public IP addresses attached to network interface `nic` (none if it is gone).
-async fn public_ips_of(arm: &Arm, nic: &str) -> Result<Vec<String>, Error> {
-    let Some(path) = resource_path(nic) else {
+/// Deletes the VM unless ARM is already deleting it, then looks it up until ARM answers 404.
+async fn until_vm_gone(
+    arm: &Arm,
+    vm: &VmId,
+    url: &str,
+    mut deleting: bool,
+    waiting: Waiting,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let what = format!("deleting VM {}", vm.name);
+    loop {
+        if !deleting {
+            let answer = arm
+                .call("DeleteVirtualMachine", Method::Delete, url, &what)
+                .await?;
+            match answer.status {
+                200 | 204 | 404 => {}
+                201 | 202 => wait(arm, &answer, &what, waiting, deadline).await?,
+                _ => return Err(arm.failure(&answer, &what)),
+            }
+        }
+        // The operation's end is ARM's word; the VM's absence is confirmed by a lookup.
+        match get_vm(arm, vm, url).await? {
+            None => return Ok(()),
+            Some(found) => deleting = found.is_deleting(),
+        }
+        pause(&what, waiting, deadline).await?;
+    }
+}
+
+/// Sleeps one poll interval, or fails retryably when that would pass the deadline.
+async fn pause(what: &str, waiting: Waiting, deadline: Instant) -> Result<(), Error> {
+    if Instant::now() + waiting.poll_interval > deadline {
+        return Err(still_deleting(what, waiting));
+    }
+    tokio::time::sleep(waiting.poll_interval).await;
+    Ok(())
+}
+
+/// The public IP addresses of network interface `nic` that belong to the VM: ARM deletes them
+/// with it, or cloud-api-adaptor named them. None if the interface is gone.
+async fn owned_public_ips(arm: &Arm, nic: &str, caa: &CaaNames) -> Result<Vec<String>, Error> {
+    let Some(interface) = get_part::<NetworkInterface>(arm, Kind::NetworkInterface, nic).await?
+    else {
         return Ok(Vec::new());
     };
-    let reading = format!("reading network interface {}", last_segment(nic));
+    let mut owned = Vec::new();
+    for ip in interface.public_ip_addresses() {
+        let owned_by_vm = if caa.is_public_ip(&ip.id) {
+            true
+        } else if let Some(answer) = ip.goes_with_vm {
+            answer
+        } else {
+            // The interface's answer does not say: the address itself does.
+            get_part::<PublicIpAddress>(arm, Kind::PublicIp, &ip.id)
+                .await?
+                .is_some_and(|address| goes_with_vm(address.properties.delete_option.as_deref()))
+        };
+        if owned_by_vm {
+            owned.push(ip.id);
+        } else {
+            tracing::info!(public_ip = %ip.id, "public IP address not the VM's: left in place");
+        }
+    }
+    Ok(owned)
+}
+
+/// The parts a VM that is already gone may have left behind, by the names cloud-api-adaptor
+/// gives them; an interface another VM uses is not one of them.
+async fn leftovers(arm: &Arm, vm: &VmId, caa: &CaaNames, owned: &mut Owned) -> Result<(), Error> {
+    let group = format!(
+        "/subscriptions/{}/resourceGroups/{}/providers",
+        vm.subscription, vm.resource_group
+    );
+    for name in &caa.network_interfaces {
+        let id = format!("{group}/Microsoft.Network/networkInterfaces/{name}");
+        let Some(interface) =
+            get_part::<NetworkInterface>(arm, Kind::NetworkInterface, &id).await?
+        else {
+            continue;
+        };
+        if let Some(user) = interface.virtual_machine()
+            && !resource_name(user).eq_ignore_ascii_case(&vm.name)
+        {
+            tracing::warn!(network_interface = %id, used_by = user, "an interface named like this VM's is used by another VM: left in place");
+            continue;
+        }
+        for ip in interface.public_ip_addresses() {
+            if ip.goes_with_vm == Some(true) || caa.is_public_ip(&ip.id) {
+                owned.add(Kind::PublicIp, ip.id);
+            }
+        }
+        owned.add(Kind::NetworkInterface, id);
+    }
+    for name in &caa.public_ips {
+        owned.add(
+            Kind::PublicIp,
+            format!("{group}/Microsoft.Network/publicIPAddresses/{name}"),
+        );
+    }
+    owned.add(
+        Kind::Disk,
+        format!("{group}/Microsoft.Compute/disks/{}", caa.os_disk),
+    );
+    Ok(())
+}
+
+/// A part, or `None` when ARM answers 404.
+async fn get_part<T: serde::de::DeserializeOwned>(
+    arm: &Arm,
+    kind: Kind,
+    id: &str,
+) -> Result<Option<T>, Error> {
+    let Some(path) = resource_path(id) else {
+        return Ok(None);
+    };
+    let reading = format!("reading {} {}", kind.noun(), last_segment(id));
     let answer = arm
         .call(
-            "GetNetworkInterface",
+            kind.get_operation(),
             Method::Get,
-            &arm.url(path, NETWORK_API),
+            &arm.url(path, kind.api_version()),
             &reading,
         )
         .await?;
     if answer.status == 404 {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     if !answer.is_success() {
         return Err(arm.failure(&answer, &reading));
     }
-    let interface: NetworkInterface = arm.json(&answer, &reading)?;
-    Ok(interface.public_ip_addresses())
+    arm.json(&answer, &reading).map(Some)
 }
 
-/// Deletes one part; already gone (204 or 404) is fine.
-async fn delete_part(
+/// Deletes one owned part unless ARM is already deleting it, until a lookup answers 404.
+/// Whether it existed when this call looked.
+async fn until_part_gone(
     arm: &Arm,
-    operation: &'static str,
+    kind: Kind,
     id: &str,
-    api_version: &str,
     waiting: Waiting,
     deadline: Instant,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let Some(path) = resource_path(id) else {
         tracing::warn!(
             id,
             "skipping a VM part whose id is not an ARM resource path"
         );
-        return Ok(());
+        return Ok(false);
     };
-    let what = format!("deleting {}", last_segment(id));
-    let answer = arm
-        .call(
-            operation,
-            Method::Delete,
-            &arm.url(path, api_version),
-            &what,
-        )
-        .await?;
-    match answer.status {
-        200 | 204 | 404 => Ok(()),
-        201 | 202 => wait(arm, &answer, &what, waiting, deadline).await,
-        _ => Err(arm.failure(&answer, &what)),
+    let what = format!("deleting {} {}", kind.noun(), last_segment(id));
+    let mut existed = false;
+    let mut just_asked = false;
+    loop {
+        let Some(part) = get_part::<ProvisionedResource>(arm, kind, id).await? else {
+            return Ok(existed);
+        };
+        existed = true;
+        if !part.is_deleting() && !just_asked {
+            let answer = arm
+                .call(
+                    kind.delete_operation(),
+                    Method::Delete,
+                    &arm.url(path, kind.api_version()),
+                    &what,
+                )
+                .await?;
+            match answer.status {
+                200 | 204 | 404 => {}
+                201 | 202 => wait(arm, &answer, &what, waiting, deadline).await?,
+                400 | 409 if still_held(&answer.body) => {
+                    // Held a while longer by the VM just deleted (ARM keeps an interface
+                    // reserved for up to 180 s): asked again after a pause, within the bound.
+                    let refusal = arm.failure(&answer, &what);
+                    if pause(&what, waiting, deadline).await.is_err() {
+                        return Err(Error::Unavailable {
+                            message: format!("{refusal}; ask again later"),
+                        });
+                    }
+                    continue;
+                }
+                _ => return Err(arm.failure(&answer, &what)),
+            }
+            just_asked = true;
+            continue;
+        }
+        // ARM is deleting it, or has just accepted our request: give it time, then look again
+        // (and ask again if it is still there and no longer being deleted).
+        pause(&what, waiting, deadline).await?;
+        just_asked = false;
     }
+}
+
+/// ARM's answers that a part cannot go yet because something that is itself going holds it:
+/// an interface reserved for the VM just deleted or still attached, an address still on an
+/// interface, a disk still attached.
+fn still_held(body: &[u8]) -> bool {
+    answer::error_detail(body).is_some_and(|detail| {
+        [
+            "NicReservedForAnotherVm",
+            "NicInUse",
+            "PublicIPAddressInUse",
+            "OperationNotAllowed",
+        ]
+        .iter()
+        .any(|code| detail.code.eq_ignore_ascii_case(code))
+    })
 }
 
 /// Polls an accepted operation until it ends, waiting `Retry-After` (or the poll interval)
@@ -188,12 +424,7 @@ async fn wait(
     let mut delay = next_wait(accepted.retry_after(), waiting.poll_interval);
     loop {
         if Instant::now() + delay > deadline {
-            return Err(Error::Unavailable {
-                message: format!(
-                    "{what}: ARM has not finished after {} s; asking again later finds it done or still deleting",
-                    waiting.timeout.as_secs()
-                ),
-            });
+            return Err(still_deleting(what, waiting));
         }
         tokio::time::sleep(delay).await;
         let answer = arm
@@ -241,7 +472,7 @@ fn resource_path(id: &str) -> Option<&str> {
 }
 
 fn last_segment(id: &str) -> &str {
-    id.rsplit('/').next().unwrap_or(id)
+    resource_name(id)
 }
 
 #[cfg(test)]
@@ -260,6 +491,20 @@ mod tests {
             next_wait(Some(Duration::from_secs(3600)), default),
             MAX_POLL_WAIT
         );
+    }
+
+    #[test]
+    fn parts_still_held_by_a_vm_going_away_are_asked_again() {
+        assert!(still_held(
+            br#"{"error":{"code":"NicReservedForAnotherVm","message":"Nic(s) in request is reserved for another Virtual Machine for 180 seconds."}}"#
+        ));
+        assert!(still_held(
+            br#"{"error":{"code":"OperationNotAllowed","message":"Disk d is attached to VM v."}}"#
+        ));
+        assert!(!still_held(
+            br#"{"error":{"code":"AuthorizationFailed","message":"no"}}"#
+        ));
+        assert!(!still_held(b"not json"));
     }
 
     #[test]

@@ -28,22 +28,39 @@ pub struct VmProperties {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageProfile {
-    pub os_disk: Option<OsDisk>,
+    pub os_disk: Option<Disk>,
     #[serde(default)]
-    pub data_disks: Vec<OsDisk>,
+    pub data_disks: Vec<Disk>,
 }
 
+/// `storageProfile.osDisk` or one `storageProfile.dataDisks[]` entry.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct OsDisk {
+pub struct Disk {
     pub managed_disk: Option<SubResource>,
+    /// `Delete` or `Detach`: what ARM does with the disk when the VM is deleted.
+    pub delete_option: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkProfile {
     #[serde(default)]
-    pub network_interfaces: Vec<SubResource>,
+    pub network_interfaces: Vec<NetworkInterfaceReference>,
+}
+
+/// `networkProfile.networkInterfaces[]`: `{"id": ..., "properties": {"deleteOption": ...}}`.
+#[derive(Debug, Default, Deserialize)]
+pub struct NetworkInterfaceReference {
+    pub id: Option<String>,
+    #[serde(default)]
+    pub properties: DeleteOptionProperties,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeleteOptionProperties {
+    pub delete_option: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -51,34 +68,113 @@ pub struct SubResource {
     pub id: Option<String>,
 }
 
-/// The resources created with a VM, read from its properties before it is deleted.
+/// Whether a `deleteOption` value says the part goes with the VM (ARM compares it
+/// case-insensitively).
+pub fn goes_with_vm(delete_option: Option<&str>) -> bool {
+    delete_option.is_some_and(|o| o.eq_ignore_ascii_case("Delete"))
+}
+
+/// The name of an ARM resource id (its last segment).
+pub fn resource_name(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
+/// The names cloud-api-adaptor gives the parts it creates for VM `vm`
+/// (`src/cloud-providers/azure/provider.go`): network interfaces `<vm>-net` and, with a second
+/// interface, `<vm>-ext`; the public IP address configuration of an interface is named like the
+/// interface; the OS disk is `<vm>-disk`. CAA creates no data disk.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CaaNames {
+    pub network_interfaces: [String; 2],
+    pub public_ips: [String; 2],
+    pub os_disk: String,
+}
+
+impl CaaNames {
+    pub fn of(vm: &str) -> Self {
+        let net = format!("{vm}-net");
+        let ext = format!("{vm}-ext");
+        CaaNames {
+            network_interfaces: [net.clone(), ext.clone()],
+            public_ips: [net, ext],
+            os_disk: format!("{vm}-disk"),
+        }
+    }
+
+    pub fn is_network_interface(&self, id: &str) -> bool {
+        let name = resource_name(id);
+        self.network_interfaces
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    pub fn is_public_ip(&self, id: &str) -> bool {
+        let name = resource_name(id);
+        self.public_ips.iter().any(|n| n.eq_ignore_ascii_case(name))
+    }
+
+    pub fn is_os_disk(&self, id: &str) -> bool {
+        self.os_disk.eq_ignore_ascii_case(resource_name(id))
+    }
+}
+
+/// The parts a VM owns: those ARM deletes with it (`deleteOption: Delete`) and those
+/// cloud-api-adaptor created for it (by their names). Everything else attached to it (a
+/// persistent volume's disk attached with `Detach`, an interface or disk someone else made) is
+/// `kept`.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct VmParts {
     pub network_interfaces: Vec<String>,
-    /// The OS disk and any data disks (managed disks only; unmanaged VHDs are not resources).
+    /// Managed disks only (unmanaged VHDs are not resources).
     pub disks: Vec<String>,
+    /// Attached parts that are not the VM's: never deleted.
+    pub kept: Vec<String>,
 }
 
 impl Vm {
-    pub fn parts(&self) -> VmParts {
-        let network_interfaces = self
+    /// The parts VM `name` owns, read from its properties.
+    pub fn parts(&self, name: &str) -> VmParts {
+        let caa = CaaNames::of(name);
+        let mut parts = VmParts::default();
+        for nic in self
             .properties
             .network_profile
             .iter()
             .flat_map(|n| &n.network_interfaces)
-            .filter_map(|nic| nic.id.clone())
-            .collect();
-        let disks = self
-            .properties
-            .storage_profile
-            .iter()
-            .flat_map(|s| s.os_disk.iter().chain(&s.data_disks))
-            .filter_map(|disk| disk.managed_disk.as_ref()?.id.clone())
-            .collect();
-        VmParts {
-            network_interfaces,
-            disks,
+        {
+            let Some(id) = nic.id.clone() else { continue };
+            if goes_with_vm(nic.properties.delete_option.as_deref())
+                || caa.is_network_interface(&id)
+            {
+                parts.network_interfaces.push(id);
+            } else {
+                parts.kept.push(id);
+            }
         }
+        let storage = self.properties.storage_profile.as_ref();
+        if let Some(os_disk) = storage.and_then(|s| s.os_disk.as_ref())
+            && let Some(id) = os_disk.managed_disk.as_ref().and_then(|d| d.id.clone())
+        {
+            if goes_with_vm(os_disk.delete_option.as_deref()) || caa.is_os_disk(&id) {
+                parts.disks.push(id);
+            } else {
+                parts.kept.push(id);
+            }
+        }
+        // A data disk is the VM's only when ARM deletes it with the VM: CAA creates none, and a
+        // persistent volume's disk is attached with `Detach` precisely so that it outlives
+        // the VM.
+        for disk in storage.iter().flat_map(|s| &s.data_disks) {
+            let Some(id) = disk.managed_disk.as_ref().and_then(|d| d.id.clone()) else {
+                continue;
+            };
+            if goes_with_vm(disk.delete_option.as_deref()) {
+                parts.disks.push(id);
+            } else {
+                parts.kept.push(id);
+            }
+        }
+        parts
     }
 
     /// ARM reports the VM as already being deleted.
@@ -112,7 +208,7 @@ impl Vm {
     }
 }
 
-/// A network interface (only its IP configurations' public IP addresses).
+/// A network interface (its IP configurations' public IP addresses and the VM using it).
 #[derive(Debug, Default, Deserialize)]
 pub struct NetworkInterface {
     #[serde(default)]
@@ -124,6 +220,7 @@ pub struct NetworkInterface {
 pub struct NetworkInterfaceProperties {
     #[serde(default)]
     pub ip_configurations: Vec<IpConfiguration>,
+    pub virtual_machine: Option<SubResource>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -136,16 +233,69 @@ pub struct IpConfiguration {
 #[serde(rename_all = "camelCase")]
 pub struct IpConfigurationProperties {
     #[serde(rename = "publicIPAddress")]
-    pub public_ip_address: Option<SubResource>,
+    pub public_ip_address: Option<PublicIpAddress>,
+}
+
+/// A public IP address, as a network interface names it or as `GET` returns it.
+#[derive(Debug, Default, Deserialize)]
+pub struct PublicIpAddress {
+    pub id: Option<String>,
+    #[serde(default)]
+    pub properties: DeleteOptionProperties,
+}
+
+/// A public IP address of an interface, and whether ARM deletes it with the VM when the
+/// interface's answer says so (`None`: the answer does not say).
+#[derive(Debug, PartialEq, Eq)]
+pub struct PublicIpOfInterface {
+    pub id: String,
+    pub goes_with_vm: Option<bool>,
 }
 
 impl NetworkInterface {
-    pub fn public_ip_addresses(&self) -> Vec<String> {
+    pub fn public_ip_addresses(&self) -> Vec<PublicIpOfInterface> {
         self.properties
             .ip_configurations
             .iter()
-            .filter_map(|c| c.properties.public_ip_address.as_ref()?.id.clone())
+            .filter_map(|c| {
+                let ip = c.properties.public_ip_address.as_ref()?;
+                Some(PublicIpOfInterface {
+                    id: ip.id.clone()?,
+                    goes_with_vm: ip
+                        .properties
+                        .delete_option
+                        .as_deref()
+                        .map(|o| goes_with_vm(Some(o))),
+                })
+            })
             .collect()
+    }
+
+    /// The VM using this interface, if any.
+    pub fn virtual_machine(&self) -> Option<&str> {
+        self.properties.virtual_machine.as_ref()?.id.as_deref()
+    }
+}
+
+/// Any ARM resource's provisioning state (to see that ARM is already deleting it).
+#[derive(Debug, Default, Deserialize)]
+pub struct ProvisionedResource {
+    #[serde(default)]
+    pub properties: ProvisioningProperties,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProvisioningProperties {
+    pub provisioning_state: Option<String>,
+}
+
+impl ProvisionedResource {
+    pub fn is_deleting(&self) -> bool {
+        self.properties
+            .provisioning_state
+            .as_deref()
+            .is_some_and(|s| s.eq_ignore_ascii_case("Deleting"))
     }
 }
 
@@ -222,7 +372,7 @@ mod tests {
     #[test]
     fn a_vm_names_its_network_interfaces_and_disks() {
         let vm: Vm = serde_json::from_str(VM).expect("vm");
-        let parts = vm.parts();
+        let parts = vm.parts("myVM");
         assert_eq!(
             parts.network_interfaces,
             vec![
@@ -248,7 +398,7 @@ mod tests {
             serde_json::from_str(r#"{"id":"x","properties":{"provisioningState":"Deleting"}}"#)
                 .expect("vm");
         assert!(vm.is_deleting());
-        assert_eq!(vm.parts(), VmParts::default());
+        assert_eq!(vm.parts("x"), VmParts::default());
     }
 
     #[test]
@@ -262,10 +412,76 @@ mod tests {
         .expect("nic");
         assert_eq!(
             nic.public_ip_addresses(),
-            vec![
-                "/subscriptions/subid/resourceGroups/rg1/providers/Microsoft.Network/publicIPAddresses/test-ip"
-            ]
+            vec![PublicIpOfInterface {
+                id: "/subscriptions/subid/resourceGroups/rg1/providers/Microsoft.Network/publicIPAddresses/test-ip".into(),
+                goes_with_vm: None,
+            }]
         );
+        assert_eq!(nic.virtual_machine(), None);
+    }
+
+    // A VM as cloud-api-adaptor creates it (interface and OS disk with deleteOption: Delete),
+    // with a persistent volume's disk attached by the CSI driver as a data disk with
+    // deleteOption: Detach, an operator's interface attached with Detach, and a data disk
+    // marked to go with the VM. Data disk shape as in VirtualMachine_Get (compute 2024-07-01).
+    const CAA_VM: &str = r#"{
+      "name": "podvm-web-1a2b3c4d",
+      "properties": {
+        "storageProfile": {
+          "osDisk": {"name": "podvm-web-1a2b3c4d-disk", "createOption": "FromImage", "deleteOption": "Delete",
+                     "managedDisk": {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/podvm-web-1a2b3c4d-disk"}},
+          "dataDisks": [
+            {"lun": 0, "name": "pvc-0b6f", "createOption": "Attach", "caching": "None", "toBeDetached": false,
+             "deleteOption": "Detach",
+             "managedDisk": {"storageAccountType": "Premium_LRS", "id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/pvc-0b6f"}},
+            {"lun": 1, "name": "scratch", "createOption": "Empty", "deleteOption": "Delete",
+             "managedDisk": {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/scratch"}},
+            {"lun": 2, "name": "legacy", "createOption": "Attach",
+             "managedDisk": {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/legacy"}}
+          ]
+        },
+        "networkProfile": {"networkInterfaces": [
+          {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/podvm-web-1a2b3c4d-net",
+           "properties": {"primary": true, "deleteOption": "Delete"}},
+          {"id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/operator-nic",
+           "properties": {"primary": false, "deleteOption": "Detach"}}
+        ]}
+      }
+    }"#;
+
+    #[test]
+    fn only_parts_marked_delete_or_named_by_caa_belong_to_the_vm() {
+        let vm: Vm = serde_json::from_str(CAA_VM).expect("vm");
+        let parts = vm.parts("podvm-web-1a2b3c4d");
+        let ids = |v: &[String]| {
+            v.iter()
+                .map(|id| resource_name(id).to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&parts.network_interfaces), ["podvm-web-1a2b3c4d-net"]);
+        assert_eq!(ids(&parts.disks), ["podvm-web-1a2b3c4d-disk", "scratch"]);
+        assert_eq!(ids(&parts.kept), ["operator-nic", "pvc-0b6f", "legacy"]);
+    }
+
+    #[test]
+    fn parts_caa_named_are_the_vms_even_when_arm_keeps_them() {
+        let detached = CAA_VM.replace("\"Delete\"", "\"Detach\"");
+        let vm: Vm = serde_json::from_str(&detached).expect("vm");
+        let parts = vm.parts("PODVM-web-1a2b3c4d");
+        let ids = |v: &[String]| {
+            v.iter()
+                .map(|id| resource_name(id).to_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids(&parts.network_interfaces), ["podvm-web-1a2b3c4d-net"]);
+        assert_eq!(ids(&parts.disks), ["podvm-web-1a2b3c4d-disk"]);
+        assert_eq!(
+            ids(&parts.kept),
+            ["operator-nic", "pvc-0b6f", "scratch", "legacy"]
+        );
+        let caa = CaaNames::of("v");
+        assert!(caa.is_public_ip("/x/publicIPAddresses/V-EXT"));
+        assert!(!caa.is_public_ip("/x/publicIPAddresses/v-ip"));
     }
 
     #[test]

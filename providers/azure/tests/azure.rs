@@ -28,6 +28,14 @@ async fn deleting_a_vm_removes_it_and_the_parts_caa_created_with_it() {
     // ARM's 202 was followed: the operation was polled until it said Succeeded.
     assert_eq!(calls.count("azure", "DeleteVirtualMachine", "ok"), 1);
     assert_eq!(calls.count("azure", "GetOperationStatus", "ok"), 2);
+    // Then confirmed by lookups: the VM, its interface and its OS disk answer 404 (ARM removed
+    // the parts marked Delete with it, so nothing is deleted twice). What confirmation costs:
+    // GET VM, GET interface, DELETE VM, 2 polls, then 3 GETs answered 404.
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "error"), 1);
+    assert_eq!(calls.count("azure", "GetNetworkInterface", "error"), 1);
+    assert_eq!(calls.count("azure", "GetDisk", "error"), 1);
+    assert_eq!(calls.count("azure", "DeleteNetworkInterface", "ok"), 0);
+    assert_eq!(emulator.arm_requests().len(), 8);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -81,24 +89,117 @@ async fn a_long_deletion_is_polled_with_retry_after_until_it_ends() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deletion_that_outlasts_its_bound_is_unavailable_and_later_deleted() {
+async fn a_persistent_volumes_detached_disk_survives_and_only_the_vms_own_parts_go() {
     let emulator = AzureEmulator::start();
-    emulator.set_operation_polls(100, 1);
-    let id = emulator.create_vm("podvm-stuck", &[]);
-    let (provider, _) = provider(&emulator, &[("AZURE_DELETE_TIMEOUT_SECONDS", "2")]);
+    // As cloud-api-adaptor creates it: interface, public IP and OS disk with deleteOption
+    // Delete. The Azure Disk CSI driver then attached a PVC's pre-existing managed disk as a
+    // data disk with deleteOption Detach; a scratch data disk goes with the VM.
+    let name = "podvm-db-5e6f7a8b";
+    let id = emulator.create_vm_with(
+        name,
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm: true,
+        },
+    );
+    let volume = "pvc-3f2a9c1e-7b4d-4e55-9a61-0c2b8d7e6f10";
+    assert!(emulator.attach_data_disk(name, volume, "Detach"));
+    assert!(emulator.attach_data_disk(name, "podvm-db-scratch", "Delete"));
+    let parts = emulator.parts_of(name).expect("parts");
+    let (provider, _) = provider(&emulator, &[]);
 
-    let error = provider.delete_instance(&id).await.expect_err("bounded");
-    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    let outcome = provider.delete_instance(&id).await.expect("delete");
 
-    // Asked again, the VM is mid-deletion: that is success, and it is not deleted twice.
-    let deletes = emulator.arm_requests_matching("DELETE", "/virtualMachines/");
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("again"),
-        DeleteOutcome::Deleted
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(
+        emulator.disk_exists(volume),
+        "the user's volume was deleted"
     );
     assert_eq!(
+        emulator.arm_requests_matching("DELETE", &format!("/disks/{volume}")),
+        0
+    );
+    assert!(!emulator.vm_exists(name));
+    assert!(!emulator.network_interface_exists(&parts.network_interface));
+    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
+    assert!(!emulator.disk_exists(&parts.disk));
+    assert!(!emulator.disk_exists("podvm-db-scratch"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delete_slower_than_the_callers_deadline_ends_confirmed_after_re_asks() {
+    let emulator = AzureEmulator::start();
+    // ARM takes six looks (about 1 s each while the operation is followed) to delete the VM:
+    // longer than one call may take.
+    emulator.set_operation_polls(6, 1);
+    let name = "podvm-slow-9c8d7e6f";
+    let id = emulator.create_vm_with(
+        name,
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm: true,
+        },
+    );
+    let parts = emulator.parts_of(name).expect("parts");
+    let (provider, _) = provider(&emulator, &[("AZURE_DELETE_TIMEOUT_SECONDS", "2")]);
+
+    let mut retryable = 0;
+    let outcome = loop {
+        match provider.delete_instance(&id).await {
+            Ok(outcome) => break outcome,
+            Err(Error::Unavailable { message }) => {
+                retryable += 1;
+                assert!(retryable < 30, "never confirmed: {message}");
+            }
+            Err(other) => panic!("not a retryable answer: {other:?}"),
+        }
+    };
+
+    // The first answer of done comes only when the VM and each of its parts is gone.
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(retryable >= 1, "the first call cannot have seen the end");
+    assert!(!emulator.vm_exists(name));
+    assert!(!emulator.network_interface_exists(&parts.network_interface));
+    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
+    assert!(!emulator.disk_exists(&parts.disk));
+    // Re-asks follow the deletion instead of starting it again.
+    assert_eq!(
         emulator.arm_requests_matching("DELETE", "/virtualMachines/"),
-        deletes
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parts_a_vanished_vm_left_behind_are_found_by_caa_names_and_deleted() {
+    let emulator = AzureEmulator::start();
+    // A deletion cut off after ARM removed the VM but before its Detach parts went: the VM is
+    // gone, its interface, public IP and OS disk remain.
+    emulator.set_operation_polls(0, 0);
+    let name = "podvm-cut-1f2e3d4c";
+    let id = emulator.create_vm_with(
+        name,
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm: false,
+        },
+    );
+    let parts = emulator.parts_of(name).expect("parts");
+    assert!(emulator.start_deleting(name));
+    let (provider, _) = provider(&emulator, &[]);
+
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted, "parts were left to delete");
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert!(!emulator.network_interface_exists(&parts.network_interface));
+    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
+    assert!(!emulator.disk_exists(&parts.disk));
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("again"),
+        DeleteOutcome::AlreadyGone
     );
 }
 
@@ -137,6 +238,8 @@ async fn a_vm_already_being_deleted_counts_as_deleted_without_a_second_delete() 
         DeleteOutcome::Deleted
     );
     assert_eq!(emulator.arm_requests_matching("DELETE", ""), 0);
+    // Answered only once ARM's deletion ended and the VM and its parts are gone.
+    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -238,7 +341,8 @@ async fn server_errors_are_retried_then_succeed() {
         DeleteOutcome::Deleted
     );
     assert!(!emulator.vm_or_parts_exist(&id));
-    assert_eq!(calls.count("azure", "GetVirtualMachine", "error"), 2);
+    // Two 503s retried, then the VM read; the last lookup's 404 confirms it gone.
+    assert_eq!(calls.count("azure", "GetVirtualMachine", "error"), 3);
     assert_eq!(calls.count("azure", "GetVirtualMachine", "ok"), 1);
 }
 
@@ -353,17 +457,17 @@ async fn one_token_serves_many_calls_and_every_call_is_counted() {
 
     assert_eq!(emulator.token_requests(), 1);
     assert_eq!(calls.count("azure", "AcquireToken", "ok"), 1);
+    // Every answer counted once: ok, or error for the 404s that confirm a part gone.
     let counted: u64 = [
         "GetVirtualMachine",
         "GetNetworkInterface",
+        "GetDisk",
         "DeleteVirtualMachine",
         "GetOperationStatus",
-        "DeleteNetworkInterface",
-        "DeleteDisk",
         "ListUsages",
     ]
     .iter()
-    .map(|op| calls.count("azure", op, "ok"))
+    .flat_map(|op| ["ok", "error"].map(|result| calls.count("azure", *op, result)))
     .sum();
     assert_eq!(counted, emulator.arm_requests().len() as u64);
 }
