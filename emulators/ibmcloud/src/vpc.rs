@@ -47,8 +47,6 @@ struct FloatingIp {
     address: String,
     /// The network interface it is bound to, and that interface's instance.
     target: Option<(String, String)>,
-    /// The instance it was reserved for (what "its parts" means in tests).
-    reserved_for: String,
 }
 
 #[derive(Default)]
@@ -143,8 +141,9 @@ impl VpcEmulator {
         id
     }
 
-    /// Reserves a floating IP bound to the instance's primary network interface (what an
-    /// operator or an older cloud-api-adaptor does for public access). Returns its id.
+    /// Reserves a floating IP and binds it to the instance's primary network interface, as an
+    /// operator does for public access (cloud-api-adaptor creates no floating IP). It is the
+    /// operator's, not the instance's: deleting the instance only unbinds it. Returns its id.
     pub fn attach_floating_ip(&self, instance_id: &str) -> Option<String> {
         let mut state = lock(&self.state);
         let nic = state.instances.get(instance_id)?.network_interface.clone();
@@ -157,7 +156,6 @@ impl VpcEmulator {
                 name: format!("fip-{seq}"),
                 address: format!("192.0.2.{}", seq % 250 + 1),
                 target: Some((nic, instance_id.to_owned())),
-                reserved_for: instance_id.to_owned(),
             },
         );
         Some(id)
@@ -166,6 +164,16 @@ impl VpcEmulator {
     /// Whether the floating IP is still reserved.
     pub fn floating_ip_exists(&self, id: &str) -> bool {
         lock(&self.state).floating_ips.contains_key(id)
+    }
+
+    /// The instance a floating IP is bound to, `None` when unbound (or not reserved).
+    pub fn floating_ip_bound_to(&self, id: &str) -> Option<String> {
+        lock(&self.state)
+            .floating_ips
+            .get(id)?
+            .target
+            .as_ref()
+            .map(|(_, instance)| instance.clone())
     }
 
     /// The instance's status (`running`, `deleting`), `None` once gone.
@@ -227,10 +235,6 @@ impl CloudEmulator for VpcEmulator {
         state.instances.contains_key(instance_id)
             || state.network_interfaces.values().any(|i| i == instance_id)
             || state.volumes.values().any(|i| i == instance_id)
-            || state
-                .floating_ips
-                .values()
-                .any(|f| f.reserved_for == instance_id)
     }
 }
 
@@ -550,10 +554,9 @@ mod tests {
             let mut state = lock(&emulator.state);
             remove_instance(&mut state, &id);
         }
-        // The floating IP outlives the instance, unbound: still a part that exists.
+        // The operator's floating IP outlives the instance, unbound; it was never a part.
         assert!(emulator.floating_ip_exists(&fip));
-        assert!(emulator.vm_or_parts_exist(&id));
-        lock(&emulator.state).floating_ips.remove(&fip);
+        assert_eq!(emulator.floating_ip_bound_to(&fip), None);
         assert!(!emulator.vm_or_parts_exist(&id));
     }
 }

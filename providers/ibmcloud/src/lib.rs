@@ -8,11 +8,13 @@
 //! - `instance_id`: syntax of VPC and PowerVS instance ids.
 //! - `iam`: API key → bearer token, cached and refreshed; shared by both backends.
 //! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
+//! - `cloud`: `http` with `iam`'s tokens (a refused token exchanged once).
 //! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
 //! - `timestamps`: the APIs' date-times.
 //!
 //! [`Provider`]: peerpods_provider_core::Provider
 
+mod cloud;
 mod http;
 mod iam;
 mod instance_id;

@@ -10,7 +10,8 @@ use peerpods_provider_core::{
 };
 use serde::Deserialize;
 
-use crate::http::{Cloud, Http};
+use crate::cloud::Cloud;
+use crate::http::Http;
 use crate::iam::{Iam, Token};
 use crate::settings::PowerVsSettings;
 use crate::{instance_id, tags, timestamps, wait};

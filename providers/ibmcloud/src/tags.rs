@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use peerpods_provider_core::Error;
 use serde::Deserialize;
 
-use crate::http::Cloud;
+use crate::cloud::Cloud;
 
 /// Tags fetched per page; the API allows up to 1000.
 const PAGE: usize = 1000;

@@ -10,7 +10,8 @@ use peerpods_provider_core::{
 };
 use serde::Deserialize;
 
-use crate::http::{Cloud, Http};
+use crate::cloud::Cloud;
+use crate::http::Http;
 use crate::iam::Iam;
 use crate::settings::VpcSettings;
 use crate::{instance_id, tags, timestamps, wait};
@@ -46,20 +47,11 @@ struct VpcInstance {
     /// GiB.
     #[serde(default)]
     memory: Option<u64>,
-    #[serde(default)]
-    primary_network_interface: Option<Reference>,
-    #[serde(default)]
-    network_interfaces: Vec<Reference>,
 }
 
 #[derive(Deserialize)]
 struct Vcpu {
     count: Option<u64>,
-}
-
-#[derive(Deserialize)]
-struct Reference {
-    id: String,
 }
 
 #[derive(Deserialize)]
@@ -73,12 +65,6 @@ struct InstanceCollection {
 #[derive(Deserialize)]
 struct Href {
     href: String,
-}
-
-#[derive(Deserialize)]
-struct FloatingIpCollection {
-    #[serde(default)]
-    floating_ips: Vec<Reference>,
 }
 
 impl IbmCloudVpcProvider {
@@ -113,51 +99,6 @@ impl IbmCloudVpcProvider {
             return Ok(None);
         }
         answer.json(&what).map(Some)
-    }
-
-    /// Releases the floating IPs bound to the instance's network interfaces: deleting the
-    /// instance only unbinds them, and a reserved floating IP is billed until released.
-    async fn release_floating_ips(&self, instance: &VpcInstance) -> Result<usize, Error> {
-        let mut interfaces: Vec<&str> = instance
-            .primary_network_interface
-            .iter()
-            .chain(&instance.network_interfaces)
-            .map(|nic| nic.id.as_str())
-            .collect();
-        interfaces.sort_unstable();
-        interfaces.dedup();
-        let mut released = 0;
-        for nic in interfaces {
-            let what = format!("listing floating IPs of network interface {nic}");
-            let url = self.url(&format!(
-                "/instances/{}/network_interfaces/{nic}/floating_ips",
-                instance.id
-            ));
-            let answer = self
-                .cloud
-                .call("ListInstanceNetworkInterfaceFloatingIps", &what, |c, t| {
-                    versioned(c.get(&url), t)
-                })
-                .await?;
-            if answer.is_gone() {
-                continue;
-            }
-            let floating: FloatingIpCollection = answer.json(&what)?;
-            for ip in floating.floating_ips {
-                let what = format!("releasing floating IP {}", ip.id);
-                let url = self.url(&format!("/floating_ips/{}", ip.id));
-                let answer = self
-                    .cloud
-                    .call("DeleteFloatingIp", &what, |c, t| {
-                        versioned(c.delete(&url), t)
-                    })
-                    .await?;
-                if answer.is_success() {
-                    released += 1;
-                }
-            }
-        }
-        Ok(released)
     }
 
     /// Every instance of the region, page by page.
@@ -266,7 +207,9 @@ impl Provider for IbmCloudVpcProvider {
             };
             self.owner.check(instance_id, &tags)?;
         }
-        let released = self.release_floating_ips(&instance).await?;
+        // Floating IPs bound to the instance are not released: cloud-api-adaptor creates none
+        // (its ibmcloud provider), so one bound to a peer-pod VM is an operator's reservation.
+        // Deleting the instance unbinds it, and it stays reserved for its owner.
         if instance.status != "deleting" {
             let what = format!("deleting instance {instance_id}");
             let url = self.url(&format!("/instances/{instance_id}"));
@@ -278,16 +221,25 @@ impl Provider for IbmCloudVpcProvider {
                 return Ok(DeleteOutcome::AlreadyGone);
             }
         }
+        // Deleted only once a later lookup answers 404: the VPC deletes the network interfaces
+        // and the boot volume (`delete_volume_on_instance_delete`) with the instance.
         let policy = self.cloud.http.policy();
         let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
             self.instance(instance_id).await.map(|i| i.is_none())
         })
         .await?;
+        if !gone {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "deleting instance {instance_id}: still deleting after {} s; ask again in {} s to confirm it gone",
+                    policy.delete_timeout.as_secs(),
+                    policy.delete_poll.as_secs().max(1)
+                ),
+            });
+        }
         tracing::info!(
             instance_id,
-            floating_ips_released = released,
-            gone,
-            "IBM Cloud VPC instance deleted"
+            "IBM Cloud VPC instance deleted and confirmed gone"
         );
         Ok(DeleteOutcome::Deleted)
     }
@@ -358,8 +310,6 @@ mod tests {
             created_at: None,
             vcpu: vcpus.map(|count| Vcpu { count: Some(count) }),
             memory,
-            primary_network_interface: None,
-            network_interfaces: vec![],
         }
     }
 
@@ -399,7 +349,6 @@ mod tests {
         )
         .expect("instance");
         assert_eq!(parsed.status, "deleting");
-        assert_eq!(parsed.network_interfaces.len(), 2);
         assert_eq!(parsed.vcpu.and_then(|v| v.count), Some(2));
     }
 }
