@@ -53,7 +53,7 @@ pub fn parse(id: &str) -> Result<VmId, String> {
         }
     }
     let subscription = segments[1];
-    if !crate::settings::is_guid(subscription) {
+    if !is_guid(subscription) {
         return Err("the subscription id is not a GUID (8-4-4-4-12 hexadecimal digits)".into());
     }
     if let Some(problem) = resource_group_problem(segments[3]) {
@@ -67,6 +67,16 @@ pub fn parse(id: &str) -> Result<VmId, String> {
         resource_group: segments[3].to_owned(),
         name: segments[7].to_owned(),
     })
+}
+
+/// Whether `text` is a GUID as Azure writes subscription ids.
+pub fn is_guid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 /// What is wrong with a resource group name (ARM: 1-90 letters, digits, `_`, `-`, `.`, `(`, `)`,

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use peerpods_provider_core::{ExposeSecret, SecretString};
 
+// The syntax of ARM names lives with instance ids; settings only apply it to their keys.
+use crate::instance_id::{is_guid, resource_group_problem};
+
 /// Azure public cloud's Resource Manager endpoint.
 pub const PUBLIC_RESOURCE_MANAGER: &str = "https://management.azure.com";
 /// Azure public cloud's Microsoft Entra ID authority.
@@ -106,7 +109,7 @@ impl AzureSettings {
             });
         }
         let resource_group = required("AZURE_RESOURCE_GROUP")?;
-        if let Some(problem) = crate::instance_id::resource_group_problem(&resource_group) {
+        if let Some(problem) = resource_group_problem(&resource_group) {
             return Err(SettingsProblem {
                 key: "AZURE_RESOURCE_GROUP",
                 reason: problem,
@@ -195,16 +198,6 @@ impl AzureSettings {
     pub fn scope(&self) -> String {
         format!("{}/.default", self.audience.trim_end_matches('/'))
     }
-}
-
-/// Whether `text` is a GUID as Azure writes subscription ids.
-pub fn is_guid(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn https_url(key: &'static str, value: String) -> Result<String, SettingsProblem> {
