@@ -48,8 +48,36 @@ const ERROR_NOT_FOUND: &str = include_str!("../fixtures/error-not-found.json");
 const ERROR_NOT_READY: &str = include_str!("../fixtures/error-not-ready.json");
 const ERROR_UNAUTHENTICATED: &str = include_str!("../fixtures/error-unauthenticated.json");
 const ERROR_RATE_LIMITED: &str = include_str!("../fixtures/error-rate-limited.json");
+const ERROR_RATE_LIMIT_EXCEEDED: &str = include_str!("../fixtures/error-rate-limit-exceeded.json");
+const ERROR_OPERATION_RATE_EXCEEDED: &str =
+    include_str!("../fixtures/error-operation-rate-exceeded.json");
+const OPERATION_ERROR_NOT_READY: &str = include_str!("../fixtures/operation-error-not-ready.json");
+const OPERATION_ERROR_RATE_EXCEEDED: &str =
+    include_str!("../fixtures/operation-error-rate-exceeded.json");
 const ERROR_UNAVAILABLE: &str = include_str!("../fixtures/error-unavailable.json");
 const ERROR_INVALID_FILTER: &str = include_str!("../fixtures/error-invalid-filter.json");
+
+/// How Compute Engine refuses a call for its rate with 403 (not 429), as its rate-quota
+/// documentation says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateRefusal {
+    /// The project's per-minute rate quota is spent: 403, `errors[].reason` `rateLimitExceeded`
+    /// (domain `usageLimits`), status `PERMISSION_DENIED`. Any call.
+    RateLimitExceeded,
+    /// Too frequent operations on one resource: 403 with an `ErrorInfo` detail of reason
+    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (domain `compute.googleapis.com`). Deletions only.
+    ResourceOperationRateExceeded,
+}
+
+/// How an accepted deletion's operation can end without deleting: `DONE` with an `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationFailure {
+    /// `RESOURCE_NOT_READY` (HTTP 400 in `httpErrorStatusCode`): another operation held the
+    /// instance. The instance stays, `RUNNING` again.
+    ResourceNotReady,
+    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (HTTP 403): too frequent operations on the instance.
+    ResourceOperationRateExceeded,
+}
 
 /// A running Compute Engine emulator. Stopped when dropped.
 pub struct GcpEmulator {
@@ -117,6 +145,22 @@ impl GcpEmulator {
         let mut cloud = self.cloud();
         cloud.throttle_next = calls;
         cloud.retry_after_secs = retry_after_secs;
+    }
+
+    /// The next `calls` requests (for [`RateRefusal::ResourceOperationRateExceeded`]: the next
+    /// `calls` deletions) are refused with 403 and the body Compute Engine sends for `refusal`,
+    /// without a `Retry-After` (Compute Engine sends none).
+    pub fn refuse_rate_next(&self, calls: u32, refusal: RateRefusal) {
+        let mut cloud = self.cloud();
+        cloud.refuse_rate_next = calls;
+        cloud.rate_refusal = refusal;
+    }
+
+    /// The next `deletions` accepted deletions end `DONE` with `failure` instead of deleting.
+    pub fn fail_next_operations(&self, deletions: u32, failure: OperationFailure) {
+        let mut cloud = self.cloud();
+        cloud.fail_next_operations = deletions;
+        cloud.operation_failure = failure;
     }
 
     /// The next `calls` requests are answered with the 5xx `status` (500, 502, 503 or 504).
@@ -258,6 +302,8 @@ struct ZoneOperation {
     target_id: u64,
     polls_left: u32,
     done: bool,
+    /// Ends DONE with this error instead of deleting.
+    failure: Option<OperationFailure>,
 }
 
 /// The emulated project: VMs, their boot disks, operations, and the test's knobs.
@@ -275,6 +321,10 @@ struct Cloud {
     retry_after_secs: u64,
     fail_next: u32,
     fail_status: u16,
+    refuse_rate_next: u32,
+    rate_refusal: RateRefusal,
+    fail_next_operations: u32,
+    operation_failure: OperationFailure,
     reject_credentials: bool,
     operation_polls: u32,
     page_size: usize,
@@ -295,6 +345,10 @@ impl Cloud {
             retry_after_secs: 1,
             fail_next: 0,
             fail_status: 503,
+            refuse_rate_next: 0,
+            rate_refusal: RateRefusal::RateLimitExceeded,
+            fail_next_operations: 0,
+            operation_failure: OperationFailure::ResourceNotReady,
             reject_credentials: false,
             operation_polls: 0,
             page_size: 500,
@@ -325,12 +379,17 @@ impl Cloud {
         self.next_id += 1;
         let id = 7_223_685_420_011_538_101 + self.next_id;
         let operation = format!("operation-{id}-delete-{name}");
+        let failure = (self.fail_next_operations > 0).then(|| {
+            self.fail_next_operations -= 1;
+            self.operation_failure
+        });
         let op = ZoneOperation {
             id,
             instance: name.to_owned(),
             target_id,
             polls_left: self.operation_polls,
             done: false,
+            failure,
         };
         let body = operation_json(&operation, &op);
         if let Some(request_id) = request_id {
@@ -355,13 +414,18 @@ impl Cloud {
                 op.polls_left -= 1;
             }
         }
-        let (done, instance) = (op.done, op.instance.clone());
+        let (done, failed, instance) = (op.done, op.failure.is_some(), op.instance.clone());
         let body = self
             .operations
             .get(name)
             .map(|op| operation_json(name, op))
             .unwrap_or(Value::Null);
-        if done {
+        if done && failed {
+            // Nothing was deleted: the instance is as it was before the request.
+            if let Some(vm) = self.vms.get_mut(&instance) {
+                vm.status = "RUNNING";
+            }
+        } else if done {
             self.remove_vm(&instance);
         }
         ok(body)
@@ -491,6 +555,18 @@ async fn handle(
     }
     let path = uri.path().trim_start_matches('/');
     let segments: Vec<&str> = path.split('/').collect();
+    let deletion = method == Method::DELETE;
+    if cloud.refuse_rate_next > 0
+        && (deletion || cloud.rate_refusal == RateRefusal::RateLimitExceeded)
+    {
+        cloud.refuse_rate_next -= 1;
+        let resource = path.strip_prefix("compute/v1/").unwrap_or(path).to_owned();
+        let fixture_text = match cloud.rate_refusal {
+            RateRefusal::RateLimitExceeded => ERROR_RATE_LIMIT_EXCEEDED,
+            RateRefusal::ResourceOperationRateExceeded => ERROR_OPERATION_RATE_EXCEEDED,
+        };
+        return error_response_with(fixture_text, "INSTANCE_PATH", &resource);
+    }
     let zonal = |s: &[&str]| {
         s.len() >= 6
             && s[..3] == ["compute", "v1", "projects"]
@@ -555,6 +631,16 @@ fn operation_json(name: &str, op: &ZoneOperation) -> Value {
         body["status"] = json!("DONE");
         body["progress"] = json!(100);
         body["endTime"] = json!("2026-11-22T10:00:20.000-08:00");
+        if let Some(failure) = op.failure {
+            let text = match failure {
+                OperationFailure::ResourceNotReady => OPERATION_ERROR_NOT_READY,
+                OperationFailure::ResourceOperationRateExceeded => OPERATION_ERROR_RATE_EXCEEDED,
+            };
+            let fields = fixture(text, &[("INSTANCE_PATH", &instance_path(&op.instance))]);
+            if let (Some(body), Some(fields)) = (body.as_object_mut(), fields.as_object()) {
+                body.extend(fields.clone());
+            }
+        }
     }
     body
 }

@@ -194,14 +194,17 @@ impl Compute {
         operation: &'static str,
         call: impl Future<Output = Result<T, GaxError>>,
     ) -> Result<T, Failure> {
-        let result = call.await;
+        let result = call
+            .await
+            .map_err(|error| Failure::from_sdk(&error, &self.redactor));
+        // Throttled by what the cloud says (a 403 can be a rate refusal), not by status alone.
         let label = match &result {
             Ok(_) => "ok",
-            Err(error) if error.http_status_code() == Some(429) => "throttled",
+            Err(failure) if failure.is_rate_limited() => "throttled",
             Err(_) => "error",
         };
         self.calls.record(NAME, operation, label);
-        result.map_err(|error| Failure::from_sdk(&error, &self.redactor))
+        result
     }
 }
 

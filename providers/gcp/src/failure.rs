@@ -1,13 +1,30 @@
 //! What a Compute Engine answer means: the SDK's error reduced to plain facts ([`Failure`]),
 //! which pure functions turn into the crate's [`Error`] and the retry decision.
 
+use std::time::Duration;
+
 use google_cloud_gax::error::Error as GaxError;
 use google_cloud_gax::error::rpc::StatusDetails;
 use http::StatusCode;
 use peerpods_provider_core::{Error, Redactor, http as cloud_http};
 
-/// Compute Engine's reason for "another operation on this resource is still running".
-pub const NOT_READY_REASON: &str = "resourceNotReady";
+/// Compute Engine's reasons for "another operation on this resource is still running": the
+/// `errors[].reason` of an answer (`resourceNotReady`) and the code of a failed operation or
+/// the `ErrorInfo` reason of newer answers (`RESOURCE_NOT_READY`).
+pub const NOT_READY_REASONS: [&str; 2] = ["resourceNotReady", "RESOURCE_NOT_READY"];
+
+/// The reasons with which Google APIs refuse a call for its rate rather than for a permission,
+/// whatever the HTTP status. Compute Engine answers an exceeded rate quota with **403** and
+/// `rateLimitExceeded` ("Compute Engine rate quotas": wait for the next minute's refill), too
+/// frequent operations on one resource with `RESOURCE_OPERATION_RATE_EXCEEDED` (an `ErrorInfo`
+/// reason, or the code of a failed operation); `userRateLimitExceeded` and
+/// `RATE_LIMIT_EXCEEDED` are the same refusals in Google's per-user and `ErrorInfo` spellings.
+pub const RATE_LIMIT_REASONS: [&str; 4] = [
+    "rateLimitExceeded",
+    "userRateLimitExceeded",
+    "RATE_LIMIT_EXCEEDED",
+    "RESOURCE_OPERATION_RATE_EXCEEDED",
+];
 
 /// The facts of one failed call, taken from the SDK's error.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,7 +33,9 @@ pub struct Failure {
     pub status: Option<u16>,
     /// The `Retry-After` header of the answer, as sent.
     pub retry_after: Option<String>,
-    /// The `reason`s of the answer's `error.errors[]` (e.g. `notFound`, `resourceNotReady`).
+    /// What the cloud says went wrong: the `reason`s of the answer's `error.details[]`
+    /// (`ErrorInfo`) or, without details, of its `error.errors[]` (e.g. `notFound`,
+    /// `resourceNotReady`, `rateLimitExceeded`); for a failed operation, its error codes.
     pub reasons: Vec<String>,
     /// The cloud's message (or the transport error), already redacted.
     pub message: String,
@@ -72,7 +91,18 @@ impl Failure {
 
     /// Another operation (e.g. a deletion already under way) holds the resource.
     pub fn is_not_ready(&self) -> bool {
-        self.reasons.iter().any(|r| r == NOT_READY_REASON)
+        self.reasons
+            .iter()
+            .any(|r| NOT_READY_REASONS.contains(&r.as_str()))
+    }
+
+    /// The cloud refused the call for its rate (429, or a 403 that says so in its reason).
+    pub fn is_rate_limited(&self) -> bool {
+        self.status == Some(429)
+            || self
+                .reasons
+                .iter()
+                .any(|r| RATE_LIMIT_REASONS.contains(&r.as_str()))
     }
 
     /// The crate error for this failure; `operation` says what was being done.
@@ -88,17 +118,47 @@ impl Failure {
                 Error::CloudUnauthenticated { message }
             };
         }
+        let now = jiff::Timestamp::now();
+        let wait = cloud_http::retry_after(self.retry_after.as_deref(), now);
+        // The reason decides before the status: Compute Engine refuses a rate with 403, which
+        // by status alone would read as a missing permission and send operators to IAM.
+        if self.is_rate_limited() {
+            let reasons = match self.reasons.as_slice() {
+                [] => String::new(),
+                reasons => format!(" ({})", reasons.join(", ")),
+            };
+            return Error::Throttled {
+                retry_after: wait.unwrap_or_else(|| until_quota_refill(now)),
+                message: format!(
+                    "{operation}: HTTP {}: rate limit{reasons}: {}",
+                    self.status.unwrap_or(429),
+                    self.message
+                ),
+            };
+        }
+        if self.is_not_ready() {
+            return Error::Unavailable {
+                message: format!(
+                    "{operation}: another operation holds the resource, try again: {}",
+                    self.message
+                ),
+            };
+        }
         match self.status.and_then(|s| StatusCode::from_u16(s).ok()) {
-            Some(status) => {
-                let wait =
-                    cloud_http::retry_after(self.retry_after.as_deref(), jiff::Timestamp::now());
-                cloud_http::status_error(status, wait, operation, &self.message)
-            }
+            Some(status) => cloud_http::status_error(status, wait, operation, &self.message),
             None => Error::Unavailable {
                 message: format!("{operation}: {}", self.message),
             },
         }
     }
+}
+
+/// How long until Compute Engine refills a rate quota: its quotas are per minute and refill at
+/// the start of the next synchronized minute ("Compute Engine rate quotas"), so the wait is
+/// what is left of the current minute (at least a second).
+pub fn until_quota_refill(now: jiff::Timestamp) -> Duration {
+    let into_minute = now.as_second().rem_euclid(60).unsigned_abs();
+    Duration::from_secs((60 - into_minute).max(1))
 }
 
 /// Whether an attempt that failed like this is worth repeating: no answer at all (connect,
@@ -149,7 +209,6 @@ fn error_chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn failure(status: Option<u16>) -> Failure {
         Failure {
@@ -221,5 +280,69 @@ mod tests {
         };
         assert!(busy.is_not_ready());
         assert!(!failure(Some(400)).is_not_ready());
+        let operation_busy = Failure {
+            reasons: vec!["RESOURCE_NOT_READY".into()],
+            ..failure(Some(400))
+        };
+        assert!(operation_busy.is_not_ready());
+        assert_eq!(
+            operation_busy.into_error("deleting instance vm-1").reason(),
+            "CloudUnavailable"
+        );
+    }
+
+    #[test]
+    fn a_403_that_says_rate_limit_is_throttling_not_a_permission() {
+        for reason in RATE_LIMIT_REASONS {
+            let refused = Failure {
+                reasons: vec![reason.into()],
+                ..failure(Some(403))
+            };
+            assert!(refused.is_rate_limited(), "{reason}");
+            let error = refused.into_error("deleting instance vm-1");
+            match &error {
+                Error::Throttled { retry_after, .. } => {
+                    assert!(
+                        (Duration::from_secs(1)..=Duration::from_secs(60)).contains(retry_after),
+                        "{reason}: {retry_after:?}"
+                    );
+                }
+                other => panic!("{reason}: {other:?}"),
+            }
+            assert!(error.to_string().contains(reason), "{error}");
+        }
+        // A Retry-After, when sent, is the wait.
+        let with_header = Failure {
+            reasons: vec!["rateLimitExceeded".into()],
+            retry_after: Some("3".into()),
+            ..failure(Some(403))
+        };
+        assert!(
+            matches!(with_header.into_error("op"), Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(3))
+        );
+        // Any other 403 still is a missing permission.
+        let forbidden = Failure {
+            reasons: vec!["forbidden".into()],
+            ..failure(Some(403))
+        };
+        assert!(!forbidden.is_rate_limited());
+        assert_eq!(forbidden.into_error("op").reason(), "CloudPermissionDenied");
+    }
+
+    #[test]
+    fn rate_quotas_refill_at_the_next_minute() {
+        let at = |t: &str| t.parse::<jiff::Timestamp>().expect("timestamp");
+        assert_eq!(
+            until_quota_refill(at("2026-11-24T10:00:15Z")),
+            Duration::from_secs(45)
+        );
+        assert_eq!(
+            until_quota_refill(at("2026-11-24T10:00:00Z")),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            until_quota_refill(at("2026-11-24T10:00:59.900Z")),
+            Duration::from_secs(1)
+        );
     }
 }

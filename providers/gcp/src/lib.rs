@@ -127,12 +127,12 @@ impl GcpProvider {
             self.owner.check(name, &labels)?;
         }
         let deadline = tokio::time::Instant::now() + self.delete_timeout;
-        let request_id = request_id();
+        let mut request = request_id();
         let mut pause = Pauses::new();
         // Set once another operation was seen holding the instance (e.g. a deletion under way).
         let mut was_busy = false;
         loop {
-            let operation = match self.compute.delete_instance(name, &request_id).await {
+            let operation = match self.compute.delete_instance(name, &request).await {
                 Ok(operation) => operation,
                 Err(failure) if failure.is_not_found() => {
                     return Ok(if was_busy {
@@ -151,7 +151,19 @@ impl GcpProvider {
                 }
                 Err(failure) => return Err(failure.into_error(&what)),
             };
-            return self.wait_for(operation, deadline, &what).await;
+            match self.wait_for(operation, deadline, &what).await? {
+                OperationEnd::Finished(outcome) => return Ok(outcome),
+                // Accepted, then refused when it ran: another operation held the instance.
+                OperationEnd::NotReady => {
+                    was_busy = true;
+                    if self.wait_while_stopping(name, deadline, &mut pause).await? {
+                        return Ok(DeleteOutcome::Deleted);
+                    }
+                    // That request is over: the next attempt is a new request, else Compute
+                    // Engine would answer the failed operation again for its requestId.
+                    request = request_id();
+                }
+            }
         }
     }
 
@@ -161,22 +173,31 @@ impl GcpProvider {
         mut operation: google_cloud_compute_v1::model::Operation,
         deadline: tokio::time::Instant,
         what: &str,
-    ) -> Result<DeleteOutcome, Error> {
+    ) -> Result<OperationEnd, Error> {
         let mut pause = Pauses::new();
         loop {
             match operation::progress(&operation) {
-                Progress::Done => return Ok(DeleteOutcome::Deleted),
-                Progress::Failed { status, message } => {
+                Progress::Done => return Ok(OperationEnd::Finished(DeleteOutcome::Deleted)),
+                Progress::Failed {
+                    status,
+                    codes,
+                    message,
+                } => {
                     if operation::failed_as_not_found(status, &message) {
-                        return Ok(DeleteOutcome::AlreadyGone);
+                        return Ok(OperationEnd::Finished(DeleteOutcome::AlreadyGone));
                     }
+                    // The codes say what happened; the status alone would make a busy
+                    // instance INTERNAL and a rate refusal a missing permission.
                     let failure = Failure {
                         status: status.or(Some(500)),
                         retry_after: None,
-                        reasons: vec![],
+                        reasons: codes,
                         message: format!("the operation failed: {message}"),
                         credentials: None,
                     };
+                    if failure.is_not_ready() {
+                        return Ok(OperationEnd::NotReady);
+                    }
                     return Err(failure.into_error(what));
                 }
                 Progress::Running => {}
@@ -338,6 +359,14 @@ impl Provider for GcpProvider {
             },
         }
     }
+}
+
+/// How a deletion's operation ended.
+enum OperationEnd {
+    /// DONE: deleted, or the instance was found gone.
+    Finished(DeleteOutcome),
+    /// DONE with `RESOURCE_NOT_READY`: another operation held the instance; nothing was deleted.
+    NotReady,
 }
 
 /// The domain view of a Compute Engine instance: its name is the id CAA records.

@@ -10,9 +10,11 @@ pub enum Progress {
     Running,
     /// DONE without error.
     Done,
-    /// DONE with an error: the HTTP status Compute Engine reports for it and its messages.
+    /// DONE with an error: the HTTP status Compute Engine reports for it, its error codes
+    /// (e.g. `RESOURCE_NOT_READY`, `RESOURCE_OPERATION_RATE_EXCEEDED`) and its messages.
     Failed {
         status: Option<u16>,
+        codes: Vec<String>,
         message: String,
     },
 }
@@ -37,7 +39,9 @@ pub fn progress(operation: &Operation) -> Progress {
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let codes = error.errors.iter().filter_map(|e| e.code.clone()).collect();
     Progress::Failed {
+        codes,
         status: operation
             .http_error_status_code
             .and_then(|s| u16::try_from(s).ok()),
@@ -79,10 +83,16 @@ mod tests {
         error.errors.push(item);
         failed.error = Some(error);
         failed.http_error_status_code = Some(404);
-        let Progress::Failed { status, message } = progress(&failed) else {
+        let Progress::Failed {
+            status,
+            codes,
+            message,
+        } = progress(&failed)
+        else {
             panic!("expected a failure");
         };
         assert_eq!(status, Some(404));
+        assert_eq!(codes, ["RESOURCE_NOT_FOUND"]);
         assert_eq!(
             message,
             "RESOURCE_NOT_FOUND: The resource 'x' was not found"

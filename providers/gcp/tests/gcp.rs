@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use peerpods_emulator_gcp::{GcpEmulator, PROJECT, VCPUS_PER_VM, ZONE};
+use peerpods_emulator_gcp::{
+    GcpEmulator, OperationFailure, PROJECT, RateRefusal, VCPUS_PER_VM, ZONE,
+};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
 };
@@ -124,6 +126,107 @@ async fn throttling_is_reported_with_the_clouds_wait_and_not_retried() {
         gcp.delete_instance(&id).await.expect("deleted"),
         DeleteOutcome::Deleted
     );
+}
+
+/// Compute Engine refuses a spent rate quota with 403 and a reason, not with 429: the reason
+/// decides. A caller told to wait (RESOURCE_EXHAUSTED with RetryInfo over gRPC) and asking again
+/// gets the instance deleted; nobody is sent to check IAM.
+#[tokio::test]
+async fn a_403_rate_limit_answer_is_throttling_and_the_delete_succeeds_once_the_cloud_lets_us() {
+    for (refusal, reason) in [
+        (RateRefusal::RateLimitExceeded, "rateLimitExceeded"),
+        (
+            RateRefusal::ResourceOperationRateExceeded,
+            "RESOURCE_OPERATION_RATE_EXCEEDED",
+        ),
+    ] {
+        let emulator = emulator();
+        let id = emulator.create_vm("podvm-rate-limited", &[]);
+        let (gcp, calls) = provider(&emulator).await;
+        emulator.refuse_rate_next(2, refusal);
+
+        let mut throttled = 0;
+        let outcome = loop {
+            match gcp.delete_instance(&id).await {
+                Ok(outcome) => break outcome,
+                Err(Error::Throttled {
+                    retry_after,
+                    message,
+                }) => {
+                    // No Retry-After from Compute Engine: the quota refills within the minute.
+                    assert!(
+                        (Duration::from_secs(1)..=Duration::from_secs(60)).contains(&retry_after),
+                        "{reason}: {retry_after:?}"
+                    );
+                    assert!(message.contains(reason), "{message}");
+                    assert!(message.contains("HTTP 403"), "{message}");
+                    assert!(emulator.vm_or_parts_exist(&id));
+                    throttled += 1;
+                    assert!(
+                        throttled <= 2,
+                        "{reason}: throttled more often than refused"
+                    );
+                }
+                Err(other) => panic!("{reason}: expected Throttled, got {other:?}"),
+            }
+        };
+
+        assert_eq!(outcome, DeleteOutcome::Deleted, "{reason}");
+        assert_eq!(throttled, 2, "{reason}");
+        assert!(!emulator.vm_or_parts_exist(&id), "{reason}");
+        // Throttled answers are counted as such and not repeated by the SDK.
+        assert_eq!(
+            calls.count(GCP, "DeleteInstance", "throttled"),
+            2,
+            "{reason}"
+        );
+        assert_eq!(deletes_sent(&emulator, &id), 3, "{reason}");
+    }
+}
+
+/// A deletion accepted, then refused when it ran because another operation held the instance
+/// (DONE with RESOURCE_NOT_READY), is sent again as a new request and deletes the instance.
+#[tokio::test]
+async fn a_deletion_operation_that_ends_not_ready_is_sent_again_and_deletes() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-held", &[]);
+    let (gcp, calls) = provider(&emulator).await;
+    emulator.fail_next_operations(1, OperationFailure::ResourceNotReady);
+
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+
+    assert!(!emulator.vm_or_parts_exist(&id));
+    assert_eq!(deletes_sent(&emulator, &id), 2);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 2);
+}
+
+/// An operation that ends with RESOURCE_OPERATION_RATE_EXCEEDED deleted nothing: throttling,
+/// with the instance still there, and the next call deletes it.
+#[tokio::test]
+async fn a_deletion_operation_refused_for_its_rate_is_throttling() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-too-often", &[]);
+    let (gcp, _calls) = provider(&emulator).await;
+    emulator.fail_next_operations(1, OperationFailure::ResourceOperationRateExceeded);
+
+    let error = gcp.delete_instance(&id).await.expect_err("throttled");
+
+    assert!(matches!(error, Error::Throttled { .. }), "{error:?}");
+    assert!(
+        error
+            .to_string()
+            .contains("RESOURCE_OPERATION_RATE_EXCEEDED"),
+        "{error}"
+    );
+    assert_eq!(emulator.instance_status(&id).as_deref(), Some("RUNNING"));
+    assert_eq!(
+        gcp.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test]
