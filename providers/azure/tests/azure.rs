@@ -467,7 +467,7 @@ async fn one_token_serves_many_calls_and_every_call_is_counted() {
         "ListUsages",
     ]
     .iter()
-    .flat_map(|op| ["ok", "error"].map(|result| calls.count("azure", *op, result)))
+    .flat_map(|op| ["ok", "error"].map(|result| calls.count("azure", op, result)))
     .sum();
     assert_eq!(counted, emulator.arm_requests().len() as u64);
 }
