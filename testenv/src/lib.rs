@@ -9,6 +9,8 @@
 //! With a control plane of its own serving on the node address, a test can add a real node ([`node`]: kubelet,
 //! containerd, kube-proxy, kube-scheduler, CoreDNS) so that pods run.
 //!
+//! [`proxy::Proxy`] puts a TCP proxy in front of the API server that a test can black-hole.
+//!
 //! A control plane of one's own ([`ControlPlane::start_with`]) can keep kube-apiserver's audit log
 //! ([`Options::audit`]): every request with its user, credential, verb and object, as [`audit::AuditEvent`]s.
 
@@ -17,6 +19,7 @@ mod controlplane;
 mod error;
 mod helpers;
 pub mod node;
+pub mod proxy;
 
 pub use controlplane::{ControlPlane, Options, binary_path, shared};
 pub use error::Error;
