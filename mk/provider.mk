@@ -82,9 +82,10 @@ proto-go-test: provider-service-bin
 	  { [ -z "$$unformatted" ] || { echo "gofmt -l: $$unformatted"; exit 1; }; }
 	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test ./...
 
-# `make dev`: provider-service on libvirt's in-process test driver (its embedded default).
+# `make dev`: provider-service on libvirt's in-process test driver (its embedded default, served only with
+# --development: without it an unconfigured provider-service is not ready).
 DEV_PROCS += provider-service
-DEV_CMD_provider-service = $(CARGO) run --quiet -p provider-service -- \
+DEV_CMD_provider-service = $(CARGO) run --quiet -p provider-service -- --development \
 	--auth=none --listen 127.0.0.1:50051 --admin-listen 127.0.0.1:8081
 
 # Each cloud is a cargo feature: an AWS-only provider-service compiles, and neither libvirt's C library nor any

@@ -145,6 +145,8 @@ impl Moto {
             ("AWS_ACCESS_KEY_ID", PROVIDER_ACCESS_KEY_ID.into()),
             ("AWS_SECRET_ACCESS_KEY", PROVIDER_SECRET_ACCESS_KEY.into()),
             ("AWS_ENDPOINT_URL", self.endpoint.clone()),
+            // The bench's instances carry no cluster tag: deleting them is allowed explicitly.
+            ("DELETE_UNTAGGED", "allow".into()),
         ]
     }
 

@@ -62,7 +62,8 @@ func startProviderService(t *testing.T, extraArgs ...string) string {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "CLOUD_PROVIDER=libvirt", "LIBVIRT_URI=test:///default")
+	// libvirt's test driver is accepted in provider-service's development mode only.
+	cmd.Env = append(cmd.Env, "CLOUD_PROVIDER=libvirt", "LIBVIRT_URI=test:///default", "PROVIDER_SERVICE_DEVELOPMENT=true")
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

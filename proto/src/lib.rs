@@ -8,6 +8,12 @@ mod provider_name;
 
 pub use provider_name::{ProviderName, UnknownProviderName};
 
+/// The key that marks something as not to be deleted, on both sides of the API: as a tag (label)
+/// on a VM, provider-service refuses every delete of it (`FAILED_PRECONDITION`, reason
+/// `DoNotDelete`); as an annotation on a PeerPod, peerpod-ctrl leaves its VM alone. Any value
+/// counts except `false`.
+pub const DO_NOT_DELETE: &str = "peerpods.io/do-not-delete";
+
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.
 #[allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]

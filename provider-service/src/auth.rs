@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
 
-use crate::Error;
+use crate::error::{Error, status};
 use crate::metrics::{Metrics, ResultLabels};
 
 /// An authenticated caller: the ServiceAccount behind the token.
@@ -429,7 +429,7 @@ where
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, reason = e.reason(), path = %request.uri().path(), "call rejected");
-                        return Ok(crate::grpc::status(&e).into_http());
+                        return Ok(status(&e).into_http());
                     }
                 }
             }

@@ -8,11 +8,10 @@ use std::time::Instant;
 use pb::provider_service_server::ProviderService;
 use peerpods_proto::v1 as pb;
 use tonic::{Request, Response, Status};
-use tonic_types::{ErrorDetails, StatusExt};
 use tracing::Instrument;
 
-use crate::Error;
 use crate::auth::Caller;
+use crate::error::{Error, ProviderError};
 use crate::metrics::{CallLabels, MethodLabels, Metrics};
 use crate::provider::{
     Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, TagSelector,
@@ -33,8 +32,7 @@ pub const MAX_TAG_VALUE_LEN: usize = 256;
 /// default, so garbage is rejected before it is buffered.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 
-/// `ErrorInfo.domain` of every error detail this service sends.
-pub const ERROR_DOMAIN: &str = "provider.peerpods.io";
+pub use crate::error::{ERROR_DOMAIN, status};
 
 /// The `ProviderService` implementation.
 #[derive(Clone)]
@@ -70,10 +68,7 @@ impl ProviderApi {
         let (label, answer) = match result {
             Ok((body, label)) => (label.to_owned(), Ok(Response::new(body))),
             Err(e) => {
-                if matches!(
-                    e,
-                    Error::Internal { .. } | Error::Io { .. } | Error::Tls { .. }
-                ) {
+                if e.is_internal() {
                     tracing::error!(error = %e, reason = e.reason(), "call failed");
                 } else {
                     tracing::warn!(error = %e, reason = e.reason(), "call failed");
@@ -170,7 +165,7 @@ impl ProviderService for ProviderApi {
         let label = self.provider_label(&req.cloud_provider);
         let result = async {
             let provider = self.provider(&req.cloud_provider)?;
-            provider.capacity().await
+            Ok::<_, Error>(provider.capacity().await?)
         }
         .await
         .map(|c| (capacity_to_pb(c), "ok"));
@@ -187,7 +182,7 @@ impl ProviderService for ProviderApi {
         let result = async {
             let provider = self.provider(&req.cloud_provider)?;
             let selector = selector(req.tag_selector)?;
-            provider.list_instances(&selector).await
+            Ok::<_, Error>(provider.list_instances(&selector).await?)
         }
         .await
         .map(|instances| {
@@ -223,36 +218,11 @@ impl ProviderService for ProviderApi {
     }
 }
 
-/// The status code and details for an error. Throttling carries `google.rpc.RetryInfo`; every
-/// error carries `google.rpc.ErrorInfo` with the stable reason.
-pub fn status(e: &Error) -> Status {
-    use tonic::Code;
-    let code = match e {
-        Error::InvalidArgument { .. } | Error::UnknownProvider { .. } => Code::InvalidArgument,
-        Error::ProviderNotConfigured { .. }
-        | Error::Config { .. }
-        | Error::NotOwnedByCluster { .. }
-        | Error::CloudUnauthenticated { .. } => Code::FailedPrecondition,
-        Error::Throttled { .. } => Code::ResourceExhausted,
-        Error::Unavailable { .. } | Error::AuthUnavailable { .. } => Code::Unavailable,
-        Error::CloudPermissionDenied { .. }
-        | Error::CallerNotAllowed { .. }
-        | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
-        Error::Unauthenticated { .. } => Code::Unauthenticated,
-        Error::Tls { .. } | Error::Io { .. } | Error::Internal { .. } => Code::Internal,
-    };
-    let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
-    if let Error::Throttled { retry_after, .. } = e {
-        details.set_retry_info(Some(*retry_after));
-    }
-    Status::with_error_details(code, e.to_string(), details)
-}
-
-fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), Error> {
+fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), ProviderError> {
     if value.is_empty() {
-        Err(Error::invalid(field, "must not be empty"))
+        Err(ProviderError::invalid(field, "must not be empty"))
     } else if value.len() > max {
-        Err(Error::invalid(
+        Err(ProviderError::invalid(
             field,
             format!("is {} bytes, at most {max} are allowed", value.len()),
         ))
@@ -261,7 +231,7 @@ fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), Error> 
     }
 }
 
-fn requester(r: Option<&pb::Requester>) -> Result<Requester, Error> {
+fn requester(r: Option<&pb::Requester>) -> Result<Requester, ProviderError> {
     let Some(r) = r else {
         return Ok(Requester::default());
     };
@@ -272,7 +242,7 @@ fn requester(r: Option<&pb::Requester>) -> Result<Requester, Error> {
         ("requester.reason", &r.reason),
     ] {
         if value.len() > MAX_REQUESTER_FIELD_LEN {
-            return Err(Error::invalid(
+            return Err(ProviderError::invalid(
                 field,
                 format!(
                     "is {} bytes, at most {MAX_REQUESTER_FIELD_LEN} are allowed",
@@ -289,9 +259,9 @@ fn requester(r: Option<&pb::Requester>) -> Result<Requester, Error> {
     })
 }
 
-fn selector(map: HashMap<String, String>) -> Result<TagSelector, Error> {
+fn selector(map: HashMap<String, String>) -> Result<TagSelector, ProviderError> {
     if map.len() > MAX_SELECTOR_TAGS {
-        return Err(Error::invalid(
+        return Err(ProviderError::invalid(
             "tag_selector",
             format!(
                 "has {} tags, at most {MAX_SELECTOR_TAGS} are allowed",
@@ -301,13 +271,13 @@ fn selector(map: HashMap<String, String>) -> Result<TagSelector, Error> {
     }
     for (k, v) in &map {
         if k.is_empty() || k.len() > MAX_TAG_KEY_LEN {
-            return Err(Error::invalid(
+            return Err(ProviderError::invalid(
                 "tag_selector",
                 format!("keys must be 1 to {MAX_TAG_KEY_LEN} bytes"),
             ));
         }
         if v.len() > MAX_TAG_VALUE_LEN {
-            return Err(Error::invalid(
+            return Err(ProviderError::invalid(
                 "tag_selector",
                 format!("value of {k:?} is longer than {MAX_TAG_VALUE_LEN} bytes"),
             ));
@@ -345,6 +315,7 @@ fn instance_to_pb(i: Instance) -> pb::Instance {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic_types::StatusExt;
 
     #[test]
     fn limits_name_the_field() {
@@ -369,10 +340,10 @@ mod tests {
 
     #[test]
     fn throttling_carries_a_retry_delay() {
-        let s = status(&Error::Throttled {
+        let s = status(&Error::Provider(ProviderError::Throttled {
             retry_after: std::time::Duration::from_secs(3),
             message: "RequestLimitExceeded".into(),
-        });
+        }));
         assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             s.get_details_retry_info().and_then(|r| r.retry_delay),
@@ -387,11 +358,11 @@ mod tests {
     #[test]
     fn unknown_and_unconfigured_providers_have_different_codes() {
         assert_eq!(
-            status(&Error::UnknownProvider { name: "x".into() }).code(),
+            status(&ProviderError::UnknownProvider { name: "x".into() }.into()).code(),
             tonic::Code::InvalidArgument
         );
         assert_eq!(
-            status(&Error::ProviderNotConfigured { name: "aws".into() }).code(),
+            status(&ProviderError::ProviderNotConfigured { name: "aws".into() }.into()).code(),
             tonic::Code::FailedPrecondition
         );
     }
@@ -402,16 +373,31 @@ mod tests {
         // neither is the caller's PERMISSION_DENIED.
         for (error, reason) in [
             (
-                Error::NotOwnedByCluster {
+                Error::Provider(ProviderError::NotOwnedByCluster {
                     message: "i-1 lacks the cluster tag".into(),
-                },
+                }),
                 "NotOwnedByCluster",
             ),
             (
-                Error::CloudUnauthenticated {
+                Error::Provider(ProviderError::DoNotDelete {
+                    instance_id: "i-2".into(),
+                    tag: peerpods_provider_core::DO_NOT_DELETE_TAG,
+                    value: "true".into(),
+                }),
+                "DoNotDelete",
+            ),
+            (
+                Error::Provider(ProviderError::CloudUnauthenticated {
                     message: "HTTP 401".into(),
-                },
+                }),
                 "CloudUnauthenticated",
+            ),
+            (
+                Error::NotServing {
+                    reason: "ProviderNotConfigured",
+                    why: "CLOUD_PROVIDER is not set".into(),
+                },
+                "ProviderNotConfigured",
             ),
         ] {
             let s = status(&error);

@@ -11,10 +11,15 @@
 //!   [`tls`]: rustls with certificate reload.
 //! - [`config`] and [`reload`]: cloud-api-adaptor-style configuration from files and env,
 //!   reloaded on change.
-//! - [`metrics`]: Prometheus metrics. [`Error`]: the one error type, with a stable `reason()`.
+//! - [`metrics`]: Prometheus metrics. [`Error`]: the one error type (a backend's error or the
+//!   server's own: authentication, TLS, nothing to serve), with a stable `reason()`.
+//!
+//! Modules depend one way: `service` → `server` → `auth`, `grpc` → `registry` → `backends`;
+//! `auth` and `grpc` share only [`error`] (the status mapping) and never import each other back.
 
 pub mod auth;
 pub mod backends;
+pub mod error;
 pub mod grpc;
 pub mod metrics;
 pub mod registry;
@@ -23,4 +28,5 @@ pub mod server;
 pub mod service;
 pub mod tls;
 
-pub use peerpods_provider_core::{Error, config, provider};
+pub use error::Error;
+pub use peerpods_provider_core::{config, provider};

@@ -29,10 +29,15 @@ struct Args {
     admin: AdminArgs,
     /// Directories whose files are configuration keys (CLOUD_PROVIDER, AWS_REGION, LIBVIRT_URI,
     /// ...), e.g. the mounted peer-pods-cm ConfigMap and peer-pods-secret Secret. Later ones win;
-    /// the environment fills in keys no file sets. Without any, the embedded defaults
-    /// (CLOUD_PROVIDER=libvirt, LIBVIRT_URI=test:///default) apply.
+    /// the environment fills in keys no file sets. Without CLOUD_PROVIDER the service serves
+    /// nothing and is not ready (unless --development).
     #[arg(long, env = "CONFIG_DIR", value_delimiter = ',')]
     config_dir: Vec<PathBuf>,
+    /// Local development only: without CLOUD_PROVIDER, serve the embedded default (libvirt's
+    /// in-memory test driver, LIBVIRT_URI=test:///default), and accept test: libvirt URIs. Off,
+    /// an unconfigured service is not ready and refuses every call (ProviderNotConfigured).
+    #[arg(long, env = "PROVIDER_SERVICE_DEVELOPMENT")]
+    development: bool,
     /// How often the configuration and TLS files are checked for changes.
     #[arg(long, env = "RELOAD_INTERVAL_SECONDS", default_value_t = 5)]
     reload_interval_seconds: u64,
@@ -94,6 +99,7 @@ async fn run(args: Args) -> Result<(), provider_service::Error> {
         grpc: Listen::Addr(args.listen),
         admin: Some(Listen::Addr(args.admin.admin_listen)),
         config_dirs: args.config_dir,
+        development: args.development,
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),
         tls,
         auth,
@@ -111,5 +117,8 @@ mod tests {
         Args::command().debug_assert();
         let args = Args::try_parse_from(["provider-service", "--log-format", "json"]).unwrap();
         assert_eq!(args.admin.admin_listen.to_string(), "0.0.0.0:8081");
+        assert!(!args.development, "development mode is never the default");
+        let dev = Args::try_parse_from(["provider-service", "--development"]).unwrap();
+        assert!(dev.development);
     }
 }

@@ -54,9 +54,8 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_error = |e: tonic_reflection::server::Error| Error::Internal {
-        message: format!("reflection: {e}"),
-    };
+    let reflection_error =
+        |e: tonic_reflection::server::Error| Error::internal(format!("reflection: {e}"));
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
     let router = Server::builder()
@@ -105,9 +104,7 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
         }
     };
     server.readiness.set(READINESS_GRPC, false, "shutting down");
-    served.map_err(|e| Error::Internal {
-        message: format!("gRPC server: {e}"),
-    })
+    served.map_err(|e| Error::internal(format!("gRPC server: {e}")))
 }
 
 /// TCP keepalive of accepted connections: a caller that vanished without a FIN is noticed.
@@ -122,7 +119,7 @@ pub fn plaintext_incoming(listener: TcpListener) -> TcpIncoming {
 
 /// Adds `google.rpc.ErrorInfo` to errors that tonic itself answers before a handler runs (an
 /// unknown method, a request over the size limit or undecodable, a timeout), so every error a
-/// caller sees carries a stable reason, like the ones [`crate::grpc::status`] builds.
+/// caller sees carries a stable reason, like the ones [`crate::error::status`] builds.
 #[derive(Clone)]
 struct WithErrorInfo<S> {
     inner: S,
@@ -172,7 +169,7 @@ fn add_error_info(headers: &mut http::HeaderMap) {
         status.message(),
         ErrorDetails::with_error_info(
             reason,
-            crate::grpc::ERROR_DOMAIN,
+            crate::error::ERROR_DOMAIN,
             std::collections::HashMap::new(),
         ),
     );
@@ -214,12 +211,14 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Unimplemented);
         let info = status.get_details_error_info().expect("ErrorInfo");
         assert_eq!(info.reason, "MethodNotFound");
-        assert_eq!(info.domain, crate::grpc::ERROR_DOMAIN);
+        assert_eq!(info.domain, crate::error::ERROR_DOMAIN);
     }
 
     #[test]
     fn details_already_there_are_kept() {
-        let ours = crate::grpc::status(&Error::UnknownProvider { name: "x".into() });
+        let ours = crate::error::status(
+            &crate::error::ProviderError::UnknownProvider { name: "x".into() }.into(),
+        );
         let mut headers = ours.into_http::<()>().into_parts().0.headers;
         let before = headers.get(STATUS_DETAILS).cloned();
         add_error_info(&mut headers);

@@ -58,8 +58,12 @@ pub struct Options {
     /// `/healthz`, `/readyz` and `/metrics`; `None` runs without them.
     pub admin: Option<Listen>,
     /// Directories whose files are configuration keys (later ones win; the environment fills
-    /// in). Empty: the embedded defaults (libvirt's test driver).
+    /// in).
     pub config_dirs: Vec<PathBuf>,
+    /// Development mode (`--development`): without `CLOUD_PROVIDER` the embedded default
+    /// (libvirt's in-memory test driver) is served, and `test:` libvirt URIs are accepted.
+    /// Off, an unconfigured service serves nothing and is not ready.
+    pub development: bool,
     /// How often the configuration and TLS files are checked for changes.
     pub reload_interval: Duration,
     /// PEM certificate and key of the gRPC port; `None` speaks plaintext.
@@ -81,9 +85,9 @@ pub struct Running {
 impl Running {
     /// Waits until the service has stopped (after the shutdown token is cancelled).
     pub async fn wait(self) -> Result<(), Error> {
-        self.task.await.map_err(|e| Error::Internal {
-            message: format!("provider-service task: {e}"),
-        })?
+        self.task
+            .await
+            .map_err(|e| Error::internal(format!("provider-service task: {e}")))?
     }
 }
 
@@ -100,8 +104,13 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
     let prometheus = Arc::new(prometheus);
     let readiness = Readiness::default();
 
-    let reloader =
-        ConfigReloader::start(options.config_dirs, metrics.clone(), readiness.clone()).await?;
+    let reloader = ConfigReloader::start(
+        options.config_dirs,
+        options.development,
+        metrics.clone(),
+        readiness.clone(),
+    )
+    .await?;
     let tls = match &options.tls {
         Some((cert, key)) => Some(ReloadingCert::load(cert, key)?),
         None => {
@@ -151,9 +160,10 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
         None => None,
     };
     let admin_addr = match &admin {
-        Some(a) => Some(a.local_addr().map_err(|e| Error::Internal {
-            message: e.to_string(),
-        })?),
+        Some(a) => Some(
+            a.local_addr()
+                .map_err(|e| Error::internal(format!("admin address: {e}")))?,
+        ),
         None => None,
     };
     let listener = options.grpc.bind("gRPC").await?;

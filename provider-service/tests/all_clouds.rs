@@ -85,7 +85,9 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
             .flat_map(|e| e.config())
             .chain(moto::moto().config(&[]))
             .chain(pool.config())
-            .chain([("LIBVIRT_URI".to_owned(), "test:///default".to_owned())]),
+            .chain([("LIBVIRT_URI".to_owned(), "test:///default".to_owned())])
+            // The stand-ins' VMs carry no cluster tag: deleting them is allowed explicitly.
+            .chain([("DELETE_UNTAGGED".to_owned(), "allow".to_owned())]),
     );
     let dir = tempfile::tempdir().unwrap();
     let pairs: Vec<(&str, &str)> = config
@@ -97,7 +99,14 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
     let addr = free_addr();
     let _service = Service(
         Command::new(env!("CARGO_BIN_EXE_provider-service"))
-            .args(["--auth", "none", "--listen", &addr.to_string()])
+            // libvirt's test driver stands in for a host: development mode only.
+            .args([
+                "--development",
+                "--auth",
+                "none",
+                "--listen",
+                &addr.to_string(),
+            ])
             .args(["--admin-listen", &free_addr().to_string()])
             .arg("--config-dir")
             .arg(dir.path())

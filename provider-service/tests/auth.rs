@@ -49,7 +49,7 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
                 audience: AUDIENCE.into(),
                 grants: vec![allowed.clone().into()],
             },
-            ..Default::default()
+            ..common::Options::development()
         },
     )
     .await;
@@ -164,7 +164,7 @@ async fn callers_may_call_only_their_methods() {
                 audience: AUDIENCE.into(),
                 grants,
             },
-            ..Default::default()
+            ..common::Options::development()
         },
     )
     .await;

@@ -22,6 +22,11 @@ fn config_dir() -> tempfile::TempDir {
             ("AWS_SECRET_ACCESS_KEY", SECRET_ACCESS_KEY),
             ("AWS_ENDPOINT_URL", &moto().endpoint),
             ("TAGS", "cluster=grpc"),
+            // moto's instances carry no cluster tag: deleting them is allowed explicitly.
+            ("DELETE_UNTAGGED", "allow"),
+            // moto knows every instance at once: its NotFound is believed without EC2's
+            // consistency window (tested in providers/aws).
+            ("AWS_NOT_FOUND_WINDOW_SECS", "0"),
         ],
     );
     dir

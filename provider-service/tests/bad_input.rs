@@ -34,7 +34,7 @@ const SOME_UUID: &str = "0b2e8b53-6f6e-4a4e-9d2b-3b1c2f1a0d4e";
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_requests_get_precise_statuses() {
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let long = "x".repeat(5000);
 
@@ -144,7 +144,7 @@ fn reason(status: &tonic::Status) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_messages_are_refused() {
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let status = client
         .delete_instance(delete("libvirt", &"x".repeat(1024 * 1024)))
@@ -169,7 +169,7 @@ struct NotARequest {
 #[tokio::test(flavor = "multi_thread")]
 async fn undecodable_messages_and_garbage_bytes_do_not_stop_the_server() {
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
 
     let mut grpc = tonic::client::Grpc::new(server.channel().await);
     grpc.ready().await.unwrap();

@@ -52,7 +52,7 @@ async fn changed_config_is_used_and_broken_config_is_rejected() {
             ("LIBVIRT_URI", "test:///default"),
         ],
     );
-    let server = common::start(config.path(), Default::default()).await;
+    let server = common::start(config.path(), common::Options::development()).await;
     let metrics = server.metrics.clone();
     assert!(listed_ids(&server).await.contains(&default_uuid.to_owned()));
 

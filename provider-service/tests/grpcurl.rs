@@ -39,7 +39,7 @@ async fn grpcurl_lists_describes_and_checks_health() {
             ("LIBVIRT_URI", "test:///default"),
         ],
     );
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let addr = server.addr.to_string();
     // grpcurl blocks; run it off the runtime that serves.
     let services = tokio::task::spawn_blocking({

@@ -75,7 +75,7 @@ async fn delete_running_domain_removes_volume_and_definition() {
     let conn = Connect::open(Some("test:///default")).unwrap();
     let (uuid, path) = define_domain(&conn, &[]);
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
     let answer = client
@@ -112,7 +112,7 @@ async fn delete_running_domain_removes_volume_and_definition() {
 async fn unknown_uuid_is_already_gone_and_malformed_is_invalid() {
     let _serial = LIBVIRT.lock().await;
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
     let unknown = uuid::Uuid::new_v4().to_string();
@@ -152,7 +152,7 @@ async fn list_instances_matches_metadata_tags_only() {
     let (tagged, _) = define_domain(&conn, &[("cluster", &cluster), ("role", "peerpod")]);
     let (other, _) = define_domain(&conn, &[("cluster", "someone-else")]);
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
     let listed = client
@@ -211,7 +211,7 @@ async fn capacity_comes_from_the_host_and_defined_domains() {
     let conn = Connect::open(Some("test:///default")).unwrap();
     let node = conn.node_info().unwrap();
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let ask = || pb::GetCapacityRequest {
         cloud_provider: "libvirt".into(),
@@ -248,7 +248,7 @@ async fn capacity_comes_from_the_host_and_defined_domains() {
 async fn list_providers_reports_libvirt_healthy() {
     let _serial = LIBVIRT.lock().await;
     let dir = config_dir();
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let providers = client
         .list_providers(pb::ListProvidersRequest {})

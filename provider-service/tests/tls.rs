@@ -55,7 +55,7 @@ async fn tls_with_certificate_rotation() {
         dir.path(),
         common::Options {
             tls: Some((certs.path().join("cert.pem"), certs.path().join("key.pem"))),
-            ..Default::default()
+            ..common::Options::development()
         },
     )
     .await;

@@ -46,7 +46,9 @@ const CALLER: &str = "cloud-api-adaptor";
 pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let libvirt =
         Connect::open(Some(URI)).map_err(|e| Error::Libvirt(format!("open {URI}: {e}")))?;
-    let config = ProviderConfig::from_pairs([("CLOUD_PROVIDER", "libvirt"), ("LIBVIRT_URI", URI)]);
+    // libvirt's test driver is accepted in development mode only.
+    let config = ProviderConfig::from_pairs([("CLOUD_PROVIDER", "libvirt"), ("LIBVIRT_URI", URI)])
+        .for_development(true);
     let direct = LibvirtProvider::from_config(&config, Metrics::default().cloud)
         .map_err(|e| Error::Provider(e.to_string()))?;
 
@@ -79,6 +81,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
             grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
             admin: None,
             config_dirs: vec![config_dir],
+            development: true,
             reload_interval: Duration::from_secs(5),
             tls: Some((files.path().join("tls.crt"), files.path().join("tls.key"))),
             auth: CallerAuth::TokenReview {

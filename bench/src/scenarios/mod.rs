@@ -104,7 +104,11 @@ async fn start_provider(
             args.push(format!("--config-dir={}", dir.path().display()));
             Some(dir)
         }
-        None => None,
+        None => {
+            // No cloud: the embedded default (libvirt's test driver), development mode only.
+            args.push("--development".to_string());
+            None
+        }
     };
     let service = Service::start(Spec {
         name: "provider-service",

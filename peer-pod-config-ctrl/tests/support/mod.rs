@@ -328,6 +328,8 @@ impl ProviderService {
                 grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
                 admin: None,
                 config_dirs: vec![config.path().to_owned()],
+                // libvirt's test driver is accepted in development mode only.
+                development: true,
                 reload_interval: Duration::from_secs(1),
                 tls: None,
                 auth: CallerAuth::None,

@@ -276,6 +276,9 @@ impl ProviderService {
         let defaults = [
             ("CLOUD_PROVIDER", "libvirt"),
             ("LIBVIRT_URI", "test:///default"),
+            // A second cloud with tags (AWS on moto) needs a cluster-tag choice; the scenarios'
+            // VMs are told apart by peerpod-ctrl's own selector, so deletes are allowed explicitly.
+            ("DELETE_UNTAGGED", "allow"),
         ];
         for (k, v) in defaults
             .iter()
@@ -291,6 +294,8 @@ impl ProviderService {
                 grpc: Listen::Bound(bind_retrying(bind).await),
                 admin: None,
                 config_dirs: vec![config.path().to_owned()],
+                // libvirt's test driver is accepted in development mode only.
+                development: true,
                 reload_interval: Duration::from_secs(1),
                 tls: tls.map(|(cert, key)| (cert.to_owned(), key.to_owned())),
                 auth: CallerAuth::None,

@@ -36,6 +36,8 @@ pub struct Options {
     pub reload_interval: Duration,
     /// Also serve /healthz, /readyz and /metrics.
     pub admin: bool,
+    /// Development mode (`--development`): needed for libvirt's `test:` driver.
+    pub development: bool,
 }
 
 impl Default for Options {
@@ -45,6 +47,17 @@ impl Default for Options {
             tls: None,
             reload_interval: Duration::from_millis(100),
             admin: false,
+            development: false,
+        }
+    }
+}
+
+impl Options {
+    /// The default options in development mode, as the tests on libvirt's test driver need.
+    pub fn development() -> Self {
+        Options {
+            development: true,
+            ..Options::default()
         }
     }
 }
@@ -71,6 +84,7 @@ pub async fn start(config_dir: &Path, options: Options) -> TestServer {
             grpc: loopback(),
             admin: options.admin.then(loopback),
             config_dirs: vec![config_dir.to_owned()],
+            development: options.development,
             reload_interval: options.reload_interval,
             tls: options.tls,
             auth: options.auth,

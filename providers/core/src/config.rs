@@ -18,6 +18,10 @@ use crate::Error;
 pub struct ProviderConfig {
     files: BTreeMap<String, String>,
     env: BTreeMap<String, String>,
+    /// Local development: the embedded defaults (libvirt's in-memory test driver) may stand in for
+    /// a real cloud. Never from a file or the environment of the snapshot itself: the service's own
+    /// switch sets it ([`ProviderConfig::for_development`]).
+    development: bool,
 }
 
 impl std::fmt::Debug for ProviderConfig {
@@ -26,6 +30,7 @@ impl std::fmt::Debug for ProviderConfig {
         f.debug_struct("ProviderConfig")
             .field("files", &self.files.keys().collect::<Vec<_>>())
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("development", &self.development)
             .finish()
     }
 }
@@ -41,7 +46,21 @@ impl ProviderConfig {
                 .map(|(k, v)| (k.into(), v.into()))
                 .collect(),
             env: BTreeMap::new(),
+            development: false,
         }
+    }
+
+    /// The same configuration with development mode on or off. In development mode, backends may
+    /// fall back to embedded defaults that only simulate a cloud (libvirt's `test:` driver); outside
+    /// it they refuse them, so a production install never answers from a fake backend.
+    pub fn for_development(mut self, development: bool) -> Self {
+        self.development = development;
+        self
+    }
+
+    /// Whether development mode is on (see [`ProviderConfig::for_development`]).
+    pub fn is_development(&self) -> bool {
+        self.development
     }
 
     /// Reads every regular file of `dirs` (later directories win) with the process environment as
@@ -55,6 +74,7 @@ impl ProviderConfig {
         Ok(ProviderConfig {
             files,
             env: std::env::vars().filter(|(k, _)| is_config_key(k)).collect(),
+            development: false,
         })
     }
 

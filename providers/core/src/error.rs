@@ -1,5 +1,7 @@
-//! The one error type of provider-service and its backends. Each variant maps to one gRPC status
-//! code (see provider-service's `grpc::status`); [`Error::reason`] is a stable label for logs and metrics.
+//! The one error type of the domain and every cloud backend. Each variant maps to one gRPC status
+//! code (see provider-service's `error::status`); [`Error::reason`] is a stable label for logs and
+//! metrics. The server's own errors (caller authentication, its TLS certificate) are provider-service's,
+//! not here: every backend compiles this crate.
 
 use std::time::Duration;
 
@@ -44,30 +46,20 @@ pub enum Error {
     #[error("cloud rejected the service's credentials (check the provider secret): {message}")]
     CloudUnauthenticated { message: String },
 
-    /// The caller presented no valid token.
-    #[error("unauthenticated: {message}")]
-    Unauthenticated { message: String },
-
-    /// The caller's token cannot be checked now (the Kubernetes API does not answer).
-    #[error("cannot verify the caller's token now: {message}")]
-    AuthUnavailable { message: String },
-
-    /// The caller is authenticated but not in the allow-list.
-    #[error("caller {caller} is not allowed")]
-    CallerNotAllowed { caller: String },
-
     /// The instance exists but does not carry this cluster's tag: deleting it is refused.
     #[error("not this cluster's instance: {message}")]
     NotOwnedByCluster { message: String },
 
-    /// The caller is allowed, but not to call this method.
-    #[error("caller {caller} is not allowed to call {method}")]
-    MethodNotAllowed {
-        caller: String,
-        method: &'static str,
+    /// The instance carries the do-not-delete tag ([`crate::DO_NOT_DELETE_TAG`]): deleting it is
+    /// refused on every path until someone removes the tag (or sets it to `false`).
+    #[error("instance {instance_id} is marked do-not-delete (tag {tag}={value:?})")]
+    DoNotDelete {
+        instance_id: String,
+        tag: &'static str,
+        value: String,
     },
 
-    /// TLS certificate or key cannot be loaded.
+    /// A backend's TLS client set-up failed (e.g. a CA bundle that cannot be read as certificates).
     #[error("tls: {message}")]
     Tls { message: String },
 
@@ -96,11 +88,8 @@ impl Error {
             Error::Unavailable { .. } => "CloudUnavailable",
             Error::CloudPermissionDenied { .. } => "CloudPermissionDenied",
             Error::CloudUnauthenticated { .. } => "CloudUnauthenticated",
-            Error::Unauthenticated { .. } => "Unauthenticated",
-            Error::AuthUnavailable { .. } => "AuthUnavailable",
-            Error::CallerNotAllowed { .. } => "CallerNotAllowed",
-            Error::MethodNotAllowed { .. } => "MethodNotAllowed",
             Error::NotOwnedByCluster { .. } => "NotOwnedByCluster",
+            Error::DoNotDelete { .. } => "DoNotDelete",
             Error::Tls { .. } => "Tls",
             Error::Io { .. } => "Io",
             Error::Internal { .. } => "Internal",

@@ -24,7 +24,9 @@ mod redact;
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
 pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};
-pub use ownership::{OwnerTag, parse_tags};
+pub use ownership::{
+    CLOUDS_WITH_TAGS, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete, parse_tags, require_owner_choice,
+};
 pub use peerpods_proto::ProviderName;
 pub use provider::{
     Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider, Requester,

@@ -1,11 +1,58 @@
 //! Which instances this service may delete: with `CLUSTER_TAG=key=value` set, only instances that
 //! carry that tag (so clusters sharing one cloud account never delete each other's VMs), unless
-//! `DELETE_UNTAGGED=allow` turns the check off. Shared by every cloud with tags or labels.
-//! Also cloud-api-adaptor's `TAGS` syntax (`key=value` pairs separated by commas).
+//! `DELETE_UNTAGGED=allow` turns the check off; and never one tagged [`DO_NOT_DELETE_TAG`].
+//! Shared by every cloud with tags or labels: [`OwnerTag::check`] is the one place each of their
+//! delete paths asks. Also cloud-api-adaptor's `TAGS` syntax (`key=value` pairs separated by commas).
 
 use std::collections::BTreeMap;
 
-use crate::{Error, ProviderConfig};
+use crate::{Error, ProviderConfig, ProviderName};
+
+/// Tag (label) key of a VM that must not be deleted, whatever asks: any value except `false`.
+/// The same key is the PeerPod annotation peerpod-ctrl honours.
+pub const DO_NOT_DELETE_TAG: &str = peerpods_proto::DO_NOT_DELETE;
+
+/// The clouds whose instances carry tags (labels), so deletes can be restricted to this cluster's.
+/// libvirt (metadata only peer-pods writes) and byom (a pool of fixed machines) have no owner.
+pub const CLOUDS_WITH_TAGS: [ProviderName; 6] = [
+    ProviderName::Alibabacloud,
+    ProviderName::Aws,
+    ProviderName::Azure,
+    ProviderName::Gcp,
+    ProviderName::Ibmcloud,
+    ProviderName::IbmcloudPowervs,
+];
+
+/// Refuses to serve `cloud`, a cloud with tags, when the configuration leaves its deletes
+/// unrestricted by accident: neither `CLUSTER_TAG` nor an explicit `DELETE_UNTAGGED=allow` is set,
+/// so any VM the credentials reach could be deleted. Clouds without tags pass.
+pub fn require_owner_choice(cloud: ProviderName, config: &ProviderConfig) -> Result<(), Error> {
+    if !CLOUDS_WITH_TAGS.contains(&cloud) {
+        return Ok(());
+    }
+    // Also validates both values.
+    OwnerTag::from_config(config)?;
+    let tag_set = config.get("CLUSTER_TAG").is_some();
+    let allowed = config.get("DELETE_UNTAGGED") == Some("allow");
+    if tag_set || allowed {
+        return Ok(());
+    }
+    Err(config_error(
+        "CLUSTER_TAG",
+        &format!(
+            "{cloud} would delete any VM its credentials reach: set CLUSTER_TAG=key=value (the tag \
+             this cluster's VMs carry), or DELETE_UNTAGGED=allow to delete VMs without it"
+        ),
+    ))
+}
+
+/// The value of [`DO_NOT_DELETE_TAG`] when `tags` mark an instance as not to be deleted: any value
+/// (even empty) except `false` in any letter case, the one way to say "no" without removing the tag.
+pub fn do_not_delete(tags: &BTreeMap<String, String>) -> Option<&str> {
+    tags.get(DO_NOT_DELETE_TAG)
+        .map(String::as_str)
+        .filter(|v| !v.trim().eq_ignore_ascii_case("false"))
+}
 
 /// The tag an instance must carry to be deleted; `None` when deletes are not restricted.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,13 +83,27 @@ impl OwnerTag {
         Ok(OwnerTag((!allow).then_some(tag)))
     }
 
+    /// Deletes restricted to instances carrying `tag` (`None`: not restricted).
+    pub fn requiring(tag: Option<(String, String)>) -> Self {
+        OwnerTag(tag)
+    }
+
     /// The required tag, if deletes are restricted.
     pub fn required(&self) -> Option<(&str, &str)> {
         self.0.as_ref().map(|(k, v)| (k.as_str(), v.as_str()))
     }
 
-    /// Refuses ([`Error::NotOwnedByCluster`]) to delete `instance_id` when it lacks the tag.
+    /// Refuses to delete `instance_id` when it is marked do-not-delete ([`Error::DoNotDelete`]) or
+    /// lacks this cluster's tag ([`Error::NotOwnedByCluster`]). Every delete path of a cloud with
+    /// tags calls this with the instance's tags before deleting anything.
     pub fn check(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), Error> {
+        if let Some(value) = do_not_delete(tags) {
+            return Err(Error::DoNotDelete {
+                instance_id: instance_id.to_owned(),
+                tag: DO_NOT_DELETE_TAG,
+                value: value.to_owned(),
+            });
+        }
         match &self.0 {
             Some((key, value)) if tags.get(key) != Some(value) => Err(Error::NotOwnedByCluster {
                 message: format!(
@@ -116,6 +177,47 @@ mod tests {
                 .check("x", &tags(&[]))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn do_not_delete_wins_over_every_other_rule() {
+        let guarded = OwnerTag::parse(Some("peerpods.io/cluster=prod"), None).expect("valid");
+        let open = OwnerTag::parse(None, None).expect("valid");
+        let allowed =
+            OwnerTag::parse(Some("peerpods.io/cluster=prod"), Some("allow")).expect("valid");
+        for owner in [&guarded, &open, &allowed] {
+            for value in ["true", "", "yes", "FALSE-ish"] {
+                let marked = tags(&[("peerpods.io/cluster", "prod"), (DO_NOT_DELETE_TAG, value)]);
+                let refused = owner.check("vm-9", &marked).expect_err(value);
+                assert_eq!(refused.reason(), "DoNotDelete");
+                assert!(refused.to_string().contains("vm-9"), "{refused}");
+            }
+            let unmarked = tags(&[
+                ("peerpods.io/cluster", "prod"),
+                (DO_NOT_DELETE_TAG, "False"),
+            ]);
+            assert!(owner.check("vm-8", &unmarked).is_ok());
+        }
+        assert_eq!(DO_NOT_DELETE_TAG, "peerpods.io/do-not-delete");
+    }
+
+    #[test]
+    fn clouds_with_tags_need_a_cluster_tag_or_an_explicit_allow() {
+        let config = |pairs: &[(&str, &str)]| ProviderConfig::from_pairs(pairs.iter().copied());
+        for cloud in CLOUDS_WITH_TAGS {
+            let refused = require_owner_choice(cloud, &config(&[])).expect_err("no choice");
+            assert!(
+                matches!(&refused, Error::Config { key, message } if key == "CLUSTER_TAG" && message.contains("DELETE_UNTAGGED=allow")),
+                "{refused}"
+            );
+            assert!(require_owner_choice(cloud, &config(&[("CLUSTER_TAG", "k=v")])).is_ok());
+            assert!(require_owner_choice(cloud, &config(&[("DELETE_UNTAGGED", "allow")])).is_ok());
+            assert!(require_owner_choice(cloud, &config(&[("DELETE_UNTAGGED", "deny")])).is_err());
+            assert!(require_owner_choice(cloud, &config(&[("CLUSTER_TAG", "nokey")])).is_err());
+        }
+        for cloud in [ProviderName::Libvirt, ProviderName::Byom] {
+            assert!(require_owner_choice(cloud, &config(&[])).is_ok());
+        }
     }
 
     #[test]

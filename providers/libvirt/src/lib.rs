@@ -28,8 +28,10 @@ use peerpods_provider_core::{
     Capacity, DeleteOutcome, Figure, Health, Instance, Provider, ProviderName, TagSelector,
 };
 
-/// `LIBVIRT_URI` when the configuration sets none: libvirt's in-process test driver, so the
-/// service runs locally without a hypervisor. Deployments set their own URI.
+/// `LIBVIRT_URI` when the configuration sets none, in development mode only
+/// ([`ProviderConfig::is_development`]): libvirt's in-process test driver, so the service runs
+/// locally without a hypervisor. Outside development mode `LIBVIRT_URI` is required and `test:`
+/// URIs are refused: a simulated host would answer "already gone" for VMs that still run.
 pub const DEFAULT_URI: &str = "test:///default";
 
 /// XML namespace of the tags metadata element.
@@ -45,14 +47,35 @@ pub struct LibvirtProvider {
 }
 
 impl LibvirtProvider {
-    /// Reads `LIBVIRT_URI` (default [`DEFAULT_URI`]). Connects lazily, on the first call.
+    /// Reads `LIBVIRT_URI` (in development mode: default [`DEFAULT_URI`], `test:` URIs allowed).
+    /// Connects lazily, on the first call.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let uri = config.get("LIBVIRT_URI").unwrap_or(DEFAULT_URI);
+        let uri = match config.get("LIBVIRT_URI") {
+            Some(uri) => uri,
+            None if config.is_development() => DEFAULT_URI,
+            None => {
+                return Err(Error::Config {
+                    key: "LIBVIRT_URI".into(),
+                    message: "not set: name the libvirt host (e.g. qemu+ssh://root@host/system); \
+                              the in-memory test driver is for development mode only"
+                        .into(),
+                });
+            }
+        };
         validate_uri(uri)?;
+        if is_test_driver(uri) && !config.is_development() {
+            return Err(Error::Config {
+                key: "LIBVIRT_URI".into(),
+                message: format!(
+                    "{uri:?} is libvirt's in-memory test driver, which only simulates VMs: \
+                     allowed in development mode only"
+                ),
+            });
+        }
         // libvirt prints every error to stderr by default; we return and log them ourselves
         // (lookups of gone domains are normal and must not look like failures).
         virt::error::clear_error_callback();
-        if uri.starts_with("test:") {
+        if is_test_driver(uri) {
             tracing::warn!(
                 uri,
                 "libvirt test driver in use: instances are simulated in memory"
@@ -347,6 +370,12 @@ fn validate_uri(uri: &str) -> Result<(), Error> {
     }
 }
 
+/// Whether `uri` opens libvirt's test driver (`test:///default`, `test:///path/to/host.xml`).
+fn is_test_driver(uri: &str) -> bool {
+    uri.split_once(':')
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("test"))
+}
+
 /// Errors after which the connection is not usable any more.
 fn is_connection_error(e: &VirtError) -> bool {
     e.code().is_any(vec![
@@ -393,6 +422,37 @@ mod tests {
         assert_eq!(tags["cluster"], "c1");
         assert_eq!(tags["empty"], "");
         assert!(parse_tags("not xml").is_empty());
+    }
+
+    #[test]
+    fn the_test_driver_needs_development_mode() {
+        let config = |pairs: &[(&str, &str)]| ProviderConfig::from_pairs(pairs.iter().copied());
+        let refusal = |config: ProviderConfig| match LibvirtProvider::from_config(
+            &config,
+            CloudCalls::default(),
+        ) {
+            Err(Error::Config { key, message }) => (key, message),
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("accepted"),
+        };
+        let (key, message) = refusal(config(&[]));
+        assert_eq!(key, "LIBVIRT_URI");
+        assert!(message.contains("not set"), "{message}");
+        for uri in ["test:///default", "TEST:///tmp/host.xml"] {
+            let (key, message) = refusal(config(&[("LIBVIRT_URI", uri)]));
+            assert_eq!(key, "LIBVIRT_URI");
+            assert!(message.contains("development mode"), "{message}");
+        }
+        let dev =
+            LibvirtProvider::from_config(&config(&[]).for_development(true), CloudCalls::default())
+                .expect("the embedded default in development mode");
+        assert_eq!(dev.uri, DEFAULT_URI);
+        let real = LibvirtProvider::from_config(
+            &config(&[("LIBVIRT_URI", "qemu+ssh://root@192.168.122.1/system")]),
+            CloudCalls::default(),
+        )
+        .expect("a real host without development mode");
+        assert_eq!(real.uri, "qemu+ssh://root@192.168.122.1/system");
     }
 
     #[test]
