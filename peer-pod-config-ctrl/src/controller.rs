@@ -254,7 +254,7 @@ fn owner_of(
 }
 
 /// Node events that can change what a PeerPodConfig wants: a node appearing or leaving, its labels, or the
-/// capacity value this controller owns. Status heartbeats and other updates are dropped here.
+/// capacity value and owner annotation this controller owns. Status heartbeats and other updates are dropped here.
 fn relevant_node_changes(
     events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
 ) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
@@ -263,7 +263,7 @@ fn relevant_node_changes(
         let out = match event {
             Ok(watcher::Event::Apply(node) | watcher::Event::InitApply(node)) => {
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                (node.labels(), nodes::current(&node)).hash(&mut hasher);
+                (node.labels(), nodes::current(&node), nodes::owner(&node)).hash(&mut hasher);
                 let fingerprint = hasher.finish();
                 (seen.insert(node.name_any(), fingerprint) != Some(fingerprint)).then_some(Ok(node))
             }

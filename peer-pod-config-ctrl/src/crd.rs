@@ -145,9 +145,13 @@ pub struct CaaSpec {
     #[schemars(length(min = 1))]
     pub image: String,
 
-    /// Image pull policy (Always, IfNotPresent or Never). Unset uses the Kubernetes default.
+    /// Image pull policy (Always, IfNotPresent or Never). Unset means Always, as cloud-api-adaptor's Helm chart.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
+
+    /// Cloud the DaemonSet is rendered for (CAA's CLOUD_PROVIDER name). Unset means the CLOUD_PROVIDER of the ConfigMap named by configMapName. It decides the per-cloud parts of the DaemonSet, as cloud-api-adaptor's Helm chart does: the ssh key for libvirt and byom, the projected vault-token for ibmcloud, the RRSA token for alibabacloud.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<CloudProvider>,
 
     /// ServiceAccount the DaemonSet runs as. Its RBAC (PeerPods create/patch, Pods get, Nodes get/patch, nodes/status patch) ships with the Helm chart; this controller never grants permissions itself.
     #[serde(default = "default_caa_service_account")]
@@ -164,6 +168,7 @@ impl Default for CaaSpec {
         Self {
             image: default_caa_image(),
             image_pull_policy: None,
+            provider: None,
             service_account_name: default_caa_service_account(),
             env: BTreeMap::new(),
         }
@@ -174,7 +179,7 @@ impl Default for CaaSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct WebhookSpec {
-    /// Container image of the peer-pods webhook.
+    /// Container image of the peer-pods webhook. The default is this project's peerpods-webhook; cloud-api-adaptor's image (quay.io/confidential-containers/peer-pods-webhook) runs behind the same Deployment.
     #[serde(default = "default_webhook_image")]
     #[schemars(length(min = 1))]
     pub image: String,
@@ -289,8 +294,13 @@ fn default_caa_image() -> String {
 fn default_caa_service_account() -> String {
     "cloud-api-adaptor".into()
 }
+/// This project's webhook (`peerpods-webhook`, a drop-in for cloud-api-adaptor's image), named as the chart names
+/// the project's images (`<repositoryPrefix>/<component>:<appVersion>`, with the chart's default prefix).
+pub const DEFAULT_WEBHOOK_IMAGE: &str =
+    concat!("peerpods/peerpods-webhook:", env!("CARGO_PKG_VERSION"));
+
 fn default_webhook_image() -> String {
-    "quay.io/confidential-containers/peer-pods-webhook:latest".into()
+    DEFAULT_WEBHOOK_IMAGE.into()
 }
 fn default_webhook_replicas() -> i32 {
     2
@@ -392,11 +402,35 @@ fn valid_label_value(value: &str) -> bool {
 /// The CRD as YAML, as committed in `deploy/crds/peerpodconfigs.yaml`.
 pub fn crd_yaml() -> Result<String, crate::Error> {
     use kube::CustomResourceExt;
-    let yaml = serde_saphyr::to_string(&PeerPodConfig::crd())
-        .map_err(|e| crate::Error::Serialize(e.to_string()))?;
+    let serialize = |e: serde_json::Error| crate::Error::Serialize(e.to_string());
+    let mut crd = serde_json::to_value(PeerPodConfig::crd()).map_err(serialize)?;
+    drop_unsigned_formats(&mut crd);
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_json::from_value(crd).map_err(serialize)?;
+    let yaml = serde_saphyr::to_string(&crd).map_err(|e| crate::Error::Serialize(e.to_string()))?;
     Ok(format!(
         "# Generated from peer-pod-config-ctrl/src/crd.rs by `make manifests`. Do not edit.\n---\n{yaml}"
     ))
+}
+
+/// Removes the `format: uint32`/`uint64` schemars gives unsigned fields. The API server does not know these
+/// formats and `kubectl apply` warns about each (`unrecognized format "uint32"`); the `minimum: 0` schemars emits
+/// beside them keeps the constraint.
+fn drop_unsigned_formats(schema: &mut serde_json::Value) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            if map
+                .get("format")
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|f| f.starts_with("uint"))
+            {
+                map.remove("format");
+            }
+            map.values_mut().for_each(drop_unsigned_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(drop_unsigned_formats),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -473,5 +507,25 @@ mod tests {
         assert!(yaml.contains("x-kubernetes-int-or-string: true"));
         assert!(yaml.contains("peer-pods-secret"));
         assert!(yaml.contains("node.kubernetes.io/worker"));
+        assert!(yaml.contains(DEFAULT_WEBHOOK_IMAGE));
+    }
+
+    #[test]
+    fn the_default_webhook_is_this_project_s() {
+        let s = spec(serde_json::json!({"limit": "1"}));
+        assert_eq!(s.webhook.image, DEFAULT_WEBHOOK_IMAGE);
+        assert!(s.webhook.image.starts_with("peerpods/peerpods-webhook:"));
+    }
+
+    #[test]
+    fn no_format_the_api_server_does_not_know() {
+        let yaml = crd_yaml().unwrap();
+        assert!(!yaml.contains("format: uint"), "{yaml}");
+        // The bound the format stood for stays.
+        let crd: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap();
+        let limit_per_node = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+            ["spec"]["properties"]["limitPerNode"];
+        assert_eq!(limit_per_node["minimum"], 0.0);
+        assert_eq!(limit_per_node.get("format"), None);
     }
 }

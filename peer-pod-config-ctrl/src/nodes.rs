@@ -1,8 +1,12 @@
 //! `kata.peerpods.io/vm` on nodes: decide which nodes need a patch (pure), then patch only those.
 //!
-//! The value lives in `status.capacity` and is written with a JSON patch on `nodes/<name>/status` at
-//! `/status/capacity/kata.peerpods.io~1vm`, as a string, exactly as upstream did, so CAA, the scheduler and
-//! existing tooling read it unchanged.
+//! The value lives in `status.capacity` as a string, as upstream wrote it, so CAA, the scheduler and existing
+//! tooling read it unchanged. With it the controller owns the node's `kata.peerpods.io/caa-owner` annotation:
+//! cloud-api-adaptor's shutdown removes `kata.peerpods.io/vm` from its node unless that annotation names another
+//! owner, so without it every CAA restart or rolling update would strip the capacity this controller advertises.
+//! Value and annotation are written together, in one merge patch on `nodes/<name>/status` (the status
+//! subresource keeps metadata changes), so a node never carries one without the other, and the patch touches only
+//! these two keys of the capacity map and the annotations.
 
 use std::collections::BTreeMap;
 
@@ -17,6 +21,14 @@ use crate::objects::EXTENDED_RESOURCE;
 /// JSON pointer of the extended resource inside a Node (`/` in the name escaped as `~1`).
 pub const CAPACITY_POINTER: &str = "/status/capacity/kata.peerpods.io~1vm";
 
+/// The node annotation cloud-api-adaptor reads on shutdown: it leaves the capacity alone when this names an owner
+/// other than its own pod UID.
+pub const CAA_OWNER_ANNOTATION: &str = "kata.peerpods.io/caa-owner";
+
+/// This controller's value of [`CAA_OWNER_ANNOTATION`]. Never a pod UID (those are RFC 4122 UUIDs), so no CAA pod
+/// ever takes it for its own.
+pub const CAA_OWNER: &str = crate::FIELD_MANAGER;
+
 /// How many node patches run at once: enough to rebalance a thousand nodes in seconds without flooding the API
 /// server's priority-and-fairness queue.
 pub const PATCH_CONCURRENCY: usize = 16;
@@ -24,18 +36,28 @@ pub const PATCH_CONCURRENCY: usize = 16;
 /// What one node needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CapacityChange {
-    /// Set the value; `create_map` when the node has no `status.capacity` at all yet.
-    Set { value: u32, create_map: bool },
-    /// Remove the resource.
+    /// Set the value and claim the owner annotation.
+    Set { value: u32 },
+    /// Remove the resource and give up the owner annotation.
     Remove,
 }
 
-/// Keeps of a Node only what this controller reads (name, labels, and the `kata.peerpods.io/vm` entry of
-/// `status.capacity`, with whether the capacity map exists at all), before it is cached. A real node's status
-/// (images, conditions, addresses, node info) is most of its size, and the cache holds every node.
+/// Keeps of a Node only what this controller reads (name, labels, the owner annotation and the
+/// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached. A real node's status (images,
+/// conditions, addresses, node info) is most of its size, and the cache holds every node.
 pub fn keep_what_is_read(node: &mut Node) {
     node.metadata.managed_fields = None;
-    node.metadata.annotations = None;
+    node.metadata.annotations = node
+        .metadata
+        .annotations
+        .take()
+        .map(|annotations| {
+            annotations
+                .into_iter()
+                .filter(|(key, _)| key == CAA_OWNER_ANNOTATION)
+                .collect::<BTreeMap<_, _>>()
+        })
+        .filter(|kept| !kept.is_empty());
     node.spec = None;
     node.status = node.status.take().map(|status| NodeStatus {
         capacity: status.capacity.map(|capacity| {
@@ -56,14 +78,90 @@ pub fn selects(selector: &BTreeMap<String, String>, node: &Node) -> bool {
         .all(|(key, value)| labels.get(key) == Some(value))
 }
 
-/// The advertised value on a node, as written there.
+/// The advertised value on a node, as written there (the API server canonicalises it: `"200000"` reads `"200k"`).
 pub fn current(node: &Node) -> Option<String> {
     let capacity = node.status.as_ref()?.capacity.as_ref()?;
     capacity.get(EXTENDED_RESOURCE).map(|q| q.0.clone())
 }
 
-/// Changes that bring `nodes` to `desired` (node name → value). Nodes absent from `desired` lose the resource;
-/// nodes already right are left alone, so a steady cluster needs no writes. Sorted by node name.
+/// The advertised value on a node as a count, when it is a whole number that fits.
+pub fn advertised(node: &Node) -> Option<u32> {
+    current(node).and_then(|q| quantity_count(&q))
+}
+
+/// The owner the node's [`CAA_OWNER_ANNOTATION`] names.
+pub fn owner(node: &Node) -> Option<&str> {
+    node.metadata
+        .annotations
+        .as_ref()?
+        .get(CAA_OWNER_ANNOTATION)
+        .map(String::as_str)
+}
+
+/// A Kubernetes quantity (`"3"`, `"200k"`, `"2e3"`, `"1Ki"`, `"1500m"`) as a whole count, `None` when it is not a
+/// whole non-negative number below 2^32. The API server stores quantities in canonical form, so comparing the
+/// strings would see `"200k"` and `"200000"` as different.
+pub fn quantity_count(text: &str) -> Option<u32> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(digits_end);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty()
+        || !whole
+            .bytes()
+            .chain(fraction.bytes())
+            .all(|b| b.is_ascii_digit())
+        || whole.len() + fraction.len() > 30
+    {
+        return None;
+    }
+    let mantissa: i128 = format!("{whole}{fraction}").parse().ok()?;
+    let fraction_digits = i32::try_from(fraction.len()).ok()?;
+    let (decimal_exponent, binary_exponent): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
+        exponent => (
+            exponent
+                .strip_prefix(['e', 'E'])?
+                .parse::<i32>()
+                .ok()
+                .filter(|e| e.abs() <= 30)?,
+            0,
+        ),
+    };
+    let exponent = decimal_exponent - fraction_digits;
+    let scaled = if exponent >= 0 {
+        mantissa.checked_mul(10_i128.checked_pow(exponent.unsigned_abs())?)?
+    } else {
+        let divisor = 10_i128.checked_pow(exponent.unsigned_abs())?;
+        if mantissa % divisor != 0 {
+            return None;
+        }
+        mantissa / divisor
+    };
+    let count = scaled.checked_mul(1_i128.checked_shl(binary_exponent)?)?;
+    u32::try_from(count).ok()
+}
+
+/// Changes that bring `nodes` to `desired` (node name → value). Nodes absent from `desired` lose the resource and
+/// the owner annotation, unless the annotation names another owner (a CAA that advertises for itself there);
+/// nodes already right, value and annotation, are left alone, so a steady cluster needs no writes. Sorted by node
+/// name.
 pub fn plan<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
     desired: &BTreeMap<String, u32>,
@@ -72,24 +170,17 @@ pub fn plan<'a>(
         .into_iter()
         .filter_map(|node| {
             let name = node.name_any();
-            let now = current(node);
+            let owner = owner(node);
             match desired.get(&name) {
-                Some(value) if now.as_deref() != Some(value.to_string().as_str()) => {
-                    let create_map = node
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.capacity.as_ref())
-                        .is_none();
-                    Some((
-                        name,
-                        CapacityChange::Set {
-                            value: *value,
-                            create_map,
-                        },
-                    ))
+                Some(value) if advertised(node) != Some(*value) || owner != Some(CAA_OWNER) => {
+                    Some((name, CapacityChange::Set { value: *value }))
                 }
-                None if now.is_some() => Some((name, CapacityChange::Remove)),
-                _ => None,
+                Some(_) => None,
+                None if owner == Some(CAA_OWNER) => Some((name, CapacityChange::Remove)),
+                None if owner.is_none() && current(node).is_some() => {
+                    Some((name, CapacityChange::Remove))
+                }
+                None => None,
             }
         })
         .collect();
@@ -97,26 +188,19 @@ pub fn plan<'a>(
     changes
 }
 
-/// The JSON patch for one change.
-pub fn json_patch(change: &CapacityChange) -> Result<json_patch::Patch, Error> {
-    let ops = match change {
-        CapacityChange::Set {
-            value,
-            create_map: false,
-        } => {
-            serde_json::json!([{"op": "add", "path": CAPACITY_POINTER, "value": value.to_string()}])
-        }
-        CapacityChange::Set {
-            value,
-            create_map: true,
-        } => {
-            serde_json::json!([{"op": "add", "path": "/status/capacity", "value": {EXTENDED_RESOURCE: value.to_string()}}])
-        }
-        // If the value vanished since the cache saw it, the API server rejects the patch (missing path) and the
-        // next reconcile, with a fresher cache, plans nothing for this node.
-        CapacityChange::Remove => serde_json::json!([{"op": "remove", "path": CAPACITY_POINTER}]),
+/// The merge patch for one change (`null` removes a key; a missing map is created).
+pub fn patch_body(change: &CapacityChange) -> serde_json::Value {
+    let (value, owner) = match change {
+        CapacityChange::Set { value } => (
+            serde_json::Value::String(value.to_string()),
+            serde_json::Value::String(CAA_OWNER.into()),
+        ),
+        CapacityChange::Remove => (serde_json::Value::Null, serde_json::Value::Null),
     };
-    serde_json::from_value(ops).map_err(|e| Error::Serialize(e.to_string()))
+    serde_json::json!({
+        "metadata": {"annotations": {CAA_OWNER_ANNOTATION: owner}},
+        "status": {"capacity": {EXTENDED_RESOURCE: value}},
+    })
 }
 
 /// Apply `changes`, a bounded number at a time. Returns how many nodes were written.
@@ -125,9 +209,9 @@ pub async fn apply(api: &Api<Node>, changes: &[(String, CapacityChange)]) -> Res
     let patches = changes.iter().cloned().map(|(node, change)| {
         let api = api.clone();
         async move {
-            let patch = json_patch(&change)?;
+            let body = patch_body(&change);
             match api
-                .patch_status(&node, &PatchParams::default(), &Patch::<()>::Json(patch))
+                .patch_status(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
                 Ok(_) => Ok::<_, Error>(1usize),
@@ -188,13 +272,31 @@ mod tests {
         assert!(selects(&BTreeMap::new(), &node("n", &[], None)));
     }
 
+    fn owned(mut node: Node, owner: &str) -> Node {
+        node.metadata.annotations =
+            Some([(CAA_OWNER_ANNOTATION.to_owned(), owner.to_owned())].into());
+        node
+    }
+
     #[test]
     fn only_wrong_nodes_are_planned() {
         let nodes = [
-            node("right", &[], Some("2")),
-            node("wrong", &[], Some("3")),
+            owned(node("right", &[], Some("2")), CAA_OWNER),
+            owned(node("wrong", &[], Some("3")), CAA_OWNER),
             node("missing", &[], None),
-            node("unselected", &[], Some("1")),
+            // Right value, but the annotation is missing or names a CAA pod: CAA's shutdown would strip it.
+            node("unclaimed", &[], Some("2")),
+            owned(
+                node("claimed-by-caa", &[], Some("2")),
+                "7d0e4c1a-1b2c-4d5e-8f90-0123456789ab",
+            ),
+            owned(node("unselected", &[], Some("1")), CAA_OWNER),
+            node("unselected-legacy", &[], Some("1")),
+            owned(node("unselected-annotation-only", &[], None), CAA_OWNER),
+            owned(
+                node("advertised-by-caa", &[], Some("10")),
+                "7d0e4c1a-1b2c-4d5e-8f90-0123456789ab",
+            ),
             node("untouched", &[], None),
         ];
         let mut bare = node("bare", &[], None);
@@ -203,56 +305,80 @@ mod tests {
             ("right".to_owned(), 2),
             ("wrong".to_owned(), 2),
             ("missing".to_owned(), 0),
+            ("unclaimed".to_owned(), 2),
+            ("claimed-by-caa".to_owned(), 2),
             ("bare".to_owned(), 5),
         ]);
         let changes = plan(nodes.iter().chain([&bare]), &desired);
+        let set = |value| CapacityChange::Set { value };
         assert_eq!(
             changes,
             vec![
-                (
-                    "bare".to_owned(),
-                    CapacityChange::Set {
-                        value: 5,
-                        create_map: true
-                    }
-                ),
-                (
-                    "missing".to_owned(),
-                    CapacityChange::Set {
-                        value: 0,
-                        create_map: false
-                    }
-                ),
+                ("bare".to_owned(), set(5)),
+                ("claimed-by-caa".to_owned(), set(2)),
+                ("missing".to_owned(), set(0)),
+                ("unclaimed".to_owned(), set(2)),
                 ("unselected".to_owned(), CapacityChange::Remove),
                 (
-                    "wrong".to_owned(),
-                    CapacityChange::Set {
-                        value: 2,
-                        create_map: false
-                    }
+                    "unselected-annotation-only".to_owned(),
+                    CapacityChange::Remove
                 ),
+                ("unselected-legacy".to_owned(), CapacityChange::Remove),
+                ("wrong".to_owned(), set(2)),
             ]
         );
     }
 
     #[test]
-    fn patches_use_the_escaped_pointer_and_string_values() {
-        let set = serde_json::to_value(
-            json_patch(&CapacityChange::Set {
-                value: 3,
-                create_map: false,
-            })
-            .unwrap(),
-        )
-        .unwrap();
+    fn canonical_quantities_equal_the_count_they_stand_for() {
+        // The API server stores "200000" as "200k": that node is right and needs no patch.
+        let nodes = [owned(node("n", &[], Some("200k")), CAA_OWNER)];
         assert_eq!(
-            set,
-            serde_json::json!([{"op": "add", "path": "/status/capacity/kata.peerpods.io~1vm", "value": "3"}])
+            plan(&nodes, &BTreeMap::from([("n".to_owned(), 200_000)])),
+            vec![]
         );
-        let remove = serde_json::to_value(json_patch(&CapacityChange::Remove).unwrap()).unwrap();
         assert_eq!(
-            remove,
-            serde_json::json!([{"op": "remove", "path": "/status/capacity/kata.peerpods.io~1vm"}])
+            plan(&nodes, &BTreeMap::from([("n".to_owned(), 2_000)])),
+            vec![("n".to_owned(), CapacityChange::Set { value: 2_000 })]
+        );
+        for (text, count) in [
+            ("3", Some(3)),
+            ("200k", Some(200_000)),
+            ("1M", Some(1_000_000)),
+            ("2e3", Some(2_000)),
+            ("2E3", Some(2_000)),
+            ("1Ki", Some(1_024)),
+            ("1.5k", Some(1_500)),
+            ("3000m", Some(3)),
+            ("+7", Some(7)),
+            ("0", Some(0)),
+            ("1500m", None),
+            ("-1", None),
+            ("5G", None),
+            ("", None),
+            ("k", None),
+            ("1x", None),
+            ("1e400", None),
+        ] {
+            assert_eq!(quantity_count(text), count, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn one_merge_patch_writes_value_and_owner_together() {
+        assert_eq!(
+            patch_body(&CapacityChange::Set { value: 3 }),
+            serde_json::json!({
+                "metadata": {"annotations": {"kata.peerpods.io/caa-owner": "peer-pod-config-ctrl"}},
+                "status": {"capacity": {"kata.peerpods.io/vm": "3"}},
+            })
+        );
+        assert_eq!(
+            patch_body(&CapacityChange::Remove),
+            serde_json::json!({
+                "metadata": {"annotations": {"kata.peerpods.io/caa-owner": null}},
+                "status": {"capacity": {"kata.peerpods.io/vm": null}},
+            })
         );
     }
 
@@ -271,13 +397,27 @@ mod tests {
         keep_what_is_read(&mut kept);
         assert_eq!(kept.metadata.labels, full.metadata.labels);
         assert_eq!(current(&kept).as_deref(), Some("3"));
+        assert!(
+            kept.metadata.annotations.is_none(),
+            "other annotations dropped"
+        );
         let status = kept.status.unwrap();
         assert_eq!(status.capacity.unwrap().len(), 1);
-        assert!(
-            status.images.is_none() && kept.spec.is_none() && kept.metadata.annotations.is_none()
-        );
+        assert!(status.images.is_none() && kept.spec.is_none());
 
-        // A node without a capacity map keeps having none: the patch must create it.
+        // The owner annotation is kept: the plan reads it.
+        let mut claimed = owned(full.clone(), CAA_OWNER);
+        claimed
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("a".into(), "b".into());
+        keep_what_is_read(&mut claimed);
+        assert_eq!(owner(&claimed), Some(CAA_OWNER));
+        assert_eq!(claimed.metadata.annotations.unwrap().len(), 1);
+
+        // A node without a capacity map keeps having none.
         let mut bare = node("n2", &[], None);
         bare.status = Some(NodeStatus::default());
         keep_what_is_read(&mut bare);

@@ -11,13 +11,16 @@ use k8s_openapi::api::admissionregistration::v1::{
     MatchCondition, MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations,
     ServiceReference, WebhookClientConfig,
 };
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
+    RollingUpdateDaemonSet,
+};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
-    HTTPGetAction, HostPathVolumeSource, KeyToPath, PodSecurityContext, PodSpec, PodTemplateSpec,
-    Probe, ProjectedVolumeSource, SecretEnvSource, SecretProjection, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume,
-    VolumeMount, VolumeProjection,
+    EnvVarSource, HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SecretEnvSource,
+    SecretProjection, SecretVolumeSource, SecurityContext, Service, ServiceAccountTokenProjection,
+    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
@@ -26,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
-use crate::crd::PeerPodConfig;
+use crate::crd::{CloudProvider, PeerPodConfig, PullPolicy};
 
 /// CAA DaemonSet name, as upstream.
 pub const CAA_DAEMONSET: &str = "peerpodconfig-ctrl-caa-daemon";
@@ -56,6 +59,9 @@ const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", crate::FIELD_M
 // Upstream's DaemonSet selector. A DaemonSet's selector is immutable, so keeping it lets this controller adopt a
 // DaemonSet the upstream controller created.
 const CAA_SELECTOR: (&str, &str) = ("name", "caa-daemonset");
+// The label cloud-api-adaptor's chart gives CAA pods (its selector), kept on ours so what selects CAA pods by it
+// (monitoring, runbooks) finds them too.
+const CAA_CHART_LABEL: (&str, &str) = ("app", "cloud-api-adaptor");
 const WEBHOOK_SELECTOR: (&str, &str) = ("app.kubernetes.io/name", "peer-pods-webhook");
 const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 const WEBHOOK_HEALTH_PORT: i32 = 8081;
@@ -185,21 +191,86 @@ fn provider_service_wiring(wiring: &ProviderServiceWiring) -> (Vec<EnvVar>, Volu
     (env, volume, mount)
 }
 
-/// The cloud-api-adaptor DaemonSet, as upstream builds it, with `PEERPODS_LIMIT_PER_NODE=-1` so CAA leaves node
-/// capacity to this controller, and, given `provider_service`, wired to call it.
+/// Where CAA's agent TLS certificates (`CACERT_FILE` and friends) are mounted, as cloud-api-adaptor's chart does.
+pub const CAA_CERTS_DIR: &str = "/etc/certificates";
+/// The ConfigMap keys the DaemonSet's shape depends on.
+pub const CM_CLOUD_PROVIDER: &str = "CLOUD_PROVIDER";
+pub const CM_CACERT_FILE: &str = "CACERT_FILE";
+
+/// What the CAA DaemonSet depends on besides the PeerPodConfig: the cloud it serves and whether CAA's agent TLS
+/// certificates are configured. cloud-api-adaptor's chart decides the per-cloud parts from the same two facts
+/// (its `provider` value and `providerConfigs.<cloud>.CACERT_FILE`), which end up in `peer-pods-cm`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaaCloud {
+    /// The cloud, when known. Unknown renders only the parts every cloud shares.
+    pub provider: Option<CloudProvider>,
+    /// `CACERT_FILE` is set: the `certs-for-tls` Secret is mounted at [`CAA_CERTS_DIR`].
+    pub agent_tls: bool,
+}
+
+impl CaaCloud {
+    /// The cloud from `spec.caa.provider` (wins) or the ConfigMap's `CLOUD_PROVIDER`, and the agent TLS setting
+    /// from its `CACERT_FILE`. `config_map` is the ConfigMap's data, `None` when it could not be read.
+    pub fn resolve(
+        explicit: Option<CloudProvider>,
+        config_map: Option<&BTreeMap<String, String>>,
+    ) -> Self {
+        let value = |key: &str| {
+            config_map
+                .and_then(|data| data.get(key))
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        };
+        Self {
+            provider: explicit.or_else(|| value(CM_CLOUD_PROVIDER).and_then(parse_cloud)),
+            agent_tls: value(CM_CACERT_FILE).is_some(),
+        }
+    }
+}
+
+/// CAA's `CLOUD_PROVIDER` name, also in the spelling of the chart's provider file names (`ibmcloudpowervs`).
+fn parse_cloud(name: &str) -> Option<CloudProvider> {
+    match name {
+        "ibmcloudpowervs" => Some(CloudProvider::IbmcloudPowervs),
+        other => other.parse().ok(),
+    }
+}
+
+/// The cloud-api-adaptor DaemonSet, field for field as cloud-api-adaptor v0.22's Helm chart renders it for
+/// `cloud`, except for what this controller changes on purpose (docs/caa-daemonset.md lists it):
+/// `PEERPODS_LIMIT_PER_NODE=-1` so CAA leaves node capacity to this controller, the provider-service wiring
+/// given `provider_service`, the name, labels, selector and owner reference.
 pub fn caa_daemonset(
     config: &PeerPodConfig,
     namespace: &str,
     provider_service: Option<&ProviderServiceWiring>,
+    cloud: &CaaCloud,
 ) -> Result<DaemonSet, Error> {
     let spec = &config.spec;
     let selector = BTreeMap::from([(CAA_SELECTOR.0.to_owned(), CAA_SELECTOR.1.to_owned())]);
     let wiring = provider_service.map(provider_service_wiring);
-    let mut env = vec![EnvVar {
-        name: "PEERPODS_LIMIT_PER_NODE".into(),
-        value: Some("-1".into()),
+    let field_ref = |name: &str, path: &str| EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
         ..EnvVar::default()
-    }];
+    };
+    // NODE_NAME: CAA patches its node, reads ibmcloud's zone labels and byom's pool by it. POD_UID: CAA's shutdown
+    // leaves the node's capacity alone when the node's owner annotation names someone else; unset, it removes it.
+    let mut env = vec![
+        field_ref("NODE_NAME", "spec.nodeName"),
+        field_ref("POD_UID", "metadata.uid"),
+        EnvVar {
+            name: "PEERPODS_LIMIT_PER_NODE".into(),
+            value: Some("-1".into()),
+            ..EnvVar::default()
+        },
+    ];
     if let Some((wired, _, _)) = &wiring {
         env.extend(wired.iter().cloned());
     }
@@ -216,14 +287,140 @@ pub fn caa_daemonset(
                 ..EnvVar::default()
             }),
     );
+    let mount = |name: &str, path: &str, read_only: bool| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    };
+    let host_path = |name: &str, path: &str, type_: Option<&str>| Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: type_.map(Into::into),
+        }),
+        ..Volume::default()
+    };
+    let secret = |name: &str, secret: &str| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            optional: Some(true),
+            default_mode: Some(0o600),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+    let token = |name: &str, audience: &str, path: &str, mode: Option<i32>| Volume {
+        name: name.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: mode,
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(audience.into()),
+                    expiration_seconds: Some(CAA_TOKEN_SECONDS),
+                    path: path.into(),
+                    ..ServiceAccountTokenProjection::default()
+                }),
+                ..VolumeProjection::default()
+            }]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    };
+
+    // In the chart's order: the per-cloud credentials first, then the host paths every cloud needs.
+    let mut mounts = Vec::new();
+    let mut volumes = Vec::new();
+    if matches!(
+        cloud.provider,
+        Some(CloudProvider::Libvirt | CloudProvider::Byom)
+    ) {
+        mounts.push(mount("ssh", "/root/.ssh/", true));
+        volumes.push(secret("ssh", "ssh-key-secret"));
+    }
+    if cloud.agent_tls {
+        mounts.push(mount("certs", CAA_CERTS_DIR, true));
+        volumes.push(secret("certs", "certs-for-tls"));
+    }
+    if cloud.provider == Some(CloudProvider::Alibabacloud) {
+        // Always, where the chart needs alibabacloud.rrsa.enable: a token only Alibaba's STS accepts, and enabling
+        // RRSA then needs no change here.
+        mounts.push(mount(
+            "rrsa-oidc-token",
+            "/var/run/secrets/ack.alibabacloud.com/rrsa-tokens",
+            true,
+        ));
+        volumes.push(token(
+            "rrsa-oidc-token",
+            "sts.aliyuncs.com",
+            "token",
+            Some(0o644),
+        ));
+    }
+    mounts.extend([
+        mount("pods-dir", "/run/peerpod", false),
+        VolumeMount {
+            mount_propagation: Some("HostToContainer".into()),
+            ..mount("netns", "/run/netns", false)
+        },
+        mount("xtables-lock", "/run/xtables.lock", false),
+        mount("lib-modules", "/lib/modules", true),
+        mount(
+            "kata-direct-volumes-dir",
+            "/run/kata-containers/shared/direct-volumes",
+            false,
+        ),
+    ]);
+    volumes.extend([
+        host_path("pods-dir", "/run/peerpod", None),
+        host_path("netns", "/run/netns", None),
+        host_path("xtables-lock", "/run/xtables.lock", Some("FileOrCreate")),
+        host_path("lib-modules", "/lib/modules", Some("")),
+        host_path(
+            "kata-direct-volumes-dir",
+            "/run/kata-containers/shared/direct-volumes",
+            Some("DirectoryOrCreate"),
+        ),
+    ]);
+    if cloud.provider == Some(CloudProvider::Ibmcloud) {
+        mounts.push(mount("vault-token", "/var/run/secrets/tokens", false));
+        volumes.push(token("vault-token", "iam", "vault-token", None));
+    }
+    if let Some((_, volume, mount)) = wiring {
+        mounts.push(mount);
+        volumes.push(volume);
+    }
+
     let container = Container {
-        name: "cc-runtime-install-pod".into(),
+        name: "cloud-api-adaptor-con".into(),
         image: Some(spec.caa.image.clone()),
-        image_pull_policy: spec.caa.image_pull_policy.map(|p| p.as_str().to_owned()),
+        image_pull_policy: Some(
+            spec.caa
+                .image_pull_policy
+                .unwrap_or(PullPolicy::Always)
+                .as_str()
+                .to_owned(),
+        ),
         command: Some(vec!["/usr/local/bin/entrypoint.sh".into()]),
         security_context: Some(SecurityContext {
-            privileged: Some(true),
+            capabilities: Some(Capabilities {
+                add: Some(vec!["NET_ADMIN".into(), "SYS_ADMIN".into()]),
+                ..Capabilities::default()
+            }),
             ..SecurityContext::default()
+        }),
+        startup_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/startup".into()),
+                port: IntOrString::Int(8000),
+                host: Some("127.0.0.1".into()),
+                ..HTTPGetAction::default()
+            }),
+            failure_threshold: Some(30),
+            period_seconds: Some(20),
+            initial_delay_seconds: Some(20),
+            ..Probe::default()
         }),
         env_from: Some(vec![
             EnvFromSource {
@@ -242,57 +439,11 @@ pub fn caa_daemonset(
             },
         ]),
         env: Some(env),
-        volume_mounts: Some(
-            vec![
-                VolumeMount {
-                    name: "ssh".into(),
-                    mount_path: "/root/.ssh/".into(),
-                    read_only: Some(true),
-                    ..VolumeMount::default()
-                },
-                VolumeMount {
-                    name: "pods-dir".into(),
-                    mount_path: "/run/peerpod".into(),
-                    ..VolumeMount::default()
-                },
-                VolumeMount {
-                    name: "netns".into(),
-                    mount_path: "/run/netns".into(),
-                    mount_propagation: Some("HostToContainer".into()),
-                    ..VolumeMount::default()
-                },
-                VolumeMount {
-                    name: "auth-json-volume".into(),
-                    mount_path: "/root/containers/".into(),
-                    read_only: Some(true),
-                    ..VolumeMount::default()
-                },
-            ]
-            .into_iter()
-            .chain(wiring.as_ref().map(|(_, _, mount)| mount.clone()))
-            .collect(),
-        ),
+        volume_mounts: Some(mounts),
         ..Container::default()
     };
-    let host_path = |name: &str, path: &str| Volume {
-        name: name.into(),
-        host_path: Some(HostPathVolumeSource {
-            path: path.into(),
-            ..HostPathVolumeSource::default()
-        }),
-        ..Volume::default()
-    };
-    let optional_secret = |name: &str, secret: &str, mode: Option<i32>| Volume {
-        name: name.into(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(secret.into()),
-            optional: Some(true),
-            default_mode: mode,
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    };
     let mut pod_labels = labels(config, CAA_SELECTOR);
+    pod_labels.insert(CAA_CHART_LABEL.0.into(), CAA_CHART_LABEL.1.into());
     pod_labels.insert("app.kubernetes.io/name".into(), "cloud-api-adaptor".into());
     Ok(DaemonSet {
         metadata: owned_meta(
@@ -306,27 +457,27 @@ pub fn caa_daemonset(
                 match_labels: Some(selector),
                 ..LabelSelector::default()
             },
+            // As the chart: the new CAA starts before the old one stops (maxSurge), so a node never goes without
+            // one during an update.
+            update_strategy: Some(DaemonSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDaemonSet {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::Int(1)),
+                }),
+            }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    node_selector: Some(spec.node_selector.clone()).filter(|s| !s.is_empty()),
-                    host_network: Some(true),
                     service_account_name: Some(spec.caa.service_account_name.clone()),
                     containers: vec![container],
-                    volumes: Some(
-                        [
-                            optional_secret("ssh", "ssh-key-secret", Some(0o600)),
-                            host_path("pods-dir", "/run/peerpod"),
-                            host_path("netns", "/run/netns"),
-                            optional_secret("auth-json-volume", "auth-json-secret", None),
-                        ]
-                        .into_iter()
-                        .chain(wiring.map(|(_, volume, _)| volume))
-                        .collect(),
-                    ),
+                    host_network: Some(true),
+                    dns_policy: Some("ClusterFirstWithHostNet".into()),
+                    node_selector: Some(spec.node_selector.clone()).filter(|s| !s.is_empty()),
+                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
@@ -553,7 +704,11 @@ pub(crate) mod tests {
         let config = config(
             serde_json::json!({"limit": "10", "caa": {"env": {"PEERPODS_LIMIT_PER_NODE": "5", "X": "1"}}}),
         );
-        let ds = caa_daemonset(&config, "peer-pods", None).unwrap();
+        let libvirt = CaaCloud {
+            provider: Some(CloudProvider::Libvirt),
+            agent_tls: false,
+        };
+        let ds = caa_daemonset(&config, "peer-pods", None, &libvirt).unwrap();
         assert_eq!(ds.metadata.name.as_deref(), Some(CAA_DAEMONSET));
         assert_eq!(
             ds.metadata.owner_references.as_ref().unwrap()[0].controller,
@@ -570,7 +725,12 @@ pub(crate) mod tests {
             Some(&String::new())
         );
         let c = &pod.containers[0];
-        assert_eq!(c.security_context.as_ref().unwrap().privileged, Some(true));
+        let security = c.security_context.as_ref().unwrap();
+        assert_eq!(security.privileged, None);
+        assert_eq!(
+            security.capabilities.as_ref().unwrap().add.as_deref(),
+            Some(&["NET_ADMIN".to_owned(), "SYS_ADMIN".to_owned()][..])
+        );
         let env = c.env.as_ref().unwrap();
         let limit: Vec<_> = env
             .iter()
@@ -721,7 +881,7 @@ pub(crate) mod tests {
             audience: "provider-service".into(),
             server_name: None,
         };
-        let ds = caa_daemonset(&config, "peer-pods", Some(&wiring)).unwrap();
+        let ds = caa_daemonset(&config, "peer-pods", Some(&wiring), &CaaCloud::default()).unwrap();
         let pod = ds.spec.template.spec.unwrap();
         let c = &pod.containers[0];
         let env: BTreeMap<_, _> = c
@@ -780,7 +940,7 @@ pub(crate) mod tests {
     #[test]
     fn without_wiring_caa_gets_no_provider_service_settings() {
         let config = config(serde_json::json!({"limit": "4"}));
-        let ds = caa_daemonset(&config, "peer-pods", None).unwrap();
+        let ds = caa_daemonset(&config, "peer-pods", None, &CaaCloud::default()).unwrap();
         let pod = ds.spec.template.spec.unwrap();
         assert!(
             pod.containers[0]
@@ -796,5 +956,83 @@ pub(crate) mod tests {
                 .iter()
                 .all(|v| v.name != "provider-service")
         );
+    }
+
+    #[test]
+    fn the_cloud_comes_from_the_spec_first_then_the_config_map() {
+        let data = BTreeMap::from([
+            (CM_CLOUD_PROVIDER.to_owned(), "ibmcloudpowervs".to_owned()),
+            (
+                CM_CACERT_FILE.to_owned(),
+                "/etc/certificates/ca.crt".to_owned(),
+            ),
+        ]);
+        assert_eq!(
+            CaaCloud::resolve(None, Some(&data)),
+            CaaCloud {
+                provider: Some(CloudProvider::IbmcloudPowervs),
+                agent_tls: true
+            }
+        );
+        assert_eq!(
+            CaaCloud::resolve(Some(CloudProvider::Aws), Some(&data)).provider,
+            Some(CloudProvider::Aws),
+            "spec.caa.provider wins"
+        );
+        let blank = BTreeMap::from([
+            (CM_CLOUD_PROVIDER.to_owned(), "nimbus".to_owned()),
+            (CM_CACERT_FILE.to_owned(), " ".to_owned()),
+        ]);
+        assert_eq!(CaaCloud::resolve(None, Some(&blank)), CaaCloud::default());
+        assert_eq!(CaaCloud::resolve(None, None), CaaCloud::default());
+    }
+
+    #[test]
+    fn per_cloud_parts_follow_the_cloud() {
+        let config = config(serde_json::json!({"limit": "4"}));
+        let volumes = |provider, agent_tls| {
+            let ds = caa_daemonset(
+                &config,
+                "peer-pods",
+                None,
+                &CaaCloud {
+                    provider,
+                    agent_tls,
+                },
+            )
+            .unwrap();
+            let pod = ds.spec.template.spec.unwrap();
+            let mounts: Vec<String> = pod.containers[0]
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .map(|m| m.name.clone())
+                .collect();
+            let volumes: Vec<String> = pod.volumes.unwrap().into_iter().map(|v| v.name).collect();
+            assert_eq!(mounts, volumes, "every volume mounted, in the same order");
+            volumes
+        };
+        let shared = [
+            "pods-dir",
+            "netns",
+            "xtables-lock",
+            "lib-modules",
+            "kata-direct-volumes-dir",
+        ];
+        assert_eq!(volumes(Some(CloudProvider::Aws), false), shared);
+        assert_eq!(volumes(Some(CloudProvider::Byom), false)[0], "ssh");
+        assert_eq!(volumes(Some(CloudProvider::Azure), true)[0], "certs");
+        assert_eq!(
+            volumes(Some(CloudProvider::Alibabacloud), false)[0],
+            "rrsa-oidc-token"
+        );
+        assert_eq!(
+            volumes(Some(CloudProvider::Ibmcloud), false)
+                .last()
+                .map(String::as_str),
+            Some("vault-token")
+        );
+        assert_eq!(volumes(None, false), shared);
     }
 }

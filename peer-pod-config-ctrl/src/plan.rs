@@ -118,6 +118,14 @@ mod tests {
                     )]
                     .into(),
                 ),
+                // What this controller wrote comes with its owner annotation.
+                annotations: advertised.map(|_| {
+                    [(
+                        crate::nodes::CAA_OWNER_ANNOTATION.to_owned(),
+                        crate::nodes::CAA_OWNER.to_owned(),
+                    )]
+                    .into()
+                }),
                 ..ObjectMeta::default()
             },
             status: advertised.map(|v| NodeStatus {
@@ -148,20 +156,8 @@ mod tests {
         assert_eq!(
             plan.changes,
             vec![
-                (
-                    "a".into(),
-                    CapacityChange::Set {
-                        value: 5,
-                        create_map: true
-                    }
-                ),
-                (
-                    "b".into(),
-                    CapacityChange::Set {
-                        value: 4,
-                        create_map: false
-                    }
-                ),
+                ("a".into(), CapacityChange::Set { value: 5 }),
+                ("b".into(), CapacityChange::Set { value: 4 }),
                 ("c".into(), CapacityChange::Remove),
             ]
         );

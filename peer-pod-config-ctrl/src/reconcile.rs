@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -141,10 +141,11 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
 
     // Owned objects.
     let mut written = Vec::new();
+    let cloud = caa_cloud(&config, ctx).await;
     let daemonset = ensure(
         ctx,
         &mut written,
-        objects::caa_daemonset(&config, ns, ctx.caa_provider_service.as_ref())?,
+        objects::caa_daemonset(&config, ns, ctx.caa_provider_service.as_ref(), &cloud)?,
     )
     .await?;
     let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
@@ -230,6 +231,30 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     write_status(&config, &observed, ctx).await?;
 
     Ok(Action::requeue(plan::next_check(&config)))
+}
+
+/// The cloud the CAA DaemonSet is rendered for: `spec.caa.provider`, else the `CLOUD_PROVIDER` of CAA's ConfigMap
+/// (whose `CACERT_FILE` also decides the agent TLS mount). A ConfigMap that cannot be read leaves the per-cloud
+/// parts out, with a warning naming why, rather than blocking the rest of the setup.
+async fn caa_cloud(config: &PeerPodConfig, ctx: &Context) -> objects::CaaCloud {
+    let name = &config.spec.config_map_name;
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let data = match api.get_opt(name).await {
+        Ok(Some(cm)) => cm.data,
+        Ok(None) => {
+            warn!(configmap = %name, "CAA's ConfigMap does not exist; the DaemonSet gets no per-cloud parts");
+            None
+        }
+        Err(e) => {
+            warn!(configmap = %name, error = %e, "reading CAA's ConfigMap failed; the DaemonSet gets no per-cloud parts");
+            None
+        }
+    };
+    let cloud = objects::CaaCloud::resolve(config.spec.caa.provider, data.as_ref());
+    if cloud.provider.is_none() && data.is_some() {
+        warn!(configmap = %name, "CAA's ConfigMap names no known CLOUD_PROVIDER and spec.caa.provider is unset; the DaemonSet gets no per-cloud parts");
+    }
+    cloud
 }
 
 /// Free capacity for `capacityFromProvider`, or why it is unknown (then the limit alone decides).

@@ -8,13 +8,15 @@ use std::time::Instant;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use peer_pod_config_ctrl::controller::{Context, FINALIZER, reconcile};
 use peer_pod_config_ctrl::crd::PeerPodConfig;
+use peer_pod_config_ctrl::nodes::{CAA_OWNER, CAA_OWNER_ANNOTATION};
 use peer_pod_config_ctrl::objects::{
-    CAA_DAEMONSET, WEBHOOK_CERT_SECRET, WEBHOOK_CONFIGURATION, WEBHOOK_DEPLOYMENT, WEBHOOK_SERVICE,
+    CAA_DAEMONSET, EXTENDED_RESOURCE, WEBHOOK_CERT_SECRET, WEBHOOK_CONFIGURATION,
+    WEBHOOK_DEPLOYMENT, WEBHOOK_SERVICE,
 };
 use support::{ProviderService, Scenario, TIMEOUT};
 
@@ -1024,5 +1026,184 @@ async fn readiness_waits_for_the_first_list_and_liveness_fails_while_the_api_ser
         .expect("controller task")
         .expect("controller stopped");
     admin.await.expect("admin task").expect("admin server");
+    s.finish().await;
+}
+
+/// What cloud-api-adaptor's `Shutdown()` sends for its node since September 2024 (`RemoveExtendedResources` with
+/// its `POD_UID`): it reads the node, and unless the node's `kata.peerpods.io/caa-owner` annotation names an owner
+/// other than itself, removes `kata.peerpods.io/vm` with a JSON patch on `nodes/<name>/status`. Returns whether it
+/// sent the remove.
+async fn replay_caa_shutdown(nodes: &Api<Node>, node: &str, pod_uid: &str) -> bool {
+    let live = nodes.get(node).await.expect("CAA reads its node");
+    let owner = live
+        .annotations()
+        .get(CAA_OWNER_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    if !pod_uid.is_empty() && !owner.is_empty() && owner != pod_uid {
+        return false;
+    }
+    let remove: json_patch::Patch = serde_json::from_value(
+        serde_json::json!([{"op": "remove", "path": "/status/capacity/kata.peerpods.io~1vm"}]),
+    )
+    .expect("CAA's patch");
+    // CAA ignores the answer for the remove's effect; a missing path is its error, not ours.
+    let _ = nodes
+        .patch_status(node, &PatchParams::default(), &Patch::<()>::Json(remove))
+        .await;
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caa_shutdowns_and_rolling_updates_never_empty_the_capacity_of_a_managed_node() {
+    let s = Scenario::start("ppc-caa-owner").await;
+    s.create_nodes(0..2, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limitPerNode": 3, "nodeSelector": s.selector()}),
+    )
+    .await;
+    s.wait_spread(6).await;
+    let nodes = s.nodes();
+    let managed = s.node_name(0);
+    // The owner annotation comes with the capacity, in the same write.
+    testenv::wait_for("owner annotation on the managed node", TIMEOUT, || async {
+        let node = nodes.get(&managed).await.ok()?;
+        (node
+            .annotations()
+            .get(CAA_OWNER_ANNOTATION)
+            .map(String::as_str)
+            == Some(CAA_OWNER))
+        .then_some(())
+    })
+    .await;
+
+    // Every state of the node from now on, in order, as a watch sees it.
+    let seen: Arc<std::sync::Mutex<Vec<(Option<String>, Option<String>)>>> = Arc::default();
+    let watch = {
+        let seen = seen.clone();
+        let stream = kube::runtime::watcher(
+            nodes.clone(),
+            kube::runtime::watcher::Config::default().fields(&format!("metadata.name={managed}")),
+        );
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::applied_objects(stream));
+            while let Some(Ok(node)) = futures::StreamExt::next(&mut stream).await {
+                let marker = node.labels().get("peerpods-test/marker").cloned();
+                seen.lock()
+                    .expect("lock")
+                    .push((peer_pod_config_ctrl::nodes::current(&node), marker));
+            }
+        })
+    };
+    testenv::wait_for("the watch's first view", TIMEOUT, || async {
+        (!seen.lock().expect("lock").is_empty()).then_some(())
+    })
+    .await;
+
+    // Twenty rolling updates of CAA (maxSurge 1): the new pod starts with PEERPODS_LIMIT_PER_NODE=-1 and so
+    // writes nothing, then the old pod shuts down. Then one CAA stopping for good.
+    let mut removes = 0;
+    for round in 0..20u32 {
+        let old_pod = format!("3f2b8a6e-0000-4000-8000-{round:012}");
+        if replay_caa_shutdown(&nodes, &managed, &old_pod).await {
+            removes += 1;
+        }
+    }
+    if replay_caa_shutdown(&nodes, &managed, "3f2b8a6e-0000-4000-8000-999999999999").await {
+        removes += 1;
+    }
+    // A marker written after the replays: once the watch shows it, it has shown every state before it.
+    nodes
+        .patch(
+            &managed,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"labels": {"peerpods-test/marker": "done"}}}),
+            ),
+        )
+        .await
+        .expect("marker");
+    testenv::wait_for("the watch reaches the marker", TIMEOUT, || async {
+        seen.lock()
+            .expect("lock")
+            .iter()
+            .any(|(_, marker)| marker.as_deref() == Some("done"))
+            .then_some(())
+    })
+    .await;
+    watch.abort();
+    let seen = seen.lock().expect("lock").clone();
+    assert_eq!(
+        removes, 0,
+        "CAA's shutdown logic chose to remove the capacity"
+    );
+    assert!(
+        seen.iter()
+            .all(|(capacity, _)| capacity.as_deref() == Some("3")),
+        "kata.peerpods.io/vm read otherwise than 3 across CAA shutdowns: {seen:?}"
+    );
+    eprintln!(
+        "21 CAA shutdowns replayed: 0 removes sent, {} node states watched, capacity never empty",
+        seen.len()
+    );
+
+    // Taking the capacity back gives the annotation up with it.
+    s.configs()
+        .patch(
+            NAME,
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"nodeSelector": {"peerpods-test/nowhere": "yes"}}}),
+            ),
+        )
+        .await
+        .expect("select no node");
+    testenv::wait_for("capacity and annotation removed", TIMEOUT, || async {
+        let node = nodes.get(&managed).await.ok()?;
+        (peer_pod_config_ctrl::nodes::current(&node).is_none()
+            && !node.annotations().contains_key(CAA_OWNER_ANNOTATION))
+        .then_some(())
+    })
+    .await;
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_in_thousands_stored_as_1k_costs_no_node_patch_on_a_steady_reconcile() {
+    let mut s = Scenario::start("ppc-quantity").await;
+    s.create_nodes(0..3, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limitPerNode": 1000, "nodeSelector": s.selector()}),
+    )
+    .await;
+    s.wait_spread(3000).await;
+    let stored = s
+        .nodes()
+        .get(&s.node_name(0))
+        .await
+        .expect("node")
+        .status
+        .and_then(|st| st.capacity)
+        .and_then(|c| c.get(EXTENDED_RESOURCE).cloned())
+        .expect("capacity");
+    assert_eq!(stored.0, "1k", "the API server's canonical form");
+
+    let ctx = s.stop_controller().await;
+    settle(&s, &ctx).await;
+    let node_writes = ctx.metrics.node_writes.get();
+    for _ in 0..3 {
+        let config = s.configs().get(NAME).await.expect("config");
+        reconcile(Arc::new(config), ctx.clone())
+            .await
+            .expect("reconcile");
+    }
+    assert_eq!(
+        ctx.metrics.node_writes.get(),
+        node_writes,
+        "a steady reconcile patched nodes whose \"1k\" is the 1000 it wants"
+    );
+    s.run_controller(None);
     s.finish().await;
 }

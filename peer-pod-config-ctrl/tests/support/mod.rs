@@ -212,9 +212,10 @@ impl Scenario {
                     .as_ref()
                     .and_then(|s| s.capacity.as_ref())
                     .and_then(|c| c.get(EXTENDED_RESOURCE))
+                    // The API server stores the canonical form ("1000" reads "1k").
                     .map(|q| {
-                        q.0.parse::<u32>()
-                            .expect("kata.peerpods.io/vm is an integer")
+                        peer_pod_config_ctrl::nodes::quantity_count(&q.0)
+                            .expect("kata.peerpods.io/vm is a whole count")
                     });
                 (
                     node.name_any(),
