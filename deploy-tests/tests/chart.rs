@@ -498,8 +498,18 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let cc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
     let (config_ctrl, _) =
         start_controller("peer-pod-config-ctrl", 0, &cc_deploy, &cc_api_token).await;
+    // Each controller's second replica gets a token of its own, so the audit log tells its requests apart.
+    let pc_standby_token =
+        testenv::service_account_token(&admin, &ns, &sa_of(&pc_deploy), &[]).await;
+    let cc_follower_token =
+        testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
+    let pc_standby_credential = testenv::credential_id(&admin, &pc_standby_token).await;
+    let cc_follower_credential = testenv::credential_id(&admin, &cc_follower_token).await;
     // The credentials our services run with, as the API server names them in its audit log.
-    let mut workloads = std::collections::BTreeSet::new();
+    let mut workloads = std::collections::BTreeSet::from([
+        pc_standby_credential.clone(),
+        cc_follower_credential.clone(),
+    ]);
     for token in [&ps_token, &pc_api_token, &cc_api_token] {
         workloads.insert(testenv::credential_id(&admin, token).await);
     }
@@ -521,8 +531,18 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await;
     }
 
-    // The second replica waits on the Lease; when the leader stops, it takes over and does the work below.
-    let (standby, _) = start_controller("peerpod-ctrl", 1, &pc_deploy, &pc_api_token).await;
+    // Only a replica waiting for its Lease watches it (for the release), and a lone replica may take its
+    // Lease before that watch has started: so each controller gets a second replica, a follower, and the test
+    // goes on only once the audit log shows the follower's watch. The chart's Lease grants are then used in
+    // every run, whatever the timing.
+    // peerpod-ctrl's follower then takes over when the leader stops, through that watch, and does the work
+    // below.
+    let (standby, _) = start_controller("peerpod-ctrl", 1, &pc_deploy, &pc_standby_token).await;
+    lease_watch_seen(cp, &pc_standby_credential, &ns, &pc_env["LEASE_NAME"]).await;
+    // peer-pod-config-ctrl's follower stays one to the end, beside the leader.
+    let (config_follower, _) =
+        start_controller("peer-pod-config-ctrl", 1, &cc_deploy, &cc_follower_token).await;
+    lease_watch_seen(cp, &cc_follower_credential, &ns, "peer-pod-config-ctrl").await;
     let mut stopped = peerpod_ctrl;
     stopped.terminate().await;
     let peerpod_ctrl = standby;
@@ -925,7 +945,13 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // Enough, everywhere: no request of the controllers was refused along the way (a refused watch only
     // shows in the log).
-    for service in [&stopped, &peerpod_ctrl, &config_ctrl, &provider] {
+    for service in [
+        &stopped,
+        &peerpod_ctrl,
+        &config_ctrl,
+        &config_follower,
+        &provider,
+    ] {
         let log = service.log_text();
         assert!(
             !log.to_lowercase().contains("forbidden"),
@@ -933,7 +959,13 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             service.name
         );
     }
-    drop((stopped, peerpod_ctrl, config_ctrl, provider));
+    drop((
+        stopped,
+        peerpod_ctrl,
+        config_ctrl,
+        config_follower,
+        provider,
+    ));
 
     // No more than needed: every permission the installed chart grants was used by one of our services along
     // the way (the requests the API server allowed to the tokens they ran with, from its audit log).
@@ -961,6 +993,33 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             &kubeconfig,
         ],
         None,
+    )
+    .await;
+}
+
+/// Waits until the API server's audit log shows an allowed watch on the Lease `lease` in `ns`, made with
+/// `credential` (as [`testenv::credential_id`] names it).
+async fn lease_watch_seen(cp: &testenv::ControlPlane, credential: &str, ns: &str, lease: &str) {
+    testenv::wait_for(
+        &format!("a watch on Lease {ns}/{lease} by the follower ({credential}) in the audit log"),
+        Duration::from_secs(60),
+        || async {
+            let events = cp.audit_events().ok()?;
+            events
+                .iter()
+                .any(|e| {
+                    e.verb == "watch"
+                        && e.allowed()
+                        && e.credential_id() == Some(credential)
+                        && e.object_ref.as_ref().is_some_and(|o| {
+                            o.api_group == "coordination.k8s.io"
+                                && o.resource == "leases"
+                                && o.namespace == ns
+                                && o.name == lease
+                        })
+                })
+                .then_some(())
+        },
     )
     .await;
 }
