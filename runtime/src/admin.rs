@@ -1,11 +1,11 @@
 //! The admin HTTP server every service runs on its own port: `/healthz` (the process serves and, with a
 //! [`Liveness`], every watch it tracks makes progress), `/readyz` (every registered component is ready, with a
-//! line of detail each) and `/metrics` (Prometheus text from a prometheus-client registry).
+//! line of detail each) and `/metrics` (Prometheus text from a prometheus-client registry). The state it serves
+//! lives in [`crate::health`].
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -16,67 +16,9 @@ use prometheus_client::registry::Registry;
 
 use crate::Error;
 use crate::health::Liveness;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Check {
-    ready: bool,
-    detail: String,
-}
-
-/// Readiness of a service, made of named components (e.g. `grpc`, `config`, `leader`). Ready when
-/// at least one component is registered and every one is ready. Cheap to clone; clones share state.
-#[derive(Debug, Clone, Default)]
-pub struct Readiness {
-    checks: Arc<RwLock<BTreeMap<String, Check>>>,
-}
-
-impl Readiness {
-    /// Records the state of `component`; `detail` is shown on `/readyz`.
-    pub fn set(&self, component: &str, ready: bool, detail: impl Into<String>) {
-        if let Ok(mut checks) = self.checks.write() {
-            checks.insert(
-                component.to_owned(),
-                Check {
-                    ready,
-                    detail: detail.into(),
-                },
-            );
-        }
-    }
-
-    /// Forgets `component` (it no longer runs).
-    pub fn remove(&self, component: &str) {
-        if let Ok(mut checks) = self.checks.write() {
-            checks.remove(component);
-        }
-    }
-
-    /// Whether every registered component is ready (false when none is registered).
-    pub fn is_ready(&self) -> bool {
-        self.checks
-            .read()
-            .map(|c| !c.is_empty() && c.values().all(|c| c.ready))
-            .unwrap_or(false)
-    }
-
-    /// One line per component: `name: ok|not ready[: detail]`.
-    pub fn report(&self) -> String {
-        let Ok(checks) = self.checks.read() else {
-            return "readiness state unavailable\n".into();
-        };
-        checks
-            .iter()
-            .map(|(name, c)| {
-                let state = if c.ready { "ok" } else { "not ready" };
-                if c.detail.is_empty() {
-                    format!("{name}: {state}\n")
-                } else {
-                    format!("{name}: {state}: {}\n", c.detail)
-                }
-            })
-            .collect()
-    }
-}
+// Where the services have always found it. It lives with the rest of a service's health state, which this server
+// only serves: `admin` depends on `health`, never the other way.
+pub use crate::health::Readiness;
 
 #[derive(Clone)]
 struct AdminState {
@@ -185,22 +127,5 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             format!("encoding metrics failed: {e}\n"),
         ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ready_only_when_all_components_are() {
-        let r = Readiness::default();
-        assert!(!r.is_ready(), "nothing registered is not ready");
-        r.set("grpc", true, "");
-        r.set("config", false, "bad LIBVIRT_URI");
-        assert!(!r.is_ready());
-        assert_eq!(r.report(), "config: not ready: bad LIBVIRT_URI\ngrpc: ok\n");
-        r.set("config", true, "");
-        assert!(r.is_ready());
     }
 }

@@ -14,12 +14,15 @@
 //! and liveness fails after the bound; restarting then gives the controller a fresh connection and a fresh
 //! list.
 //!
+//! [`Readiness`] is what `/readyz` reports for any service (controllers and provider-service alike); the admin
+//! server (`admin`) serves this module's state, and this module knows nothing of it.
+//!
 //! A [`Progress`] is registered only while its watch runs: a standby replica (no Lease) has no watch and is
 //! neither stalled nor waiting for a list. Dropping the last clone of a `Progress` unregisters it.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -27,8 +30,6 @@ use kube::Api;
 use kube::api::{WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
-
-use crate::admin::Readiness;
 
 /// Default bound on a watch making no progress: three heartbeat periods, so one slow or lost heartbeat
 /// never restarts a healthy controller.
@@ -43,6 +44,67 @@ const HEARTBEAT_NAME: &str = "peerpods-heartbeat-never-created";
 
 /// Pause before the heartbeat watch is made again after it failed.
 const HEARTBEAT_RETRY: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Check {
+    ready: bool,
+    detail: String,
+}
+
+/// Readiness of a service, made of named components (e.g. `grpc`, `config`, `leader`). Ready when
+/// at least one component is registered and every one is ready. Cheap to clone; clones share state.
+#[derive(Debug, Clone, Default)]
+pub struct Readiness {
+    checks: Arc<RwLock<BTreeMap<String, Check>>>,
+}
+
+impl Readiness {
+    /// Records the state of `component`; `detail` is shown on `/readyz`.
+    pub fn set(&self, component: &str, ready: bool, detail: impl Into<String>) {
+        if let Ok(mut checks) = self.checks.write() {
+            checks.insert(
+                component.to_owned(),
+                Check {
+                    ready,
+                    detail: detail.into(),
+                },
+            );
+        }
+    }
+
+    /// Forgets `component` (it no longer runs).
+    pub fn remove(&self, component: &str) {
+        if let Ok(mut checks) = self.checks.write() {
+            checks.remove(component);
+        }
+    }
+
+    /// Whether every registered component is ready (false when none is registered).
+    pub fn is_ready(&self) -> bool {
+        self.checks
+            .read()
+            .map(|c| !c.is_empty() && c.values().all(|c| c.ready))
+            .unwrap_or(false)
+    }
+
+    /// One line per component: `name: ok|not ready[: detail]`.
+    pub fn report(&self) -> String {
+        let Ok(checks) = self.checks.read() else {
+            return "readiness state unavailable\n".into();
+        };
+        checks
+            .iter()
+            .map(|(name, c)| {
+                let state = if c.ready { "ok" } else { "not ready" };
+                if c.detail.is_empty() {
+                    format!("{name}: {state}\n")
+                } else {
+                    format!("{name}: {state}: {}\n", c.detail)
+                }
+            })
+            .collect()
+    }
+}
 
 /// Readiness detail while the initial list runs.
 const LISTING: &str = "waiting for the initial list";
@@ -310,6 +372,18 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_only_when_all_components_are() {
+        let r = Readiness::default();
+        assert!(!r.is_ready(), "nothing registered is not ready");
+        r.set("grpc", true, "");
+        r.set("config", false, "bad LIBVIRT_URI");
+        assert!(!r.is_ready());
+        assert_eq!(r.report(), "config: not ready: bad LIBVIRT_URI\ngrpc: ok\n");
+        r.set("config", true, "");
+        assert!(r.is_ready());
+    }
 
     /// A clock moved by hand.
     #[derive(Debug)]
