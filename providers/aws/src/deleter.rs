@@ -1,14 +1,15 @@
 //! The task that batches instance deletions: it owns a [`DeleteQueue`], flushes batches when
 //! they are due and answers every waiting caller once its id's batch has finished.
 //!
-//! One batch: with a cluster tag configured, set apart the instances that exist but lack it (one
-//! `DescribeInstances` per 200 ids; they are refused, never terminated); release the Elastic IPs
+//! One batch: read the tags of the instances that exist (one `DescribeInstances` per 200 ids) and
+//! set apart those the shared owner check refuses ([`OwnerTag::check`]: marked do-not-delete, or
+//! lacking this cluster's tag when one is configured; they are refused, never terminated); release the Elastic IPs
 //! of the rest (one `DescribeAddresses` per 200 ids), then terminate them in one
 //! `TerminateInstances` call. If EC2 rejects the call because
 //! of unknown ids, the ids it names are gone and the rest is retried as a batch; if the answer
 //! does not say which id is at fault, each id is asked alone (see `terminate.rs`).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +21,7 @@ use super::batch::{BatchPolicy, DeleteQueue};
 use super::ec2::Ec2;
 use super::failure::Failure;
 use super::terminate::{NextStep, after_failure, resolve_success};
-use peerpods_provider_core::DeleteOutcome;
+use peerpods_provider_core::{DeleteOutcome, Error, OwnerTag};
 
 /// How often a batch may shrink by EC2-named unknown ids before we ask per id instead. Each
 /// round removes at least one id, so this only bounds pathological answers.
@@ -36,14 +37,17 @@ pub struct Deleter {
     requests: mpsc::UnboundedSender<(String, Reply)>,
 }
 
-/// The tag (key, value) an instance must carry to be deleted; `None` deletes any instance.
-pub type OwnerTag = Option<(String, String)>;
-
 impl Deleter {
-    /// Starts the batching task on the current tokio runtime.
-    pub fn spawn(ec2: Arc<Ec2>, policy: BatchPolicy, owner: OwnerTag) -> Self {
+    /// Starts the batching task on the current tokio runtime. `owner`: the tag (key, value) an
+    /// instance must carry to be deleted; `None` deletes any instance not marked do-not-delete.
+    pub fn spawn(ec2: Arc<Ec2>, policy: BatchPolicy, owner: Option<(String, String)>) -> Self {
         let (requests, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(drive(receiver, ec2, policy, Arc::new(owner)));
+        tokio::spawn(drive(
+            receiver,
+            ec2,
+            policy,
+            Arc::new(OwnerTag::requiring(owner)),
+        ));
         Self { requests }
     }
 
@@ -131,27 +135,25 @@ async fn delete_batch(ec2: &Ec2, batch: Vec<String>, owner: &OwnerTag) -> Vec<(S
     tracing::debug!(instances = batch.len(), "deleting a batch of EC2 instances");
     let mut answers: Vec<(String, Answer)> = Vec::with_capacity(batch.len());
 
-    // Only this cluster's instances: one that exists without the cluster tag is refused.
-    let batch = match owner {
-        None => batch,
-        Some(tag) => match not_owned(ec2, &batch, tag).await {
-            Ok(foreign) => {
-                let (refused, ours): (Vec<String>, Vec<String>) =
-                    batch.into_iter().partition(|id| foreign.contains(id));
-                let tag = format!("{}={}", tag.0, tag.1);
-                for id in refused {
-                    tracing::warn!(instance_id = %id, %tag, "refusing to delete an instance without this cluster's tag");
-                    answers.push((id, Err(Failure::NotOwned { tag: tag.clone() })));
+    // Only instances the owner check lets go: one marked do-not-delete, or (with a cluster tag
+    // configured) one that exists without it, is refused.
+    let batch = match refused_by_tags(ec2, &batch, owner).await {
+        Ok(mut refused) => {
+            let mut allowed = Vec::with_capacity(batch.len());
+            for id in batch {
+                match refused.remove(&id) {
+                    Some(failure) => answers.push((id, Err(failure))),
+                    None => allowed.push(id),
                 }
-                ours
             }
-            Err(failure) => {
-                return batch
-                    .into_iter()
-                    .map(|id| (id, Err(failure.clone())))
-                    .collect();
-            }
-        },
+            allowed
+        }
+        Err(failure) => {
+            return batch
+                .into_iter()
+                .map(|id| (id, Err(failure.clone())))
+                .collect();
+        }
     };
     if batch.is_empty() {
         return answers;
@@ -237,14 +239,15 @@ async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
     }
 }
 
-/// The batch's instances that exist (not terminated) and do not carry `tag`. Instances EC2 does not
-/// list are left to TerminateInstances, which tells gone from unknown.
-async fn not_owned(
+/// The batch's instances that exist (not terminated) and that [`OwnerTag::check`] refuses, each with
+/// its refusal. Instances EC2 does not list are left to TerminateInstances, which tells gone from
+/// unknown.
+async fn refused_by_tags(
     ec2: &Ec2,
     batch: &[String],
-    (key, value): &(String, String),
-) -> Result<BTreeSet<String>, Failure> {
-    let mut foreign = BTreeSet::new();
+    owner: &OwnerTag,
+) -> Result<HashMap<String, Failure>, Failure> {
+    let mut refused = HashMap::new();
     for chunk in batch.chunks(200) {
         let filter = aws_sdk_ec2::types::Filter::builder()
             .name("instance-id")
@@ -255,13 +258,31 @@ async fn not_owned(
                 instance.state.as_deref(),
                 Some("terminated" | "shutting-down")
             );
-            let tagged = instance.tags.iter().any(|(k, v)| k == key && v == value);
-            if !gone && !tagged {
-                foreign.insert(instance.id);
+            if gone {
+                continue;
+            }
+            let tags: BTreeMap<String, String> = instance.tags.into_iter().collect();
+            if let Err(error) = owner.check(&instance.id, &tags) {
+                tracing::warn!(instance_id = %instance.id, reason = error.reason(), %error, "refusing to delete an instance");
+                let failure = match error {
+                    Error::DoNotDelete {
+                        instance_id, value, ..
+                    } => Failure::DoNotDelete { instance_id, value },
+                    Error::NotOwnedByCluster { .. } => Failure::NotOwned {
+                        tag: owner
+                            .required()
+                            .map(|(k, v)| format!("{k}={v}"))
+                            .unwrap_or_default(),
+                    },
+                    other => Failure::Internal {
+                        detail: other.to_string(),
+                    },
+                };
+                refused.insert(instance.id, failure);
             }
         }
     }
-    Ok(foreign)
+    Ok(refused)
 }
 
 /// Releases the Elastic IPs bound to the batch's instances. Returns the instances whose

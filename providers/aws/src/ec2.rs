@@ -221,6 +221,9 @@ impl Ec2 {
                 message: r(message),
             },
             Failure::NotOwned { tag } => Failure::NotOwned { tag },
+            Failure::DoNotDelete { instance_id, value } => {
+                Failure::DoNotDelete { instance_id, value }
+            }
             Failure::Internal { detail } => Failure::Internal { detail: r(detail) },
         }
     }

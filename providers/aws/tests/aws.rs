@@ -380,5 +380,63 @@ async fn deletes_are_refused_for_instances_without_the_cluster_tag() {
         DeleteOutcome::Deleted
     );
     assert_eq!(state_of(&client, &untagged[0]).await, "terminated");
-    assert_eq!(unchecked.api_calls("DescribeInstances"), 0);
+    // Even unrestricted, the tags are read (the do-not-delete check): one call for the batch.
+    assert_eq!(unchecked.api_calls("DescribeInstances"), 1);
+}
+
+/// An instance tagged `peerpods.io/do-not-delete` is refused on every configuration (FAILED_PRECONDITION,
+/// reason DoNotDelete) and keeps running, in a batch with others that are deleted; the value `false`
+/// does not protect.
+#[tokio::test(flavor = "multi_thread")]
+async fn instances_marked_do_not_delete_are_never_terminated() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let cluster = ("peerpods.io/cluster", "prod");
+    let marked = run_instances(
+        &client,
+        1,
+        &[cluster, (peerpods_provider_core::DO_NOT_DELETE_TAG, "true")],
+    )
+    .await;
+    let unmarked = run_instances(
+        &client,
+        1,
+        &[
+            cluster,
+            (peerpods_provider_core::DO_NOT_DELETE_TAG, "false"),
+        ],
+    )
+    .await;
+    let plain = run_instances(&client, 1, &[cluster]).await;
+    for config in [
+        vec![("CLUSTER_TAG", "peerpods.io/cluster=prod")],
+        vec![("DELETE_UNTAGGED", "allow")],
+        vec![],
+    ] {
+        let provider = provider(&config).await;
+        let error = provider
+            .delete_instance(&marked[0])
+            .await
+            .expect_err("marked do-not-delete");
+        assert!(
+            matches!(error, Error::DoNotDelete { .. }),
+            "{config:?}: {error:?}"
+        );
+        assert_eq!(error.reason(), "DoNotDelete");
+        assert!(error.to_string().contains(&marked[0]), "{error}");
+        assert_eq!(state_of(&client, &marked[0]).await, "running", "{config:?}");
+        assert_eq!(provider.api_calls("TerminateInstances"), 0, "{config:?}");
+    }
+    let provider = provider(&[("DELETE_UNTAGGED", "allow")]).await;
+    let (unmarked_answer, plain_answer) = tokio::join!(
+        provider.delete_instance(&unmarked[0]),
+        provider.delete_instance(&plain[0]),
+    );
+    assert_eq!(
+        unmarked_answer.expect("false does not protect"),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(plain_answer.expect("plain"), DeleteOutcome::Deleted);
+    assert_eq!(state_of(&client, &marked[0]).await, "running");
 }

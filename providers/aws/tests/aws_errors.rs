@@ -124,8 +124,10 @@ async fn throttling_asks_the_caller_to_retry_later() {
         Error::Throttled { retry_after, .. } => assert!(retry_after >= Duration::from_secs(1)),
         other => panic!("expected Throttled, got {other:?}"),
     }
-    // The first call of a deletion looks up Elastic IPs; throttled there, nothing else is tried.
-    assert_eq!(provider.api_calls("DescribeAddresses"), 1);
+    // The first call of a deletion reads the instances' tags (the do-not-delete and owner check);
+    // throttled there, nothing else is tried.
+    assert_eq!(provider.api_calls("DescribeInstances"), 1);
+    assert_eq!(provider.api_calls("DescribeAddresses"), 0);
     assert_eq!(provider.api_calls("TerminateInstances"), 0);
 }
 
