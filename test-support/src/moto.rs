@@ -4,6 +4,12 @@
 //! moto runs inside a small Python wrapper that reads its stdin until EOF and then stops the
 //! server. The test process holds the write end of that pipe for its whole life, so the server
 //! goes away whenever the test binary ends, also when it panics or is killed.
+//!
+//! The wrapper serves moto's own WSGI application behind a fault layer (the technique of the
+//! bench's counting layer): what moto never does, EC2 does, and [`Faults`] turns it on. EC2's
+//! eventual consistency (`InvalidInstanceID.NotFound` for given ids, or for every instance during
+//! its first seconds after `RunInstances`), server errors and throttling at a rate, each answered
+//! with EC2's own XML error body. Off unless set; [`Moto::reset`] turns it off again.
 #![allow(clippy::unwrap_used)] // test support: a failed setup ends the test with its message
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,15 +28,137 @@ pub const REGION: &str = "us-east-1";
 /// An AMI that moto knows in every region.
 pub const IMAGE_ID: &str = "ami-12c6146b";
 
+// moto's server application behind the fault layer, served as moto's ThreadedMotoServer serves
+// it. `POST /peerpods-faults` (JSON, see `Faults`) sets the faults and answers what was injected
+// so far; `GET` only answers; `POST /moto-api/reset` also clears them. EOF on stdin stops it.
 const WRAPPER: &str = r#"
-import sys
-from moto.server import ThreadedMotoServer
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-server.start()
-print(server.get_host_and_port()[1], flush=True)
+import collections, io, json, random, re, sys, threading, time, urllib.parse, uuid
+from werkzeug.serving import make_server
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+
+lock = threading.Lock()
+faults = {}
+created = {}
+injected = collections.Counter()
+rng = random.Random(0)
+credential = re.compile(r"Credential=([^/]+)/")
+launched = re.compile(rb"<instanceId>(i-[0-9a-f]+)</instanceId>")
+instance_param = re.compile(r"InstanceId\.\d+")
+
+def answer(start_response, status, content_type, body):
+    start_response(status, [("Content-Type", content_type), ("Content-Length", str(len(body)))])
+    return [body]
+
+def ec2_error(start_response, status, code, message):
+    # EC2's error body (EC2 API reference, "Error codes"): Response/Errors/Error + RequestID.
+    body = ('<?xml version="1.0" encoding="UTF-8"?>\n<Response><Errors><Error><Code>%s</Code>'
+            '<Message>%s</Message></Error></Errors><RequestID>%s</RequestID></Response>'
+            % (code, message, uuid.uuid4())).encode()
+    return answer(start_response, status, "text/xml;charset=UTF-8", body)
+
+def not_found_message(ids):
+    if len(ids) == 1:
+        return "The instance ID '%s' does not exist" % ids[0]
+    return "The instance IDs '%s' do not exist" % ", ".join(ids)
+
+def fault_for(action, key, ids):
+    with lock:
+        if not action or faults.get("access_key") not in (None, key):
+            return None
+        if rng.random() < faults.get("throttle_rate", 0):
+            injected["throttled"] += 1
+            return ("503 Service Unavailable", "RequestLimitExceeded", "Request limit exceeded.")
+        if rng.random() < faults.get("server_error_rate", 0):
+            injected["server_error"] += 1
+            return ("500 Internal Server Error", "InternalError", "An internal error has occurred.")
+        hidden = set(faults.get("hidden_ids", ()))
+        window = faults.get("invisible_for_secs", 0)
+        now = time.monotonic()
+        unknown = [i for i in ids if i in hidden or now - created.get(i, float("-inf")) < window]
+        if unknown:
+            injected["not_found"] += 1
+            return ("400 Bad Request", "InvalidInstanceID.NotFound", not_found_message(unknown))
+    return None
+
+def faulty(app):
+    def handle(environ, start_response):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        path = environ.get("PATH_INFO", "")
+        if path == "/peerpods-faults":
+            with lock:
+                if environ.get("REQUEST_METHOD") == "POST":
+                    faults.clear()
+                    faults.update(json.loads(body or b"{}"))
+                    rng.seed(faults.get("seed", 0))
+                    injected.clear()
+                text = json.dumps(dict(injected)).encode()
+            return answer(start_response, "200 OK", "application/json", text)
+        if path == "/moto-api/reset":
+            with lock:
+                faults.clear()
+                created.clear()
+                injected.clear()
+            return app(environ, start_response)
+        query = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+        query.update(urllib.parse.parse_qs(environ.get("QUERY_STRING", "")))
+        action = query.get("Action", [""])[0]
+        key = credential.search(environ.get("HTTP_AUTHORIZATION", ""))
+        ids = [values[0] for name, values in sorted(query.items()) if instance_param.fullmatch(name)]
+        fault = fault_for(action, key.group(1) if key else None, ids)
+        if fault:
+            return ec2_error(start_response, *fault)
+        if action != "RunInstances":
+            return app(environ, start_response)
+        # Remember when each instance was launched: it may be unknown for its first seconds.
+        started = {}
+        def keep(status, headers, exc_info=None):
+            started["status"], started["headers"] = status, headers
+        text = b"".join(app(environ, keep))
+        with lock:
+            for instance in launched.findall(text):
+                created[instance.decode()] = time.monotonic()
+        start_response(started["status"], started["headers"])
+        return [text]
+    return handle
+
+server = make_server("127.0.0.1", 0, faulty(DomainDispatcherApplication(create_backend_app)), threaded=True)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+print(server.server_port, flush=True)
 sys.stdin.read()
-server.stop()
+server.shutdown()
 "#;
+
+/// What EC2 does and moto does not, for the layer in front of moto to answer instead of it.
+/// Faults apply to EC2 calls (requests with an `Action`), in this order: throttling, server
+/// errors, unknown instances; a request they spare reaches moto.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Faults {
+    /// Instance ids EC2 answers `InvalidInstanceID.NotFound` for (HTTP 400), in any call that
+    /// names them as `InstanceId.N`, whether moto knows them or not.
+    pub hidden_ids: Vec<String>,
+    /// EC2's eventual consistency: an instance launched through this server less than this long
+    /// ago is `InvalidInstanceID.NotFound` in any call that names it as `InstanceId.N`.
+    pub invisible_after_launch: Duration,
+    /// Share of calls (0 to 1) answered HTTP 500 `InternalError`.
+    pub server_error_rate: f64,
+    /// Share of calls (0 to 1) answered HTTP 503 `RequestLimitExceeded`, as EC2 throttles.
+    pub throttle_rate: f64,
+    /// Only calls signed with this access key id get faults (the test's own arranging and
+    /// checking, signed with another key, are spared); `None`: every call.
+    pub access_key: Option<String>,
+    /// Seed of the rates' random draws, so a run can be repeated.
+    pub seed: u64,
+}
+
+/// How many faults the layer answered since they were set.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Injected {
+    pub not_found: u64,
+    pub server_errors: u64,
+    pub throttled: u64,
+}
 
 pub struct Moto {
     pub endpoint: String,
@@ -96,26 +224,62 @@ fn start(env: &[(&str, &str)]) -> Moto {
 }
 
 impl Moto {
-    /// Forgets every resource (`POST /moto-api/reset`). Plain HTTP/1.0 over a socket: this one
-    /// request does not justify an HTTP client dependency.
+    /// Forgets every resource (`POST /moto-api/reset`) and turns the faults off.
     pub fn reset(&self) {
+        self.post("/moto-api/reset", "");
+    }
+
+    /// Sets the faults of the layer in front of moto (replacing earlier ones) and restarts the
+    /// count of injected faults.
+    pub fn set_faults(&self, faults: &Faults) {
+        let body = serde_json::json!({
+            "hidden_ids": faults.hidden_ids,
+            "invisible_for_secs": faults.invisible_after_launch.as_secs_f64(),
+            "server_error_rate": faults.server_error_rate,
+            "throttle_rate": faults.throttle_rate,
+            "access_key": faults.access_key,
+            "seed": faults.seed,
+        });
+        self.post("/peerpods-faults", &body.to_string());
+    }
+
+    /// The faults answered since they were last set.
+    pub fn injected(&self) -> Injected {
+        let answer = self.request("GET", "/peerpods-faults", "");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let counts: serde_json::Value = serde_json::from_str(body).expect("fault counts");
+        let count = |name: &str| counts[name].as_u64().unwrap_or(0);
+        Injected {
+            not_found: count("not_found"),
+            server_errors: count("server_error"),
+            throttled: count("throttled"),
+        }
+    }
+
+    fn post(&self, path: &str, body: &str) {
+        let answer = self.request("POST", path, body);
+        assert!(
+            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
+            "POST {path} failed: {answer}"
+        );
+    }
+
+    /// One request over a socket, the whole answer as text. Plain HTTP/1.0: these few control
+    /// requests do not justify an HTTP client dependency.
+    fn request(&self, method: &str, path: &str, body: &str) -> String {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to moto");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("set timeout");
-        stream
-            .write_all(
-                b"POST /moto-api/reset HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n",
-            )
-            .expect("send reset");
-        let mut answer = String::new();
-        stream
-            .read_to_string(&mut answer)
-            .expect("read reset answer");
-        assert!(
-            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200"),
-            "moto reset failed: {answer}"
+        let request = format!(
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
         );
+        stream.write_all(request.as_bytes()).expect("send request");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read answer");
+        answer
     }
 
     /// provider-service configuration keys pointing at this server with dummy static credentials.

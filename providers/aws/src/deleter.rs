@@ -6,7 +6,9 @@
 //! lacking this cluster's tag when one is configured; they are refused, never terminated); release the Elastic IPs
 //! of the rest (one `DescribeAddresses` per 200 ids), then terminate them in one
 //! `TerminateInstances` call. If EC2 rejects the call because
-//! of unknown ids, the ids it names are gone and the rest is retried as a batch; if the answer
+//! of unknown ids, the ids it names are answered (gone once EC2 has not known them for the
+//! consistency window, see `visibility.rs`; until then "try again") and the rest is retried as a
+//! batch; if the answer
 //! does not say which id is at fault, each id is asked alone (see `terminate.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -184,16 +186,21 @@ async fn delete_batch(ec2: &Ec2, batch: Vec<String>, owner: &OwnerTag) -> Vec<(S
         match ec2.terminate_instances(&remaining).await {
             Ok(terminating) => {
                 let (answered, unmentioned) = resolve_success(&remaining, &terminating);
+                for (id, _) in &answered {
+                    ec2.not_found_window().found(id);
+                }
                 answers.extend(answered.into_iter().map(|(id, outcome)| (id, Ok(outcome))));
                 answers.extend(terminate_each(ec2, unmentioned).await);
                 break;
             }
             Err(failure) => match after_failure(&remaining, &failure) {
-                NextStep::DropUnknown { gone, retry } if rounds < MAX_DROP_ROUNDS => {
-                    answers.extend(
-                        gone.into_iter()
-                            .map(|id| (id, Ok(DeleteOutcome::AlreadyGone))),
-                    );
+                NextStep::DropUnknown { unknown, retry } if rounds < MAX_DROP_ROUNDS => {
+                    // Unknown is not yet gone: EC2 may not show a new instance everywhere.
+                    let now = Instant::now();
+                    answers.extend(unknown.into_iter().map(|id| {
+                        let answer = ec2.not_found_window().answer(&id, now);
+                        (id, answer)
+                    }));
                     remaining = retry;
                     rounds += 1;
                 }
@@ -222,6 +229,7 @@ async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
     let ids = [instance_id.to_owned()];
     match ec2.terminate_instances(&ids).await {
         Ok(terminating) => {
+            ec2.not_found_window().found(instance_id);
             let (answered, _) = resolve_success(&ids, &terminating);
             answered
                 .into_iter()
@@ -233,7 +241,9 @@ async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
                 })
         }
         Err(failure) => match after_failure(&ids, &failure) {
-            NextStep::DropUnknown { .. } => Ok(DeleteOutcome::AlreadyGone),
+            NextStep::DropUnknown { .. } => {
+                ec2.not_found_window().answer(instance_id, Instant::now())
+            }
             NextStep::PerId | NextStep::FailAll => Err(failure),
         },
     }

@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 use super::NAME;
 use super::failure::{Failure, Redactor, classify_service_error};
 use super::settings::AwsSettings;
+use super::visibility::NotFoundWindow;
 use peerpods_provider_core::CloudCalls;
 
 /// Result labels of the shared cloud call counter.
@@ -61,6 +62,8 @@ pub struct Ec2 {
     limiter: DefaultDirectRateLimiter,
     calls: CloudCalls,
     redactor: Redactor,
+    /// When EC2's NotFound for an instance may be believed (its eventual consistency).
+    not_found: NotFoundWindow,
 }
 
 /// Why no EC2 client could be built (e.g. no region anywhere).
@@ -116,7 +119,13 @@ impl Ec2 {
             limiter: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
             calls,
             redactor: Redactor::new(settings.secrets()),
+            not_found: NotFoundWindow::new(settings.not_found_window),
         })
+    }
+
+    /// The first NotFound seen per instance, shared by every deletion (see `visibility`).
+    pub fn not_found_window(&self) -> &NotFoundWindow {
+        &self.not_found
     }
 
     pub fn cloud_calls(&self) -> &CloudCalls {

@@ -14,6 +14,7 @@ mod failure;
 mod instance_id;
 mod settings;
 mod terminate;
+mod visibility;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use peerpods_provider_core::{Error, OwnerTag, parse_tags};
 
 use super::batch::BatchPolicy;
+use super::visibility::DEFAULT_NOT_FOUND_WINDOW;
 
 /// Static credentials given in the configuration. Never printed: `Debug` hides the values.
 #[derive(Clone, PartialEq, Eq)]
@@ -51,6 +52,11 @@ pub struct AwsSettings {
     /// `AWS_CONNECT_TIMEOUT_MS` and `AWS_OPERATION_TIMEOUT_MS`.
     pub connect_timeout: Duration,
     pub operation_timeout: Duration,
+    /// `AWS_NOT_FOUND_WINDOW_SECS`: how long EC2 must keep answering `InvalidInstanceID.NotFound`
+    /// for an instance, from the first such answer this process saw, before it counts as gone
+    /// (EC2 is eventually consistent: a new instance can be unknown for a while). 0 believes the
+    /// first NotFound.
+    pub not_found_window: Duration,
 }
 
 /// A configuration key with an unusable value: the key and why (never the value itself, which
@@ -125,6 +131,11 @@ impl AwsSettings {
             max_attempts: positive("AWS_MAX_ATTEMPTS", get("AWS_MAX_ATTEMPTS"))?.unwrap_or(3),
             connect_timeout: millis("AWS_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
             operation_timeout: millis("AWS_OPERATION_TIMEOUT_MS", Duration::from_secs(60))?,
+            not_found_window: number::<u64>(
+                "AWS_NOT_FOUND_WINDOW_SECS",
+                get("AWS_NOT_FOUND_WINDOW_SECS"),
+            )?
+            .map_or(DEFAULT_NOT_FOUND_WINDOW, Duration::from_secs),
         })
     }
 
@@ -211,6 +222,21 @@ mod tests {
         assert!(s.cluster_tags.is_empty());
         assert_eq!(s.owner_tag, None);
         assert!(s.secrets().is_empty());
+        assert_eq!(s.not_found_window, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn the_not_found_window_is_read_in_seconds_and_may_be_zero() {
+        let s = settings(&[("AWS_NOT_FOUND_WINDOW_SECS", "20")]).expect("valid");
+        assert_eq!(s.not_found_window, Duration::from_secs(20));
+        let s = settings(&[("AWS_NOT_FOUND_WINDOW_SECS", "0")]).expect("valid");
+        assert_eq!(s.not_found_window, Duration::ZERO);
+        assert_eq!(
+            settings(&[("AWS_NOT_FOUND_WINDOW_SECS", "5m")])
+                .expect_err("not a number")
+                .key,
+            "AWS_NOT_FOUND_WINDOW_SECS"
+        );
     }
 
     #[test]

@@ -41,9 +41,10 @@ pub fn resolve_success(
 /// What to do after a `TerminateInstances` call for `batch` failed.
 #[derive(Debug, PartialEq, Eq)]
 pub enum NextStep {
-    /// EC2 named these ids as unknown, so they are gone; `retry` the others as one batch.
+    /// EC2 named these ids as unknown (gone, or not yet visible: see `visibility`); `retry` the
+    /// others as one batch.
     DropUnknown {
-        gone: Vec<String>,
+        unknown: Vec<String>,
         retry: Vec<String>,
     },
     /// The failure comes from some id but does not say which: ask EC2 about each id alone.
@@ -56,17 +57,17 @@ pub fn after_failure(batch: &[String], failure: &Failure) -> NextStep {
     let single = batch.len() == 1;
     match failure {
         Failure::InstanceNotFound { .. } if single => NextStep::DropUnknown {
-            gone: batch.to_vec(),
+            unknown: batch.to_vec(),
             retry: Vec::new(),
         },
         Failure::InstanceNotFound { message } => {
             let named: BTreeSet<String> = ids_named_not_found(message).into_iter().collect();
-            let (gone, retry): (Vec<String>, Vec<String>) =
+            let (unknown, retry): (Vec<String>, Vec<String>) =
                 batch.iter().cloned().partition(|id| named.contains(id));
-            if gone.is_empty() {
+            if unknown.is_empty() {
                 NextStep::PerId
             } else {
-                NextStep::DropUnknown { gone, retry }
+                NextStep::DropUnknown { unknown, retry }
             }
         }
         // Id-specific failures of a batch: only a call per id tells whose they are.
@@ -141,7 +142,7 @@ mod tests {
         assert_eq!(
             after_failure(&batch, &failure),
             NextStep::DropUnknown {
-                gone: ids(&["i-0000000a", "i-0000000c"]),
+                unknown: ids(&["i-0000000a", "i-0000000c"]),
                 retry: ids(&["i-0000000b"]),
             }
         );
@@ -166,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn single_unknown_id_is_gone_whatever_the_message() {
+    fn single_unknown_id_is_unknown_whatever_the_message() {
         let batch = ids(&["i-0000000a"]);
         let failure = Failure::InstanceNotFound {
             message: "something else".into(),
@@ -174,7 +175,7 @@ mod tests {
         assert_eq!(
             after_failure(&batch, &failure),
             NextStep::DropUnknown {
-                gone: batch.clone(),
+                unknown: batch.clone(),
                 retry: vec![]
             }
         );

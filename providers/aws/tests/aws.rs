@@ -12,6 +12,10 @@ use peerpods_provider_core::CloudCalls;
 use peerpods_provider_core::Error;
 use peerpods_provider_core::{DeleteOutcome, Provider};
 
+/// moto knows every instance at once and never forgets one, so its NotFound is the truth: these
+/// tests believe it at once (EC2's consistency window is tested in `aws_consistency.rs`).
+const TRUST_NOT_FOUND: (&str, &str) = ("AWS_NOT_FOUND_WINDOW_SECS", "0");
+
 async fn provider(extra: &[(&str, &str)]) -> Arc<AwsProvider> {
     let config = moto_config(extra);
     Arc::new(
@@ -42,7 +46,7 @@ async fn deleting_twice_or_an_unknown_id_is_already_gone() {
     moto().reset();
     let client = moto().client();
     let ids = run_instances(&client, 1, &[]).await;
-    let provider = provider(&[]).await;
+    let provider = provider(&[TRUST_NOT_FOUND]).await;
 
     assert_eq!(
         provider.delete_instance(&ids[0]).await.expect("first"),
@@ -75,7 +79,7 @@ async fn concurrent_deletes_are_batched_and_each_caller_gets_its_own_answer() {
     moto().reset();
     let client = moto().client();
     let real = run_instances(&client, 150, &[("cluster", "storm")]).await;
-    let provider = provider(&[]).await;
+    let provider = provider(&[TRUST_NOT_FOUND]).await;
 
     // 200 callers: 150 real instances, 40 ids EC2 never heard of, and 10 callers asking for an
     // instance someone else is deleting at the same moment.
@@ -332,7 +336,7 @@ async fn deletes_are_refused_for_instances_without_the_cluster_tag() {
     let ours = run_instances(&client, 1, &[tag]).await;
     let other_cluster = run_instances(&client, 1, &[("peerpods.io/cluster", "staging")]).await;
     let untagged = run_instances(&client, 1, &[]).await;
-    let guarded = provider(&[("CLUSTER_TAG", "peerpods.io/cluster=prod")]).await;
+    let guarded = provider(&[("CLUSTER_TAG", "peerpods.io/cluster=prod"), TRUST_NOT_FOUND]).await;
 
     let unknown = unknown_id(7);
     let (ours_answer, other_answer, untagged_answer, unknown_answer) = tokio::join!(
