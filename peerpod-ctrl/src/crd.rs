@@ -17,6 +17,17 @@ pub const FINALIZER: &str = "peer.pod/finalizer";
 /// The condition type this controller maintains on PeerPods it cleans up.
 pub const CONDITION_CLEANED: &str = "Cleaned";
 
+/// Annotation on a PeerPod (and tag on a VM, which provider-service honours) that keeps its VM from being
+/// deleted by any path: the cleanup of the PeerPod (its finalizer stays), the reaping of older PeerPods of
+/// the same Pod, the orphan scan. Any value counts except `false` (ignoring case and surrounding blanks), so a
+/// typo protects rather than exposes.
+pub const DO_NOT_DELETE: &str = "peerpods.io/do-not-delete";
+
+/// Whether a `peerpods.io/do-not-delete` value asks for protection: anything but `false`.
+pub fn do_not_delete_value(value: &str) -> bool {
+    !value.trim().eq_ignore_ascii_case("false")
+}
+
 // Doc comments on the CRD types are single lines on purpose: they become `kubectl explain` text, which keeps
 // line breaks as they are and would show a hard-wrapped comment as ragged lines.
 

@@ -12,7 +12,7 @@ use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::crd::{FINALIZER, PeerPod};
+use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
 
 /// What a PeerPod needs from this controller right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,18 +26,34 @@ pub enum Cleanup {
         provider: String,
         instance_id: String,
     },
+    /// Being deleted with the finalizer, but another PeerPod that is not being deleted names the same VM (a
+    /// restore or a copy made two): the VM is still in use, so release the finalizer WITHOUT deleting it.
+    StillReferenced {
+        provider: String,
+        instance_id: String,
+        /// `namespace/name` of the live PeerPod.
+        by: String,
+    },
+    /// Being deleted with the finalizer, but annotated `peerpods.io/do-not-delete`: the VM is not deleted and
+    /// the finalizer stays until someone removes the annotation.
+    Held,
     /// Being deleted with the finalizer, but the spec does not say which VM. The finalizer stays: nothing
     /// proves the VM is gone, so an operator has to look.
     Invalid(String),
 }
 
-/// Decides the cleanup for one PeerPod. Only `deletionTimestamp` set AND our finalizer present means work.
+/// Decides the cleanup for one PeerPod from its own state. Only `deletionTimestamp` set AND our finalizer
+/// present means work; the do-not-delete annotation turns that work into a hold. Whether another PeerPod
+/// still names the VM is [`cleanup_among`]'s part.
 pub fn cleanup(peerpod: &PeerPod) -> Cleanup {
     if peerpod.metadata.deletion_timestamp.is_none() {
         return Cleanup::Live;
     }
     if !peerpod.finalizers().iter().any(|f| f == FINALIZER) {
         return Cleanup::AlreadyReleased;
+    }
+    if do_not_delete(peerpod) {
+        return Cleanup::Held;
     }
     let provider = peerpod.spec.cloud_provider.trim();
     let instance_id = peerpod.spec.instance_id.trim();
@@ -50,6 +66,62 @@ pub fn cleanup(peerpod: &PeerPod) -> Cleanup {
             instance_id: instance_id.to_string(),
         },
     }
+}
+
+/// [`cleanup`], refined by what else the cache holds: a VM that a live PeerPod (`live_namesakes`, see
+/// [`is_live_namesake`]) still names is never deleted; the PeerPod being deleted is released without it.
+pub fn cleanup_among<'a>(
+    peerpod: &PeerPod,
+    live_namesakes: impl IntoIterator<Item = &'a PeerPod>,
+) -> Cleanup {
+    match cleanup(peerpod) {
+        Cleanup::DeleteInstance {
+            provider,
+            instance_id,
+        } => match live_namesakes
+            .into_iter()
+            .find(|other| is_live_namesake(peerpod, other))
+        {
+            Some(other) => Cleanup::StillReferenced {
+                provider,
+                instance_id,
+                by: format!(
+                    "{}/{}",
+                    other.namespace().unwrap_or_default(),
+                    other.name_any()
+                ),
+            },
+            None => Cleanup::DeleteInstance {
+                provider,
+                instance_id,
+            },
+        },
+        decision => decision,
+    }
+}
+
+/// Whether `other` is a different PeerPod, not being deleted, that names the same VM as `peerpod` (same
+/// provider and instance ID, see [`instance_key`]).
+pub fn is_live_namesake(peerpod: &PeerPod, other: &PeerPod) -> bool {
+    other.metadata.deletion_timestamp.is_none()
+        && other.metadata.uid != peerpod.metadata.uid
+        && !other.spec.instance_id.trim().is_empty()
+        && instance_key(&other.spec.cloud_provider, &other.spec.instance_id)
+            == instance_key(&peerpod.spec.cloud_provider, &peerpod.spec.instance_id)
+}
+
+/// Whether the PeerPod carries the `peerpods.io/do-not-delete` annotation (any value but `false`).
+pub fn do_not_delete(peerpod: &PeerPod) -> bool {
+    peerpod
+        .annotations()
+        .get(DO_NOT_DELETE)
+        .is_some_and(|v| do_not_delete_value(v))
+}
+
+/// Whether a VM's tags (as `ListInstances` reports them) carry `peerpods.io/do-not-delete`.
+pub fn tags_do_not_delete<'a>(tags: impl IntoIterator<Item = (&'a String, &'a String)>) -> bool {
+    tags.into_iter()
+        .any(|(k, v)| k == DO_NOT_DELETE && do_not_delete_value(v))
 }
 
 /// A JSON patch removing every `peer.pod/finalizer` entry and nothing else. Each removal is guarded by a
@@ -87,7 +159,7 @@ pub fn controlling_owner_uid(peerpod: &PeerPod) -> Option<&str> {
 /// Among PeerPods of one controlling owner, the ones that are older than the newest and so belong to a dead
 /// sandbox of the same Pod. Creation timestamps have one-second granularity: PeerPods created in the same
 /// second are indistinguishable, so they are never deleted (a leftover VM is cheaper than killing a live one).
-/// PeerPods already being deleted or without a creation timestamp are never returned.
+/// PeerPods already being deleted, without a creation timestamp or annotated do-not-delete are never returned.
 pub fn stale_peerpods<'a>(group: &[&'a PeerPod]) -> Vec<&'a PeerPod> {
     let Some(newest) = group
         .iter()
@@ -99,7 +171,7 @@ pub fn stale_peerpods<'a>(group: &[&'a PeerPod]) -> Vec<&'a PeerPod> {
     group
         .iter()
         .copied()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && !do_not_delete(p))
         .filter(|p| {
             p.metadata
                 .creation_timestamp
@@ -138,6 +210,8 @@ pub struct Vm {
     pub instance_id: String,
     pub name: String,
     pub since: jiff::Timestamp,
+    /// Tagged `peerpods.io/do-not-delete`: reported when orphaned, never deleted.
+    pub do_not_delete: bool,
 }
 
 /// VMs older than `grace` that no PeerPod refers to. The grace period covers cloud-api-adaptor's window
@@ -158,6 +232,97 @@ pub fn orphans<'a>(
         .collect()
 }
 
+/// How many orphan VMs one scan of one provider may delete. A scan finding more deletes none of them: when
+/// "everything looks orphaned", the likelier cause is a wrong view of the PeerPods (another cluster's VMs
+/// under the same tag, a CRD reinstalled, a watch on the wrong API server), not that many crashes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OrphanCap {
+    /// At most this many.
+    pub max: usize,
+    /// At most this percentage of the VMs the provider listed with this cluster's tag (0-100).
+    pub max_percent: u8,
+}
+
+impl Default for OrphanCap {
+    /// 10 VMs and half of those listed: a few crashed creations are cleaned, a wholesale misjudgement is not.
+    fn default() -> Self {
+        OrphanCap {
+            max: 10,
+            max_percent: 50,
+        }
+    }
+}
+
+/// Why an orphan scan deleted nothing. Not an error of this crate: the scan worked and chose to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeletionRefused {
+    /// The PeerPod cache has not completed its first list: every VM would look orphaned.
+    CacheNotSynced,
+    /// More orphans than the cap allows.
+    OverCap {
+        orphans: usize,
+        known: usize,
+        cap: OrphanCap,
+    },
+}
+
+impl std::fmt::Display for DeletionRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeletionRefused::CacheNotSynced => f.write_str(
+                "the PeerPod cache is not synced yet (initial list not done); no VM is deleted before it is",
+            ),
+            DeletionRefused::OverCap {
+                orphans,
+                known,
+                cap,
+            } => write!(
+                f,
+                "{orphans} of {known} listed VMs look orphaned, more than the cap allows (at most {} and {}% \
+                 per scan): deleting none in this scan; check that this controller sees this cluster's \
+                 PeerPods, or raise --orphan-delete-max / --orphan-delete-max-percent",
+                cap.max, cap.max_percent
+            ),
+        }
+    }
+}
+
+impl DeletionRefused {
+    /// Stable reason for the Event, the log and the metric label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            DeletionRefused::CacheNotSynced => "PeerPodCacheNotSynced",
+            DeletionRefused::OverCap { .. } => "OrphanDeleteCapExceeded",
+        }
+    }
+}
+
+/// Whether a scan may delete `to_delete` orphan VMs out of `known` listed ones: only with a synced PeerPod
+/// cache and within both limits of `cap`. Deleting nothing is always allowed.
+pub fn orphan_deletions_allowed(
+    synced: bool,
+    to_delete: usize,
+    known: usize,
+    cap: OrphanCap,
+) -> Result<(), DeletionRefused> {
+    if to_delete == 0 {
+        return Ok(());
+    }
+    if !synced {
+        return Err(DeletionRefused::CacheNotSynced);
+    }
+    let over_percent =
+        to_delete.saturating_mul(100) > usize::from(cap.max_percent).saturating_mul(known);
+    if to_delete > cap.max || over_percent {
+        return Err(DeletionRefused::OverCap {
+            orphans: to_delete,
+            known,
+            cap,
+        });
+    }
+    Ok(())
+}
+
 /// The retry policy lives in the runtime, shared with peer-pod-config-ctrl.
 pub use peerpods_runtime::backoff::{Backoff, seed};
 
@@ -173,6 +338,8 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> u64 {
         .is_some()
         .hash(&mut hasher);
     peerpod.finalizers().hash(&mut hasher);
+    // Removing the hold must start the cleanup it held back.
+    do_not_delete(peerpod).hash(&mut hasher);
     let owners: BTreeSet<&str> = peerpod
         .owner_references()
         .iter()
@@ -194,7 +361,8 @@ pub fn needs_reconcile(cached: Option<&PeerPod>, seen: &PeerPod) -> bool {
 }
 
 /// Drops what the controller never reads from a PeerPod before it is cached: managedFields (the largest part),
-/// labels and annotations (kubectl's last-applied copy among them; CAA sets none), generateName and selfLink,
+/// labels and annotations but `peerpods.io/do-not-delete` (kubectl's last-applied copy among them; CAA sets
+/// none), generateName and selfLink,
 /// and of the owner references all but the controlling owner's UID (the Pod's, which groups the PeerPods of one
 /// Pod; its kind and name would be three more strings per PeerPod). Taken as `None`, not emptied, so no
 /// allocation is kept: with 10,000 PeerPods in the cache, every byte per object is 10 kB.
@@ -202,7 +370,11 @@ pub fn keep_what_is_read(peerpod: &mut PeerPod) {
     let meta = &mut peerpod.metadata;
     meta.managed_fields = None;
     meta.labels = None;
-    meta.annotations = None;
+    meta.annotations = meta
+        .annotations
+        .take()
+        .and_then(|mut all| all.remove_entry(DO_NOT_DELETE))
+        .map(|(k, v)| std::iter::once((k, v)).collect());
     meta.generate_name = None;
     meta.self_link = None;
     meta.owner_references = meta
@@ -405,7 +577,42 @@ mod tests {
             instance_id: id.into(),
             name: format!("podvm-{id}"),
             since: time(since).0,
+            do_not_delete: false,
         }
+    }
+
+    #[test]
+    fn nothing_is_deleted_before_the_cache_is_synced() {
+        let cap = OrphanCap::default();
+        assert_eq!(
+            orphan_deletions_allowed(false, 1, 100, cap),
+            Err(DeletionRefused::CacheNotSynced)
+        );
+        assert_eq!(orphan_deletions_allowed(false, 0, 100, cap), Ok(()));
+        assert_eq!(orphan_deletions_allowed(true, 1, 100, cap), Ok(()));
+    }
+
+    #[test]
+    fn more_orphans_than_either_cap_delete_none() {
+        let cap = OrphanCap {
+            max: 3,
+            max_percent: 50,
+        };
+        assert_eq!(orphan_deletions_allowed(true, 3, 6, cap), Ok(()));
+        // Absolute: 4 > 3 even though 4 of 100 is few.
+        let refused = orphan_deletions_allowed(true, 4, 100, cap).expect_err("over max");
+        assert_eq!(refused.reason(), "OrphanDeleteCapExceeded");
+        assert!(refused.to_string().contains("4 of 100"), "{refused}");
+        // Percent: 3 of 5 is 60% > 50%.
+        assert!(orphan_deletions_allowed(true, 3, 5, cap).is_err());
+        // Everything looks orphaned.
+        assert!(orphan_deletions_allowed(true, 1, 1, cap).is_err());
+        // 100% lifts the percentage check.
+        let lenient = OrphanCap {
+            max: 3,
+            max_percent: 100,
+        };
+        assert_eq!(orphan_deletions_allowed(true, 2, 2, lenient), Ok(()));
     }
 
     #[test]
@@ -432,6 +639,127 @@ mod tests {
             Duration::ZERO,
         );
         assert_eq!(found.len(), 1);
+    }
+
+    fn named(mut p: PeerPod, provider: &str, instance_id: &str) -> PeerPod {
+        p.metadata.namespace = Some("ns".into());
+        p.spec.cloud_provider = provider.into();
+        p.spec.instance_id = instance_id.into();
+        p
+    }
+
+    fn annotated(mut p: PeerPod, value: &str) -> PeerPod {
+        p.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            DO_NOT_DELETE.to_string(),
+            value.to_string(),
+        )]));
+        p
+    }
+
+    #[test]
+    fn a_vm_a_live_peerpod_still_names_is_released_without_deleting_it() {
+        let deleted = deleting(named(peerpod("restored-from", 0), "libvirt", "vm-1"));
+        let live = named(peerpod("restored-to", 5), "libvirt", " VM-1 ");
+        assert_eq!(
+            cleanup_among(&deleted, [&live]),
+            Cleanup::StillReferenced {
+                provider: "libvirt".into(),
+                instance_id: "vm-1".into(),
+                by: "ns/restored-to".into()
+            }
+        );
+        // Without the live one, the VM is deleted as before.
+        assert_eq!(
+            cleanup_among(&deleted, []),
+            Cleanup::DeleteInstance {
+                provider: "libvirt".into(),
+                instance_id: "vm-1".into()
+            }
+        );
+    }
+
+    #[test]
+    fn only_a_different_live_peerpod_of_the_same_provider_keeps_the_vm() {
+        let deleted = deleting(named(peerpod("a", 0), "libvirt", "vm-1"));
+        let also_deleted = deleting(named(peerpod("b", 0), "libvirt", "vm-1"));
+        let other_cloud = named(peerpod("c", 0), "aws", "vm-1");
+        let other_vm = named(peerpod("d", 0), "libvirt", "vm-2");
+        let mut itself = named(peerpod("a", 0), "libvirt", "vm-1");
+        itself.metadata.deletion_timestamp = None;
+        for other in [&also_deleted, &other_cloud, &other_vm, &itself] {
+            assert!(!is_live_namesake(&deleted, other), "{}", other.name_any());
+        }
+        assert!(matches!(
+            cleanup_among(&deleted, [&also_deleted, &other_cloud, &other_vm, &itself]),
+            Cleanup::DeleteInstance { .. }
+        ));
+    }
+
+    #[test]
+    fn do_not_delete_holds_the_cleanup_and_false_does_not() {
+        for value in ["true", "", "yes"] {
+            let held = annotated(deleting(peerpod("a", 0)), value);
+            assert_eq!(cleanup(&held), Cleanup::Held, "{value:?}");
+            // The hold wins over a live namesake too: an operator asked to keep everything as it is.
+            let live = named(peerpod("b", 0), "libvirt", "id-a");
+            assert_eq!(cleanup_among(&held, [&live]), Cleanup::Held);
+        }
+        let released = annotated(deleting(peerpod("a", 0)), " False ");
+        assert!(matches!(cleanup(&released), Cleanup::DeleteInstance { .. }));
+        // Without our finalizer there is nothing to hold.
+        let mut gone = annotated(deleting(peerpod("a", 0)), "true");
+        gone.metadata.finalizers = None;
+        assert_eq!(cleanup(&gone), Cleanup::AlreadyReleased);
+    }
+
+    #[test]
+    fn a_do_not_delete_peerpod_is_never_reaped_as_stale() {
+        let old = annotated(peerpod("old", 0), "true");
+        let new = peerpod("new", 5);
+        assert!(stale_peerpods(&[&old, &new]).is_empty());
+        let old = annotated(peerpod("old", 0), "false");
+        assert_eq!(stale_peerpods(&[&old, &new]).len(), 1);
+    }
+
+    #[test]
+    fn vm_tags_mark_do_not_delete() {
+        let tags = |pairs: &[(&str, &str)]| -> std::collections::HashMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(tags_do_not_delete(&tags(&[(DO_NOT_DELETE, "true")])));
+        assert!(tags_do_not_delete(&tags(&[
+            ("a", "b"),
+            (DO_NOT_DELETE, "")
+        ])));
+        assert!(!tags_do_not_delete(&tags(&[(DO_NOT_DELETE, "FALSE")])));
+        assert!(!tags_do_not_delete(&tags(&[("a", "b")])));
+    }
+
+    #[test]
+    fn the_cache_keeps_the_hold_and_adding_or_removing_it_triggers() {
+        let mut p = annotated(deleting(peerpod("a", 0)), "true");
+        p.metadata
+            .annotations
+            .as_mut()
+            .expect("annotated")
+            .insert("other".into(), "x".into());
+        let before = reconcile_trigger_hash(&p);
+        keep_what_is_read(&mut p);
+        assert_eq!(
+            p.metadata.annotations,
+            Some(std::collections::BTreeMap::from([(
+                DO_NOT_DELETE.to_string(),
+                "true".to_string()
+            )]))
+        );
+        assert_eq!(cleanup(&p), Cleanup::Held);
+        assert_eq!(reconcile_trigger_hash(&p), before);
+        let mut lifted = p.clone();
+        lifted.metadata.annotations = None;
+        assert!(needs_reconcile(Some(&p), &lifted));
     }
 
     #[test]

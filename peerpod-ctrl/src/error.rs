@@ -17,6 +17,11 @@ pub enum Error {
     /// provider is not configured. Needs an operator; retried slowly in case the configuration is fixed.
     #[error("provider-service cannot delete the instance in its current configuration: {0}")]
     ProviderPrecondition(String),
+    /// provider-service refuses to delete the VM because it carries the `peerpods.io/do-not-delete` tag
+    /// (FAILED_PRECONDITION, reason `DoNotDelete`). A deliberate hold, not a failure to retry: it stays until
+    /// someone removes the tag, so it is retried only at the backoff cap.
+    #[error("provider-service refuses to delete the instance, it is marked do-not-delete: {0}")]
+    InstanceProtected(String),
     /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
     #[error("provider-service refused our credentials: {0}")]
     ProviderUnauthorized(String),
@@ -56,6 +61,7 @@ impl Error {
             Error::InvalidInstance(_) => "InvalidInstance",
             Error::ProviderRejected(_) => "ProviderRejected",
             Error::ProviderPrecondition(_) => "ProviderPrecondition",
+            Error::InstanceProtected(_) => "DoNotDelete",
             Error::ProviderUnauthorized(_) => "ProviderUnauthorized",
             Error::ProviderThrottled { .. } => "ProviderThrottled",
             Error::ProviderUnavailable(_) => "ProviderUnavailable",
@@ -76,6 +82,7 @@ impl Error {
             Error::InvalidInstance(_)
                 | Error::ProviderRejected(_)
                 | Error::ProviderPrecondition(_)
+                | Error::InstanceProtected(_)
                 | Error::CrdSerialization(_)
                 | Error::Config(_)
         )

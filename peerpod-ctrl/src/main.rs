@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use kube::runtime::events::Reporter;
 use peerpod_ctrl::decide::Backoff;
-use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings, parse_tag};
+use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
@@ -54,6 +54,14 @@ struct Cli {
     /// KEY=VALUE tag carried by this cluster's VMs. Without it no orphan scan runs.
     #[arg(long, env = "CLUSTER_TAG")]
     cluster_tag: Option<String>,
+    /// With the delete policy: a scan of a provider finding more orphans than this deletes none of them.
+    #[arg(long, env = "ORPHAN_DELETE_MAX", default_value_t = OrphanCap::default().max)]
+    orphan_delete_max: usize,
+    /// With the delete policy: a scan of a provider finding more orphans than this percentage of the VMs it
+    /// listed deletes none of them (100 turns this check off).
+    #[arg(long, env = "ORPHAN_DELETE_MAX_PERCENT", default_value_t = OrphanCap::default().max_percent,
+          value_parser = clap::value_parser!(u8).range(0..=100))]
+    orphan_delete_max_percent: u8,
 }
 
 #[derive(Subcommand, Debug)]
@@ -112,6 +120,10 @@ async fn serve(
             },
             cluster_tag: cli.cluster_tag.as_deref().map(parse_tag).transpose()?,
             event_namespace: cli.namespace.clone(),
+            cap: OrphanCap {
+                max: cli.orphan_delete_max,
+                max_percent: cli.orphan_delete_max_percent,
+            },
         },
         reporter: Reporter {
             controller: COMPONENT.into(),
@@ -175,6 +187,8 @@ mod tests {
             "ORPHAN_GRACE",
             "ORPHAN_POLICY",
             "CLUSTER_TAG",
+            "ORPHAN_DELETE_MAX",
+            "ORPHAN_DELETE_MAX_PERCENT",
         ] {
             assert!(envs.iter().any(|e| e == env), "{env} is not read");
         }
@@ -223,6 +237,13 @@ mod tests {
         assert_eq!(provider.timeout, Some(Duration::from_secs(60)));
         assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
         assert!(cli.leader.config(COMPONENT, &cli.namespace).is_none());
+        assert_eq!(
+            (cli.orphan_delete_max, cli.orphan_delete_max_percent),
+            (10, 50)
+        );
+        assert!(
+            Cli::try_parse_from(["peerpod-ctrl", "--orphan-delete-max-percent", "101"]).is_err()
+        );
         let cli = Cli::try_parse_from(["peerpod-ctrl", "--leader-elect"]).unwrap();
         let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(

@@ -33,6 +33,13 @@ pub struct ProviderLabels {
     pub provider: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    /// A provider label (`other` for a scan stopped before any provider was listed).
+    pub provider: String,
+    pub reason: String,
+}
+
 /// All metrics of peerpod-ctrl.
 #[derive(Clone)]
 pub struct Metrics {
@@ -44,6 +51,8 @@ pub struct Metrics {
     pub orphans_found: Family<ProviderLabels, Gauge>,
     pub orphans_deleted: Family<ProviderLabels, Counter>,
     pub orphan_scan_errors: Family<ReasonLabels, Counter>,
+    pub orphan_deletions_refused: Family<RefusalLabels, Counter>,
+    pub orphan_scans: Counter,
 }
 
 impl Default for Metrics {
@@ -58,6 +67,8 @@ impl Default for Metrics {
             orphans_found: Family::default(),
             orphans_deleted: Family::default(),
             orphan_scan_errors: Family::default(),
+            orphan_deletions_refused: Family::default(),
+            orphan_scans: Counter::default(),
         }
     }
 }
@@ -106,6 +117,17 @@ impl Metrics {
             "orphan_scan_errors",
             "Orphan scans of a provider that failed, by reason",
             m.orphan_scan_errors.clone(),
+        );
+        r.register(
+            "orphan_deletions_refused",
+            "Orphan scans of a provider that deleted nothing because a guard refused (PeerPod cache not synced, \
+             more orphans than the cap), by reason",
+            m.orphan_deletions_refused.clone(),
+        );
+        r.register(
+            "orphan_scans",
+            "Orphan scans completed over all providers (failed providers included)",
+            m.orphan_scans.clone(),
         );
         m
     }

@@ -4,10 +4,17 @@
 //! Findings are reported as a metric, a log line and an Event on the controller's Namespace object: orphans
 //! have no PeerPod to attach an Event to, and the Namespace is the one cluster-visible object that always
 //! exists whether or not leader election (a Lease) or a Deployment is in use. `kubectl describe namespace
-//! <ns>` shows them. Deletion happens only with the `delete` policy.
+//! <ns>` shows them. Deletion happens only with the `delete` policy, and then only within guards: nothing is
+//! deleted before the PeerPod cache has completed its first list; a scan of a provider that finds more orphans
+//! than [`OrphanCap`] allows (absolute and percent of the VMs listed) deletes none of them and says why (Event
+//! `OrphanDeleteCapExceeded`, log, `peerpod_ctrl_orphan_deletions_refused_total`); a VM tagged
+//! `peerpods.io/do-not-delete` is reported, never deleted, and provider-service refusing one for that reason
+//! skips it without failing the scan.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
+
+use futures::FutureExt;
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -16,8 +23,8 @@ use tracing::{info, warn};
 
 use crate::Error;
 use crate::crd::PeerPod;
-use crate::decide::{self, Vm};
-use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, provider_label};
+use crate::decide::{self, DeletionRefused, Vm};
+use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, RefusalLabels, provider_label};
 use crate::provider::{About, Provider};
 
 /// What to do with an orphan VM.
@@ -41,7 +48,11 @@ pub struct OrphanSettings {
     pub cluster_tag: Option<(String, String)>,
     /// Namespace whose Namespace object receives orphan Events.
     pub event_namespace: String,
+    /// How many orphans one scan of one provider may delete (the `delete` policy only).
+    pub cap: OrphanCap,
 }
+
+pub use crate::decide::OrphanCap;
 
 /// Parses `key=value`.
 pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
@@ -62,6 +73,8 @@ pub struct FirstSeen(HashMap<(String, String), jiff::Timestamp>);
 pub struct ScanReport {
     pub orphans: Vec<Vm>,
     pub deleted: Vec<Vm>,
+    /// Providers whose orphans were not deleted, and why.
+    pub refused: Vec<(String, DeletionRefused)>,
 }
 
 /// The orphan scanner of one leadership term.
@@ -112,6 +125,14 @@ impl Scanner {
         let Some((key, value)) = self.settings.cluster_tag.clone() else {
             return report;
         };
+        // Until the first list is complete every VM looks orphaned: not even a report is worth making.
+        if !synced(store) {
+            self.refused("*", &DeletionRefused::CacheNotSynced).await;
+            report
+                .refused
+                .push(("*".to_string(), DeletionRefused::CacheNotSynced));
+            return report;
+        }
         let selector = BTreeMap::from([(key, value)]);
         let providers = match self.provider.providers().await {
             Ok(p) => p,
@@ -128,7 +149,32 @@ impl Scanner {
                 self.scan_failed(&name, &error);
             }
         }
+        self.metrics.orphan_scans.inc();
         report
+    }
+
+    /// A guard stopped the deletions of a scan: log, metric and an Event on the Namespace.
+    async fn refused(&self, provider: &str, why: &DeletionRefused) {
+        warn!(
+            provider,
+            reason = why.reason(),
+            "orphan VMs not deleted: {why}"
+        );
+        self.metrics
+            .orphan_deletions_refused
+            .get_or_create(&RefusalLabels {
+                provider: provider_label(provider),
+                reason: why.reason().to_string(),
+            })
+            .inc();
+        self.publish_event(
+            None,
+            EventType::Warning,
+            why.reason(),
+            "DeleteInstance",
+            format!("{provider}: {why}"),
+        )
+        .await;
     }
 
     fn scan_failed(&self, provider: &str, error: &Error) {
@@ -163,6 +209,7 @@ impl Scanner {
                 Vm {
                     provider: provider.to_string(),
                     name: i.instance_id.clone(),
+                    do_not_delete: decide::tags_do_not_delete(&i.tags),
                     instance_id: i.instance_id,
                     since,
                 }
@@ -187,54 +234,89 @@ impl Scanner {
                 provider: provider_label(provider),
             })
             .set(orphans.len() as i64);
-        for vm in orphans {
+        for vm in &orphans {
             warn!(provider, instance_id = %vm.instance_id, since = %vm.since, "orphan VM: no PeerPod refers to it");
             let note = format!(
                 "{provider} instance {} carries this cluster's tag, exists since {} and no PeerPod refers to it",
                 vm.instance_id, vm.since
             );
             self.publish(
-                &vm,
+                vm,
                 EventType::Warning,
                 "OrphanInstanceFound",
                 "ScanInstances",
                 note,
             )
             .await;
-            if self.settings.policy == OrphanPolicy::Delete {
-                // Re-check right before deleting: a PeerPod may have appeared since the scan started.
-                let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
-                if tracked.contains(&decide::instance_key(provider, &vm.instance_id)) {
+        }
+        report.orphans.extend(orphans.iter().cloned());
+        if self.settings.policy != OrphanPolicy::Delete {
+            return Ok(());
+        }
+        let (protected, doomed): (Vec<Vm>, Vec<Vm>) =
+            orphans.into_iter().partition(|vm| vm.do_not_delete);
+        for vm in &protected {
+            info!(provider, instance_id = %vm.instance_id, "orphan VM tagged do-not-delete; not deleting it");
+        }
+        if let Err(why) = decide::orphan_deletions_allowed(
+            synced(store),
+            doomed.len(),
+            vms.len(),
+            self.settings.cap,
+        ) {
+            self.refused(provider, &why).await;
+            report.refused.push((provider.to_string(), why));
+            return Ok(());
+        }
+        for vm in doomed {
+            // Re-check right before deleting: a PeerPod may have appeared since the scan started.
+            let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
+            if tracked.contains(&decide::instance_key(provider, &vm.instance_id)) {
+                continue;
+            }
+            let about = About {
+                namespace: &self.settings.event_namespace,
+                name: &vm.instance_id,
+                reason: "OrphanInstance",
+            };
+            let outcome = match self
+                .provider
+                .delete_instance(provider, &vm.instance_id, about)
+                .await
+            {
+                Ok(outcome) => outcome,
+                // Tagged do-not-delete after it was listed: a hold, not a failed scan.
+                Err(error @ Error::InstanceProtected(_)) => {
+                    info!(provider, instance_id = %vm.instance_id, %error, "orphan VM protected; not deleted");
+                    self.publish(
+                        &vm,
+                        EventType::Normal,
+                        error.reason(),
+                        "DeleteInstance",
+                        error.to_string(),
+                    )
+                    .await;
                     continue;
                 }
-                let about = About {
-                    namespace: &self.settings.event_namespace,
-                    name: &vm.instance_id,
-                    reason: "OrphanInstance",
-                };
-                let outcome = self
-                    .provider
-                    .delete_instance(provider, &vm.instance_id, about)
-                    .await?;
-                self.metrics
-                    .orphans_deleted
-                    .get_or_create(&ProviderLabels {
-                        provider: provider_label(provider),
-                    })
-                    .inc();
-                info!(provider, instance_id = %vm.instance_id, result = outcome.label(), "orphan VM deleted");
-                let note = format!("Deleted orphan {provider} instance {}", vm.instance_id);
-                self.publish(
-                    &vm,
-                    EventType::Normal,
-                    "OrphanInstanceDeleted",
-                    "DeleteInstance",
-                    note,
-                )
-                .await;
-                report.deleted.push(vm.clone());
-            }
-            report.orphans.push(vm);
+                Err(error) => return Err(error),
+            };
+            self.metrics
+                .orphans_deleted
+                .get_or_create(&ProviderLabels {
+                    provider: provider_label(provider),
+                })
+                .inc();
+            info!(provider, instance_id = %vm.instance_id, result = outcome.label(), "orphan VM deleted");
+            let note = format!("Deleted orphan {provider} instance {}", vm.instance_id);
+            self.publish(
+                &vm,
+                EventType::Normal,
+                "OrphanInstanceDeleted",
+                "DeleteInstance",
+                note,
+            )
+            .await;
+            report.deleted.push(vm);
         }
         Ok(())
     }
@@ -243,16 +325,29 @@ impl Scanner {
     /// kind `Instance`): the recorder keys its series by it, so every orphan VM gets an Event of its own
     /// (and a repeat finding of the same VM counts up in its series instead of adding an Event).
     async fn publish(&self, vm: &Vm, type_: EventType, reason: &str, action: &str, note: String) {
-        let reference = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Namespace".into()),
-            name: Some(self.settings.event_namespace.clone()),
-            ..ObjectReference::default()
-        };
         let instance = ObjectReference {
             api_version: Some(INSTANCE_API_VERSION.into()),
             kind: Some("Instance".into()),
             name: Some(format!("{}/{}", vm.provider, vm.instance_id)),
+            ..ObjectReference::default()
+        };
+        self.publish_event(Some(instance), type_, reason, action, note)
+            .await;
+    }
+
+    /// An Event on the Namespace, about `related` if given.
+    async fn publish_event(
+        &self,
+        related: Option<ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some(self.settings.event_namespace.clone()),
             ..ObjectReference::default()
         };
         let event = Event {
@@ -260,12 +355,20 @@ impl Scanner {
             reason: reason.to_string(),
             note: Some(note),
             action: action.to_string(),
-            secondary: Some(instance),
+            secondary: related,
         };
         if let Err(error) = self.recorder.publish(&event, &reference).await {
             warn!(%error, reason, "cannot publish Event");
         }
     }
+}
+
+/// Whether the PeerPod cache has completed its first list (without waiting for it).
+fn synced(store: &Store<PeerPod>) -> bool {
+    store
+        .wait_until_ready()
+        .now_or_never()
+        .is_some_and(|ready| ready.is_ok())
 }
 
 /// The API version orphan Events give the VM they are about (not a Kubernetes API: the VM lives in the cloud).

@@ -44,6 +44,8 @@ impl Deleted {
 pub struct Instance {
     pub instance_id: String,
     pub created: Option<jiff::Timestamp>,
+    /// The instance's tags (labels); empty when the provider has none.
+    pub tags: BTreeMap<String, String>,
 }
 
 /// On whose behalf a call is made; provider-service logs it for audit.
@@ -156,14 +158,26 @@ impl Provider {
                 created: i
                     .create_time
                     .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok()),
+                tags: i.tags.into_iter().collect(),
             })
             .collect())
     }
 }
 
+/// `google.rpc.ErrorInfo` reason of provider-service's refusal to delete a VM tagged do-not-delete.
+pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
+
 /// Maps a gRPC status to the domain error, following the status contract in provider.proto.
 pub fn status_error(status: &tonic::Status) -> Error {
+    use tonic_types::StatusExt;
     let message = format!("{:?}: {}", status.code(), status.message());
+    let reason = status
+        .get_error_details()
+        .error_info()
+        .map(|i| i.reason.clone());
+    if reason.as_deref() == Some(REASON_DO_NOT_DELETE) {
+        return Error::InstanceProtected(message);
+    }
     match status.code() {
         Code::InvalidArgument => Error::ProviderRejected(message),
         Code::FailedPrecondition => Error::ProviderPrecondition(message),
@@ -203,6 +217,34 @@ mod tests {
             status_error(&tonic::Status::not_found("x")).reason(),
             "ProviderFailed"
         );
+    }
+
+    #[test]
+    fn a_do_not_delete_refusal_is_a_permanent_hold_with_its_own_reason() {
+        let status = tonic::Status::with_error_details(
+            Code::FailedPrecondition,
+            "instance vm-1 is marked do-not-delete",
+            ErrorDetails::with_error_info(
+                REASON_DO_NOT_DELETE,
+                "provider.peerpods.io",
+                std::collections::HashMap::new(),
+            ),
+        );
+        let error = status_error(&status);
+        assert_eq!(error.reason(), "DoNotDelete");
+        assert!(error.is_permanent());
+        assert!(error.to_string().contains("vm-1"), "{error}");
+        // Another FAILED_PRECONDITION stays what it was.
+        let other = tonic::Status::with_error_details(
+            Code::FailedPrecondition,
+            "not configured",
+            ErrorDetails::with_error_info(
+                "ProviderNotConfigured",
+                "provider.peerpods.io",
+                std::collections::HashMap::new(),
+            ),
+        );
+        assert_eq!(status_error(&other).reason(), "ProviderPrecondition");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::Error;
 use crate::cache::Cache;
-use crate::crd::{CONDITION_CLEANED, PeerPod, PeerPodStatus};
+use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodStatus};
 use crate::decide::{self, Cleanup};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
@@ -159,13 +159,29 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
     async move {
         ctx.metrics.reconciles.inc();
         let key = ObjectRef::from_obj(peerpod.as_ref());
-        let result = match decide::cleanup(&peerpod) {
+        // Only a PeerPod about to have its VM deleted is compared with the rest of the cache.
+        let decision = match decide::cleanup(&peerpod) {
+            Cleanup::DeleteInstance { .. } => {
+                let namesake = ctx
+                    .store
+                    .find(|other| decide::is_live_namesake(&peerpod, other));
+                decide::cleanup_among(&peerpod, namesake.as_deref())
+            }
+            decision => decision,
+        };
+        let result = match decision {
             Cleanup::Live => reap_stale(&peerpod, &ctx).await,
             Cleanup::AlreadyReleased => {
                 debug!("released by cloud-api-adaptor; nothing to do");
                 Ok(Action::await_change())
             }
             Cleanup::Invalid(why) => Err(Error::InvalidInstance(why)),
+            Cleanup::Held => hold(&peerpod, &ctx).await,
+            Cleanup::StillReferenced {
+                provider,
+                instance_id,
+                by,
+            } => release_still_referenced(&peerpod, &ctx, &provider, &instance_id, &by).await,
             Cleanup::DeleteInstance {
                 provider,
                 instance_id,
@@ -278,6 +294,88 @@ async fn delete_instance(
     Ok(Action::await_change())
 }
 
+/// A PeerPod annotated `peerpods.io/do-not-delete` is being deleted: its VM stays and so does the finalizer,
+/// and the object says why. Nothing is retried: removing the annotation is a change that reconciles again.
+async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let message = format!(
+        "Annotation {DO_NOT_DELETE} is set: {} instance {} is not deleted and the finalizer stays; remove the \
+         annotation (or set it to false) to let the cleanup proceed",
+        peerpod.spec.cloud_provider, peerpod.spec.instance_id
+    );
+    warn!(
+        provider = %peerpod.spec.cloud_provider,
+        instance_id = %peerpod.spec.instance_id,
+        "PeerPod marked do-not-delete; keeping its VM and finalizer"
+    );
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_condition(&api, peerpod, Cleaned::held(REASON_DO_NOT_DELETE), &message).await? {
+        return Ok(Action::await_change());
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Warning,
+        REASON_DO_NOT_DELETE,
+        "DeleteInstance",
+        message,
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// Another PeerPod that is not being deleted names the same VM: deleting it would take the VM from under
+/// that one. The PeerPod being deleted is released without a DeleteInstance call; the condition (written
+/// first, so it is there while the object still is) and the Event name the live PeerPod.
+async fn release_still_referenced(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    provider: &str,
+    instance_id: &str,
+    by: &str,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let message = format!(
+        "{provider} instance {instance_id} is not deleted: PeerPod {by} still names it and is not being \
+         deleted; releasing the finalizer without deleting the VM"
+    );
+    info!(
+        provider,
+        instance_id,
+        referenced_by = by,
+        "instance still referenced; releasing finalizer without deleting it"
+    );
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_condition(
+        &api,
+        peerpod,
+        Cleaned::done_without_delete(REASON_STILL_REFERENCED),
+        &message,
+    )
+    .await?
+    {
+        return Ok(Action::await_change());
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Normal,
+        REASON_STILL_REFERENCED,
+        "ReleaseFinalizer",
+        message,
+    )
+    .await;
+    release_finalizer(&api, peerpod).await?;
+    ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
+    Ok(Action::await_change())
+}
+
+/// Condition reason (and Event reason) of a PeerPod released without deleting its VM, because a live PeerPod
+/// still names the VM.
+pub const REASON_STILL_REFERENCED: &str = "InstanceStillReferenced";
+/// Condition reason (and Event reason) of a PeerPod whose cleanup is held by the do-not-delete annotation.
+pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
+
 /// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
 async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {
     let Some(patch) = decide::release_finalizer_patch(peerpod.finalizers()) else {
@@ -301,6 +399,36 @@ async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), 
     }
 }
 
+/// What the Cleaned condition and `status.cleand` say.
+#[derive(Debug, Clone, Copy)]
+struct Cleaned<'a> {
+    /// The condition's status: the cleanup of this PeerPod is done.
+    done: bool,
+    /// `status.cleand`: the VM is confirmed gone.
+    vm_gone: bool,
+    reason: &'a str,
+}
+
+impl<'a> Cleaned<'a> {
+    /// The cleanup waits for an operator: the VM stays, so does the finalizer.
+    fn held(reason: &'a str) -> Self {
+        Cleaned {
+            done: false,
+            vm_gone: false,
+            reason,
+        }
+    }
+
+    /// The cleanup is done, but the VM was deliberately not deleted.
+    fn done_without_delete(reason: &'a str) -> Self {
+        Cleaned {
+            done: true,
+            vm_gone: false,
+            reason,
+        }
+    }
+}
+
 /// Writes `status.cleand` and the Cleaned condition when they differ from what is there. Returns false when
 /// the PeerPod no longer exists.
 async fn set_cleaned(
@@ -310,7 +438,27 @@ async fn set_cleaned(
     reason: &str,
     message: &str,
 ) -> Result<bool, Error> {
-    let status_value = if cleaned { "True" } else { "False" };
+    let state = Cleaned {
+        done: cleaned,
+        vm_gone: cleaned,
+        reason,
+    };
+    set_condition(api, peerpod, state, message).await
+}
+
+/// Writes `state` when it differs from what is there. Returns false when the PeerPod no longer exists.
+async fn set_condition(
+    api: &Api<PeerPod>,
+    peerpod: &PeerPod,
+    state: Cleaned<'_>,
+    message: &str,
+) -> Result<bool, Error> {
+    let Cleaned {
+        done,
+        vm_gone: cleaned,
+        reason,
+    } = state;
+    let status_value = if done { "True" } else { "False" };
     let current = peerpod.cleaned_condition();
     let generation = peerpod.metadata.generation;
     let old_status = peerpod.status.clone().unwrap_or_default();

@@ -9,7 +9,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod};
-use peerpod_ctrl::orphans::OrphanPolicy;
+use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
 use peerpods_runtime::leader::LeaderConfig;
 use support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
 
@@ -470,6 +470,11 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     options.orphan_interval = Duration::from_millis(500);
     options.orphan_grace = Duration::ZERO;
     options.orphan_policy = OrphanPolicy::Delete;
+    // Two of three libvirt VMs and the one AWS VM are orphans: above the default share, on purpose here.
+    options.orphan_cap = OrphanCap {
+        max: 10,
+        max_percent: 100,
+    };
     let ctrl = Controller::start(s.client.clone(), options).await;
     testenv::wait_for("the orphan VMs deleted", MINUTE, || async {
         (!s.domain_exists(&untracked)
@@ -845,5 +850,351 @@ async fn ready_after_the_first_list_and_live_while_idle() {
         !health.readiness.is_ready(),
         "nothing runs, nothing is ready"
     );
+    s.cleanup().await;
+}
+
+/// A restore or a copy makes two PeerPods name one VM. Deleting one of them must not take the VM from the
+/// other, live one: the deleted PeerPod is released without a DeleteInstance, and says why. Once no live
+/// PeerPod names it, the VM is deleted as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_peerpods_naming_one_vm_keep_it_while_one_is_live() {
+    let s = Scenario::start("namesakes").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vm = s.define_domain(false);
+    // Another party's finalizer keeps the first one readable after the release, so its condition can be read.
+    let hold = "example.com/hold".to_string();
+    s.create_peerpod_with(
+        "original",
+        None,
+        "libvirt",
+        &vm,
+        vec![FINALIZER.to_string(), hold.clone()],
+    )
+    .await;
+    // The copy names the same VM, spelt in upper case: libvirt UUIDs compare without case.
+    s.create_peerpod("restored", None, "libvirt", &vm.to_uppercase())
+        .await;
+    s.wait_peerpod("restored", "cached", |_| true).await;
+
+    s.delete_peerpod("original").await;
+    let released = s
+        .wait_peerpod("original", "our finalizer released", |p| {
+            !p.finalizers().contains(&FINALIZER.to_string())
+        })
+        .await;
+    assert_eq!(released.finalizers(), [hold]);
+    assert_eq!(
+        cleaned(&released),
+        Some(("True".into(), "InstanceStillReferenced".into()))
+    );
+    assert!(
+        !released.status.as_ref().is_some_and(|st| st.cleand),
+        "cleand says the VM is gone; it is not"
+    );
+    assert!(s.domain_exists(&vm), "the live PeerPod's VM stays");
+    assert_eq!(
+        provider.delete_calls("libvirt"),
+        0,
+        "no DeleteInstance at all"
+    );
+    let events = s.events("original").await;
+    let (_, note) = events
+        .iter()
+        .find(|(reason, _)| reason == "InstanceStillReferenced")
+        .unwrap_or_else(|| panic!("an InstanceStillReferenced Event: {events:?}"));
+    assert!(
+        note.contains(&format!("{}/restored", s.ns)),
+        "the Event names the live PeerPod: {note}"
+    );
+
+    // The last PeerPod naming it goes: now the VM is deleted.
+    s.delete_peerpod("restored").await;
+    s.wait_peerpod_gone("restored", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+/// `peerpods.io/do-not-delete` on a PeerPod keeps its VM on every path: the cleanup of the PeerPod (finalizer
+/// kept, condition and Event say why, until the annotation is removed), the reaping of older PeerPods of the
+/// same Pod; and the same tag on a VM keeps the orphan scan's delete policy away from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
+    use kube::api::{Patch, PatchParams};
+
+    let s = Scenario::start("do-not-delete").await;
+    let provider = ProviderService::start(None).await;
+    let mut options = ControllerOptions::new(provider.addr);
+    options.cluster_tag = true;
+    options.orphan_interval = Duration::from_millis(500);
+    options.orphan_grace = Duration::ZERO;
+    options.orphan_policy = OrphanPolicy::Delete;
+    let ctrl = Controller::start(s.client.clone(), options).await;
+    let protect = |value: Option<&str>| serde_json::json!({"metadata": {"annotations": {"peerpods.io/do-not-delete": value}}});
+    let annotate = |name: &'static str, value: Option<&'static str>| {
+        let api = s.peerpods();
+        let patch = protect(value);
+        async move {
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("annotate PeerPod");
+        }
+    };
+
+    // Cleanup path.
+    let held_vm = s.define_domain(false);
+    s.create_peerpod("held", None, "libvirt", &held_vm).await;
+    annotate("held", Some("true")).await;
+    s.delete_peerpod("held").await;
+    let held = s
+        .wait_peerpod("held", "condition DoNotDelete", |p| {
+            cleaned(p) == Some(("False".into(), "DoNotDelete".into()))
+        })
+        .await;
+    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    assert!(s.domain_exists(&held_vm));
+    assert!(
+        s.event_reasons("held")
+            .await
+            .contains(&"DoNotDelete".to_string())
+    );
+
+    // Reaping path: of two older PeerPods of one Pod, only the unprotected one is reaped.
+    let pod = s.create_pod("app").await;
+    let kept_vm = s.define_domain(false);
+    let reaped_vm = s.define_domain(false);
+    let kept = s
+        .create_peerpod("app-resource-kept0", Some(&pod), "libvirt", &kept_vm)
+        .await;
+    annotate("app-resource-kept0", Some("")).await;
+    s.create_peerpod("app-resource-old00", Some(&pod), "libvirt", &reaped_vm)
+        .await;
+    let created = kept
+        .metadata
+        .creation_timestamp
+        .clone()
+        .expect("timestamp")
+        .0;
+    testenv::wait_for("the next second", Duration::from_secs(5), || async {
+        (jiff::Timestamp::now().as_second() > created.as_second() + 1).then_some(())
+    })
+    .await;
+    let new_vm = s.define_domain(false);
+    s.create_peerpod("app-resource-new00", Some(&pod), "libvirt", &new_vm)
+        .await;
+    s.wait_peerpod_gone("app-resource-old00", MINUTE).await;
+    assert!(!s.domain_exists(&reaped_vm));
+    let kept = s
+        .peerpods()
+        .get("app-resource-kept0")
+        .await
+        .expect("the protected older PeerPod is not reaped");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(s.domain_exists(&kept_vm));
+
+    // Orphan path: of two orphans with this cluster's tag, the one tagged do-not-delete stays.
+    let protected_orphan = s.define_domain_with_tags(&[
+        (support::TAG_KEY, support::TAG_VALUE),
+        ("peerpods.io/do-not-delete", "true"),
+    ]);
+    let orphan = s.define_domain(true);
+    testenv::wait_for("the unprotected orphan deleted", MINUTE, || async {
+        (!s.domain_exists(&orphan)).then_some(())
+    })
+    .await;
+    // A whole scan started after that one: the protected orphan is seen again and still left alone.
+    let scans = ctrl.metric("peerpod_ctrl_orphan_scans_total", &[]);
+    testenv::wait_for("two more orphan scans", MINUTE, || async {
+        (ctrl.metric("peerpod_ctrl_orphan_scans_total", &[]) >= scans + 2).then_some(())
+    })
+    .await;
+    assert!(s.domain_exists(&protected_orphan));
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "libvirt")]),
+        1,
+        "the protected VM is still reported as an orphan"
+    );
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_orphan_instances_deleted_total", &[]),
+        1
+    );
+
+    // Lifting the hold lets the held cleanup proceed.
+    annotate("held", None).await;
+    s.wait_peerpod_gone("held", MINUTE).await;
+    assert!(!s.domain_exists(&held_vm));
+    // Deletes: the reaped VM, the orphan, the held VM once released; never a protected one.
+    assert_eq!(provider.delete_calls("libvirt"), 3);
+    assert!(s.domain_exists(&kept_vm) && s.domain_exists(&protected_orphan));
+    ctrl.stop().await;
+    s.remove_domains([&kept_vm, &new_vm, &protected_orphan]);
+    s.cleanup().await;
+}
+
+/// When a scan finds more orphans than the cap allows, something is wrong with how the controller sees the
+/// cluster, not with that many VMs: it deletes none of them and says why (Event on the controller's
+/// namespace, log, metric).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orphan_scan_over_its_cap_deletes_nothing_and_says_why() {
+    let s = Scenario::start("orphan-cap").await;
+    let provider = ProviderService::start(None).await;
+    let orphans: Vec<String> = (0..3).map(|_| s.define_domain(true)).collect();
+    let mut options = ControllerOptions::new(provider.addr);
+    options.cluster_tag = true;
+    options.orphan_interval = Duration::from_millis(500);
+    options.orphan_grace = Duration::ZERO;
+    options.orphan_policy = OrphanPolicy::Delete;
+    options.orphan_cap = OrphanCap {
+        max: 2,
+        max_percent: 100,
+    };
+    let ctrl = Controller::start(s.client.clone(), options).await;
+    testenv::wait_for("two refused scans", MINUTE, || async {
+        (ctrl.metric(
+            "peerpod_ctrl_orphan_deletions_refused_total",
+            &[
+                ("provider", "libvirt"),
+                ("reason", "OrphanDeleteCapExceeded"),
+            ],
+        ) >= 2)
+            .then_some(())
+    })
+    .await;
+    assert!(orphans.iter().all(|vm| s.domain_exists(vm)));
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+    assert!(
+        ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "libvirt")]) >= 3,
+        "they are still reported"
+    );
+    let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(s.client.clone(), "default");
+    let refused = testenv::wait_for("an Event saying why", MINUTE, || async {
+        namespace_events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("OrphanDeleteCapExceeded"))
+    })
+    .await;
+    let note = refused.note.unwrap_or_default();
+    assert!(
+        note.contains("look orphaned") && note.contains("at most 2"),
+        "{note}"
+    );
+    ctrl.stop().await;
+    s.remove_domains(&orphans);
+    s.cleanup().await;
+}
+
+/// The scan itself refuses to act on a PeerPod cache that has not completed its first list, where every VM
+/// looks orphaned: nothing is listed, nothing deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
+    use kube::runtime::events::{Recorder, Reporter};
+    use peerpod_ctrl::decide::DeletionRefused;
+    use peerpod_ctrl::orphans::{FirstSeen, OrphanSettings, Scanner};
+    use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
+
+    let s = Scenario::start("unsynced").await;
+    let provider = ProviderService::start(None).await;
+    let tracked_elsewhere = s.define_domain(true);
+    let mut scanner = Scanner {
+        provider: Provider::connect(&ProviderClientConfig {
+            endpoint: format!("http://{}", provider.addr),
+            timeout: Some(Duration::from_secs(10)),
+            ..Default::default()
+        })
+        .expect("provider client"),
+        recorder: Recorder::new(
+            s.client.clone(),
+            Reporter {
+                controller: "peerpod-ctrl".into(),
+                instance: None,
+            },
+        ),
+        metrics: Default::default(),
+        settings: OrphanSettings {
+            interval: Duration::from_secs(3600),
+            grace: Duration::ZERO,
+            policy: OrphanPolicy::Delete,
+            cluster_tag: Some((support::TAG_KEY.into(), support::TAG_VALUE.into())),
+            event_namespace: "default".into(),
+            cap: OrphanCap {
+                max: 100,
+                max_percent: 100,
+            },
+        },
+        first_seen: FirstSeen::default(),
+    };
+    // A cache whose watch has not listed yet.
+    let store = peerpod_ctrl::cache::Cache::default().store();
+    let report = scanner.scan(&store).await;
+    assert_eq!(
+        report.refused,
+        [("*".to_string(), DeletionRefused::CacheNotSynced)]
+    );
+    assert!(report.deleted.is_empty() && report.orphans.is_empty());
+    assert!(s.domain_exists(&tracked_elsewhere));
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+    s.remove_domains([&tracked_elsewhere]);
+    s.cleanup().await;
+}
+
+/// provider-service refuses to delete a VM tagged `peerpods.io/do-not-delete` (AWS on moto, through the real
+/// SDK): the PeerPod keeps its finalizer with a condition saying so, and the refusal is a hold, not retried
+/// hot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
+    use test_support::moto;
+
+    let s = Scenario::start("tagged-hold").await;
+    let _moto_serial = moto::SERIAL.lock().await;
+    moto::moto().reset();
+    let ec2 = moto::moto().client();
+    let protected = moto::run_instances(&ec2, 1, &[("peerpods.io/do-not-delete", "true")])
+        .await
+        .remove(0);
+    let mut clouds = moto::moto().config(&[]);
+    clouds.retain(|(k, _)| k != "CLOUD_PROVIDER");
+    clouds.push(("CLOUD_PROVIDER".into(), "libvirt,aws".into()));
+    let provider = ProviderService::start_with_config(&clouds).await;
+    let mut options = ControllerOptions::new(provider.addr);
+    options.retry_cap = Duration::from_secs(300);
+    let ctrl = Controller::start(s.client.clone(), options).await;
+
+    s.create_peerpod("tagged", None, "aws", &protected).await;
+    s.delete_peerpod("tagged").await;
+    let held = s
+        .wait_peerpod("tagged", "condition DoNotDelete", |p| {
+            cleaned(p) == Some(("False".into(), "DoNotDelete".into()))
+        })
+        .await;
+    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    let message = held.cleaned_condition().map(|c| c.message.clone());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("do-not-delete")),
+        "{message:?}"
+    );
+    // A later cleanup going through shows the controller moved on; the held one was not asked again.
+    let marker = s.define_domain(false);
+    s.create_peerpod("marker", None, "libvirt", &marker).await;
+    s.delete_peerpod("marker").await;
+    s.wait_peerpod_gone("marker", MINUTE).await;
+    // Give a hot loop every chance to show, as for the other permanent refusals.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(provider.delete_calls("aws"), 1, "a hold is not retried hot");
+    assert_eq!(moto::state_of(&ec2, &protected).await, "running");
+    assert!(
+        s.event_reasons("tagged")
+            .await
+            .contains(&"DoNotDelete".to_string())
+    );
+    ctrl.stop().await;
     s.cleanup().await;
 }

@@ -15,7 +15,7 @@ use peerpod_ctrl::Settings;
 use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
 use peerpod_ctrl::decide::Backoff;
 use peerpod_ctrl::metrics::Metrics;
-use peerpod_ctrl::orphans::{OrphanPolicy, OrphanSettings};
+use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings};
 use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
 use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpods_runtime::leader::LeaderConfig;
@@ -187,6 +187,21 @@ impl Scenario {
             .collect()
     }
 
+    /// Events (reason, note) recorded for objects in this namespace.
+    pub async fn events(&self, object_name: &str) -> Vec<(String, String)> {
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(self.client.clone(), &self.ns);
+        events
+            .list(&ListParams::default())
+            .await
+            .expect("list Events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object_name))
+            .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+            .collect()
+    }
+
     /// Removes every finalizer left in the namespace (scenarios that keep finalizers on purpose) and deletes
     /// the namespace, so the next scenario's controller has nothing of ours to look at.
     pub async fn cleanup(self) {
@@ -210,12 +225,17 @@ impl Scenario {
 
     /// A persistent, running test-driver domain, optionally tagged as this cluster's. Returns its UUID.
     pub fn define_domain(&self, tagged: bool) -> String {
+        let tags: &[(&str, &str)] = if tagged { &[(TAG_KEY, TAG_VALUE)] } else { &[] };
+        self.define_domain_with_tags(tags)
+    }
+
+    /// A persistent, running test-driver domain carrying `tags`. Returns its UUID.
+    pub fn define_domain_with_tags(&self, tags: &[(&str, &str)]) -> String {
         let uuid = uuid::Uuid::new_v4().to_string();
-        let tags = if tagged {
-            format!("<peerpods:tag key='{TAG_KEY}'>{TAG_VALUE}</peerpods:tag>")
-        } else {
-            String::new()
-        };
+        let tags: String = tags
+            .iter()
+            .map(|(k, v)| format!("<peerpods:tag key='{k}'>{v}</peerpods:tag>"))
+            .collect();
         let xml = format!(
             "<domain type='test'><name>podvm-{uuid}</name><uuid>{uuid}</uuid>\
              <memory unit='MiB'>128</memory><vcpu>1</vcpu><os><type arch='i686'>hvm</type></os>\
@@ -229,6 +249,17 @@ impl Scenario {
 
     pub fn domain_exists(&self, uuid: &str) -> bool {
         self.libvirt.lookup_domain_by_uuid_string(uuid).is_ok()
+    }
+
+    /// Destroys and undefines the domains a scenario leaves, so a later orphan scan in this process does not
+    /// find them.
+    pub fn remove_domains<'a>(&self, uuids: impl IntoIterator<Item = &'a String>) {
+        for uuid in uuids {
+            if let Ok(d) = self.libvirt.lookup_domain_by_uuid_string(uuid) {
+                let _ = d.destroy();
+                let _ = d.undefine();
+            }
+        }
     }
 }
 
@@ -364,6 +395,8 @@ pub struct ControllerOptions {
     pub orphan_interval: Duration,
     pub orphan_grace: Duration,
     pub cluster_tag: bool,
+    /// The orphan deletion cap; the production default unless a scenario needs another.
+    pub orphan_cap: OrphanCap,
     pub leader: Option<LeaderConfig>,
     pub concurrency: u16,
     /// Reach provider-service over TLS, trusting this CA file, verifying this name.
@@ -381,6 +414,7 @@ impl ControllerOptions {
             orphan_interval: Duration::from_secs(3600),
             orphan_grace: Duration::from_secs(3600),
             cluster_tag: false,
+            orphan_cap: OrphanCap::default(),
             leader: None,
             concurrency: 32,
             provider_tls: None,
@@ -427,6 +461,7 @@ impl Controller {
                     .cluster_tag
                     .then(|| (TAG_KEY.to_string(), TAG_VALUE.to_string())),
                 event_namespace: "default".into(),
+                cap: options.orphan_cap,
             },
             reporter: Reporter {
                 controller: "peerpod-ctrl".into(),
