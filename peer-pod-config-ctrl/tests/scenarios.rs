@@ -1029,6 +1029,9 @@ async fn readiness_waits_for_the_first_list_and_liveness_fails_while_the_api_ser
     s.finish().await;
 }
 
+/// A node as a watch saw it: its `kata.peerpods.io/vm` value and the test's marker label.
+type NodeView = (Option<String>, Option<String>);
+
 /// What cloud-api-adaptor's `Shutdown()` sends for its node since September 2024 (`RemoveExtendedResources` with
 /// its `POD_UID`): it reads the node, and unless the node's `kata.peerpods.io/caa-owner` annotation names an owner
 /// other than itself, removes `kata.peerpods.io/vm` with a JSON patch on `nodes/<name>/status`. Returns whether it
@@ -1079,7 +1082,7 @@ async fn caa_shutdowns_and_rolling_updates_never_empty_the_capacity_of_a_managed
     .await;
 
     // Every state of the node from now on, in order, as a watch sees it.
-    let seen: Arc<std::sync::Mutex<Vec<(Option<String>, Option<String>)>>> = Arc::default();
+    let seen: Arc<std::sync::Mutex<Vec<NodeView>>> = Arc::default();
     let watch = {
         let seen = seen.clone();
         let stream = kube::runtime::watcher(
