@@ -1,13 +1,19 @@
 # Peer-pods controllers: the verbs of the project.
 #
 #   make dev    run the whole system locally (local control plane + services), on embedded defaults
-#   make test   install what is missing, then run every test and check
-#   make lint   rustfmt + clippy (warnings are errors)
+#   make test   install what is missing, then run every check and test, fastest first
+#   make lint   rustfmt --check, then clippy (warnings are errors)
+#
+# `make test` runs in stages and stops at the first stage that fails: fmt-check, clippy (+ LINTS), unit-tests,
+# integration-tests, CHECKS, E2E. Each cargo test stage runs with --no-fail-fast, so one failing test binary does
+# not hide the others (cargo still exits non-zero).
 #
 # Parts of the project add their own targets in mk/*.mk. A fragment may append to:
 #   SYSTEM_PACKAGES  Debian packages the project needs; `make system-packages` installs the missing ones
-#   TEST_PREREQS  targets run before `cargo test` (tools, servers' binaries)
-#   CHECKS        targets run by `make test` after `cargo test` (linters, Go tests, drift checks)
+#   LINTS         static checks run right after clippy (compile-only, no servers)
+#   TEST_PREREQS  targets run before the integration tests (tools, servers' binaries)
+#   CHECKS        targets run by `make test` after the integration tests (linters, Go tests, drift checks)
+#   E2E           end-to-end targets run last (a real node, Tilt)
 #   DEV_PREREQS   targets `make dev` runs once the control plane is up (CRDs, samples)
 #   DEV_PROCS     names of services `make dev` runs; for each NAME a fragment defines DEV_CMD_NAME, the command
 #                 (run from the repo root with KUBECONFIG set to the local control plane's kubeconfig)
@@ -25,9 +31,17 @@ KUBECONFIG_DEV := $(TESTENV)/kubeconfig
 CARGO ?= cargo
 GO ?= go
 
+# CI (CI=true in the environment, as CI services and .ci/run set it) builds from scratch once: incremental
+# compilation's bookkeeping only costs time and disk there.
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL := 0
+endif
+
 SYSTEM_PACKAGES :=
+LINTS :=
 TEST_PREREQS := system-packages controlplane
 CHECKS :=
+E2E :=
 DEV_PREREQS :=
 DEV_PROCS :=
 
@@ -36,9 +50,10 @@ include $(sort $(wildcard mk/*.mk))
 .PHONY: help
 help:
 	@echo "make dev            run the whole system locally (Ctrl-C stops the services)"
-	@echo "make test           run every test (installs what is missing)"
+	@echo "make test           run every check and test, fastest first (installs what is missing)"
+	@echo "                    stages: fmt-check clippy unit-tests integration-tests, then $(CHECKS) $(E2E)"
 	@echo "make system-packages  install the Debian packages the project needs: $(SYSTEM_PACKAGES)"
-	@echo "make lint           rustfmt + clippy -D warnings"
+	@echo "make lint           rustfmt --check, then clippy -D warnings ($(LINTS))"
 	@echo "make deps           cargo-deny (licenses, sources) + cargo-shear (unused dependencies)"
 	@echo "make testenv-up     start the local control plane in the background ($(KUBECONFIG_DEV))"
 	@echo "make testenv-down   stop it"
@@ -108,17 +123,43 @@ testenv-down:
 	  rm -f $(TESTENV)/controlplane.pid $(KUBECONFIG_DEV); \
 	fi
 
-## Tests and lint
+## Tests and lint, fastest first: a formatting error fails in seconds, a lint before any test is built.
+## Each stage is its own make run so the order holds under `make -j` too.
 
-.PHONY: test
-test: $(TEST_PREREQS)
-	$(CARGO) test --workspace --locked
+# --no-fail-fast: every test binary runs and every failure is reported; cargo still exits non-zero.
+CARGO_TEST := $(CARGO) test --workspace --locked --no-fail-fast
+
+.PHONY: test lint fmt-check clippy unit-tests integration-tests
+test:
+	@$(MAKE) --no-print-directory lint
+	@$(MAKE) --no-print-directory unit-tests
+	@$(MAKE) --no-print-directory integration-tests
 	@$(if $(strip $(CHECKS)),$(MAKE) --no-print-directory $(CHECKS),true)
+	@$(if $(strip $(E2E)),$(MAKE) --no-print-directory $(E2E),true)
 
-.PHONY: lint
-lint: $(TEST_PREREQS)
+lint:
+	@$(MAKE) --no-print-directory fmt-check
+	@$(MAKE) --no-print-directory clippy
+
+# Needs nothing but rustfmt.
+fmt-check:
 	$(CARGO) fmt --all -- --check
+
+# Needs nothing but the Rust toolchain and the C libraries the workspace links (libvirt-dev): no control plane,
+# no Python tools, no helm.
+clippy: libvirt-dev
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	@$(if $(strip $(LINTS)),$(MAKE) --no-print-directory $(LINTS),true)
+
+# Libraries' and binaries' own tests (pure logic: no servers), and doc tests. The same feature set as every other
+# cargo test here (--workspace), so the integration tests reuse these builds.
+unit-tests: libvirt-dev
+	$(CARGO_TEST) --lib --bins
+	$(CARGO_TEST) --doc
+
+# Every tests/ target of the workspace, against the local control plane, moto and the emulators.
+integration-tests: $(TEST_PREREQS)
+	$(CARGO_TEST) --test '*'
 
 ## The whole system, locally
 

