@@ -12,6 +12,7 @@
 //! with EC2's own XML error body. Off unless set; [`Moto::reset`] turns it off again.
 #![allow(clippy::unwrap_used)] // test support: a failed setup ends the test with its message
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -28,10 +29,13 @@ pub const REGION: &str = "us-east-1";
 /// An AMI that moto knows in every region.
 pub const IMAGE_ID: &str = "ami-12c6146b";
 
-// moto's server application behind the fault layer, served as moto's ThreadedMotoServer serves
-// it. `POST /peerpods-faults` (JSON, see `Faults`) sets the faults and answers what was injected
-// so far; `GET` only answers; `POST /moto-api/reset` also clears them. EOF on stdin stops it.
-const WRAPPER: &str = r#"
+/// moto's server application behind the fault layer, served as moto's ThreadedMotoServer serves
+/// it, for `python -c`: prints its port on the first line of stdout, stops at EOF on stdin.
+/// `POST /peerpods-faults` (JSON, see [`Faults`]) sets the faults and answers what was injected
+/// so far, `GET` only answers; `GET /peerpods-requests` answers the EC2 calls received so far
+/// (faulted ones included) as `{access key: {action: count}}`; `POST /moto-api/reset` also
+/// clears faults and counts. Public so that other harnesses (the bench) can serve the same layer.
+pub const WRAPPER: &str = r#"
 import collections, io, json, random, re, sys, threading, time, urllib.parse, uuid
 from werkzeug.serving import make_server
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
@@ -40,6 +44,7 @@ lock = threading.Lock()
 faults = {}
 created = {}
 injected = collections.Counter()
+requests = collections.defaultdict(collections.Counter)
 rng = random.Random(0)
 credential = re.compile(r"Credential=([^/]+)/")
 launched = re.compile(rb"<instanceId>(i-[0-9a-f]+)</instanceId>")
@@ -95,18 +100,27 @@ def faulty(app):
                     injected.clear()
                 text = json.dumps(dict(injected)).encode()
             return answer(start_response, "200 OK", "application/json", text)
+        if path == "/peerpods-requests":
+            with lock:
+                text = json.dumps(requests).encode()
+            return answer(start_response, "200 OK", "application/json", text)
         if path == "/moto-api/reset":
             with lock:
                 faults.clear()
                 created.clear()
                 injected.clear()
+                requests.clear()
             return app(environ, start_response)
         query = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
         query.update(urllib.parse.parse_qs(environ.get("QUERY_STRING", "")))
         action = query.get("Action", [""])[0]
         key = credential.search(environ.get("HTTP_AUTHORIZATION", ""))
         ids = [values[0] for name, values in sorted(query.items()) if instance_param.fullmatch(name)]
-        fault = fault_for(action, key.group(1) if key else None, ids)
+        key = key.group(1) if key else "-"
+        if action:
+            with lock:
+                requests[key][action] += 1
+        fault = fault_for(action, key, ids)
         if fault:
             return ec2_error(start_response, *fault)
         if action != "RunInstances":
@@ -254,6 +268,16 @@ impl Moto {
             server_errors: count("server_error"),
             throttled: count("throttled"),
         }
+    }
+
+    /// EC2 calls received so far (every HTTP attempt, faulted ones included) signed with
+    /// `access_key`, by action.
+    pub fn requests_signed_by(&self, access_key: &str) -> BTreeMap<String, u64> {
+        let answer = self.request("GET", "/peerpods-requests", "");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let mut by_key: BTreeMap<String, BTreeMap<String, u64>> =
+            serde_json::from_str(body).expect("request counts");
+        by_key.remove(access_key).unwrap_or_default()
     }
 
     fn post(&self, path: &str, body: &str) {

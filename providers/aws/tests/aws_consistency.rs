@@ -247,6 +247,13 @@ async fn under_server_errors_and_throttling_every_instance_ends_terminated() {
         injected.server_errors > 0 && injected.throttled > 0,
         "{injected:?}"
     );
+    // Every fault answered an attempt the provider made: the SDK's retries are counted too.
+    let calls = moto().requests_signed_by(PROVIDER_KEY);
+    println!("the provider's EC2 calls: {calls:?}");
+    assert!(
+        calls.values().sum::<u64>() > injected.server_errors + injected.throttled,
+        "{calls:?}"
+    );
     for id in &ids {
         assert_eq!(state_of(&client, id).await, "terminated", "{id}");
     }
