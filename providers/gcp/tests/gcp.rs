@@ -476,6 +476,27 @@ async fn health_is_one_authenticated_region_read() {
     assert_eq!(calls.count(GCP, "GetRegion", "ok"), 1);
 }
 
+/// A spent rate quota (403 rateLimitExceeded) is reported as throttling, not as refused
+/// credentials: health must not send operators to IAM.
+#[tokio::test]
+async fn health_under_a_rate_limit_says_throttled_not_credentials() {
+    let emulator = emulator();
+    let (gcp, calls) = provider(&emulator).await;
+    emulator.refuse_rate_next(1, RateRefusal::RateLimitExceeded);
+
+    let health = gcp.health().await;
+
+    assert!(!health.healthy);
+    assert!(health.message.contains("throttled"), "{}", health.message);
+    assert!(
+        !health.message.contains("credentials"),
+        "{}",
+        health.message
+    );
+    assert_eq!(calls.count(GCP, "GetRegion", "throttled"), 1);
+    assert!(gcp.health().await.healthy, "once the quota refills");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let emulator = GcpEmulator::start().expect("emulator");
