@@ -153,7 +153,8 @@ pub struct Faults {
     /// names them as `InstanceId.N`, whether moto knows them or not.
     pub hidden_ids: Vec<String>,
     /// EC2's eventual consistency: an instance launched through this server less than this long
-    /// ago is `InvalidInstanceID.NotFound` in any call that names it as `InstanceId.N`.
+    /// ago is `InvalidInstanceID.NotFound` in any call that names it as `InstanceId.N`. Calls
+    /// that select instances by filter (e.g. `instance-id`) still list it: not modelled.
     pub invisible_after_launch: Duration,
     /// Share of calls (0 to 1) answered HTTP 500 `InternalError`.
     pub server_error_rate: f64,
