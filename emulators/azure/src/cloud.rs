@@ -78,6 +78,9 @@ struct NicRecord {
     public_ip: Option<String>,
     /// Key of the VM using it.
     vm: Option<String>,
+    /// After its VM's deletion: the VM's name, and how many more deletions ARM refuses with
+    /// `NicReservedForAnotherVm`.
+    reserved: Option<(String, u32)>,
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +108,8 @@ pub struct Knobs {
     pub page_size: usize,
     pub vm_limit: u64,
     pub core_limit: u64,
+    /// Deletions of an interface ARM refuses after its VM is gone (`NicReservedForAnotherVm`).
+    pub nic_reservation: u32,
 }
 
 impl Default for Knobs {
@@ -120,6 +125,7 @@ impl Default for Knobs {
             page_size: 50,
             vm_limit: 25,
             core_limit: 20,
+            nic_reservation: 0,
         }
     }
 }
@@ -263,6 +269,7 @@ impl Cloud {
                 name: parts.network_interface.clone(),
                 public_ip: parts.public_ip.clone(),
                 vm: Some(key(name)),
+                reserved: None,
             },
         );
         self.disks.insert(key(&parts.disk), parts.disk.clone());
@@ -742,6 +749,9 @@ impl Cloud {
             self.disks.remove(&key(&vm.parts.disk));
         } else if let Some(record) = self.nics.get_mut(&nic) {
             record.vm = None;
+            if self.knobs.nic_reservation > 0 {
+                record.reserved = Some((vm.name.clone(), self.knobs.nic_reservation));
+            }
         }
         for (disk, delete_option) in &vm.data_disks {
             if delete_option.eq_ignore_ascii_case("Delete") {
@@ -855,6 +865,21 @@ impl Cloud {
                     "Network Interface {} is used by existing resource {}. In order to delete the network interface, it must be dissociated from the resource. To learn more, see aka.ms/deletenic.",
                     self.nic_id(&nic.name),
                     self.vm_id(&vm.name)
+                ),
+            );
+        }
+        if let Some(nic) = self.nics.get_mut(&key(name))
+            && let Some((vm, left)) = nic.reserved.as_mut()
+            && *left > 0
+        {
+            *left -= 1;
+            let vm = vm.clone();
+            return Reply::arm_error(
+                400,
+                "NicReservedForAnotherVm",
+                &format!(
+                    "Nic(s) in request is reserved for another Virtual Machine for 180 seconds. Please provide another nic(s) or retry after 180 seconds. Reserved VM: {}",
+                    self.vm_id(&vm)
                 ),
             );
         }

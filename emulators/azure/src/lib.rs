@@ -170,6 +170,12 @@ impl AzureEmulator {
         cloud.knobs.poll_retry_after = retry_after_secs;
     }
 
+    /// After a VM's deletion, ARM refuses this many deletions of its (`Detach`) interface with
+    /// 400 `NicReservedForAnotherVm`, as it keeps an interface reserved for up to 180 s.
+    pub fn reserve_nics_after_delete(&self, refusals: u32) {
+        lock(&self.cloud).knobs.nic_reservation = refusals;
+    }
+
     /// VMs per page of the VM list (ARM pages with `nextLink`).
     pub fn set_page_size(&self, size: usize) {
         lock(&self.cloud).knobs.page_size = size;

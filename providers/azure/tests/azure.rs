@@ -204,6 +204,32 @@ async fn parts_a_vanished_vm_left_behind_are_found_by_caa_names_and_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_interface_arm_still_reserves_for_the_deleted_vm_is_asked_again() {
+    let emulator = AzureEmulator::start();
+    emulator.reserve_nics_after_delete(2);
+    let name = "podvm-held-7a6b5c4d";
+    let id = emulator.create_vm_with(
+        name,
+        &[],
+        VmOptions {
+            public_ip: false,
+            parts_deleted_with_vm: false,
+        },
+    );
+    let parts = emulator.parts_of(name).expect("parts");
+    let (provider, calls) = provider(&emulator, &[]);
+
+    let outcome = provider.delete_instance(&id).await.expect("delete");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.network_interface_exists(&parts.network_interface));
+    assert!(!emulator.vm_or_parts_exist(&id));
+    // Refused twice while reserved, then deleted.
+    assert_eq!(calls.count("azure", "DeleteNetworkInterface", "error"), 2);
+    assert_eq!(calls.count("azure", "DeleteNetworkInterface", "ok"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn deleting_twice_or_an_unknown_vm_is_already_gone() {
     let emulator = AzureEmulator::start();
     let id = emulator.create_vm("podvm-twice", &[]);
