@@ -29,6 +29,10 @@ use support::*;
 /// rendered and linted, but neither kubeconform nor the API server can check them here.
 const FOREIGN_KINDS: [&str; 3] = ["Certificate", "Issuer", "ServiceMonitor"];
 
+/// The values of a release on libvirt's test driver (no tags there, provider-service in development mode): the
+/// chart's defaults alone refuse to render without a cluster tag.
+const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
+
 /// The CRDs are installed by whichever test comes first (Helm's crds/ or apply); never both at once.
 static CRDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -48,9 +52,12 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
     let kubeconfig = cp.kubeconfig_path().display().to_string();
 
     for (case, values) in [
-        ("default", vec![]),
+        ("default", vec![DEV_VALUES]),
         ("full", vec!["deploy/tests/values-full.yaml"]),
-        ("addons", vec!["deploy/tests/values-addons.yaml"]),
+        (
+            "addons",
+            vec![DEV_VALUES, "deploy/tests/values-addons.yaml"],
+        ),
     ] {
         let mut lint = vec!["lint", "--strict", CHART, "--kube-version", KUBE_VERSION];
         for v in &values {
@@ -141,7 +148,7 @@ async fn validators_refuse_a_broken_object() {
     let schema_dir = tempfile::tempdir().expect("temp dir");
     let location = write_schemas(&client, schema_dir.path(), true).await;
     let ns = testenv::namespace(&client, "broken").await;
-    let manifest = render("peerpods", &ns, &[]).await;
+    let manifest = render("peerpods", &ns, &[DEV_VALUES]).await;
     let deployment = documents(&manifest)
         .into_iter()
         .find(|d| kind_of(d) == "Deployment")
@@ -188,6 +195,8 @@ async fn values_schema_refuses_bad_values() {
         ("peerpodCtrl.replicas=-1", "replicas"),
         ("peerpodCtrl.orphans.policy=sometimes", "policy"),
         ("providerService.grpcPort=70000", "grpcPort"),
+        ("providerService.deleteUntagged=yes", "deleteUntagged"),
+        ("providerService.cloudProviders={nimbus}", "cloudProviders"),
         ("networkPolicy.caaNodeCIDRs[0]=not-a-cidr", "caaNodeCIDRs"),
         ("unknownSetting=true", "unknownSetting"),
     ] {
@@ -208,6 +217,95 @@ async fn values_schema_refuses_bad_values() {
         assert!(
             !ok && err.contains(complaint),
             "--set {set} was accepted: {err}"
+        );
+    }
+}
+
+/// Only this cluster's VMs by default: with the chart's default values (no cluster tag, any cloud) `helm
+/// template` and `helm install` fail and say what to set; so do values naming a cloud with tags. A cluster tag,
+/// the explicit `deleteUntagged: allow`, or clouds without tags render, and pass the choice on to
+/// provider-service.
+#[tokio::test(flavor = "multi_thread")]
+async fn default_values_fail_without_a_cluster_tag() {
+    let template = |sets: &'static [&'static str]| async move {
+        let mut args = vec!["template", "x", CHART, "--kube-version", KUBE_VERSION];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        run(&tool("helm"), &args, None).await
+    };
+    for sets in [
+        &[][..],
+        &["providerService.cloudProviders={aws}"][..],
+        &[
+            "providerService.cloudProviders={libvirt,gcp}",
+            "providerService.deleteUntagged=deny",
+        ][..],
+    ] {
+        let (ok, _, err) = template(sets).await;
+        assert!(!ok, "{sets:?} rendered without a cluster tag");
+        assert!(
+            err.contains("no cluster tag")
+                && err.contains("peerpodCtrl.orphans.clusterTag")
+                && err.contains("providerService.deleteUntagged=allow"),
+            "{sets:?}: {err}"
+        );
+    }
+    // helm install refuses the defaults the same way, before creating anything (the CRDs are left to the
+    // other tests).
+    let cp = control_plane();
+    let client = cp.client().await;
+    let ns = testenv::namespace(&client, "no-cluster-tag").await;
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let (ok, _, err) = run(
+        &tool("helm"),
+        &[
+            "install",
+            "x",
+            CHART,
+            "--skip-crds",
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+        ],
+        None,
+    )
+    .await;
+    assert!(!ok && err.contains("no cluster tag"), "helm install: {err}");
+    let deployments: Api<Deployment> = Api::namespaced(client, &ns);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .expect("list Deployments")
+            .items
+            .is_empty(),
+        "helm install created Deployments"
+    );
+
+    for (sets, env) in [
+        (
+            &["peerpodCtrl.orphans.clusterTag=peerpods.io/cluster=prod"][..],
+            "CLUSTER_TAG",
+        ),
+        (
+            &["providerService.deleteUntagged=allow"][..],
+            "DELETE_UNTAGGED",
+        ),
+        (&["providerService.cloudProviders={libvirt,byom}"][..], ""),
+    ] {
+        let (ok, out, err) = template(sets).await;
+        assert!(ok, "{sets:?}: {err}");
+        if !env.is_empty() {
+            assert!(
+                out.contains(&format!("name: {env}")),
+                "{sets:?} does not set {env}"
+            );
+        }
+        assert!(
+            !out.contains("PROVIDER_SERVICE_DEVELOPMENT"),
+            "development mode is never a default"
         );
     }
 }
@@ -270,6 +368,8 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
                 "install",
                 &release,
                 CHART,
+                "-f",
+                DEV_VALUES,
                 "--namespace",
                 &ns,
                 "--kubeconfig",
@@ -321,6 +421,8 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             "upgrade",
             &release,
             CHART,
+            "-f",
+            DEV_VALUES,
             "--namespace",
             &ns,
             "--kubeconfig",
@@ -970,7 +1072,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     // No more than needed: every permission the installed chart grants was used by one of our services along
     // the way (the requests the API server allowed to the tokens they ran with, from its audit log).
     let uses = rbac::uses(&cp.audit_events().expect("audit log"), &workloads);
-    let grants = rbac::grants(&rbac_of(&render(&release, &ns, &[]).await));
+    let grants = rbac::grants(&rbac_of(&render(&release, &ns, &[DEV_VALUES]).await));
     let unused: Vec<String> = rbac::unused(&grants, &uses)
         .into_iter()
         .filter(|g| !unseen(g))

@@ -250,6 +250,8 @@ async fn create_cloud_config(client: &Client, namespace: &str) {
 
 async fn install_chart(cp: &testenv::ControlPlane) {
     let chart = testenv::repo_root().join(support::CHART);
+    // libvirt's test driver as the cloud: no cluster tag needed there, development mode for provider-service.
+    let dev_values = testenv::repo_root().join("deploy/tests/values-dev.yaml");
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     support::run_ok(
         &support::tool("helm"),
@@ -259,6 +261,8 @@ async fn install_chart(cp: &testenv::ControlPlane) {
             "install",
             "peerpods",
             &chart.display().to_string(),
+            "-f",
+            &dev_values.display().to_string(),
             "--namespace",
             NAMESPACE,
             "--set",
