@@ -1,6 +1,6 @@
 # Peer-pods controllers: the verbs of the project.
 #
-#   make dev    run the whole system locally (local control plane + services), on embedded defaults
+#   make dev    build the services, then run the whole system locally (local control plane + services)
 #   make test   install what is missing, then run every check and test, fastest first
 #   make lint   rustfmt --check, then clippy (warnings are errors)
 #
@@ -16,7 +16,9 @@
 #   E2E           end-to-end targets run last (a real node, Tilt)
 #   DEV_PREREQS   targets `make dev` runs once the control plane is up (CRDs, samples)
 #   DEV_PROCS     names of services `make dev` runs; for each NAME a fragment defines DEV_CMD_NAME, the command
-#                 (run from the repo root with KUBECONFIG set to the local control plane's kubeconfig)
+#                 (run from the repo root with KUBECONFIG set to the local control plane's kubeconfig; the binaries
+#                 `make dev-build` built are in $(DEV_BIN)), DEV_ADMIN_NAME, its admin address (`make dev` waits for
+#                 its /readyz), DEV_INFO_NAME, where it listens, and DEV_TRY_NAME, a command to try next
 
 SHELL := bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -30,6 +32,9 @@ KUBECTL := $(TOOLS)/bin/kubectl
 KUBECONFIG_DEV := $(TESTENV)/kubeconfig
 CARGO ?= cargo
 GO ?= go
+# Where cargo puts its builds (the services `make dev` starts, the binaries the tests run).
+CARGO_TARGET := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
+DEV_BIN := $(CARGO_TARGET)/debug
 
 # CI (CI=true in the environment, as CI services and .ci/run set it) builds from scratch once: incremental
 # compilation's bookkeeping only costs time and disk there.
@@ -163,8 +168,16 @@ integration-tests: $(TEST_PREREQS)
 
 ## The whole system, locally
 
-.PHONY: dev
-dev: testenv-up kubectl $(DEV_PREREQS)
+.PHONY: dev dev-build
+# The services, built once and with the test build's feature set: `--workspace --bins --tests` unifies features
+# exactly as `cargo test --workspace` does (dev-dependencies turn on features a plain `cargo build` leaves off,
+# e.g. opentelemetry_sdk's `testing`, which would rebuild everything above it), so after `make test` this builds
+# nothing, and `make test` after `make dev` reuses it all. On a fresh machine it builds what `make test` builds.
+dev-build: libvirt-dev
+	@echo "Building the services (cargo build --workspace --bins --tests: the test build, shared with make test)"
+	$(CARGO) build --workspace --locked --bins --tests
+
+dev: dev-build testenv-up kubectl $(DEV_PREREQS)
 	@mkdir -p $(TESTENV)/logs
 	@echo
 	@echo "Local control plane is up. Use it with:"
@@ -174,7 +187,22 @@ dev: testenv-up kubectl $(DEV_PREREQS)
 	@$(if $(strip $(DEV_PROCS)),true,echo "No services configured yet."; exit 0)
 	@echo
 	@echo "Starting services (logs in .testenv/logs/, Ctrl-C stops them): $(DEV_PROCS)"
-	@export KUBECONFIG=$(KUBECONFIG_DEV); pids=(); \
+	@export KUBECONFIG=$(KUBECONFIG_DEV); pids=(); declare -A pid_of; \
 	trap 'kill $${pids[@]} 2>/dev/null; wait; exit 0' INT TERM; \
-	$(foreach p,$(DEV_PROCS),( $(DEV_CMD_$(p)) ) > $(TESTENV)/logs/$(p).log 2>&1 & pids+=($$!); echo "  $(p): pid $$!, log .testenv/logs/$(p).log";) \
+	$(foreach p,$(DEV_PROCS),( $(DEV_CMD_$(p)) ) > $(TESTENV)/logs/$(p).log 2>&1 & pids+=($$!); pid_of[$(p)]=$$!; echo "  $(p): pid $$!, log .testenv/logs/$(p).log";) \
+	echo; \
+	$(foreach p,$(DEV_PROCS),$(call dev_ready,$(p))) \
+	echo; echo "Try next:"; \
+	$(foreach p,$(DEV_PROCS),echo "  $(DEV_TRY_$(p))";) \
+	echo "  make testenv-down   (after Ctrl-C) stops the local control plane"; \
 	wait
+
+# Waits (up to 2 minutes) for service $(1) to answer /readyz on DEV_ADMIN_$(1), then says where it listens; if it
+# exits or is not ready in time, says so with the end of its log (the others keep running).
+dev_ready = ready=; for i in $$(seq 1 1200); do \
+	  curl -sf -o /dev/null http://$(DEV_ADMIN_$(1))/readyz && { ready=1; break; }; \
+	  kill -0 "$${pid_of[$(1)]}" 2>/dev/null || break; \
+	  sleep 0.1; \
+	done; \
+	if [ -n "$$ready" ]; then echo "  $(1) ready: $(DEV_INFO_$(1))"; \
+	else echo "  $(1) is not ready (see .testenv/logs/$(1).log):"; tail -5 $(TESTENV)/logs/$(1).log | sed 's/^/    /'; fi;

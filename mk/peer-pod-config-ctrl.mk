@@ -33,6 +33,9 @@ dev-peerpodconfig-capacity: $(KUBECTL)
 
 DEV_PREREQS += dev-peerpodconfig
 DEV_PROCS += peer-pod-config-ctrl
+DEV_ADMIN_peer-pod-config-ctrl := 127.0.0.1:18082
+DEV_INFO_peer-pod-config-ctrl := health and metrics on http://127.0.0.1:18082 (PeerPodConfigs in $(PEERPODS_DEV_NAMESPACE))
+DEV_TRY_peer-pod-config-ctrl := make dev-peerpodconfig-capacity   (the kata.peerpods.io/vm capacity each node got)
 # The controller (exec'd, so stopping `make dev` stops it), talking to the local provider-service for
 # capacityFromProvider, and wiring the CAA DaemonSet to it (plaintext: provider-service runs without TLS here; CAA
 # runs host-networked, so 127.0.0.1 is the node's provider-service). Beside it, a loop waits for the sample's setupCompleted and prints the capacity every node
@@ -44,6 +47,6 @@ DEV_CMD_peer-pod-config-ctrl = \
 	  done; \
 	  out="$$($(MAKE) --no-print-directory dev-peerpodconfig-capacity 2>&1)"; echo "$$out"; \
 	  { printf '\npeer-pod-config-ctrl: capacity per node\n%s\n' "$$out" > /dev/tty; } 2>/dev/null || true; } & \
-	exec env PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(CARGO) run --quiet -p peer-pod-config-ctrl -- \
+	exec env PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(DEV_BIN)/peer-pod-config-ctrl \
 	  --admin-listen 127.0.0.1:18082 --provider-endpoint http://127.0.0.1:50051 --provider-auth none \
 	  --caa-provider-endpoint http://127.0.0.1:50051

@@ -14,9 +14,13 @@ dev-peerpod-crd: testenv-up kubectl
 
 DEV_PREREQS += dev-peerpod-crd
 
-# ... and run the controller against provider-service on 127.0.0.1:50051 (plaintext, no token: local only).
+# ... and run the controller (built by `make dev-build`) against provider-service on 127.0.0.1:50051 (plaintext,
+# no token: local only).
 DEV_PROCS += peerpod-ctrl
-DEV_CMD_peerpod-ctrl = $(CARGO) run --quiet -p peerpod-ctrl -- \
+DEV_ADMIN_peerpod-ctrl := 127.0.0.1:18081
+DEV_INFO_peerpod-ctrl := health and metrics on http://127.0.0.1:18081 (watches PeerPods in every namespace)
+DEV_TRY_peerpod-ctrl := make dev-peerpod-demo   (a Pod and its PeerPod as CAA makes them; deleting the Pod reaps the VM)
+DEV_CMD_peerpod-ctrl = $(DEV_BIN)/peerpod-ctrl \
 	--provider-endpoint http://127.0.0.1:50051 --provider-auth none --admin-listen 127.0.0.1:18081 \
 	--orphan-scan-interval 30s --orphan-grace 1m --retry-max-delay 30s
 

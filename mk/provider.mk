@@ -20,7 +20,7 @@ PROTOC_GEN_GO_GRPC := $(TOOLS)/bin/protoc-gen-go-grpc
 PROTOC_GEN_GO_VERSION := v1.36.11
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-PROVIDER_SERVICE_BIN := $(ROOT)/target/debug/provider-service
+PROVIDER_SERVICE_BIN := $(DEV_BIN)/provider-service
 # The Go release cloud-api-adaptor builds with: the Go client is vetted and tested with it (Go fetches
 # that toolchain through the module proxy on first use).
 GO_CLIENT_TOOLCHAIN := go1.25.7
@@ -84,9 +84,12 @@ proto-go-test: provider-service-bin
 	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test ./...
 
 # `make dev`: provider-service on libvirt's in-process test driver (its embedded default, served only with
-# --development: without it an unconfigured provider-service is not ready).
+# --development: without it an unconfigured provider-service is not ready), the binary `make dev-build` built.
 DEV_PROCS += provider-service
-DEV_CMD_provider-service = $(CARGO) run --quiet -p provider-service -- --development \
+DEV_ADMIN_provider-service := 127.0.0.1:8081
+DEV_INFO_provider-service := gRPC on 127.0.0.1:50051 (plaintext, no auth), health and metrics on http://127.0.0.1:8081
+DEV_TRY_provider-service := make python-tools; .tools/venv/bin/grpcurl -plaintext 127.0.0.1:50051 describe peerpods.provider.v1.ProviderService
+DEV_CMD_provider-service = $(DEV_BIN)/provider-service --development \
 	--auth=none --listen 127.0.0.1:50051 --admin-listen 127.0.0.1:8081
 
 # Each cloud is a cargo feature: an AWS-only provider-service compiles clean (clippy, warnings are errors: code
