@@ -222,7 +222,7 @@ $(TILT): deploy/tilt/go.mod deploy/tilt/go.sum
 
 # Real Tilt evaluates the Tiltfile in both modes; each must yield a resource for every service. Cluster mode also
 # runs end to end in `make test-node` (tilt ci builds, pushes and deploys onto a real node).
-tiltfile-eval: $(TILT) $(HELM)
+tiltfile-eval: $(TILT) $(HELM) provider-service-bin
 	@for mode in local cluster; do \
 	  out=$$($(TILT) alpha tiltfile-result -- --mode=$$mode 2>/dev/null) || \
 	    { echo "Tilt could not evaluate the Tiltfile in $$mode mode:"; $(TILT) alpha tiltfile-result -- --mode=$$mode; exit 1; }; \
@@ -231,3 +231,14 @@ tiltfile-eval: $(TILT) $(HELM)
 	  done; \
 	  echo "Tiltfile, $$mode mode: evaluated by Tilt, a resource for each of $(SERVICES)"; \
 	done
+	@# Local mode (tilt up) runs the built binaries with the flags of its serve commands, which no test runs:
+	@# each binary must accept them (clap refuses an unknown flag or a bad value before it gets to --help).
+	@out=$$($(TILT) alpha tiltfile-result -- --mode=local 2>/dev/null); \
+	for s in $(SERVICES); do \
+	  cmd=$$(grep -o "\"target/debug/$$s [^\"]*\"" <<< "$$out" | head -1 | tr -d '"'); \
+	  [ -n "$$cmd" ] || { echo "local mode: Tilt has no serve command target/debug/$$s"; exit 1; }; \
+	  args=$${cmd#target/debug/$$s }; \
+	  refused=$$($(ROOT)/target/debug/$$s $$args --help 2>&1 >/dev/null) || \
+	    { echo "local mode: $$s refuses the Tiltfile's flags ($$args): $$refused"; exit 1; }; \
+	done; \
+	echo "Tiltfile, local mode: each of $(SERVICES) accepts the flags Tilt runs it with"
