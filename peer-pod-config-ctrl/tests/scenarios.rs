@@ -1069,18 +1069,8 @@ async fn caa_shutdowns_and_rolling_updates_never_empty_the_capacity_of_a_managed
     s.wait_spread(6).await;
     let nodes = s.nodes();
     let managed = s.node_name(0);
-    // The owner annotation comes with the capacity, in the same write.
-    testenv::wait_for("owner annotation on the managed node", TIMEOUT, || async {
-        let node = nodes.get(&managed).await.ok()?;
-        (node
-            .annotations()
-            .get(CAA_OWNER_ANNOTATION)
-            .map(String::as_str)
-            == Some(CAA_OWNER))
-        .then_some(())
-    })
-    .await;
-
+    // The owner annotation came with the capacity, in the same write: no wait for it here, so without it the
+    // replays below remove the capacity.
     // Every state of the node from now on, in order, as a watch sees it.
     let seen: Arc<std::sync::Mutex<Vec<NodeView>>> = Arc::default();
     let watch = {
@@ -1137,14 +1127,21 @@ async fn caa_shutdowns_and_rolling_updates_never_empty_the_capacity_of_a_managed
     .await;
     watch.abort();
     let seen = seen.lock().expect("lock").clone();
-    assert_eq!(
-        removes, 0,
-        "CAA's shutdown logic chose to remove the capacity"
-    );
     assert!(
         seen.iter()
             .all(|(capacity, _)| capacity.as_deref() == Some("3")),
         "kata.peerpods.io/vm read otherwise than 3 across CAA shutdowns: {seen:?}"
+    );
+    assert_eq!(
+        removes, 0,
+        "CAA's shutdown logic chose to remove the capacity"
+    );
+    let node = nodes.get(&managed).await.expect("node");
+    assert_eq!(
+        node.annotations()
+            .get(CAA_OWNER_ANNOTATION)
+            .map(String::as_str),
+        Some(CAA_OWNER)
     );
     eprintln!(
         "21 CAA shutdowns replayed: 0 removes sent, {} node states watched, capacity never empty",
