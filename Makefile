@@ -36,9 +36,9 @@ GO ?= go
 CARGO_TARGET := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
 DEV_BIN := $(CARGO_TARGET)/debug
 
-# CI (CI=true in the environment, as CI services and .ci/run set it) builds from scratch once: incremental
-# compilation's bookkeeping only costs time and disk there.
-ifeq ($(CI),true)
+# CI (CI=true or CI=1 in the environment, as CI services and .ci/run set it) builds from scratch once:
+# incremental compilation's bookkeeping only costs time and disk there.
+ifneq ($(filter true 1,$(CI)),)
 export CARGO_INCREMENTAL := 0
 endif
 
@@ -59,7 +59,7 @@ help:
 	@echo "                    stages: fmt-check clippy unit-tests integration-tests, then $(CHECKS) $(E2E)"
 	@echo "make system-packages  install the Debian packages the project needs: $(SYSTEM_PACKAGES)"
 	@echo "make lint           rustfmt --check, then clippy -D warnings ($(LINTS))"
-	@echo "make deps           cargo-deny (licenses, sources) + cargo-shear (unused dependencies)"
+	@echo "make deps           cargo-deny (licenses, duplicate versions, sources) + cargo-shear (unused dependencies)"
 	@echo "make testenv-up     start the local control plane in the background ($(KUBECONFIG_DEV))"
 	@echo "make testenv-down   stop it"
 	@echo "make kubectl        build kubectl (matching the control plane) into .tools/bin"
