@@ -177,6 +177,9 @@ dev-build: libvirt-dev
 	@echo "Building the services (cargo build --workspace --bins --tests: the test build, shared with make test)"
 	$(CARGO) build --workspace --locked --bins --tests
 
+# make dev asks each service's /readyz with curl.
+SYSTEM_PACKAGES += curl
+
 dev: dev-build testenv-up kubectl $(DEV_PREREQS)
 	@mkdir -p $(TESTENV)/logs
 	@echo
