@@ -25,7 +25,8 @@ pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
 pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};
 pub use ownership::{
-    CLOUDS_WITH_TAGS, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete, parse_tags, require_owner_choice,
+    CLOUDS_WITH_TAGS, DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete,
+    parse_tags, require_owner_choice,
 };
 pub use peerpods_proto::ProviderName;
 pub use provider::{

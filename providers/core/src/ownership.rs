@@ -1,6 +1,7 @@
 //! Which instances this service may delete: with `CLUSTER_TAG=key=value` set, only instances that
 //! carry that tag (so clusters sharing one cloud account never delete each other's VMs), unless
-//! `DELETE_UNTAGGED=allow` turns the check off; and never one tagged [`DO_NOT_DELETE_TAG`].
+//! `DELETE_UNTAGGED=allow` turns the check off; and never one tagged [`DO_NOT_DELETE_TAG`] or
+//! [`DO_NOT_DELETE_PORTABLE_TAG`].
 //! Shared by every cloud with tags or labels: [`OwnerTag::check`] is the one place each of their
 //! delete paths asks. Also cloud-api-adaptor's `TAGS` syntax (`key=value` pairs separated by commas).
 
@@ -11,6 +12,11 @@ use crate::{Error, ProviderConfig, ProviderName};
 /// Tag (label) key of a VM that must not be deleted, whatever asks: any value except `false`.
 /// The same key is the PeerPod annotation peerpod-ctrl honours.
 pub const DO_NOT_DELETE_TAG: &str = peerpods_proto::DO_NOT_DELETE;
+
+/// The same mark spelled so that every cloud can carry it: GCP label keys, Azure tag names and
+/// IBM Cloud user tags (`peerpods-do-not-delete:true`) do not allow the `/` of
+/// [`DO_NOT_DELETE_TAG`]. Either key protects an instance, on every cloud.
+pub const DO_NOT_DELETE_PORTABLE_TAG: &str = "peerpods-do-not-delete";
 
 /// The clouds whose instances carry tags (labels), so deletes can be restricted to this cluster's.
 /// libvirt (metadata only peer-pods writes) and byom (a pool of fixed machines) have no owner.
@@ -46,12 +52,18 @@ pub fn require_owner_choice(cloud: ProviderName, config: &ProviderConfig) -> Res
     ))
 }
 
-/// The value of [`DO_NOT_DELETE_TAG`] when `tags` mark an instance as not to be deleted: any value
-/// (even empty) except `false` in any letter case, the one way to say "no" without removing the tag.
-pub fn do_not_delete(tags: &BTreeMap<String, String>) -> Option<&str> {
-    tags.get(DO_NOT_DELETE_TAG)
-        .map(String::as_str)
-        .filter(|v| !v.trim().eq_ignore_ascii_case("false"))
+/// The key and value of the do-not-delete mark when `tags` carry one ([`DO_NOT_DELETE_TAG`] or
+/// [`DO_NOT_DELETE_PORTABLE_TAG`]): any value (even empty) except `false` in any letter case, the
+/// one way to say "no" without removing the tag. A key set to `false` does not cancel the other.
+pub fn do_not_delete(tags: &BTreeMap<String, String>) -> Option<(&'static str, &str)> {
+    [DO_NOT_DELETE_TAG, DO_NOT_DELETE_PORTABLE_TAG]
+        .into_iter()
+        .find_map(|key| {
+            tags.get(key)
+                .map(String::as_str)
+                .filter(|v| !v.trim().eq_ignore_ascii_case("false"))
+                .map(|value| (key, value))
+        })
 }
 
 /// The tag an instance must carry to be deleted; `None` when deletes are not restricted.
@@ -97,10 +109,10 @@ impl OwnerTag {
     /// lacks this cluster's tag ([`Error::NotOwnedByCluster`]). Every delete path of a cloud with
     /// tags calls this with the instance's tags before deleting anything.
     pub fn check(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), Error> {
-        if let Some(value) = do_not_delete(tags) {
+        if let Some((tag, value)) = do_not_delete(tags) {
             return Err(Error::DoNotDelete {
                 instance_id: instance_id.to_owned(),
-                tag: DO_NOT_DELETE_TAG,
+                tag,
                 value: value.to_owned(),
             });
         }
@@ -199,6 +211,51 @@ mod tests {
             assert!(owner.check("vm-8", &unmarked).is_ok());
         }
         assert_eq!(DO_NOT_DELETE_TAG, "peerpods.io/do-not-delete");
+    }
+
+    #[test]
+    fn the_portable_key_protects_like_the_original_one() {
+        let allowed =
+            OwnerTag::parse(Some("peerpods.io/cluster=prod"), Some("allow")).expect("valid");
+        let guarded = OwnerTag::parse(Some("peerpods.io/cluster=prod"), None).expect("valid");
+        for owner in [&allowed, &guarded] {
+            for value in ["true", "", "yes"] {
+                let marked = tags(&[
+                    ("peerpods.io/cluster", "prod"),
+                    (DO_NOT_DELETE_PORTABLE_TAG, value),
+                ]);
+                match owner.check("vm-7", &marked) {
+                    Err(Error::DoNotDelete { tag, value: v, .. }) => {
+                        assert_eq!(tag, DO_NOT_DELETE_PORTABLE_TAG);
+                        assert_eq!(v, value);
+                    }
+                    other => panic!("{value:?}: {other:?}"),
+                }
+            }
+            // `false` on one key does not cancel the other.
+            for (first, second) in [("false", "true"), ("true", "FALSE")] {
+                let both = tags(&[
+                    ("peerpods.io/cluster", "prod"),
+                    (DO_NOT_DELETE_TAG, first),
+                    (DO_NOT_DELETE_PORTABLE_TAG, second),
+                ]);
+                let refused = owner.check("vm-6", &both).expect_err("one key says so");
+                assert_eq!(refused.reason(), "DoNotDelete");
+            }
+            let unmarked = tags(&[
+                ("peerpods.io/cluster", "prod"),
+                (DO_NOT_DELETE_TAG, "false"),
+                (DO_NOT_DELETE_PORTABLE_TAG, "False"),
+            ]);
+            assert!(owner.check("vm-5", &unmarked).is_ok());
+        }
+        // Valid on every cloud: a GCP label key, an Azure tag name, an IBM user tag key.
+        assert!(
+            DO_NOT_DELETE_PORTABLE_TAG
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c == '-')
+        );
+        assert_eq!(do_not_delete(&tags(&[("other", "true")])), None);
     }
 
     #[test]
