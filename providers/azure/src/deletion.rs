@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use azure_core::http::Method;
-use peerpods_provider_core::{DeleteOutcome, Error};
+use peerpods_provider_core::{DeleteOutcome, Error, OwnerTag};
 
 use crate::answer::{self, PollTarget, Progress};
 use crate::arm::{Answer, Arm, COMPUTE_API, DISK_API, NETWORK_API};
@@ -41,8 +41,8 @@ pub struct Waiting {
 #[derive(Clone, Debug)]
 pub struct Policy {
     pub waiting: Waiting,
-    /// `CLUSTER_TAG`: a VM without it is not deleted.
-    pub owner_tag: Option<(String, String)>,
+    /// `CLUSTER_TAG`: a VM without it is not deleted (a VM marked do-not-delete never is).
+    pub owner_tag: OwnerTag,
 }
 
 /// The kinds of parts, in the order they are deleted: an interface holds its public IP
@@ -136,16 +136,10 @@ pub async fn delete_vm(arm: &Arm, vm: &VmId, policy: &Policy) -> Result<DeleteOu
     let mut owned = Owned::default();
     let existed = match get_vm(arm, vm, &url).await? {
         Some(found) => {
-            if let Some((key, value)) = &policy.owner_tag
-                && found.string_tags().get(key) != Some(value)
-            {
-                return Err(Error::NotOwnedByCluster {
-                    message: format!(
-                        "VM {} does not carry this cluster's tag {key}={value}",
-                        vm.name
-                    ),
-                });
-            }
+            // The shared owner check, on the tags of the VM this lookup just read: a VM marked
+            // do-not-delete is refused on every configuration, one without this cluster's tag
+            // when deletes are restricted.
+            policy.owner_tag.check(&vm.name, &found.string_tags())?;
             let parts = found.parts(&vm.name);
             if !parts.kept.is_empty() {
                 tracing::info!(

@@ -68,7 +68,7 @@ impl AzureProvider {
                     poll_interval: settings.poll_interval,
                     timeout: settings.delete_timeout,
                 },
-                owner_tag: settings.owner_tag,
+                owner_tag: peerpods_provider_core::OwnerTag::requiring(settings.owner_tag),
             },
             subscription_id: settings.subscription_id,
             resource_group: settings.resource_group,

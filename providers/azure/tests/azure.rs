@@ -519,3 +519,38 @@ async fn a_cluster_tag_protects_other_vms_from_deletion() {
         DeleteOutcome::Deleted
     );
 }
+
+/// A VM tagged `peerpods-do-not-delete` (the spelling Azure tag names allow) is refused with
+/// `DoNotDelete` even when untagged deletes are allowed, and stays; `false` does not protect.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_vm_marked_do_not_delete_is_never_deleted() {
+    let emulator = AzureEmulator::start();
+    let kept = emulator.create_vm(
+        "podvm-kept",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
+    );
+    let unmarked = emulator.create_vm(
+        "podvm-unmarked",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
+    );
+    let (provider, _) = provider(
+        &emulator,
+        &[
+            ("CLUSTER_TAG", "peerpods.io/cluster=prod"),
+            ("DELETE_UNTAGGED", "allow"),
+        ],
+    );
+
+    let error = provider
+        .delete_instance(&kept)
+        .await
+        .expect_err("marked do-not-delete");
+    assert_eq!(error.reason(), "DoNotDelete", "{error:?}");
+    assert!(error.to_string().contains("podvm-kept"), "{error}");
+    assert!(emulator.vm_exists("podvm-kept"));
+    assert_eq!(emulator.arm_requests().len(), 1, "only the lookup");
+    assert_eq!(
+        provider.delete_instance(&unmarked).await.expect("unmarked"),
+        DeleteOutcome::Deleted
+    );
+}
