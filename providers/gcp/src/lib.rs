@@ -116,16 +116,15 @@ impl GcpProvider {
     /// Deletes the instance and waits until Compute Engine reports it gone.
     async fn delete(&self, name: &str) -> Result<DeleteOutcome, Error> {
         let what = format!("deleting instance {name}");
-        // Another cluster's instance (or an unlabelled one) is not ours to delete: read its
-        // labels first, only when deletes are restricted.
-        if self.owner.required().is_some() {
-            let labels: BTreeMap<String, String> = match self.compute.get_instance(name).await {
-                Ok(instance) => instance.labels.into_iter().collect(),
-                Err(failure) if failure.is_not_found() => return Ok(DeleteOutcome::AlreadyGone),
-                Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
-            };
-            self.owner.check(name, &labels)?;
-        }
+        // Its labels first, on every configuration: an instance labelled do-not-delete is never
+        // deleted, and with a cluster tag another cluster's (or an unlabelled) one is not ours.
+        // The one lookup before the DELETE; it also answers for an instance already gone.
+        let labels: BTreeMap<String, String> = match self.compute.get_instance(name).await {
+            Ok(instance) => instance.labels.into_iter().collect(),
+            Err(failure) if failure.is_not_found() => return Ok(DeleteOutcome::AlreadyGone),
+            Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
+        };
+        self.owner.check(name, &labels)?;
         let deadline = tokio::time::Instant::now() + self.delete_timeout;
         let mut request = request_id();
         let mut pause = Pauses::new();

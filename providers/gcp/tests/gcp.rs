@@ -80,9 +80,11 @@ async fn deleting_a_vm_that_is_gone_is_already_gone_every_time() {
             .expect("unknown"),
         DeleteOutcome::AlreadyGone
     );
-    // The 404s are answers, not retried.
-    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 2);
-    assert_eq!(deletes_sent(&emulator, "podvm-never-existed"), 1);
+    // The 404s of the lookup before each DELETE are answers, not retried, and nothing is
+    // deleted after them.
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
+    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 0);
+    assert_eq!(deletes_sent(&emulator, "podvm-never-existed"), 0);
 }
 
 #[tokio::test]
@@ -118,8 +120,10 @@ async fn throttling_is_reported_with_the_clouds_wait_and_not_retried() {
         matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
         "{error:?}"
     );
-    assert_eq!(calls.count(GCP, "DeleteInstance", "throttled"), 1);
+    // The first call, the lookup of the instance's labels, was the one throttled.
+    assert_eq!(calls.count(GCP, "GetInstance", "throttled"), 1);
     assert_eq!(emulator.requests(), 1);
+    assert_eq!(deletes_sent(&emulator, &id), 0);
     assert!(emulator.vm_or_parts_exist(&id));
     // Once the cloud lets us, the same call succeeds.
     assert_eq!(
@@ -133,11 +137,14 @@ async fn throttling_is_reported_with_the_clouds_wait_and_not_retried() {
 /// gets the instance deleted; nobody is sent to check IAM.
 #[tokio::test]
 async fn a_403_rate_limit_answer_is_throttling_and_the_delete_succeeds_once_the_cloud_lets_us() {
-    for (refusal, reason) in [
-        (RateRefusal::RateLimitExceeded, "rateLimitExceeded"),
+    // A spent API rate refuses any call (here the lookup before the DELETE); a spent operation
+    // rate refuses deletions only (the DELETE after each lookup): how many DELETEs are sent.
+    for (refusal, reason, deletes) in [
+        (RateRefusal::RateLimitExceeded, "rateLimitExceeded", 1),
         (
             RateRefusal::ResourceOperationRateExceeded,
             "RESOURCE_OPERATION_RATE_EXCEEDED",
+            3,
         ),
     ] {
         let emulator = emulator();
@@ -176,11 +183,12 @@ async fn a_403_rate_limit_answer_is_throttling_and_the_delete_succeeds_once_the_
         assert!(!emulator.vm_or_parts_exist(&id), "{reason}");
         // Throttled answers are counted as such and not repeated by the SDK.
         assert_eq!(
-            calls.count(GCP, "DeleteInstance", "throttled"),
+            calls.count(GCP, "GetInstance", "throttled")
+                + calls.count(GCP, "DeleteInstance", "throttled"),
             2,
             "{reason}"
         );
-        assert_eq!(deletes_sent(&emulator, &id), 3, "{reason}");
+        assert_eq!(deletes_sent(&emulator, &id), deletes, "{reason}");
     }
 }
 
@@ -241,8 +249,10 @@ async fn server_errors_are_retried_by_the_sdk_then_succeed() {
         DeleteOutcome::Deleted
     );
 
-    assert_eq!(deletes_sent(&emulator, &id), 3);
-    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 2);
+    // The failures hit the lookup before the DELETE; the SDK retried it.
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
+    assert_eq!(calls.count(GCP, "GetInstance", "ok"), 1);
+    assert_eq!(deletes_sent(&emulator, &id), 1);
     assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 1);
     assert!(!emulator.vm_or_parts_exist(&id));
 }
@@ -258,8 +268,9 @@ async fn server_errors_that_persist_become_unavailable_after_bounded_attempts() 
 
     assert_eq!(error.reason(), "CloudUnavailable", "{error}");
     assert!(error.to_string().contains("HTTP 500"), "{error}");
-    assert_eq!(deletes_sent(&emulator, &id), 4);
-    assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 4);
+    // The lookup before the DELETE failed every bounded attempt: nothing was deleted.
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 4);
+    assert_eq!(deletes_sent(&emulator, &id), 0);
     assert!(emulator.vm_or_parts_exist(&id));
 }
 
@@ -527,5 +538,37 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
             .await
             .expect("gone"),
         DeleteOutcome::AlreadyGone
+    );
+}
+
+/// An instance labelled `peerpods-do-not-delete` (the spelling GCP label keys allow) is refused
+/// with `DoNotDelete` even when untagged deletes are allowed, and no DELETE is sent for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_labelled_do_not_delete_is_refused_and_kept() {
+    let emulator = GcpEmulator::start().expect("emulator");
+    let mut config = emulator.config();
+    config.push(("CLUSTER_TAG".into(), "peerpods-cluster=c1".into()));
+    config.push(("DELETE_UNTAGGED".into(), "allow".into()));
+    let gcp = provider_with(config, CloudCalls::default()).await;
+    let kept = emulator.create_vm(
+        "podvm-kept",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
+    );
+    let unmarked = emulator.create_vm(
+        "podvm-unmarked",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
+    );
+
+    let refused = gcp.delete_instance(&kept).await.expect_err("do-not-delete");
+    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
+    assert!(refused.to_string().contains("podvm-kept"), "{refused}");
+    assert!(
+        emulator.vm_or_parts_exist(&kept),
+        "{kept} must not be touched"
+    );
+    assert_eq!(deletes_sent(&emulator, &kept), 0);
+    assert_eq!(
+        gcp.delete_instance(&unmarked).await.expect("unmarked"),
+        DeleteOutcome::Deleted
     );
 }
