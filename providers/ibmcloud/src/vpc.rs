@@ -198,15 +198,14 @@ impl Provider for IbmCloudVpcProvider {
         let Some(instance) = self.instance(instance_id).await? else {
             return Ok(DeleteOutcome::AlreadyGone);
         };
-        // Another cluster's instance (or an untagged one) is not ours to delete: its user tags
-        // come from Global Tagging, asked only when deletes are restricted.
-        if self.owner.required().is_some() {
-            let tags = match &instance.crn {
-                Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
-                None => BTreeMap::new(),
-            };
-            self.owner.check(instance_id, &tags)?;
-        }
+        // Its user tags (from Global Tagging) on every configuration: an instance tagged
+        // do-not-delete is never deleted, and with a cluster tag another cluster's (or an
+        // untagged) one is not ours. The instance lookup above gave the CRN they are read by.
+        let tags = match &instance.crn {
+            Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
+            None => BTreeMap::new(),
+        };
+        self.owner.check(instance_id, &tags)?;
         // Floating IPs bound to the instance are not released: cloud-api-adaptor creates none
         // (its ibmcloud provider), so one bound to a peer-pod VM is an operator's reservation.
         // Deleting the instance unbinds it, and it stays reserved for its owner.

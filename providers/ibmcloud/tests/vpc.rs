@@ -501,3 +501,48 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     );
     assert!(!emulator.vm_or_parts_exist(&ours));
 }
+
+/// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
+/// allow) is refused with `DoNotDelete` even when untagged deletes are allowed, and no DELETE
+/// is sent for it; `peerpods-do-not-delete:false` does not protect.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let open = IbmCloudVpcProvider::from_config(
+        &config(
+            &emulator,
+            &[
+                ("CLUSTER_TAG", "coco-pod-vm=c1"),
+                ("DELETE_UNTAGGED", "allow"),
+            ],
+        ),
+        calls.clone(),
+    )
+    .expect("provider");
+    let kept = emulator.create_vm(
+        "podvm-kept-1a2b3c4d",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
+    );
+    let unmarked = emulator.create_vm(
+        "podvm-unmarked-5e6f7a8b",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
+    );
+
+    let refused = open
+        .delete_instance(&kept)
+        .await
+        .expect_err("do-not-delete");
+    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
+    assert!(refused.to_string().contains(&kept), "{refused}");
+    assert!(
+        emulator.vm_or_parts_exist(&kept),
+        "{kept} must not be touched"
+    );
+    assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0);
+    assert_eq!(
+        open.delete_instance(&unmarked).await.expect("unmarked"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&unmarked));
+}
