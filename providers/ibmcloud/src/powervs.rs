@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
-    ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, OwnerTag,
+    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 use serde::Deserialize;
 
@@ -25,6 +25,8 @@ pub struct PowerVsProvider {
     settings: PowerVsSettings,
     /// `<power endpoint>/pcloud/v1/cloud-instances/<workspace>`.
     workspace_url: String,
+    /// `CLUSTER_TAG` / `DELETE_UNTAGGED`, checked with do-not-delete before every delete.
+    owner: OwnerTag,
 }
 
 #[derive(Deserialize)]
@@ -76,6 +78,7 @@ impl PowerVsProvider {
                 settings.power_url, settings.workspace_id
             ),
             settings,
+            owner: OwnerTag::from_config(config)?,
         })
     }
 
@@ -93,14 +96,18 @@ impl PowerVsProvider {
             .header("Accept", "application/json")
     }
 
-    async fn exists(&self, id: &str) -> Result<bool, Error> {
+    /// The instance, or `None` when the Power API answers that it is gone.
+    async fn instance(&self, id: &str) -> Result<Option<PvmInstance>, Error> {
         let what = format!("reading PowerVS instance {id}");
         let url = format!("{}/pvm-instances/{id}", self.workspace_url);
         let answer = self
             .cloud
             .call("GetPvmInstance", &what, |c, t| self.request(c.get(&url), t))
             .await?;
-        Ok(!answer.is_gone())
+        if answer.is_gone() {
+            return Ok(None);
+        }
+        answer.json(&what).map(Some)
     }
 
     async fn workspace(&self) -> Result<Workspace, Error> {
@@ -172,6 +179,17 @@ impl Provider for PowerVsProvider {
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
+        let Some(instance) = self.instance(instance_id).await? else {
+            return Ok(DeleteOutcome::AlreadyGone);
+        };
+        // Its user tags (from Global Tagging, by the CRN the lookup gave) on every
+        // configuration: an instance tagged do-not-delete is never deleted, and with a cluster
+        // tag another cluster's (or an untagged) one is not ours.
+        let tags = match &instance.crn {
+            Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
+            None => BTreeMap::new(),
+        };
+        self.owner.check(instance_id, &tags)?;
         let what = format!("deleting PowerVS instance {instance_id}");
         let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
         let answer = self
@@ -185,7 +203,7 @@ impl Provider for PowerVsProvider {
         }
         let policy = self.cloud.http.policy();
         let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
-            self.exists(instance_id).await.map(|exists| !exists)
+            self.instance(instance_id).await.map(|i| i.is_none())
         })
         .await?;
         tracing::info!(instance_id, gone, "PowerVS instance deleted");

@@ -39,8 +39,10 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
     assert!(emulator.vm_or_parts_exist(&other));
     assert_eq!(calls.count(PROVIDER, "GetIamToken", "ok"), 1);
     assert_eq!(calls.count(PROVIDER, "DeletePvmInstance", "ok"), 1);
-    // Listed twice more after the DELETE, then 404.
-    assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "ok"), 2);
+    // Read once with its tags before the DELETE (the owner and do-not-delete check), twice
+    // more after it, then 404.
+    assert_eq!(calls.count(PROVIDER, "ListTags", "ok"), 1);
+    assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "ok"), 3);
     assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "error"), 1);
 }
 
@@ -66,21 +68,40 @@ async fn an_instance_that_is_gone_is_already_gone() {
     );
 }
 
-/// The Power Cloud API reference lists 410 Gone for deleting a PVM instance: gone is gone.
+/// The Power Cloud API reference lists 410 Gone for deleting a PVM instance: gone is gone,
+/// whether the lookup before the DELETE already says so (no DELETE is sent) or the instance
+/// went between that lookup and the DELETE.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_answered_gone_is_already_gone() {
     let emulator = start();
     let calls = CloudCalls::default();
     let provider = provider(&emulator, &calls);
-    let id = emulator.create_vm("podvm-a", &[]);
-    emulator.answer_gone(&id);
+    let looked_up_gone = emulator.create_vm("podvm-a", &[]);
+    emulator.answer_gone(&looked_up_gone);
 
     assert_eq!(
-        provider.delete_instance(&id).await.expect("gone"),
+        provider
+            .delete_instance(&looked_up_gone)
+            .await
+            .expect("gone"),
+        DeleteOutcome::AlreadyGone
+    );
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
+
+    let went_meanwhile = emulator.create_vm("podvm-b", &[]);
+    emulator.answer_next_verbatim(
+        "DELETE pvm-instances/{id}",
+        410,
+        r#"{"code":410,"description":"pvm-instance has been deleted","error":"Gone","message":"pvm-instance has been deleted"}"#,
+    );
+    assert_eq!(
+        provider
+            .delete_instance(&went_meanwhile)
+            .await
+            .expect("gone"),
         DeleteOutcome::AlreadyGone
     );
     assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 1);
-    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -112,7 +133,9 @@ async fn throttling_is_reported_with_the_clouds_wait() {
         matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(11)),
         "{error:?}"
     );
-    assert_eq!(calls.count(PROVIDER, "DeletePvmInstance", "throttled"), 1);
+    // The first call, the lookup before the DELETE, was the one throttled.
+    assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "throttled"), 1);
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
     assert!(emulator.vm_or_parts_exist(&id));
     assert!(!emulator.is_deleting(&id));
 }
@@ -129,7 +152,9 @@ async fn server_errors_are_retried_until_the_cloud_answers() {
         provider.delete_instance(&id).await.expect("delete"),
         DeleteOutcome::Deleted
     );
-    assert_eq!(calls.count(PROVIDER, "DeletePvmInstance", "error"), 3);
+    // The failures hit the lookup before the DELETE, retried until it answered: three 503s,
+    // then (after the DELETE) the 404 that confirms the instance gone.
+    assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "error"), 4);
     assert_eq!(calls.count(PROVIDER, "DeletePvmInstance", "ok"), 1);
     assert!(!emulator.vm_or_parts_exist(&id));
 }
@@ -283,4 +308,74 @@ async fn health_reports_the_workspace() {
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert_eq!(calls.count(PROVIDER, "GetCloudInstance", "ok"), 1);
+}
+
+/// With `CLUSTER_TAG`, an instance of another cluster (or one without the tag) is refused with
+/// `NotOwnedByCluster` and kept: no DELETE is sent for it. This cluster's is deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let mut pairs = emulator.config();
+    pairs.push(("CLUSTER_TAG".into(), "coco-pod-vm=c1".into()));
+    let guarded = PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), calls.clone())
+        .expect("provider");
+    let ours = emulator.create_vm("podvm-ours", &[("coco-pod-vm", "c1")]);
+    let theirs = emulator.create_vm("podvm-theirs", &[("coco-pod-vm", "c2")]);
+    let untagged = emulator.create_vm("podvm-untagged", &[]);
+
+    for other in [&theirs, &untagged] {
+        let refused = guarded.delete_instance(other).await.expect_err("not ours");
+        assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
+        assert!(refused.to_string().contains(other.as_str()), "{refused}");
+        assert!(
+            emulator.vm_or_parts_exist(other),
+            "{other} must not be touched"
+        );
+    }
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
+    assert_eq!(
+        guarded.delete_instance(&ours).await.expect("ours"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&ours));
+}
+
+/// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
+/// allow) is refused with `DoNotDelete` even when untagged deletes are allowed, and kept;
+/// `peerpods-do-not-delete:false` does not protect.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
+    let emulator = start();
+    let calls = CloudCalls::default();
+    let mut pairs = emulator.config();
+    pairs.push(("CLUSTER_TAG".into(), "coco-pod-vm=c1".into()));
+    pairs.push(("DELETE_UNTAGGED".into(), "allow".into()));
+    let open = PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), calls.clone())
+        .expect("provider");
+    let kept = emulator.create_vm(
+        "podvm-kept",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
+    );
+    let unmarked = emulator.create_vm(
+        "podvm-unmarked",
+        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
+    );
+
+    let refused = open
+        .delete_instance(&kept)
+        .await
+        .expect_err("do-not-delete");
+    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
+    assert!(refused.to_string().contains(&kept), "{refused}");
+    assert!(
+        emulator.vm_or_parts_exist(&kept),
+        "{kept} must not be touched"
+    );
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
+    assert_eq!(
+        open.delete_instance(&unmarked).await.expect("unmarked"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&unmarked));
 }
