@@ -206,7 +206,19 @@ impl Provider for PowerVsProvider {
             self.instance(instance_id).await.map(|i| i.is_none())
         })
         .await?;
-        tracing::info!(instance_id, gone, "PowerVS instance deleted");
+        // Deleted only once a later lookup answers gone: a deletion still running at the bound
+        // is retryable, and the next call follows it (the DELETE of an instance being deleted
+        // is accepted again) until the lookup confirms it.
+        if !gone {
+            return Err(Error::Unavailable {
+                message: format!(
+                    "deleting PowerVS instance {instance_id}: still deleting after {} s; ask again in {} s to confirm it gone",
+                    policy.delete_timeout.as_secs(),
+                    policy.delete_poll.as_secs().max(1)
+                ),
+            });
+        }
+        tracing::info!(instance_id, "PowerVS instance deleted and confirmed gone");
         Ok(DeleteOutcome::Deleted)
     }
 

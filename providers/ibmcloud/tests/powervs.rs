@@ -379,3 +379,33 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
     );
     assert!(!emulator.vm_or_parts_exist(&unmarked));
 }
+
+/// A deletion still running when the wait's bound passes is not "deleted" (the finalizer would be
+/// released on an inference): a retryable error, and asked again, the deletion is followed until
+/// a lookup answers that the instance is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
+    let emulator = start();
+    let mut pairs = emulator.config();
+    pairs.retain(|(k, _)| k != "IBMCLOUD_DELETE_TIMEOUT_SECONDS");
+    pairs.push(("IBMCLOUD_DELETE_TIMEOUT_SECONDS".into(), "0".into()));
+    let impatient =
+        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .expect("provider");
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.set_deleting_polls(5);
+
+    let error = impatient
+        .delete_instance(&id)
+        .await
+        .expect_err("not yet gone");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(emulator.is_deleting(&id));
+
+    let provider = provider(&emulator, &CloudCalls::default());
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("again"),
+        DeleteOutcome::Deleted
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
