@@ -276,8 +276,14 @@ async fn refused_by_tags(
                 tracing::warn!(instance_id = %instance.id, reason = error.reason(), %error, "refusing to delete an instance");
                 let failure = match error {
                     Error::DoNotDelete {
-                        instance_id, value, ..
-                    } => Failure::DoNotDelete { instance_id, value },
+                        instance_id,
+                        tag,
+                        value,
+                    } => Failure::DoNotDelete {
+                        instance_id,
+                        tag,
+                        value,
+                    },
                     Error::NotOwnedByCluster { .. } => Failure::NotOwned {
                         tag: owner
                             .required()

@@ -230,9 +230,15 @@ impl Ec2 {
                 message: r(message),
             },
             Failure::NotOwned { tag } => Failure::NotOwned { tag },
-            Failure::DoNotDelete { instance_id, value } => {
-                Failure::DoNotDelete { instance_id, value }
-            }
+            Failure::DoNotDelete {
+                instance_id,
+                tag,
+                value,
+            } => Failure::DoNotDelete {
+                instance_id,
+                tag,
+                value,
+            },
             Failure::Internal { detail } => Failure::Internal { detail: r(detail) },
         }
     }

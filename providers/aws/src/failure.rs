@@ -31,8 +31,12 @@ pub enum Failure {
     Refused { code: String, message: String },
     /// The instance exists but lacks this cluster's tag: it is not ours to delete.
     NotOwned { tag: String },
-    /// The instance carries the do-not-delete tag (with this value): nobody may delete it.
-    DoNotDelete { instance_id: String, value: String },
+    /// The instance carries a do-not-delete tag (this key, with this value): nobody may delete it.
+    DoNotDelete {
+        instance_id: String,
+        tag: &'static str,
+        value: String,
+    },
     /// Anything else: a bug on our side or an EC2 answer we do not understand.
     Internal { detail: String },
 }

@@ -230,9 +230,13 @@ fn into_error(failure: Failure) -> Error {
         Failure::NotOwned { tag } => Error::NotOwnedByCluster {
             message: format!("the instance does not carry this cluster's tag {tag}"),
         },
-        Failure::DoNotDelete { instance_id, value } => Error::DoNotDelete {
+        Failure::DoNotDelete {
             instance_id,
-            tag: peerpods_provider_core::DO_NOT_DELETE_TAG,
+            tag,
+            value,
+        } => Error::DoNotDelete {
+            instance_id,
+            tag,
             value,
         },
         Failure::Internal { detail } => Error::Internal { message: detail },

@@ -388,9 +388,10 @@ async fn deletes_are_refused_for_instances_without_the_cluster_tag() {
     assert_eq!(unchecked.api_calls("DescribeInstances"), 1);
 }
 
-/// An instance tagged `peerpods.io/do-not-delete` is refused on every configuration (FAILED_PRECONDITION,
-/// reason DoNotDelete) and keeps running, in a batch with others that are deleted; the value `false`
-/// does not protect.
+/// An instance tagged `peerpods.io/do-not-delete` (or the portable `peerpods-do-not-delete`) is
+/// refused on every configuration (FAILED_PRECONDITION, reason DoNotDelete, naming the key it
+/// carries) and keeps running, in a batch with others that are deleted; the value `false` does not
+/// protect.
 #[tokio::test(flavor = "multi_thread")]
 async fn instances_marked_do_not_delete_are_never_terminated() {
     let _serial = SERIAL.lock().await;
@@ -412,6 +413,15 @@ async fn instances_marked_do_not_delete_are_never_terminated() {
         ],
     )
     .await;
+    let portable = run_instances(
+        &client,
+        1,
+        &[
+            cluster,
+            (peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "yes"),
+        ],
+    )
+    .await;
     let plain = run_instances(&client, 1, &[cluster]).await;
     for config in [
         vec![("CLUSTER_TAG", "peerpods.io/cluster=prod")],
@@ -430,6 +440,19 @@ async fn instances_marked_do_not_delete_are_never_terminated() {
         assert_eq!(error.reason(), "DoNotDelete");
         assert!(error.to_string().contains(&marked[0]), "{error}");
         assert_eq!(state_of(&client, &marked[0]).await, "running", "{config:?}");
+        let error = provider
+            .delete_instance(&portable[0])
+            .await
+            .expect_err("marked with the portable key");
+        assert!(
+            matches!(&error, Error::DoNotDelete { tag, .. } if *tag == peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG),
+            "{config:?}: {error:?}"
+        );
+        assert_eq!(
+            state_of(&client, &portable[0]).await,
+            "running",
+            "{config:?}"
+        );
         assert_eq!(provider.api_calls("TerminateInstances"), 0, "{config:?}");
     }
     let provider = provider(&[("DELETE_UNTAGGED", "allow")]).await;
