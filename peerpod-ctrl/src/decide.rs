@@ -118,10 +118,14 @@ pub fn do_not_delete(peerpod: &PeerPod) -> bool {
         .is_some_and(|v| do_not_delete_value(v))
 }
 
-/// Whether a VM's tags (as `ListInstances` reports them) carry `peerpods.io/do-not-delete`.
+/// Whether a VM's tags (as `ListInstances` reports them) carry `peerpods.io/do-not-delete` or its
+/// spelling every cloud allows, `peerpods-do-not-delete` (GCP labels, Azure tags and IBM user tags
+/// allow no `/`): the keys provider-service refuses to delete a VM for.
 pub fn tags_do_not_delete<'a>(tags: impl IntoIterator<Item = (&'a String, &'a String)>) -> bool {
-    tags.into_iter()
-        .any(|(k, v)| k == DO_NOT_DELETE && do_not_delete_value(v))
+    tags.into_iter().any(|(k, v)| {
+        (k == DO_NOT_DELETE || k == peerpods_proto::DO_NOT_DELETE_PORTABLE)
+            && do_not_delete_value(v)
+    })
 }
 
 /// A JSON patch removing every `peer.pod/finalizer` entry and nothing else. Each removal is guarded by a
@@ -736,6 +740,13 @@ mod tests {
         ])));
         assert!(!tags_do_not_delete(&tags(&[(DO_NOT_DELETE, "FALSE")])));
         assert!(!tags_do_not_delete(&tags(&[("a", "b")])));
+        let portable = peerpods_proto::DO_NOT_DELETE_PORTABLE;
+        assert!(tags_do_not_delete(&tags(&[(portable, "true")])));
+        assert!(tags_do_not_delete(&tags(&[
+            (DO_NOT_DELETE, "false"),
+            (portable, "yes")
+        ])));
+        assert!(!tags_do_not_delete(&tags(&[(portable, "False")])));
     }
 
     #[test]

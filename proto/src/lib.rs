@@ -14,6 +14,10 @@ pub use provider_name::{ProviderName, UnknownProviderName};
 /// counts except `false`.
 pub const DO_NOT_DELETE: &str = "peerpods.io/do-not-delete";
 
+/// [`DO_NOT_DELETE`] spelled so that every cloud can carry it as a VM tag: GCP label keys, Azure tag
+/// names and IBM Cloud user tags (`peerpods-do-not-delete:true`) allow no `/`. Either key marks a VM.
+pub const DO_NOT_DELETE_PORTABLE: &str = "peerpods-do-not-delete";
+
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.
 #[allow(clippy::doc_lazy_continuation, clippy::doc_overindented_list_items)]

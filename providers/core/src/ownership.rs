@@ -16,7 +16,7 @@ pub const DO_NOT_DELETE_TAG: &str = peerpods_proto::DO_NOT_DELETE;
 /// The same mark spelled so that every cloud can carry it: GCP label keys, Azure tag names and
 /// IBM Cloud user tags (`peerpods-do-not-delete:true`) do not allow the `/` of
 /// [`DO_NOT_DELETE_TAG`]. Either key protects an instance, on every cloud.
-pub const DO_NOT_DELETE_PORTABLE_TAG: &str = "peerpods-do-not-delete";
+pub const DO_NOT_DELETE_PORTABLE_TAG: &str = peerpods_proto::DO_NOT_DELETE_PORTABLE;
 
 /// The clouds whose instances carry tags (labels), so deletes can be restricted to this cluster's.
 /// libvirt (metadata only peer-pods writes) and byom (a pool of fixed machines) have no owner.
@@ -250,6 +250,7 @@ mod tests {
             assert!(owner.check("vm-5", &unmarked).is_ok());
         }
         // Valid on every cloud: a GCP label key, an Azure tag name, an IBM user tag key.
+        assert_eq!(DO_NOT_DELETE_PORTABLE_TAG, "peerpods-do-not-delete");
         assert!(
             DO_NOT_DELETE_PORTABLE_TAG
                 .chars()
