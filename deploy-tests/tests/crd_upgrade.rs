@@ -150,6 +150,12 @@ async fn helm_upgrade_of_the_crd_chart_changes_the_crds_and_keeps_the_objects() 
             &app_ns,
             "--kubeconfig",
             &kubeconfig,
+            // A release must say whose VMs it may delete; the development values serve libvirt only.
+            "-f",
+            &testenv::repo_root()
+                .join("deploy/tests/values-dev.yaml")
+                .display()
+                .to_string(),
         ],
         None,
     )
