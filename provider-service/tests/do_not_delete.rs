@@ -23,6 +23,29 @@ fn delete(provider: &str, instance_id: &str) -> pb::DeleteInstanceRequest {
     }
 }
 
+/// provider-service serving AWS (moto) and Alibaba Cloud (`alibaba`) from `dir`, with one owner choice
+/// (`CLUSTER_TAG` or `DELETE_UNTAGGED`).
+async fn serve(
+    alibaba: &AlibabaCloudEmulator,
+    dir: &std::path::Path,
+    owner_choice: (&str, &str),
+) -> common::TestServer {
+    let config = cloud::merged_config(
+        &["aws", "alibabacloud"],
+        alibaba
+            .config()
+            .into_iter()
+            .chain(moto::moto().config(&[]))
+            .chain([(owner_choice.0.to_owned(), owner_choice.1.to_owned())]),
+    );
+    let pairs: Vec<(&str, &str)> = config
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    common::write_config(dir, &pairs);
+    common::start(dir, Default::default()).await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vm_marked_do_not_delete_survives_every_delete() {
     let _moto = moto::SERIAL.lock().await;
@@ -42,20 +65,7 @@ async fn a_vm_marked_do_not_delete_survives_every_delete() {
         ("DELETE_UNTAGGED", "allow".to_owned()),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let config = cloud::merged_config(
-            &["aws", "alibabacloud"],
-            alibaba
-                .config()
-                .into_iter()
-                .chain(moto::moto().config(&[]))
-                .chain([(owner_choice.0.to_owned(), owner_choice.1.clone())]),
-        );
-        let pairs: Vec<(&str, &str)> = config
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        common::write_config(dir.path(), &pairs);
-        let server = common::start(dir.path(), Default::default()).await;
+        let server = serve(&alibaba, dir.path(), (owner_choice.0, &owner_choice.1)).await;
         let mut client = server.client().await;
 
         for (provider, id) in [("aws", &aws_marked), ("alibabacloud", &ali_marked)] {
@@ -81,20 +91,7 @@ async fn a_vm_marked_do_not_delete_survives_every_delete() {
 
     // `false` does not protect: those are deleted as usual.
     let dir = tempfile::tempdir().unwrap();
-    let config = cloud::merged_config(
-        &["aws", "alibabacloud"],
-        alibaba
-            .config()
-            .into_iter()
-            .chain(moto::moto().config(&[]))
-            .chain([("DELETE_UNTAGGED".to_owned(), "allow".to_owned())]),
-    );
-    let pairs: Vec<(&str, &str)> = config
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    common::write_config(dir.path(), &pairs);
-    let server = common::start(dir.path(), Default::default()).await;
+    let server = serve(&alibaba, dir.path(), ("DELETE_UNTAGGED", "allow")).await;
     let mut client = server.client().await;
     for (provider, id) in [("aws", &aws_unmarked), ("alibabacloud", &ali_unmarked)] {
         let answer = client
