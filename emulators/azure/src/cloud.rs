@@ -509,6 +509,7 @@ impl Cloud {
                 "DELETE" => self.delete_nic(name),
                 _ => Reply::empty(405),
             },
+            // A VM's parts: looked up and deleted (other verbs are not served, as before).
             [
                 "subscriptions",
                 _,
@@ -518,7 +519,13 @@ impl Cloud {
                 "microsoft.network",
                 "publicipaddresses",
                 name,
-            ] if method == "GET" => self.get_public_ip(name),
+            ] if method == "GET" || method == "DELETE" => {
+                if method == "GET" {
+                    self.get_public_ip(name)
+                } else {
+                    self.delete_public_ip(name)
+                }
+            }
             [
                 "subscriptions",
                 _,
@@ -528,27 +535,13 @@ impl Cloud {
                 "microsoft.compute",
                 "disks",
                 name,
-            ] if method == "GET" => self.get_disk(name),
-            [
-                "subscriptions",
-                _,
-                "resourcegroups",
-                _,
-                "providers",
-                "microsoft.network",
-                "publicipaddresses",
-                name,
-            ] if method == "DELETE" => self.delete_public_ip(name),
-            [
-                "subscriptions",
-                _,
-                "resourcegroups",
-                _,
-                "providers",
-                "microsoft.compute",
-                "disks",
-                name,
-            ] if method == "DELETE" => self.delete_disk(name),
+            ] if method == "GET" || method == "DELETE" => {
+                if method == "GET" {
+                    self.get_disk(name)
+                } else {
+                    self.delete_disk(name)
+                }
+            }
             [
                 "subscriptions",
                 _,

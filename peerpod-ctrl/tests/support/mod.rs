@@ -174,16 +174,11 @@ impl Scenario {
 
     /// Event reasons recorded for objects in this namespace.
     pub async fn event_reasons(&self, object_name: &str) -> Vec<String> {
-        let events: Api<k8s_openapi::api::events::v1::Event> =
-            Api::namespaced(self.client.clone(), &self.ns);
-        events
-            .list(&ListParams::default())
+        self.events(object_name)
             .await
-            .expect("list Events")
-            .items
             .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(object_name))
-            .filter_map(|e| e.reason)
+            .map(|(reason, _)| reason)
+            .filter(|reason| !reason.is_empty())
             .collect()
     }
 
