@@ -116,13 +116,15 @@ impl Api {
         action: &'static str,
         params: &[(String, String)],
     ) -> Result<Value, Failure> {
+        let started = std::time::Instant::now();
         let result = self.send(service, action, params).await;
         let label = match &result {
             Ok(_) => RESULT_OK,
             Err(Failure::Error(Error::Throttled { .. })) => RESULT_THROTTLED,
             Err(_) => RESULT_ERROR,
         };
-        self.calls.record(NAME, action, label);
+        self.calls
+            .record_timed(NAME, action, label, started.elapsed());
         result
     }
 

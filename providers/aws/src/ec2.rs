@@ -157,6 +157,8 @@ impl Ec2 {
                 detail: "EC2 call limiter closed".into(),
             })?;
         self.limiter.until_ready().await;
+        // Timed from here: the wait for a permit and the rate limiter is ours, not the cloud's.
+        let started = std::time::Instant::now();
         let result = send(self.client.clone())
             .await
             .map_err(|error| self.classify(error));
@@ -168,7 +170,8 @@ impl Ec2 {
                 RESULT_ERROR
             }
         };
-        self.calls.record(NAME, operation, label);
+        self.calls
+            .record_timed(NAME, operation, label, started.elapsed());
         result
     }
 

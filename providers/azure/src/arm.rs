@@ -95,13 +95,15 @@ impl Policy for CountCalls {
             .fixed
             .or_else(|| ctx.value::<Operation>().map(|o| o.0))
             .unwrap_or("Unknown");
+        let started = std::time::Instant::now();
         let result = next[0].send(ctx, request, &next[1..]).await;
         let label = match &result {
             Ok(response) if response.status() == StatusCode::TooManyRequests => "throttled",
             Ok(response) if u16::from(response.status()) < 400 => "ok",
             _ => "error",
         };
-        self.calls.record(PROVIDER, operation, label);
+        self.calls
+            .record_timed(PROVIDER, operation, label, started.elapsed());
         result
     }
 }

@@ -119,15 +119,17 @@ impl PoolConfigMap {
         let mut tries = 0;
         loop {
             tries += 1;
+            let started = std::time::Instant::now();
             let failure = match tokio::time::timeout(CALL_TIMEOUT, attempt()).await {
                 Ok(Ok(value)) => {
-                    self.calls.record(NAME, name, "ok");
+                    self.calls.record_timed(NAME, name, "ok", started.elapsed());
                     return Ok(value);
                 }
                 Ok(Err(error)) => classify(&error, operation, &self.redactor()),
                 Err(_) => timed_out(operation, CALL_TIMEOUT),
             };
-            self.calls.record(NAME, name, failure.result_label());
+            self.calls
+                .record_timed(NAME, name, failure.result_label(), started.elapsed());
             match failure {
                 Failure::Transient(error) if tries < TRANSIENT_ATTEMPTS => {
                     tracing::debug!(operation, tries, %error, "Kubernetes API unavailable, trying again");

@@ -1,4 +1,7 @@
-//! Calls a backend makes to its cloud, counted by provider, operation and result.
+//! Calls a backend makes to its cloud, counted by provider, operation and result, and timed by provider and
+//! operation.
+
+use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,7 +21,19 @@ pub struct ProviderLabels {
     pub provider: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OperationLabels {
+    pub provider: &'static str,
+    pub operation: &'static str,
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 5 ms .. ~82 s: a local libvirt answers in milliseconds, a cloud API in tens to hundreds, a throttled or
+    // slow one (the SDKs' own retries included) in seconds; past a minute is an outage.
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
 
 fn batch_histogram() -> Histogram {
     // 1 .. 512 ids per cloud call.
@@ -30,6 +45,7 @@ fn batch_histogram() -> Histogram {
 pub struct CloudCalls {
     calls: Family<CloudCallLabels, Counter>,
     batch_sizes: HistogramFamily<ProviderLabels>,
+    durations: HistogramFamily<OperationLabels>,
 }
 
 impl Default for CloudCalls {
@@ -37,6 +53,7 @@ impl Default for CloudCalls {
         CloudCalls {
             calls: Family::default(),
             batch_sizes: Family::new_with_constructor(batch_histogram),
+            durations: Family::new_with_constructor(latency_histogram),
         }
     }
 }
@@ -53,6 +70,24 @@ impl CloudCalls {
             .inc();
     }
 
+    /// Counts one cloud API call as [`CloudCalls::record`] does and records how long it took, whatever its
+    /// result: a throttled or failing cloud is often a slow one too.
+    pub fn record_timed(
+        &self,
+        provider: &'static str,
+        operation: &'static str,
+        result: &'static str,
+        took: Duration,
+    ) {
+        self.record(provider, operation, result);
+        self.durations
+            .get_or_create(&OperationLabels {
+                provider,
+                operation,
+            })
+            .observe(took.as_secs_f64());
+    }
+
     /// Records how many instance ids one batched cloud call carried.
     pub fn record_batch(&self, provider: &'static str, ids: usize) {
         self.batch_sizes
@@ -60,12 +95,18 @@ impl CloudCalls {
             .observe(ids as f64);
     }
 
-    /// Registers `cloud_api_calls` and `cloud_batch_size` in `registry` (under its prefix).
+    /// Registers `cloud_api_calls`, `cloud_api_call_duration_seconds` and `cloud_batch_size` in `registry`
+    /// (under its prefix).
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "cloud_api_calls",
             "Calls to cloud APIs by provider, operation and result",
             self.calls.clone(),
+        );
+        registry.register(
+            "cloud_api_call_duration_seconds",
+            "Latency of calls to cloud APIs by provider and operation",
+            self.durations.clone(),
         );
         registry.register(
             "cloud_batch_size",
@@ -88,5 +129,46 @@ impl CloudCalls {
                 result,
             })
             .get()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(calls: &CloudCalls) -> String {
+        let mut registry = Registry::default();
+        calls.register(registry.sub_registry_with_prefix("provider_service"));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        text
+    }
+
+    #[test]
+    fn a_timed_call_is_counted_and_its_latency_observed_per_provider_and_operation() {
+        let calls = CloudCalls::default();
+        calls.record_timed(
+            "aws",
+            "TerminateInstances",
+            "throttled",
+            Duration::from_millis(300),
+        );
+        calls.record_timed("aws", "TerminateInstances", "ok", Duration::from_millis(20));
+        assert_eq!(calls.count("aws", "TerminateInstances", "throttled"), 1);
+        assert_eq!(calls.count("aws", "TerminateInstances", "ok"), 1);
+        let text = exposition(&calls);
+        assert!(
+            text.contains(
+                r#"provider_service_cloud_api_call_duration_seconds_count{provider="aws",operation="TerminateInstances"} 2"#
+            ),
+            "{text}"
+        );
+        // 20 ms falls in the 40 ms bucket, 300 ms does not.
+        assert!(
+            text.contains(
+                r#"provider_service_cloud_api_call_duration_seconds_bucket{le="0.04",provider="aws",operation="TerminateInstances"} 1"#
+            ),
+            "{text}"
+        );
     }
 }

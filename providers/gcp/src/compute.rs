@@ -194,6 +194,7 @@ impl Compute {
         operation: &'static str,
         call: impl Future<Output = Result<T, GaxError>>,
     ) -> Result<T, Failure> {
+        let started = std::time::Instant::now();
         let result = call
             .await
             .map_err(|error| Failure::from_sdk(&error, &self.redactor));
@@ -203,7 +204,9 @@ impl Compute {
             Err(failure) if failure.is_rate_limited() => "throttled",
             Err(_) => "error",
         };
-        self.calls.record(NAME, operation, label);
+        // The time of every attempt the SDK made, since its retries happen inside the call.
+        self.calls
+            .record_timed(NAME, operation, label, started.elapsed());
         result
     }
 }

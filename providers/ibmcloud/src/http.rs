@@ -193,6 +193,7 @@ impl Http {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let started = std::time::Instant::now();
             let outcome = match build().send().await {
                 Ok(response) => {
                     let status = response.status();
@@ -215,10 +216,11 @@ impl Http {
                 Err(e) => Err(e),
             };
             let status = outcome.as_ref().ok().map(|a| a.status);
-            self.calls.record(
+            self.calls.record_timed(
                 self.provider,
                 operation,
                 status.map_or("error", result_label),
+                started.elapsed(),
             );
             match (next_step(status, attempt, &self.policy), outcome) {
                 (Next::Retry(wait), outcome) => {

@@ -101,20 +101,22 @@ impl LibvirtProvider {
         let joined = tokio::task::spawn_blocking(move || {
             let mut last = None;
             for _attempt in 0..2 {
+                // Connecting counts: a reconnect is part of what the call waited for.
+                let started = std::time::Instant::now();
                 let c = match connection(&conn, &uri) {
                     Ok(c) => c,
                     Err(e) => {
-                        calls.record(NAME, op_name, "error");
+                        calls.record_timed(NAME, op_name, "error", started.elapsed());
                         return Err(e);
                     }
                 };
                 match op(&c) {
                     Ok(v) => {
-                        calls.record(NAME, op_name, "ok");
+                        calls.record_timed(NAME, op_name, "ok", started.elapsed());
                         return Ok(v);
                     }
                     Err(e) if is_connection_error(&e) => {
-                        calls.record(NAME, op_name, "error");
+                        calls.record_timed(NAME, op_name, "error", started.elapsed());
                         tracing::warn!(error = %e.message(), "libvirt connection broken, reconnecting");
                         if let Ok(mut guard) = conn.lock() {
                             *guard = None;
@@ -122,7 +124,7 @@ impl LibvirtProvider {
                         last = Some(e);
                     }
                     Err(e) => {
-                        calls.record(NAME, op_name, "error");
+                        calls.record_timed(NAME, op_name, "error", started.elapsed());
                         return Err(map_error(&e));
                     }
                 }
