@@ -14,6 +14,10 @@ pub enum Error {
     #[error("leader election: {message}")]
     LeaderElection { message: String },
 
+    /// A TLS setting (version, cipher suites) or the TLS configuration built from it is unusable.
+    #[error("TLS: {message}")]
+    Tls { message: String },
+
     /// Reading a file or binding a socket failed.
     #[error("{context}: {source}")]
     Io {
@@ -31,6 +35,7 @@ impl Error {
             Error::ProviderClient { .. } => "ProviderClient",
             Error::Io { .. } => "Io",
             Error::LeaderElection { .. } => "LeaderElection",
+            Error::Tls { .. } => "Tls",
         }
     }
 

@@ -10,6 +10,8 @@
 //! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
 //! - [`client`]: the provider-service client (TLS, ServiceAccount token, trace context).
 //! - [`leader`]: leader election on a Lease; work runs only while leading.
+//! - [`tls`]: the TLS listener of the services' ports (handshakes never block accepting) and the TLS version
+//!   and cipher settings upstream's webhook takes from its environment.
 //! - [`Error`]: the one error type, with a stable `reason()`.
 
 pub mod admin;
@@ -22,5 +24,6 @@ pub mod health;
 pub mod leader;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;
 
 pub use error::Error;

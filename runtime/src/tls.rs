@@ -1,0 +1,460 @@
+//! The one TLS listener of the services' ports (provider-service's gRPC port and the webhook's HTTPS port), and
+//! the TLS settings cloud-api-adaptor's webhook takes from its environment (`TLS_MIN_VERSION`,
+//! `TLS_CIPHER_SUITES`).
+//!
+//! Accepting never waits for a handshake: every accepted socket gets TCP_NODELAY and keepalive and its handshake
+//! runs in a task of its own with a short deadline. Handshakes in progress are bounded per peer address and in
+//! total; past a bound the *oldest* handshake of that peer (or of all) is dropped, never the new one. So a client
+//! that opens idle connections costs only the slots it holds, and a well-behaved client that finishes its
+//! handshake in milliseconds is served however many idle sockets are held open against the port.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::CipherSuite;
+use tokio_rustls::rustls::server::ResolvesServerCert;
+use tokio_rustls::server::TlsStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+
+/// Lowest TLS version a port accepts, by the names of Go's `crypto/tls` that `TLS_MIN_VERSION` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TlsVersion {
+    #[default]
+    #[value(name = "VersionTLS12")]
+    Tls12,
+    #[value(name = "VersionTLS13")]
+    Tls13,
+}
+
+/// The TLS version and cipher settings of a port, as cloud-api-adaptor's webhook reads them: a minimum version
+/// and, for TLS 1.2, an allow-list of cipher suites by their Go (IANA) names. TLS 1.3 suites are not
+/// configurable (as in Go): with a list, TLS 1.2 clients may only use the listed suites and TLS 1.3 clients any
+/// TLS 1.3 suite.
+#[derive(Debug, Clone, Default)]
+pub struct TlsPolicy {
+    pub min_version: TlsVersion,
+    /// TLS 1.2 suites allowed; empty allows every suite this build implements.
+    tls12_suites: Vec<CipherSuite>,
+}
+
+/// Go's TLS 1.2 suite names that rustls implements (AEAD with forward secrecy), with the older aliases
+/// Kubernetes' `cliflag.TLSCipherSuites` also accepts.
+const TLS12_SUITES: &[(&str, CipherSuite)] = &[
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+        CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+        CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305",
+        CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+        CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305",
+        CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// TLS 1.3 suite names Go accepts in the list and ignores (TLS 1.3 suites are always on).
+const TLS13_SUITES: &[&str] = &[
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// Suites Go knows but rustls does not implement (CBC, RC4, 3DES, RSA key exchange): a list naming them still
+/// works, without them.
+const UNSUPPORTED_SUITES: &[&str] = &[
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_RC4_128_SHA",
+    "TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_RC4_128_SHA",
+    "TLS_RSA_WITH_3DES_EDE_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA",
+    "TLS_RSA_WITH_AES_128_CBC_SHA256",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384",
+];
+
+impl TlsPolicy {
+    /// The policy of `TLS_MIN_VERSION` and `TLS_CIPHER_SUITES` (already split at commas), with upstream's rules:
+    /// names are trimmed and empty ones dropped, an unknown name is an error, and a list with a minimum of
+    /// TLS 1.3 is an error (TLS 1.3 suites are not configurable). Suites Go knows but this build does not
+    /// implement are left out and returned, for the caller to log; a list left with no TLS 1.2 suite at all is
+    /// an error, since it would silently allow every one.
+    pub fn new(
+        min_version: TlsVersion,
+        cipher_suites: &[String],
+    ) -> Result<(Self, Vec<String>), Error> {
+        let names: Vec<&str> = cipher_suites
+            .iter()
+            .map(|s| s.trim())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if names.is_empty() {
+            return Ok((
+                TlsPolicy {
+                    min_version,
+                    tls12_suites: Vec::new(),
+                },
+                Vec::new(),
+            ));
+        }
+        if min_version == TlsVersion::Tls13 {
+            return Err(Error::Tls {
+                message: "TLS_CIPHER_SUITES may not be set when TLS_MIN_VERSION is VersionTLS13: \
+                          TLS 1.3 cipher suites are not configurable"
+                    .into(),
+            });
+        }
+        let mut tls12_suites = Vec::new();
+        let mut left_out = Vec::new();
+        for name in names {
+            if let Some((_, suite)) = TLS12_SUITES.iter().find(|(n, _)| *n == name) {
+                if !tls12_suites.contains(suite) {
+                    tls12_suites.push(*suite);
+                }
+            } else if UNSUPPORTED_SUITES.contains(&name) {
+                left_out.push(name.to_owned());
+            } else if !TLS13_SUITES.contains(&name) {
+                let valid: Vec<&str> = TLS12_SUITES
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .chain(TLS13_SUITES.iter().copied())
+                    .collect();
+                return Err(Error::Tls {
+                    message: format!(
+                        "TLS_CIPHER_SUITES: unknown cipher suite {name:?}; valid names: {}",
+                        valid.join(", ")
+                    ),
+                });
+            }
+        }
+        if tls12_suites.is_empty() {
+            return Err(Error::Tls {
+                message: format!(
+                    "TLS_CIPHER_SUITES names no TLS 1.2 cipher suite this build implements (left out: {})",
+                    left_out.join(", ")
+                ),
+            });
+        }
+        Ok((
+            TlsPolicy {
+                min_version,
+                tls12_suites,
+            },
+            left_out,
+        ))
+    }
+
+    /// The TLS 1.2 suites the list allows; empty when every implemented one is.
+    pub fn tls12_suites(&self) -> &[CipherSuite] {
+        &self.tls12_suites
+    }
+
+    /// A rustls server configuration with this policy, serving the certificate `resolver` picks and speaking
+    /// the `alpn` protocols (e.g. `h2` for gRPC, `http/1.1` for the webhook).
+    pub fn server_config(
+        &self,
+        resolver: Arc<dyn ResolvesServerCert>,
+        alpn: &[&[u8]],
+    ) -> Result<Arc<rustls::ServerConfig>, Error> {
+        let mut provider = rustls::crypto::ring::default_provider();
+        if !self.tls12_suites.is_empty() {
+            provider.cipher_suites.retain(|s| match s {
+                rustls::SupportedCipherSuite::Tls13(_) => true,
+                rustls::SupportedCipherSuite::Tls12(_) => self.tls12_suites.contains(&s.suite()),
+            });
+        }
+        let versions: &[&rustls::SupportedProtocolVersion] = match self.min_version {
+            TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
+            TlsVersion::Tls13 => &[&rustls::version::TLS13],
+        };
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(versions)
+            .map_err(|e| Error::Tls {
+                message: e.to_string(),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(resolver);
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(config))
+    }
+}
+
+/// Bounds of the handshakes a listener runs.
+#[derive(Debug, Clone, Copy)]
+pub struct HandshakeLimits {
+    /// A handshake not finished by then is dropped. A client on the cluster network finishes in milliseconds;
+    /// the API server gives a webhook call 10 s in all.
+    pub timeout: Duration,
+    /// Handshakes in progress from one peer address at most; a new one past this drops that peer's oldest.
+    pub per_peer: usize,
+    /// Handshakes in progress at most; a new one past this drops the oldest of all.
+    pub total: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits {
+            timeout: Duration::from_secs(3),
+            per_peer: 64,
+            total: 1024,
+        }
+    }
+}
+
+/// TCP keepalive of accepted connections: a peer that vanished without a FIN is noticed.
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
+
+/// Connections that finished their TLS handshake on `listener`, until `shutdown` (or until the receiver is
+/// dropped). See the module doc for how handshakes are run and bounded.
+pub fn incoming(
+    listener: TcpListener,
+    config: Arc<rustls::ServerConfig>,
+    limits: HandshakeLimits,
+    shutdown: CancellationToken,
+) -> mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)> {
+    let (tx, rx) = mpsc::channel(64);
+    tokio::spawn(accept_loop(
+        listener,
+        TlsAcceptor::from(config),
+        limits,
+        tx,
+        shutdown,
+    ));
+    rx
+}
+
+/// Sets the socket options every accepted connection gets: TCP_NODELAY (a response's last small frame must not
+/// wait for the peer's delayed ACK) and keepalive.
+pub fn tune_accepted(tcp: &TcpStream, peer: SocketAddr) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
+    }
+    let keepalive = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE);
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&keepalive) {
+        tracing::debug!(%peer, error = %e, "TCP keepalive not set");
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    limits: HandshakeLimits,
+    connections: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    shutdown: CancellationToken,
+) {
+    let pending = Arc::new(Mutex::new(Pending::default()));
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = connections.closed() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // E.g. too many open files: back off instead of spinning.
+                tracing::warn!(error = %e, "accepting a connection failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        tune_accepted(&tcp, peer);
+        let (id, dropped) = match pending.lock() {
+            Ok(mut p) => p.admit(peer.ip(), &limits, shutdown.child_token()),
+            Err(_) => return,
+        };
+        let (acceptor, connections, pending) =
+            (acceptor.clone(), connections.clone(), pending.clone());
+        tokio::spawn(async move {
+            let handshake = tokio::select! {
+                () = dropped.cancelled() => None,
+                h = tokio::time::timeout(limits.timeout, acceptor.accept(tcp)) => Some(h),
+            };
+            if let Ok(mut p) = pending.lock() {
+                p.finish(peer.ip(), id);
+            }
+            match handshake {
+                Some(Ok(Ok(stream))) => {
+                    let _ = connections.send((stream, peer)).await;
+                }
+                Some(Ok(Err(e))) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Some(Err(_)) => tracing::debug!(%peer, "TLS handshake timed out"),
+                None => tracing::debug!(%peer, "TLS handshake dropped for a newer one"),
+            }
+        });
+    }
+}
+
+/// Handshakes in progress, oldest first per peer. Ids grow with each accept, so the oldest of all is the
+/// smallest id at the front of a peer's queue.
+#[derive(Default)]
+struct Pending {
+    next_id: u64,
+    by_peer: HashMap<IpAddr, VecDeque<(u64, CancellationToken)>>,
+    count: usize,
+}
+
+impl Pending {
+    /// Registers a new handshake from `peer`, dropping older ones past the limits.
+    fn admit(
+        &mut self,
+        peer: IpAddr,
+        limits: &HandshakeLimits,
+        token: CancellationToken,
+    ) -> (u64, CancellationToken) {
+        let queue = self.by_peer.entry(peer).or_default();
+        if queue.len() >= limits.per_peer.max(1)
+            && let Some((_, oldest)) = queue.pop_front()
+        {
+            oldest.cancel();
+            self.count -= 1;
+        }
+        while self.count >= limits.total.max(1) {
+            let oldest = self
+                .by_peer
+                .iter()
+                .filter_map(|(ip, q)| q.front().map(|(id, _)| (*id, *ip)))
+                .min();
+            let Some((_, ip)) = oldest else { break };
+            if let Some((_, token)) = self.by_peer.get_mut(&ip).and_then(VecDeque::pop_front) {
+                token.cancel();
+                self.count -= 1;
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.by_peer
+            .entry(peer)
+            .or_default()
+            .push_back((id, token.clone()));
+        self.count += 1;
+        (id, token)
+    }
+
+    /// Forgets a handshake that ended (or was dropped: then it is gone already).
+    fn finish(&mut self, peer: IpAddr, id: u64) {
+        if let Some(queue) = self.by_peer.get_mut(&peer) {
+            let before = queue.len();
+            queue.retain(|(i, _)| *i != id);
+            self.count -= before - queue.len();
+            if queue.is_empty() {
+                self.by_peer.remove(&peer);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn cipher_suites_follow_upstreams_rules() {
+        let (policy, left_out) = TlsPolicy::new(TlsVersion::Tls12, &names(&[])).unwrap();
+        assert!(policy.tls12_suites().is_empty());
+        assert!(left_out.is_empty());
+
+        let (policy, left_out) = TlsPolicy::new(
+            TlsVersion::Tls12,
+            &names(&[
+                " TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 ",
+                "",
+                "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA",
+                "TLS_AES_128_GCM_SHA256",
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            policy.tls12_suites(),
+            &[CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]
+        );
+        assert_eq!(left_out, ["TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA"]);
+
+        let unknown = TlsPolicy::new(TlsVersion::Tls12, &names(&["INVALID_CIPHER_SUITE"]))
+            .unwrap_err()
+            .to_string();
+        assert!(unknown.contains("unknown cipher suite"), "{unknown}");
+
+        let with13 = TlsPolicy::new(
+            TlsVersion::Tls13,
+            &names(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256"]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(with13.contains("VersionTLS13"), "{with13}");
+
+        let nothing_left =
+            TlsPolicy::new(TlsVersion::Tls12, &names(&["TLS_RSA_WITH_AES_128_CBC_SHA"]))
+                .unwrap_err()
+                .to_string();
+        assert!(
+            nothing_left.contains("no TLS 1.2 cipher suite"),
+            "{nothing_left}"
+        );
+    }
+
+    #[test]
+    fn the_oldest_handshake_makes_room() {
+        let limits = HandshakeLimits {
+            timeout: Duration::from_secs(1),
+            per_peer: 2,
+            total: 3,
+        };
+        let mut pending = Pending::default();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let (_, a0) = pending.admit(a, &limits, CancellationToken::new());
+        let (a1_id, a1) = pending.admit(a, &limits, CancellationToken::new());
+        let (_, a2) = pending.admit(a, &limits, CancellationToken::new());
+        assert!(a0.is_cancelled(), "a peer's third drops its first");
+        assert!(!a1.is_cancelled() && !a2.is_cancelled());
+        let (_, b0) = pending.admit(b, &limits, CancellationToken::new());
+        assert!(!b0.is_cancelled());
+        let (_, b1) = pending.admit(b, &limits, CancellationToken::new());
+        assert!(a1.is_cancelled(), "past the total, the oldest of all goes");
+        assert!(!a2.is_cancelled() && !b0.is_cancelled() && !b1.is_cancelled());
+        pending.finish(a, a1_id);
+        assert_eq!(pending.count, 3);
+    }
+}
