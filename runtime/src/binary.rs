@@ -55,7 +55,7 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let result = serve(admin, health, registry, controller).await;
+    let result = serve(component, admin, health, registry, controller).await;
     telemetry.shutdown().await;
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -67,9 +67,10 @@ where
 }
 
 async fn serve<F, Fut>(
+    component: &'static str,
     admin: &AdminArgs,
     health: &HealthArgs,
-    registry: Registry,
+    mut registry: Registry,
     controller: F,
 ) -> Result<(), Box<dyn std::error::Error>>
 where
@@ -81,6 +82,10 @@ where
         readiness: Readiness::default(),
         liveness: health.liveness(),
     };
+    registry.register_collector(Box::new(crate::metrics::Leader::new(
+        component,
+        health.readiness.clone(),
+    )));
     let server = AdminServer::bind(
         admin.admin_listen,
         health.readiness.clone(),

@@ -72,6 +72,14 @@ impl Readiness {
         }
     }
 
+    /// The detail `component` was last set with, if it is registered.
+    pub fn detail(&self, component: &str) -> Option<String> {
+        self.checks
+            .read()
+            .ok()
+            .and_then(|c| c.get(component).map(|c| c.detail.clone()))
+    }
+
     /// Forgets `component` (it no longer runs).
     pub fn remove(&self, component: &str) {
         if let Ok(mut checks) = self.checks.write() {

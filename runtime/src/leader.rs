@@ -117,6 +117,10 @@ impl LeaderConfig {
 /// metrics and is able to take over); the detail says whether it leads.
 pub const READINESS_COMPONENT: &str = "leader-election";
 
+/// The readiness detail of [`READINESS_COMPONENT`] while this replica holds the Lease and works
+/// (`peerpods_leader` reads it).
+pub const LEADING: &str = "leader";
+
 /// Pause before a standby retries after an API error.
 const RETRY: Duration = Duration::from_secs(2);
 
@@ -201,7 +205,7 @@ where
             continue 'standby;
         }
         info!(identity = %config.identity, lease = %config.lease_name, "acquired the Lease; starting work");
-        set_ready("leader");
+        set_ready(LEADING);
         loop {
             // Past the fence (the Lease still names us, but no renewal is confirmed), work waits for one while
             // changed() keeps renewing; the Lease may also turn out lost.

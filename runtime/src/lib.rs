@@ -22,6 +22,7 @@ pub mod client;
 mod error;
 pub mod health;
 pub mod leader;
+pub mod metrics;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
