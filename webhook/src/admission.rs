@@ -46,13 +46,7 @@ pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<Dynamic
             .and_then(|review| review.try_into().map_err(|e| format!("{e}")))
         {
             Ok(request) => request,
-            Err(reason) => {
-                let error = Error::MalformedRequest(reason);
-                tracing::warn!(%error, "refused an unreadable admission request");
-                let mut response = AdmissionResponse::invalid(error.to_string());
-                response.result.code = 400;
-                return (Outcome::Invalid, response.into_review());
-            }
+            Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
         };
     let allowed = AdmissionResponse::from(&request);
     let pod = match pod_created(&request) {
@@ -79,6 +73,16 @@ pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<Dynamic
         }
         Err(e) => refuse(&request, allowed, &Error::Patch(e.to_string())),
     }
+}
+
+/// The answer to a request that cannot be read (its body, or the AdmissionReview in it): refused with `code`
+/// and the reason. It has no uid to echo; the API server reports the call as failed, with this message in the
+/// webhook's log and metrics rather than a dropped connection.
+pub fn unreadable(error: &Error, code: u16) -> (Outcome, AdmissionReview<DynamicObject>) {
+    tracing::warn!(%error, code, "refused an unreadable admission request");
+    let mut response = AdmissionResponse::invalid(error.to_string());
+    response.result.code = code;
+    (Outcome::Invalid, response.into_review())
 }
 
 /// The Pod being created, or `None` for anything the webhook leaves alone. Only creation is mutated: the

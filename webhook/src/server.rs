@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::routing::post;
 use kube::core::DynamicObject;
@@ -153,11 +154,19 @@ struct AppState {
     metrics: Metrics,
 }
 
+/// Every answer is an AdmissionReview, a body that cannot be read (larger than [`MAX_REVIEW_BYTES`], cut off)
+/// included: the API server then reports the reason instead of an HTTP status.
 async fn mutate(
     State(state): State<AppState>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> axum::Json<AdmissionReview<DynamicObject>> {
-    let (outcome, review) = admission::review(&body, &state.target);
+    let (outcome, review) = match body {
+        Ok(body) => admission::review(&body, &state.target),
+        Err(rejection) => admission::unreadable(
+            &Error::MalformedRequest(format!("the request body: {}", rejection.body_text())),
+            rejection.status().as_u16(),
+        ),
+    };
     state.metrics.count(outcome);
     axum::Json(review)
 }
