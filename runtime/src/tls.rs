@@ -231,7 +231,7 @@ pub struct HandshakeLimits {
 impl Default for HandshakeLimits {
     fn default() -> Self {
         HandshakeLimits {
-            timeout: Duration::from_secs(3),
+            timeout: Duration::from_secs(10),
             per_peer: 64,
             total: 1024,
         }

@@ -42,6 +42,10 @@ struct Cli {
     /// Lowest TLS version the webhook port accepts.
     #[arg(long, env = "TLS_MIN_VERSION", value_enum, default_value_t = TlsVersion::Tls12)]
     tls_min_version: TlsVersion,
+    /// TLS 1.2 cipher suites the webhook port allows, comma-separated Go names (TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    /// ...); unset allows every suite it implements. Not allowed with VersionTLS13, as upstream.
+    #[arg(long, env = "TLS_CIPHER_SUITES", value_delimiter = ',')]
+    tls_cipher_suites: Vec<String>,
     /// Log line format: text or json.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -64,6 +68,7 @@ impl Cli {
             cert_dir: self.cert_dir.clone(),
             cert_poll_interval: CERT_POLL_INTERVAL,
             tls_min_version: self.tls_min_version,
+            tls_cipher_suites: self.tls_cipher_suites.clone(),
             target: Target::new(&self.target_runtime_class, &self.pod_vm_extended_resource),
         }
     }

@@ -9,11 +9,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
+use peerpods_runtime::shutdown::CancellationToken;
+use peerpods_runtime::tls::HandshakeLimits;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio_rustls::TlsAcceptor;
+use tokio::sync::mpsc;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -27,20 +27,9 @@ use crate::Error;
 pub const CERT_FILE: &str = "tls.crt";
 pub const KEY_FILE: &str = "tls.key";
 
-/// A handshake taking longer than this is dropped, so slow clients cannot hold slots.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at most; past this, accepting waits and the kernel's backlog queues connections.
-const MAX_HANDSHAKES: usize = 128;
-
-/// Lowest TLS version the port accepts (upstream's `TLS_MIN_VERSION` values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum TlsVersion {
-    #[default]
-    #[value(name = "VersionTLS12")]
-    Tls12,
-    #[value(name = "VersionTLS13")]
-    Tls13,
-}
+/// Lowest TLS version the port accepts (upstream's `TLS_MIN_VERSION` values), and the version and cipher policy
+/// built from it and `TLS_CIPHER_SUITES`: the same for every port of the services.
+pub use peerpods_runtime::tls::{TlsPolicy, TlsVersion};
 
 /// The certificate and key files and the pair currently served.
 #[derive(Debug)]
@@ -103,25 +92,16 @@ impl ServingCert {
         )
     }
 
-    /// A rustls server config serving the current pair. HTTP/1.1 only, as controller-runtime's webhook server
-    /// does by default: the API server needs nothing else, and it keeps HTTP/2's rapid-reset attacks away.
+    /// A rustls server config serving the current pair with `policy`'s TLS versions and cipher suites. HTTP/1.1
+    /// only, as controller-runtime's webhook server does by default: the API server needs nothing else, and it
+    /// keeps HTTP/2's rapid-reset attacks away.
     pub fn server_config(
         self: &Arc<Self>,
-        min_version: TlsVersion,
+        policy: &TlsPolicy,
     ) -> Result<Arc<rustls::ServerConfig>, Error> {
-        let versions: &[&rustls::SupportedProtocolVersion] = match min_version {
-            TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
-            TlsVersion::Tls13 => &[&rustls::version::TLS13],
-        };
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_protocol_versions(versions)
-        .map_err(|e| Error::Certificate(e.to_string()))?
-        .with_no_client_auth()
-        .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(Arc::new(config))
+        policy
+            .server_config(self.clone(), &[b"http/1.1"])
+            .map_err(|e| Error::Certificate(e.to_string()))
     }
 }
 
@@ -155,12 +135,14 @@ fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, 
     Ok(Arc::new(certified))
 }
 
-/// Connections that completed their TLS handshake, for `axum::serve`. Handshakes run in tasks of their own (at
-/// most [`MAX_HANDSHAKES`] at once, each within [`HANDSHAKE_TIMEOUT`]), so a slow client delays nobody.
+/// Connections that completed their TLS handshake, for `axum::serve`, from the services' shared listener
+/// ([`peerpods_runtime::tls::incoming`]): accepting never waits for a handshake, each runs in its own task with a
+/// short deadline, and idle connections cost only the handshake slots they hold.
 pub struct TlsListener {
     connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local_addr: SocketAddr,
-    accepting: tokio::task::JoinHandle<()>,
+    /// Stops the accept loop (and so closes the port) when the listener is dropped.
+    stop: CancellationToken,
 }
 
 impl TlsListener {
@@ -168,20 +150,24 @@ impl TlsListener {
         let local_addr = listener
             .local_addr()
             .map_err(|e| Error::io("webhook listener address", e))?;
-        let (tx, connections) = mpsc::channel(32);
-        let accepting = tokio::spawn(accept(listener, TlsAcceptor::from(config), tx));
+        let stop = CancellationToken::new();
+        let connections = peerpods_runtime::tls::incoming(
+            listener,
+            config,
+            HandshakeLimits::default(),
+            stop.clone(),
+        );
         Ok(TlsListener {
             connections,
             local_addr,
-            accepting,
+            stop,
         })
     }
 }
 
 impl Drop for TlsListener {
     fn drop(&mut self) {
-        // The accept loop owns the socket: stopping it closes the port.
-        self.accepting.abort();
+        self.stop.cancel();
     }
 }
 
@@ -192,47 +178,13 @@ impl axum::serve::Listener for TlsListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         match self.connections.recv().await {
             Some(connection) => connection,
-            // The accept loop only ends when aborted, and then nothing is accepted any more.
+            // The accept loop only ends when stopped, and then nothing is accepted any more.
             None => std::future::pending().await,
         }
     }
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         Ok(self.local_addr)
-    }
-}
-
-async fn accept(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    connections: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (tcp, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // E.g. too many open files: back off instead of spinning.
-                tracing::warn!(error = %e, "accepting a connection failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (acceptor, connections) = (acceptor.clone(), connections.clone());
-        tokio::spawn(async move {
-            let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
-            drop(slot);
-            match handshake {
-                Ok(Ok(stream)) => {
-                    let _ = connections.send((stream, peer)).await;
-                }
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-            }
-        });
     }
 }
 

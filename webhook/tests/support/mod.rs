@@ -76,6 +76,7 @@ impl Webhook {
             cert_dir: cert_dir.path().to_owned(),
             cert_poll_interval: Duration::from_millis(100),
             tls_min_version: TlsVersion::Tls12,
+            tls_cipher_suites: Vec::new(),
             target,
         };
         let running = server::start(options, stop.clone()).await.unwrap();
