@@ -88,6 +88,9 @@ helm-lint: $(HELM)
 	$(HELM) lint --strict $(CRD_CHART) --kube-version $(KUBE_VERSION)
 	$(HELM) lint --strict $(CHART) --kube-version $(KUBE_VERSION)
 	$(HELM) lint --strict $(CHART) --kube-version $(KUBE_VERSION) -f $(ROOT)/deploy/tests/values-full.yaml
+	@# Beside cloud-api-adaptor's chart (docs/alongside-caa.md), with the cluster tag a real install sets.
+	$(HELM) lint --strict $(CHART) --kube-version $(KUBE_VERSION) -f $(CHART)/examples/alongside-caa.yaml \
+	  --set peerpodCtrl.orphans.clusterTag=peerpods.io/cluster=example
 
 ## kubebuilder verbs against the cluster of the current KUBECONFIG
 
