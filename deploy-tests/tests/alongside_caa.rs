@@ -1,0 +1,265 @@
+//! Our chart beside cloud-api-adaptor's own (`peerpods` 0.4.0, CAA v0.22), installed as docs/alongside-caa.md
+//! says: CAA's chart with `resourceCtrl.enabled=false`, the PeerPod CRD CAA's chart created from its `crds/`
+//! directory taken over by `peerpods-crds` (`helm --take-ownership`), ours in CAA's namespace with
+//! `examples/alongside-caa.yaml`. A PeerPod CAA's ServiceAccount records (with the RBAC of CAA's chart) is cleaned up
+//! by our peerpod-ctrl. Each step that the documentation adds is first shown failing without it. Runs on a control
+//! plane of its own (its own test binary): it installs cluster-wide CRDs.
+
+mod caa;
+mod support;
+
+use std::time::Duration;
+
+use caa::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject};
+use support::*;
+
+fn helm_owner(crd: &CustomResourceDefinition) -> (Option<String>, Option<String>) {
+    let labels = crd.metadata.labels.clone().unwrap_or_default();
+    let annotations = crd.metadata.annotations.clone().unwrap_or_default();
+    (
+        labels.get("app.kubernetes.io/managed-by").cloned(),
+        annotations.get("meta.helm.sh/release-name").cloned(),
+    )
+}
+
+fn printer_columns(crd: &CustomResourceDefinition) -> Vec<String> {
+    crd.spec.versions[0]
+        .additional_printer_columns
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_records() {
+    let cp = testenv::shared();
+    let admin = cp.client().await;
+    let work = tempfile::tempdir().expect("temp dir");
+    let kept_vm = uuid::Uuid::new_v4().to_string();
+    let cleaned_vm = uuid::Uuid::new_v4().to_string();
+    let host = work.path().join("libvirt-host.xml");
+    std::fs::write(&host, libvirt_host(&[kept_vm.clone(), cleaned_vm.clone()])).expect("host");
+    let chart = work.path().join("caa-chart");
+    write_caa_chart(&chart, &format!("test://{}", host.display()));
+    let chart = chart.display().to_string();
+
+    // CAA as its users run it today: upstream's peerpod-ctrl on, the PeerPod CRD from crds/ (no Helm metadata).
+    helm_ok(
+        cp,
+        &[
+            "install",
+            CAA_RELEASE,
+            &chart,
+            "--namespace",
+            CAA_NS,
+            "--create-namespace",
+        ],
+    )
+    .await;
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let crd = crds.get(PEERPODS_CRD).await.expect("CAA's PeerPod CRD");
+    assert_eq!(
+        helm_owner(&crd),
+        (None, None),
+        "Helm installs a crds/ directory without ownership metadata"
+    );
+    testenv::wait_for("PeerPod CRD served", Duration::from_secs(30), || async {
+        let crd = crds.get(PEERPODS_CRD).await.ok()?;
+        crd.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+
+    // A workload CAA already runs: its PeerPod, recorded with the RBAC of CAA's chart.
+    let workloads = testenv::namespace(&admin, "workload").await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &workloads);
+    let caa = caa_client(cp).await;
+    let live = workload_pod(&pods, "live").await;
+    let live_peerpod = caa_records_vm(&caa, &live, &kept_vm).await;
+
+    // 1. CAA's cleanup controller off, so only ours acts on PeerPods.
+    helm_ok(
+        cp,
+        &[
+            "upgrade",
+            CAA_RELEASE,
+            &chart,
+            "--namespace",
+            CAA_NS,
+            "--reuse-values",
+            "--set",
+            "resourceCtrl.enabled=false",
+        ],
+    )
+    .await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
+    assert!(
+        deployments
+            .get_opt("peerpodctrl-controller-manager")
+            .await
+            .expect("get")
+            .is_none(),
+        "resourceCtrl.enabled=false removes upstream's peerpod-ctrl"
+    );
+
+    // 2. The CRDs: Helm will not adopt CAA's PeerPod CRD by itself; with --take-ownership it does, and the
+    //    CRD becomes ours (our schema and columns) with every PeerPod kept.
+    let crd_install = [
+        "upgrade",
+        "--install",
+        "peerpods-crds",
+        CRD_CHART,
+        "--namespace",
+        "default",
+    ];
+    let (ok, _, err) = helm(cp, &crd_install).await;
+    assert!(
+        !ok && err.contains("invalid ownership metadata"),
+        "peerpods-crds installed over CAA's CRD without taking it over: {err}"
+    );
+    assert!(
+        printer_columns(&crds.get(PEERPODS_CRD).await.expect("CRD")).is_empty(),
+        "the refused install left CAA's CRD alone"
+    );
+    helm_ok(cp, &[&crd_install[..], &["--take-ownership"][..]].concat()).await;
+    let crd = crds.get(PEERPODS_CRD).await.expect("PeerPod CRD");
+    assert_eq!(
+        helm_owner(&crd),
+        (Some("Helm".into()), Some("peerpods-crds".into())),
+        "peerpods-crds owns the PeerPod CRD"
+    );
+    assert!(
+        printer_columns(&crd).contains(&"Provider".to_owned()),
+        "the CRD has our schema: {:?}",
+        printer_columns(&crd)
+    );
+    assert!(
+        crds.get_opt("peerpodconfigs.confidentialcontainers.org")
+            .await
+            .expect("get")
+            .is_some(),
+        "peerpods-crds installs the CRD CAA's chart lacks"
+    );
+    let peerpods: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &workloads, &peerpod_resource());
+    assert!(
+        peerpods
+            .get_opt(&live_peerpod)
+            .await
+            .expect("get")
+            .is_some(),
+        "the PeerPod made before the CRD changed hands is kept"
+    );
+
+    // 3. Ours in CAA's namespace. With the chart's defaults Helm refuses (CAA's chart owns ServiceAccount
+    //    cloud-api-adaptor); with the example's values it installs, and renders nothing of peer-pod-config-ctrl.
+    let (ok, _, err) = helm(
+        cp,
+        &[
+            "install",
+            "without-example",
+            CHART,
+            "--namespace",
+            CAA_NS,
+            "-f",
+            DEV_VALUES,
+        ],
+    )
+    .await;
+    assert!(
+        !ok && err.contains("\"cloud-api-adaptor\"") && err.contains("invalid ownership metadata"),
+        "the chart's defaults installed beside CAA's chart: {err}"
+    );
+    helm_ok(
+        cp,
+        &[
+            "install",
+            OUR_RELEASE,
+            CHART,
+            "--namespace",
+            CAA_NS,
+            "-f",
+            ALONGSIDE_VALUES,
+            // libvirt's test driver: provider-service in development mode.
+            "-f",
+            DEV_VALUES,
+        ],
+    )
+    .await;
+    let manifest = helm_ok(cp, &["get", "manifest", OUR_RELEASE, "--namespace", CAA_NS]).await;
+    let config_ctrl: Vec<&str> = manifest
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && l.contains("peer-pod-config-ctrl"))
+        .collect();
+    assert!(
+        config_ctrl.is_empty(),
+        "peerPodConfigCtrl.enabled=false still renders: {config_ctrl:?}"
+    );
+    assert!(
+        deployments
+            .get_opt(&format!("{OUR_RELEASE}-peer-pod-config-ctrl"))
+            .await
+            .expect("get")
+            .is_none()
+    );
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CAA_NS);
+    assert!(
+        accounts
+            .get_opt("peer-pods-webhook")
+            .await
+            .expect("get")
+            .is_none(),
+        "no webhook ServiceAccount without peer-pod-config-ctrl"
+    );
+
+    // Our provider-service (CAA's peer-pods-cm and peer-pods-secret) and peerpod-ctrl, as their ServiceAccounts.
+    let ours = Ours::start(cp, work.path()).await;
+    let vms = ours.vms().await;
+    assert!(
+        vms.contains(&kept_vm) && vms.contains(&cleaned_vm),
+        "{vms:?}"
+    );
+
+    // The cleanup story: CAA (still caa_client: its ServiceAccount is CAA's chart's) records a VM; the Pod goes;
+    // the garbage collector deletes the PeerPod; our peerpod-ctrl deletes the VM and releases the finalizer.
+    let caa = caa_client(cp).await;
+    let doomed = workload_pod(&pods, "doomed").await;
+    let doomed_peerpod = caa_records_vm(&caa, &doomed, &cleaned_vm).await;
+    pods.delete("doomed", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    testenv::wait_for(
+        &format!("PeerPod {doomed_peerpod} cleaned up and gone"),
+        Duration::from_secs(120),
+        || async { matches!(peerpods.get_opt(&doomed_peerpod).await, Ok(None)).then_some(()) },
+    )
+    .await;
+    let vms = ours.vms().await;
+    assert!(!vms.contains(&cleaned_vm), "VM {cleaned_vm} left: {vms:?}");
+    assert!(vms.contains(&kept_vm), "the live Pod's VM went: {vms:?}");
+    assert_eq!(
+        ours.delete_answers(),
+        vec![(
+            cleaned_vm.clone(),
+            "deleted".to_owned(),
+            ours.peerpod_ctrl_caller.clone()
+        )],
+        "one delete, of the deleted Pod's VM, by our peerpod-ctrl"
+    );
+    assert!(
+        peerpods
+            .get_opt(&live_peerpod)
+            .await
+            .expect("get")
+            .is_some(),
+        "the live Pod's PeerPod stays"
+    );
+}

@@ -1,0 +1,526 @@
+//! cloud-api-adaptor's own Helm chart (`peerpods` 0.4.0, CAA v0.22) on the local control plane, and our release
+//! beside it, for the alongside and migration tests.
+//!
+//! CAA's chart is rebuilt from what it renders for libvirt (`peer-pod-config-ctrl/tests/fixtures/caa-chart/`):
+//! its own objects, the `resourceCtrl` subchart (upstream's peerpod-ctrl, `peerpodctrl-controller-manager`) behind
+//! the same `resourceCtrl.enabled` switch, and the PeerPod CRD in a `crds/` directory as the subchart ships it, so
+//! Helm installs it without ownership metadata. Nothing runs CAA's Pods (there is no kubelet): what matters here
+//! is their objects, RBAC and CRDs.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use peerpods_proto::v1::ListInstancesRequest;
+use peerpods_runtime::client::{ProviderClientConfig, connect};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::support::*;
+
+/// CAA's namespace; ours installs into it too, to share peer-pods-cm and peer-pods-secret.
+pub const CAA_NS: &str = "confidential-containers-system";
+/// CAA's release, as its README installs it.
+pub const CAA_RELEASE: &str = "peerpods";
+/// Ours, beside it (release names are per namespace: it cannot be `peerpods` too).
+pub const OUR_RELEASE: &str = "peerpods-ctrl";
+pub const ALONGSIDE_VALUES: &str = "deploy/chart/peerpods/examples/alongside-caa.yaml";
+/// libvirt's test driver needs provider-service's development mode.
+pub const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
+pub const CRD_CHART: &str = "deploy/chart/peerpods-crds";
+pub const PEERPODS_CRD: &str = "peerpods.confidentialcontainers.org";
+/// The finalizer CAA puts on every PeerPod.
+pub const FINALIZER: &str = "peer.pod/finalizer";
+const FIXTURE: &str = "peer-pod-config-ctrl/tests/fixtures/caa-chart/libvirt.yaml";
+/// The body CAA POSTs for a PeerPod.
+const PEERPOD_BODY: &str = "peerpod-ctrl/tests/fixtures/caa-peerpod.json";
+
+/// The PeerPod CRD as upstream's peerpod-ctrl chart ships it in `crds/` (controller-gen output for
+/// `spec.cloudProvider`, `spec.instanceID` and `status.cleand`; docs upstream-contract).
+const UPSTREAM_PEERPOD_CRD: &str = "\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  annotations:
+    controller-gen.kubebuilder.io/version: v0.14.0
+  name: peerpods.confidentialcontainers.org
+spec:
+  group: confidentialcontainers.org
+  names:
+    kind: PeerPod
+    listKind: PeerPodList
+    plural: peerpods
+    singular: peerpod
+  scope: Namespaced
+  versions:
+  - name: v1alpha1
+    schema:
+      openAPIV3Schema:
+        properties:
+          apiVersion:
+            type: string
+          kind:
+            type: string
+          metadata:
+            type: object
+          spec:
+            properties:
+              cloudProvider:
+                type: string
+              instanceID:
+                type: string
+            type: object
+          status:
+            properties:
+              cleand:
+                type: boolean
+            type: object
+        type: object
+    served: true
+    storage: true
+    subresources:
+      status: {}
+";
+
+pub fn peerpod_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod");
+    ApiResource::from_gvk_with_plural(&gvk, "peerpods")
+}
+
+/// Writes CAA's chart to `dir`, its peer-pods-cm pointing libvirt at `libvirt_uri` (as its
+/// `providerConfigs.libvirt.LIBVIRT_URI` does).
+///
+/// Its webhook subchart is off (`webhook.enabled=false`): its Certificate needs cert-manager, and with no kubelet
+/// to run it, its `failurePolicy: Fail` configuration would refuse every Pod of the test. Which webhook mutates
+/// Pods plays no part in the cleanup story.
+pub fn write_caa_chart(dir: &Path, libvirt_uri: &str) {
+    let fixture =
+        std::fs::read_to_string(testenv::repo_root().join(FIXTURE)).expect("CAA chart fixture");
+    let (mut own, mut resource_ctrl, mut webhook) = (String::new(), String::new(), String::new());
+    for doc in documents(&fixture) {
+        let source = doc
+            .lines()
+            .find_map(|l| l.strip_prefix("# Source: "))
+            .unwrap_or_default()
+            .to_owned();
+        let doc = if kind_of(&doc) == "ConfigMap" && doc.contains("  name: peer-pods-cm\n") {
+            let with_uri = doc.replace(
+                "  CLOUD_PROVIDER: \"libvirt\"\n",
+                &format!("  CLOUD_PROVIDER: \"libvirt\"\n  LIBVIRT_URI: \"{libvirt_uri}\"\n"),
+            );
+            assert_ne!(with_uri, doc, "peer-pods-cm of the fixture names no cloud");
+            with_uri
+        } else {
+            doc
+        };
+        let target = if source.starts_with("peerpods/charts/resourceCtrl/") {
+            &mut resource_ctrl
+        } else if source.starts_with("peerpods/charts/webhook/") {
+            if ["Certificate", "Issuer"].contains(&kind_of(&doc)) {
+                continue;
+            }
+            &mut webhook
+        } else {
+            &mut own
+        };
+        target.push_str("---\n");
+        target.push_str(&doc);
+    }
+    assert!(
+        resource_ctrl.contains("name: peerpodctrl-controller-manager"),
+        "the fixture holds upstream's peerpod-ctrl"
+    );
+    std::fs::create_dir_all(dir.join("templates")).expect("chart dir");
+    std::fs::create_dir_all(dir.join("crds")).expect("chart dir");
+    let files = [
+        (
+            "Chart.yaml",
+            "apiVersion: v2\nname: peerpods\ndescription: cloud-api-adaptor's chart, from its rendered objects\n\
+             type: application\nversion: 0.4.0\nappVersion: \"v0.22.0\"\n"
+                .to_owned(),
+        ),
+        (
+            "values.yaml",
+            "resourceCtrl:\n  enabled: true\nwebhook:\n  enabled: false\n".to_owned(),
+        ),
+        (
+            "crds/confidentialcontainers.org_peerpods.yaml",
+            UPSTREAM_PEERPOD_CRD.to_owned(),
+        ),
+        ("templates/caa.yaml", own),
+        (
+            "templates/resourcectrl.yaml",
+            format!("{{{{- if .Values.resourceCtrl.enabled }}}}\n{resource_ctrl}{{{{- end }}}}\n"),
+        ),
+        (
+            "templates/webhook.yaml",
+            format!("{{{{- if .Values.webhook.enabled }}}}\n{webhook}{{{{- end }}}}\n"),
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("chart file");
+    }
+}
+
+/// Runs helm against control plane `cp`; returns (success, stdout, stderr).
+pub async fn helm(cp: &testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--kubeconfig", &kubeconfig]);
+    run(&tool("helm"), &all, None).await
+}
+
+pub async fn helm_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
+    let (ok, out, err) = helm(cp, args).await;
+    assert!(ok, "helm {} failed:\n{err}\n{out}", args.join(" "));
+    out
+}
+
+/// Runs kubectl against control plane `cp`, which must succeed.
+pub async fn kubectl_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let mut all: Vec<&str> = vec!["--kubeconfig", &kubeconfig];
+    all.extend(args);
+    run_ok(&tool("kubectl"), &all, None).await
+}
+
+/// A libvirt test-driver host with one running domain per UUID.
+pub fn libvirt_host(vms: &[String]) -> String {
+    let mut xml = String::from("<node>\n");
+    for (i, uuid) in vms.iter().enumerate() {
+        xml.push_str(&format!(
+            "  <domain type='test'>\n    <name>podvm-{i}</name>\n    <uuid>{uuid}</uuid>\n    \
+             <memory>1048576</memory>\n    <vcpu>1</vcpu>\n    <os><type>hvm</type></os>\n  </domain>\n"
+        ));
+    }
+    xml.push_str("</node>\n");
+    xml
+}
+
+fn files_of(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, ByteString(v))| (k, v))
+        .collect()
+}
+
+fn service_account_of(d: &Deployment) -> String {
+    d.spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .expect("serviceAccountName")
+}
+
+/// Our release's provider-service and peerpod-ctrl, running out of cluster as the chart's ServiceAccounts with
+/// the chart's environment (as `chart.rs` runs them).
+pub struct Ours {
+    pub provider: Service,
+    pub peerpod_ctrl: Service,
+    pub provider_admin: SocketAddr,
+    grpc_port: u16,
+    ca_file: PathBuf,
+    token_file: PathBuf,
+    server_name: String,
+    /// peerpod-ctrl's ServiceAccount, as provider-service names its callers (`namespace/name`).
+    pub peerpod_ctrl_caller: String,
+}
+
+impl Ours {
+    pub async fn start(cp: &testenv::ControlPlane, work: &Path) -> Ours {
+        let admin = cp.client().await;
+        let fullname = OUR_RELEASE.to_owned();
+        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
+        let ps_deploy = deployments
+            .get(&format!("{fullname}-provider-service"))
+            .await
+            .expect("provider-service Deployment");
+        let pc_deploy = deployments
+            .get(&format!("{fullname}-peerpod-ctrl"))
+            .await
+            .expect("peerpod-ctrl Deployment");
+        let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), CAA_NS);
+        let secrets: Api<Secret> = Api::namespaced(admin.clone(), CAA_NS);
+        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CAA_NS);
+        for sa in [
+            service_account_of(&ps_deploy),
+            service_account_of(&pc_deploy),
+        ] {
+            accounts
+                .get(&sa)
+                .await
+                .unwrap_or_else(|e| panic!("ServiceAccount {sa} from the chart: {e}"));
+        }
+
+        // provider-service: peer-pods-cm and peer-pods-secret (CAA's chart's) and its certificate, mounted as a
+        // kubelet would.
+        let ps_dir = work.join("provider-service");
+        let mounted =
+            |name: &str| ps_dir.join(mount_path(&ps_deploy, name).trim_start_matches('/'));
+        let cm_name = volume(&ps_deploy, "config")
+            .config_map
+            .as_ref()
+            .map(|c| c.name.clone())
+            .expect("config volume");
+        let secret_name = volume(&ps_deploy, "credentials")
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.clone())
+            .expect("credentials volume");
+        let tls_name = volume(&ps_deploy, "tls")
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.clone())
+            .expect("tls volume");
+        let cm = config_maps.get(&cm_name).await.expect("peer-pods-cm");
+        mount_files(
+            &mounted("config"),
+            &cm.data
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, v.into_bytes()))
+                .collect(),
+        );
+        let credentials = secrets.get(&secret_name).await.expect("peer-pods-secret");
+        mount_files(&mounted("credentials"), &files_of(&credentials));
+        let tls = secrets.get(&tls_name).await.expect("TLS Secret");
+        mount_files(&mounted("tls"), &files_of(&tls));
+        let ps_token =
+            testenv::service_account_token(&admin, CAA_NS, &service_account_of(&ps_deploy), &[])
+                .await;
+        let ps_kubeconfig = work.join("provider-service.kubeconfig");
+        token_kubeconfig(cp, &ps_kubeconfig, &ps_token);
+        let grpc_port = free_port();
+        let provider_admin: SocketAddr =
+            format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let mut ps_env = container_env(&ps_deploy, "provider-service-0");
+        relocate(&mut ps_env, "/etc/peerpods", &ps_dir.join("etc/peerpods"));
+        ps_env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
+        ps_env.insert("ADMIN_LISTEN".into(), provider_admin.to_string());
+        ps_env.insert("HOME".into(), work.display().to_string());
+        ps_env.insert("KUBECONFIG".into(), ps_kubeconfig.display().to_string());
+        let mut provider = Service::start(
+            "provider-service",
+            &service_binary("provider-service"),
+            &ps_env,
+            provider_admin,
+            work,
+        );
+        provider.wait_ready().await;
+
+        // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
+        let dir = work.join("peerpod-ctrl-0");
+        let sources = volume(&pc_deploy, "provider-service")
+            .projected
+            .clone()
+            .and_then(|p| p.sources)
+            .expect("projected volume");
+        let audience = sources
+            .iter()
+            .find_map(|s| s.service_account_token.as_ref()?.audience.clone())
+            .expect("token audience");
+        let ca_secret = sources
+            .iter()
+            .find_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
+            .expect("CA Secret");
+        let sa = service_account_of(&pc_deploy);
+        let provider_token =
+            testenv::service_account_token(&admin, CAA_NS, &sa, &[&audience]).await;
+        let ca = files_of(&secrets.get(&ca_secret).await.expect("CA Secret"))
+            .remove("ca.crt")
+            .expect("ca.crt");
+        let mount = dir.join("mount");
+        mount_files(
+            &mount,
+            &BTreeMap::from([
+                ("token".to_owned(), provider_token.into_bytes()),
+                ("ca.crt".to_owned(), ca),
+            ]),
+        );
+        let api_token = testenv::service_account_token(&admin, CAA_NS, &sa, &[]).await;
+        let kubeconfig = dir.join("kubeconfig");
+        token_kubeconfig(cp, &kubeconfig, &api_token);
+        let pc_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let mut env = container_env(&pc_deploy, "peerpod-ctrl-0");
+        relocate(
+            &mut env,
+            &mount_path(&pc_deploy, "provider-service"),
+            &mount,
+        );
+        let server_name = env["PROVIDER_ENDPOINT"]
+            .trim_start_matches("https://")
+            .rsplit_once(':')
+            .map(|(h, _)| h.to_owned())
+            .expect("https endpoint");
+        env.insert(
+            "PROVIDER_ENDPOINT".into(),
+            format!("https://127.0.0.1:{grpc_port}"),
+        );
+        env.insert("PROVIDER_SERVER_NAME".into(), server_name.clone());
+        env.insert("ADMIN_LISTEN".into(), pc_admin.to_string());
+        env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+        let mut peerpod_ctrl = Service::start(
+            "peerpod-ctrl-0",
+            &service_binary("peerpod-ctrl"),
+            &env,
+            pc_admin,
+            work,
+        );
+        peerpod_ctrl.wait_ready().await;
+        Ours {
+            provider,
+            peerpod_ctrl,
+            provider_admin,
+            grpc_port,
+            ca_file: mount.join("ca.crt"),
+            token_file: mount.join("token"),
+            server_name,
+            peerpod_ctrl_caller: format!("{CAA_NS}/{sa}"),
+        }
+    }
+
+    /// The VMs libvirt holds, asked through provider-service as peerpod-ctrl (its orphan scan's call).
+    pub async fn vms(&self) -> Vec<String> {
+        let mut client = connect(&ProviderClientConfig {
+            endpoint: format!("https://127.0.0.1:{}", self.grpc_port),
+            ca_file: Some(self.ca_file.clone()),
+            tls_server_name: Some(self.server_name.clone()),
+            token_file: Some(self.token_file.clone()),
+            timeout: Some(Duration::from_secs(10)),
+        })
+        .expect("provider client");
+        client
+            .list_instances(ListInstancesRequest {
+                cloud_provider: "libvirt".into(),
+                tag_selector: Default::default(),
+            })
+            .await
+            .expect("ListInstances")
+            .into_inner()
+            .instances
+            .into_iter()
+            .map(|i| i.instance_id)
+            .collect()
+    }
+
+    /// provider-service's answers to DeleteInstance, from its JSON log: (instance id, outcome, caller).
+    pub fn delete_answers(&self) -> Vec<(String, String, String)> {
+        self.provider
+            .log_text()
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|entry| entry["fields"]["message"] == "instance delete answered")
+            .map(|entry| {
+                let field =
+                    |name: &str| entry["span"][name].as_str().unwrap_or_default().to_owned();
+                (
+                    field("instance_id"),
+                    entry["fields"]["outcome"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                    field("caller"),
+                )
+            })
+            .collect()
+    }
+
+    /// provider-service's `/metrics`: the sum of `provider_service_grpc_calls_total` samples whose labels include
+    /// every one of `labels`.
+    pub async fn grpc_calls(&self, labels: &[(&str, &str)]) -> f64 {
+        let text = http_get(self.provider_admin, "/metrics")
+            .await
+            .expect("provider-service /metrics");
+        text.lines()
+            .filter(|l| l.starts_with("provider_service_grpc_calls_total{"))
+            .filter(|l| {
+                labels
+                    .iter()
+                    .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
+
+/// The body of GET `path` on `addr`.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (_, body) = response.split_once("\r\n\r\n")?;
+    Some(body.to_owned())
+}
+
+/// A Pod of a workload (it never runs: there is no kubelet).
+pub async fn workload_pod(pods: &Api<Pod>, name: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
+    }))
+    .expect("Pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create Pod")
+}
+
+/// CAA records the VM of `pod` in a PeerPod, with the body it POSTs (fixture), as the client `caa` (its
+/// ServiceAccount).
+pub async fn caa_records_vm(caa: &kube::Client, pod: &Pod, vm: &str) -> String {
+    let text = std::fs::read_to_string(testenv::repo_root().join(PEERPOD_BODY))
+        .expect("CAA's PeerPod body");
+    let mut body: serde_json::Value = serde_json::from_str(&text).expect("PeerPod JSON");
+    let pod_name = pod.metadata.name.clone().expect("Pod name");
+    let ns = pod.metadata.namespace.clone().expect("Pod namespace");
+    let name = format!(
+        "{pod_name}-resource-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..5]
+    );
+    body["metadata"]["name"] = name.clone().into();
+    body["metadata"]["namespace"] = ns.clone().into();
+    body["metadata"]["ownerReferences"][0]["name"] = pod_name.into();
+    body["metadata"]["ownerReferences"][0]["uid"] = pod.metadata.uid.clone().into();
+    body["spec"]["cloudProvider"] = "libvirt".into();
+    body["spec"]["instanceID"] = vm.into();
+    let peerpod: DynamicObject = serde_json::from_value(body).expect("PeerPod");
+    Api::<DynamicObject>::namespaced_with(caa.clone(), &ns, &peerpod_resource())
+        .create(&PostParams::default(), &peerpod)
+        .await
+        .unwrap_or_else(|e| panic!("CAA's ServiceAccount creates PeerPod {name}: {e}"));
+    name
+}
+
+/// A client acting as CAA's ServiceAccount (`cloud-api-adaptor` in CAA's namespace, made by CAA's chart: it must
+/// exist, or the token request would quietly create it).
+pub async fn caa_client(cp: &testenv::ControlPlane) -> kube::Client {
+    let admin = cp.client().await;
+    let account = Api::<ServiceAccount>::namespaced(admin.clone(), CAA_NS)
+        .get("cloud-api-adaptor")
+        .await
+        .expect("CAA's ServiceAccount from its chart");
+    let owner = account
+        .metadata
+        .annotations
+        .unwrap_or_default()
+        .get("meta.helm.sh/release-name")
+        .cloned();
+    assert_eq!(
+        owner.as_deref(),
+        Some(CAA_RELEASE),
+        "CAA's ServiceAccount belongs to CAA's release"
+    );
+    let token = testenv::service_account_token(&admin, CAA_NS, "cloud-api-adaptor", &[]).await;
+    cp.client_with_token(&token).await
+}
