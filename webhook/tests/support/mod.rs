@@ -3,6 +3,8 @@
 //! the health port).
 #![allow(dead_code)]
 
+pub mod caa;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -147,9 +149,36 @@ fn response(raw: &[u8]) -> Response {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status in {head}"));
+    let body = &raw[split + 4..];
+    let chunked = head
+        .lines()
+        .any(|l| l.eq_ignore_ascii_case("transfer-encoding: chunked"));
     Response {
         status,
-        body: raw[split + 4..].to_vec(),
+        body: if chunked {
+            dechunk(body)
+        } else {
+            body.to_vec()
+        },
+    }
+}
+
+/// A chunked body's content (Go's HTTP server chunks answers of a few KiB and more).
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size = std::str::from_utf8(&body[..line_end]).unwrap();
+        let size = usize::from_str_radix(size.split(';').next().unwrap().trim(), 16).unwrap();
+        if size == 0 {
+            return out;
+        }
+        let start = line_end + 2;
+        out.extend_from_slice(&body[start..start + size]);
+        body = &body[start + size + 2..];
     }
 }
 
@@ -162,10 +191,31 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
     response(&raw)
 }
 
+/// Plain HTTP POST (the CAA reference).
+pub async fn post(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(&request("POST", path, body)).await.unwrap();
+    let mut raw = Vec::new();
+    tcp.read_to_end(&mut raw).await.unwrap();
+    response(&raw)
+}
+
 /// HTTPS POST trusting only `ca` (PEM); `Err` when the TLS handshake fails.
 pub async fn post_tls(
     addr: SocketAddr,
     ca: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<Response, String> {
+    post_tls_as(addr, ca, "127.0.0.1", path, body).await
+}
+
+/// HTTPS POST to `addr` verifying the server as `server_name` (as the API server verifies a webhook Service as
+/// `<service>.<namespace>.svc`), trusting only `ca` (PEM).
+pub async fn post_tls_as(
+    addr: SocketAddr,
+    ca: &str,
+    server_name: &str,
     path: &str,
     body: &[u8],
 ) -> Result<Response, String> {
@@ -181,7 +231,7 @@ pub async fn post_tls(
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = TcpStream::connect(addr).await.unwrap();
-    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let name = ServerName::try_from(server_name.to_owned()).unwrap();
     let mut tls = connector
         .connect(name, tcp)
         .await
