@@ -25,6 +25,20 @@ pub trait CloudEmulator: Send + Sync {
 
     /// Whether the VM, or any part created with it, still exists.
     fn vm_or_parts_exist(&self, instance_id: &str) -> bool;
+
+    /// The emulator's fault layer (see [`crate::faults`]): latency, hangs, server errors and
+    /// throttling at a rate, eventual consistency, long-running operations of N polls.
+    fn fault_layer(&self) -> &crate::faults::FaultLayer;
+
+    /// Sets the fault layer's knobs (replacing earlier ones) and restarts its counts.
+    fn set_faults(&self, faults: crate::faults::Faults) {
+        self.fault_layer().set(faults);
+    }
+
+    /// The faults answered since the knobs were last set.
+    fn injected(&self) -> crate::faults::Injected {
+        self.fault_layer().injected()
+    }
 }
 
 /// One provider-service configuration serving several clouds: the clouds' keys with one `CLOUD_PROVIDER`

@@ -2,12 +2,15 @@
 //!
 //! - [`byom`]: a bring-your-own-machine pool on the local control plane, as cloud-api-adaptor writes it.
 //! - [`cloud`]: what every local cloud emulator (`emulators/<cloud>`) offers the tests.
+//! - [`faults`]: the fault layer of the cloud emulators (latency, hangs, 5xx, throttling, eventual
+//!   consistency, long-running operations).
 //! - [`metrics`]: samples of a metrics scrape (Prometheus text or OpenMetrics), by name and labels.
 //! - [`moto`]: one moto server (the EC2 emulator from PyPI) per test binary, and helpers that arrange
 //!   and inspect its state with the real AWS SDK.
 
 pub mod byom;
 pub mod cloud;
+pub mod faults;
 pub mod metrics;
 pub mod moto;
 

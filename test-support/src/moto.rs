@@ -67,23 +67,30 @@ def not_found_message(ids):
     return "The instance IDs '%s' do not exist" % ", ".join(ids)
 
 def fault_for(action, key, ids):
+    # (seconds to wait first, the fault to answer or None)
     with lock:
         if not action or faults.get("access_key") not in (None, key):
-            return None
+            return 0, None
+        delay = faults.get("latency_secs", 0)
         if rng.random() < faults.get("throttle_rate", 0):
             injected["throttled"] += 1
-            return ("503 Service Unavailable", "RequestLimitExceeded", "Request limit exceeded.")
+            return delay, ("503 Service Unavailable", "RequestLimitExceeded", "Request limit exceeded.")
         if rng.random() < faults.get("server_error_rate", 0):
             injected["server_error"] += 1
-            return ("500 Internal Server Error", "InternalError", "An internal error has occurred.")
+            return delay, ("500 Internal Server Error", "InternalError", "An internal error has occurred.")
+        if faults.get("hang_rate", 0) and rng.random() < faults["hang_rate"]:
+            # Held far past any client deadline, then EC2's overload answer.
+            injected["hang"] += 1
+            return delay + faults.get("hang_secs", 600), ("503 Service Unavailable", "Unavailable",
+                "The server is overloaded and can't handle the request.")
         hidden = set(faults.get("hidden_ids", ()))
         window = faults.get("invisible_for_secs", 0)
         now = time.monotonic()
         unknown = [i for i in ids if i in hidden or now - created.get(i, float("-inf")) < window]
         if unknown:
             injected["not_found"] += 1
-            return ("400 Bad Request", "InvalidInstanceID.NotFound", not_found_message(unknown))
-    return None
+            return delay, ("400 Bad Request", "InvalidInstanceID.NotFound", not_found_message(unknown))
+    return delay, None
 
 def faulty(app):
     def handle(environ, start_response):
@@ -120,7 +127,9 @@ def faulty(app):
         if action:
             with lock:
                 requests[key][action] += 1
-        fault = fault_for(action, key, ids)
+        delay, fault = fault_for(action, key, ids)
+        if delay:
+            time.sleep(delay)
         if fault:
             return ec2_error(start_response, *fault)
         if action != "RunInstances":
@@ -145,8 +154,8 @@ server.shutdown()
 "#;
 
 /// What EC2 does and moto does not, for the layer in front of moto to answer instead of it.
-/// Faults apply to EC2 calls (requests with an `Action`), in this order: throttling, server
-/// errors, unknown instances; a request they spare reaches moto.
+/// Faults apply to EC2 calls (requests with an `Action`), after the latency, in this order:
+/// throttling, server errors, hangs, unknown instances; a request they spare reaches moto.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Faults {
     /// Instance ids EC2 answers `InvalidInstanceID.NotFound` for (HTTP 400), in any call that
@@ -160,6 +169,12 @@ pub struct Faults {
     pub server_error_rate: f64,
     /// Share of calls (0 to 1) answered HTTP 503 `RequestLimitExceeded`, as EC2 throttles.
     pub throttle_rate: f64,
+    /// Added to every faultable call before it is answered (or faulted).
+    pub latency: Duration,
+    /// Share of calls (0 to 1) that hang: held for `hang_for` (zero: 600 s), then answered HTTP
+    /// 503 `Unavailable`, long after any client deadline.
+    pub hang_rate: f64,
+    pub hang_for: Duration,
     /// Only calls signed with this access key id get faults (the test's own arranging and
     /// checking, signed with another key, are spared); `None`: every call.
     pub access_key: Option<String>,
@@ -173,6 +188,7 @@ pub struct Injected {
     pub not_found: u64,
     pub server_errors: u64,
     pub throttled: u64,
+    pub hangs: u64,
 }
 
 pub struct Moto {
@@ -252,6 +268,9 @@ impl Moto {
             "invisible_for_secs": faults.invisible_after_launch.as_secs_f64(),
             "server_error_rate": faults.server_error_rate,
             "throttle_rate": faults.throttle_rate,
+            "latency_secs": faults.latency.as_secs_f64(),
+            "hang_rate": faults.hang_rate,
+            "hang_secs": if faults.hang_for.is_zero() { 600.0 } else { faults.hang_for.as_secs_f64() },
             "access_key": faults.access_key,
             "seed": faults.seed,
         });
@@ -268,6 +287,7 @@ impl Moto {
             not_found: count("not_found"),
             server_errors: count("server_error"),
             throttled: count("throttled"),
+            hangs: count("hang"),
         }
     }
 

@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde_json::{Value, json};
 
+use test_support::faults::Fault;
+
 use crate::signature::{expected_signature, parse_authorization, query_params, sha256_hex};
 use crate::state::State as Account;
 use crate::{ACCESS_KEY_ID, REGION};
@@ -87,9 +89,16 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    // The fault layer first (its latency and hangs outside the lock).
+    let faults = Arc::clone(&state.lock().unwrap_or_else(|p| p.into_inner()).faults);
+    let fault = faults.before_request().await;
     let mut account = state.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(polls) = faults.operation_polls() {
+        account.release_polls = polls;
+    }
     serve(
         &mut account,
+        fault,
         method.as_str(),
         uri.query().unwrap_or(""),
         &headers,
@@ -103,6 +112,7 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 
 fn serve(
     account: &mut Account,
+    fault: Fault,
     method: &str,
     query: &str,
     headers: &HeaderMap,
@@ -115,22 +125,31 @@ fn serve(
     let params = query_params(query);
     account.params.push((action.clone(), params.clone()));
 
-    if account.throttle.0 > 0 {
-        account.throttle.0 -= 1;
+    let throttled_now = fault == Fault::Throttled;
+    if throttled_now || account.throttle.0 > 0 {
+        if !throttled_now {
+            account.throttle.0 -= 1;
+        }
+        let retry_after = if throttled_now { 1 } else { account.throttle.1 };
         let mut response = error(
             account,
             429,
             "Throttling.User",
             "Request was denied due to user flow control.",
         );
-        if let Ok(value) = axum::http::HeaderValue::from_str(&account.throttle.1.to_string()) {
+        if let Ok(value) = axum::http::HeaderValue::from_str(&retry_after.to_string()) {
             response.headers_mut().insert("retry-after", value);
         }
         return response;
     }
-    if account.fail.0 > 0 {
-        account.fail.0 -= 1;
-        let status = account.fail.1;
+    let failed_now = matches!(fault, Fault::ServerError | Fault::Hang(_));
+    if failed_now || account.fail.0 > 0 {
+        let status = if failed_now {
+            503
+        } else {
+            account.fail.0 -= 1;
+            account.fail.1
+        };
         return if status == 503 {
             error(
                 account,
@@ -200,6 +219,15 @@ fn serve(
     }
     match action.as_str() {
         "DescribeInstances" => describe_instances(account, &params),
+        // An instance created moments ago may still be unknown (the fault layer's window).
+        "DeleteInstance" if get("InstanceId").is_some_and(|id| account.faults.invisible(&id)) => {
+            error(
+                account,
+                404,
+                "InvalidInstanceId.NotFound",
+                "The specified InstanceId does not exist.",
+            )
+        }
         "DeleteInstance" => delete_instance(account, get("InstanceId"), get("Force")),
         "DescribeAccountAttributes" => account_attributes(account, &params),
         "DescribeEipAddresses" => describe_eips(account, &get),
@@ -341,6 +369,8 @@ fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Res
         .instances
         .iter()
         .filter(|(id, _)| ids.as_ref().is_none_or(|ids| ids.contains(id)))
+        // A lookup by id does not see an instance created moments ago (the fault layer's window).
+        .filter(|(id, _)| ids.is_none() || !account.faults.invisible(id))
         .filter(|(_, i)| {
             tags.iter().all(|(key, value)| {
                 i.tags

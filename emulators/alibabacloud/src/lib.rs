@@ -42,6 +42,7 @@ pub const REGION: &str = "cn-beijing";
 pub struct AlibabaCloudEmulator {
     address: SocketAddr,
     state: Arc<Mutex<State>>,
+    faults: Arc<test_support::faults::FaultLayer>,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -56,7 +57,9 @@ impl AlibabaCloudEmulator {
         let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
-        let state = Arc::new(Mutex::new(State::new(ACCESS_KEY_SECRET)));
+        let state = State::new(ACCESS_KEY_SECRET);
+        let faults = Arc::clone(&state.faults);
+        let state = Arc::new(Mutex::new(state));
         let (shutdown, stopped) = oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -81,6 +84,7 @@ impl AlibabaCloudEmulator {
         Ok(Self {
             address,
             state,
+            faults,
             shutdown: Some(shutdown),
             thread: Some(thread),
         })
@@ -251,6 +255,10 @@ impl CloudEmulator for AlibabaCloudEmulator {
 
     fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
         self.state().vm_or_parts_exist(instance_id)
+    }
+
+    fn fault_layer(&self) -> &test_support::faults::FaultLayer {
+        &self.faults
     }
 }
 

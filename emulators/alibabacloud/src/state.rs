@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 
+use test_support::faults::FaultLayer;
+
 /// `max-postpaid-instance-vcpu-count` until a test sets another value.
 pub const DEFAULT_MAX_VCPUS: &str = "800";
 
@@ -48,6 +50,8 @@ pub struct State {
     pub attributes: Vec<(String, String)>,
     /// Every NIC and EIP created with an instance, kept after the instance is gone.
     pub parts: BTreeMap<String, Vec<String>>,
+    /// The fault layer in front of the API (see `test_support::faults`).
+    pub faults: std::sync::Arc<FaultLayer>,
     counter: u64,
 }
 
@@ -66,6 +70,7 @@ impl State {
             nonces: HashSet::new(),
             release_polls: 1,
             page_limit: 100,
+            faults: std::sync::Arc::new(FaultLayer::from_env()),
             attributes: vec![(
                 "max-postpaid-instance-vcpu-count".to_owned(),
                 DEFAULT_MAX_VCPUS.to_owned(),
@@ -119,6 +124,7 @@ impl State {
         memory_mib: u64,
     ) -> String {
         let id = self.next_id("i");
+        self.faults.created(&id);
         let primary_nic = self.next_id("eni");
         self.nics.insert(primary_nic.clone());
         let (addon_nic, eip) = if with_eip {

@@ -155,6 +155,39 @@ impl Reply {
         }
     }
 
+    /// ARM's throttling answer: 429 `TooManyRequests` with `Retry-After`.
+    pub fn throttled(retry_after_secs: u64) -> Self {
+        let mut reply = Reply::arm_error(
+            429,
+            "TooManyRequests",
+            "The request is being throttled as the limit has been reached for operation type - Read_ObservationWindow_00:03:00.",
+        );
+        reply
+            .headers
+            .push(("retry-after", retry_after_secs.to_string()));
+        reply
+    }
+
+    /// ARM's answer to a request its backend failed (`status`: a 5xx).
+    pub fn server_error(status: u16) -> Self {
+        Reply::arm_error(
+            status,
+            "InternalServerError",
+            "Encountered internal server error. Diagnostic information: timestamp '20260101T000000Z', subscription id '', tracking id '', request correlation id ''.",
+        )
+    }
+
+    /// ARM's 404 for a VM (also one created moments ago that ARM does not show yet).
+    pub fn vm_not_found(name: &str) -> Self {
+        Reply::arm_error(
+            404,
+            "ResourceNotFound",
+            &format!(
+                "The Resource 'Microsoft.Compute/virtualMachines/{name}' under resource group '{RESOURCE_GROUP}' was not found. For more details please go to https://aka.ms/ARMResourceNotFoundFix"
+            ),
+        )
+    }
+
     fn arm_error(status: u16, code: &str, message: &str) -> Self {
         let mut body: Value = fixture(ERROR_FIXTURE);
         body["error"]["code"] = json!(code);
@@ -394,23 +427,11 @@ impl Cloud {
         });
         if self.knobs.throttle_next > 0 {
             self.knobs.throttle_next -= 1;
-            let mut reply = Reply::arm_error(
-                429,
-                "TooManyRequests",
-                "The request is being throttled as the limit has been reached for operation type - Read_ObservationWindow_00:03:00.",
-            );
-            reply
-                .headers
-                .push(("retry-after", self.knobs.throttle_retry_after.to_string()));
-            return reply;
+            return Reply::throttled(self.knobs.throttle_retry_after);
         }
         if self.knobs.fail_next > 0 {
             self.knobs.fail_next -= 1;
-            return Reply::arm_error(
-                self.knobs.fail_status,
-                "InternalServerError",
-                "Encountered internal server error. Diagnostic information: timestamp '20260101T000000Z', subscription id '', tracking id '', request correlation id ''.",
-            );
+            return Reply::server_error(self.knobs.fail_status);
         }
         let token = authorization.and_then(|a| a.strip_prefix("Bearer "));
         if !token.is_some_and(|t| self.tokens.contains(t)) {

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, Response, StatusCode, Uri};
+use test_support::faults::{Fault, FaultLayer};
 use tokio::sync::oneshot;
 
 pub use cloud::{
@@ -27,9 +28,17 @@ use cloud::{Cloud, Reply};
 
 type Shared = Arc<Mutex<Cloud>>;
 
+/// What the server's handler reaches: the cloud's state and the fault layer in front of it.
+#[derive(Clone)]
+struct Server {
+    cloud: Shared,
+    faults: Arc<FaultLayer>,
+}
+
 /// A running Azure emulator.
 pub struct AzureEmulator {
     cloud: Shared,
+    faults: Arc<FaultLayer>,
     endpoint: String,
     ca_pem: String,
     shutdown: Option<oneshot::Sender<()>>,
@@ -43,7 +52,11 @@ impl AzureEmulator {
         let cloud: Shared = Arc::new(Mutex::new(Cloud::new(String::new())));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (shutdown_tx, shutdown_rx) = oneshot::channel::<()>();
-        let server_cloud = Arc::clone(&cloud);
+        let faults = Arc::new(FaultLayer::from_env());
+        let server = Server {
+            cloud: Arc::clone(&cloud),
+            faults: Arc::clone(&faults),
+        };
         let server_config = Arc::clone(&certificates.server_config);
         let thread = std::thread::spawn(move || {
             let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -69,7 +82,7 @@ impl AzureEmulator {
                     tcp,
                     acceptor: tokio_rustls::TlsAcceptor::from(server_config),
                 };
-                let app = axum::Router::new().fallback(serve).with_state(server_cloud);
+                let app = axum::Router::new().fallback(serve).with_state(server);
                 // No graceful shutdown: clients keep pooled connections open, and a test must
                 // not hang on them. Dropping the runtime closes everything.
                 tokio::select! {
@@ -86,6 +99,7 @@ impl AzureEmulator {
         lock(&cloud).base = endpoint.clone();
         AzureEmulator {
             cloud,
+            faults,
             endpoint,
             ca_pem: certificates.ca_pem,
             shutdown: Some(shutdown_tx),
@@ -105,6 +119,7 @@ impl AzureEmulator {
 
     /// Creates a VM with the given options; returns its ARM resource id.
     pub fn create_vm_with(&self, name: &str, tags: &[(&str, &str)], options: VmOptions) -> String {
+        self.faults.created(&name.to_ascii_lowercase());
         lock(&self.cloud).create_vm(name, tags, options)
     }
 
@@ -261,6 +276,10 @@ impl test_support::cloud::CloudEmulator for AzureEmulator {
         let name = instance_id.rsplit('/').next().unwrap_or(instance_id);
         lock(&self.cloud).vm_or_parts_exist(name)
     }
+
+    fn fault_layer(&self) -> &FaultLayer {
+        &self.faults
+    }
 }
 
 impl Drop for AzureEmulator {
@@ -282,12 +301,28 @@ fn lock(cloud: &Shared) -> MutexGuard<'_, Cloud> {
 }
 
 async fn serve(
-    State(cloud): State<Shared>,
+    State(Server { cloud, faults }): State<Server>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
+    // The fault layer stands in front of ARM (Entra ID's token endpoint is spared).
+    if !uri.path().contains("/oauth2/") {
+        match faults.before_request().await {
+            Fault::Throttled => return into_response(Reply::throttled(1)),
+            Fault::ServerError | Fault::Hang(_) => return into_response(Reply::server_error(500)),
+            Fault::None => {}
+        }
+        if let Some(name) = vm_named(method.as_str(), uri.path())
+            && faults.invisible(&name)
+        {
+            return into_response(Reply::vm_not_found(&name));
+        }
+        if let Some(polls) = faults.operation_polls() {
+            lock(&cloud).knobs.polls_before_done = polls;
+        }
+    }
     let authorization = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -300,6 +335,19 @@ async fn serve(
         &body,
     );
     into_response(reply)
+}
+
+/// The VM a `GET` or `DELETE` of `.../virtualMachines/<name>` names (lower case), if any.
+fn vm_named(method: &str, path: &str) -> Option<String> {
+    if method != "GET" && method != "DELETE" {
+        return None;
+    }
+    let lower = path.to_ascii_lowercase();
+    let segments: Vec<&str> = lower.trim_matches('/').split('/').collect();
+    match segments.as_slice() {
+        [.., "virtualmachines", name] => Some((*name).to_owned()),
+        _ => None,
+    }
 }
 
 fn into_response(reply: Reply) -> Response<Body> {

@@ -28,6 +28,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
+use test_support::faults::{Fault, FaultLayer};
 
 /// The project the emulator serves.
 pub const PROJECT: &str = "emulated-project";
@@ -83,6 +84,7 @@ pub enum OperationFailure {
 pub struct GcpEmulator {
     url: String,
     state: Arc<Mutex<Cloud>>,
+    faults: Arc<FaultLayer>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -99,9 +101,10 @@ impl GcpEmulator {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let faults = Arc::new(FaultLayer::from_env());
         let app = Router::new()
             .fallback(handle)
-            .with_state(Arc::clone(&state));
+            .with_state((Arc::clone(&state), Arc::clone(&faults)));
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("gcp-emulator".into())
@@ -120,6 +123,7 @@ impl GcpEmulator {
         Ok(GcpEmulator {
             url,
             state,
+            faults,
             stop: Some(stop),
             thread: Some(thread),
         })
@@ -265,6 +269,7 @@ impl CloudEmulator for GcpEmulator {
     /// A RUNNING instance as cloud-api-adaptor creates one: a boot disk of the same name with
     /// `autoDelete`, one network interface with an ephemeral external address, `tags` as labels.
     fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        self.faults.created(name);
         let mut cloud = self.cloud();
         cloud.next_id += 1;
         let vm = Vm {
@@ -285,6 +290,10 @@ impl CloudEmulator for GcpEmulator {
         let cloud = self.cloud();
         cloud.vms.contains_key(instance_id)
             || cloud.disks.values().any(|owner| owner == instance_id)
+    }
+
+    fn fault_layer(&self) -> &FaultLayer {
+        &self.faults
     }
 }
 
@@ -514,13 +523,33 @@ impl Cloud {
 }
 
 async fn handle(
-    State(state): State<Arc<Mutex<Cloud>>>,
+    State((state, faults)): State<(Arc<Mutex<Cloud>>, Arc<FaultLayer>)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
 ) -> Response {
+    // The fault layer first: Compute Engine throttles with 403 rateLimitExceeded (its
+    // rate-quota documentation), fails with 503 backendError.
+    let path = uri.path().trim_start_matches('/');
+    match faults.before_request().await {
+        Fault::Throttled => {
+            let resource = path.strip_prefix("compute/v1/").unwrap_or(path);
+            return error_response_with(ERROR_RATE_LIMIT_EXCEEDED, "INSTANCE_PATH", resource);
+        }
+        Fault::ServerError | Fault::Hang(_) => return server_error(503),
+        Fault::None => {}
+    }
+    if let [.., "instances", name] = path.split('/').collect::<Vec<_>>().as_slice()
+        && (method == Method::GET || method == Method::DELETE)
+        && faults.invisible(name)
+    {
+        return error_response(ERROR_NOT_FOUND, &instance_path(name));
+    }
     let mut cloud = state.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(polls) = faults.operation_polls() {
+        cloud.operation_polls = polls;
+    }
     cloud.log.push(format!("{method} {}", uri.path()));
     let token = headers
         .get(header::AUTHORIZATION)

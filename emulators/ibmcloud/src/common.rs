@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
+use test_support::faults::{Fault, FaultLayer};
 
 /// The API key the emulators accept.
 pub const API_KEY: &str = "emulated-ibmcloud-api-key-7f3a9c2e";
@@ -170,6 +171,29 @@ pub fn injected(
         return Some(response);
     }
     None
+}
+
+/// The fault layer's answer for one cloud API request (IAM is spared), after its latency or
+/// hang: the cloud's throttling answer (429 `too_many_requests`, `Retry-After: 1`) or its 5xx
+/// (503), or `None` to serve the request.
+pub async fn layer_fault(
+    faults: &FaultLayer,
+    throttled: &Value,
+    failed: &Value,
+) -> Option<Response> {
+    match faults.before_request().await {
+        Fault::None => None,
+        Fault::Throttled => {
+            let mut response = answer(StatusCode::TOO_MANY_REQUESTS, throttled);
+            response
+                .headers_mut()
+                .insert("retry-after", HeaderValue::from_static("1"));
+            Some(response)
+        }
+        Fault::ServerError | Fault::Hang(_) => {
+            Some(answer(StatusCode::SERVICE_UNAVAILABLE, failed))
+        }
+    }
 }
 
 /// Tokens IAM issued. IAM is one global service whose tokens every IBM Cloud API accepts, so the

@@ -11,10 +11,12 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
+use test_support::faults::FaultLayer;
 
 use crate::common::{
     ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, lock, request_line, tag_list, url_decode_form, uuid_like, verbatim,
+    iam_token, injected, layer_fault, lock, request_line, tag_list, url_decode_form, uuid_like,
+    verbatim,
 };
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
@@ -61,6 +63,7 @@ struct PowerState {
 pub struct PowerVsEmulator {
     state: Shared<PowerState>,
     server: Server,
+    faults: Arc<FaultLayer>,
 }
 
 impl PowerVsEmulator {
@@ -71,11 +74,16 @@ impl PowerVsEmulator {
             limits: Some((50.0, 100.0, 800.0)),
             ..PowerState::default()
         }));
+        let faults = Arc::new(FaultLayer::from_env());
         let router = Router::new()
             .fallback(handle)
-            .with_state(Arc::clone(&state));
+            .with_state((Arc::clone(&state), Arc::clone(&faults)));
         let server = Server::start(router)?;
-        Ok(PowerVsEmulator { state, server })
+        Ok(PowerVsEmulator {
+            state,
+            server,
+            faults,
+        })
     }
 
     /// The emulator's base URL (`http://127.0.0.1:<port>`).
@@ -118,6 +126,7 @@ impl PowerVsEmulator {
                 tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
             );
         }
+        self.faults.created(&id);
         state.instances.insert(
             id.clone(),
             PvmInstance {
@@ -206,6 +215,10 @@ impl CloudEmulator for PowerVsEmulator {
             || state.volumes.values().any(|i| i == instance_id)
             || state.ports.values().any(|i| i == instance_id)
     }
+
+    fn fault_layer(&self) -> &FaultLayer {
+        &self.faults
+    }
 }
 
 fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response {
@@ -218,14 +231,24 @@ fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response 
 }
 
 async fn handle(
-    State(state): State<Shared<PowerState>>,
+    State((state, faults)): State<(Shared<PowerState>, Arc<FaultLayer>)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut state = lock(&state);
     let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    if !(method == Method::POST && path == ["identity", "token"]) {
+        if let Some(fault) =
+            layer_fault(&faults, &fixture(TOO_MANY_REQUESTS), &fixture(INTERNAL)).await
+        {
+            return fault;
+        }
+        if let Some(polls) = faults.operation_polls() {
+            lock(&state).deleting_polls = polls;
+        }
+    }
+    let mut state = lock(&state);
     let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
     if method == Method::POST && path == ["identity", "token"] {
         return iam_token(&mut state.knobs, &body);
@@ -279,6 +302,11 @@ async fn handle(
                 .collect();
             answer(StatusCode::OK, &body)
         }
+        // An instance created moments ago may still be unknown (the fault layer's window).
+        (
+            &Method::GET | &Method::DELETE,
+            ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id],
+        ) if faults.invisible(id) => not_found(id),
         (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
             get_instance(&mut state, id)
         }

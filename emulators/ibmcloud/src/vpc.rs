@@ -11,11 +11,12 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
+use test_support::faults::FaultLayer;
 
 use crate::common::{
     ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, lock, no_content, request_line, tag_list, url_decode_form, uuid_like,
-    verbatim,
+    iam_token, injected, layer_fault, lock, no_content, request_line, tag_list, url_decode_form,
+    uuid_like, verbatim,
 };
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
@@ -68,6 +69,7 @@ struct VpcState {
 pub struct VpcEmulator {
     state: Shared<VpcState>,
     server: Server,
+    faults: Arc<FaultLayer>,
 }
 
 impl VpcEmulator {
@@ -77,12 +79,17 @@ impl VpcEmulator {
             deleting_polls: 2,
             ..VpcState::default()
         }));
+        let faults = Arc::new(FaultLayer::from_env());
         let router = Router::new()
             .fallback(handle)
-            .with_state(Arc::clone(&state));
+            .with_state((Arc::clone(&state), Arc::clone(&faults)));
         let server = Server::start(router)?;
         lock(&state).base_url = server.url();
-        Ok(VpcEmulator { state, server })
+        Ok(VpcEmulator {
+            state,
+            server,
+            faults,
+        })
     }
 
     /// The emulator's base URL (`http://127.0.0.1:<port>`).
@@ -124,6 +131,7 @@ impl VpcEmulator {
             crn.clone(),
             tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
         );
+        self.faults.created(&id);
         state.instances.insert(
             id.clone(),
             VpcInstance {
@@ -236,6 +244,10 @@ impl CloudEmulator for VpcEmulator {
             || state.network_interfaces.values().any(|i| i == instance_id)
             || state.volumes.values().any(|i| i == instance_id)
     }
+
+    fn fault_layer(&self) -> &FaultLayer {
+        &self.faults
+    }
 }
 
 fn error(status: StatusCode, text: &str) -> Response {
@@ -258,14 +270,24 @@ fn bad_request(message: &str) -> Response {
 }
 
 async fn handle(
-    State(state): State<Shared<VpcState>>,
+    State((state, faults)): State<(Shared<VpcState>, Arc<FaultLayer>)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let mut state = lock(&state);
     let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    if !(method == Method::POST && path == ["identity", "token"]) {
+        if let Some(fault) =
+            layer_fault(&faults, &fixture(TOO_MANY_REQUESTS), &fixture(INTERNAL)).await
+        {
+            return fault;
+        }
+        if let Some(polls) = faults.operation_polls() {
+            lock(&state).deleting_polls = polls;
+        }
+    }
+    let mut state = lock(&state);
     let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
     if method == Method::POST && path == ["identity", "token"] {
         return iam_token(&mut state.knobs, &body);
@@ -305,6 +327,10 @@ async fn handle(
     }
     match (&method, path.as_slice()) {
         (&Method::GET, ["v1", "instances"]) => list_instances(&state, &query),
+        // An instance created moments ago may still be unknown (the fault layer's window).
+        (&Method::GET | &Method::DELETE, ["v1", "instances", id]) if faults.invisible(id) => {
+            not_found(id, "Instance not found")
+        }
         (&Method::GET, ["v1", "instances", id]) => get_instance(&mut state, id),
         (&Method::DELETE, ["v1", "instances", id]) => delete_instance(&mut state, id),
         (
