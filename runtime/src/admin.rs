@@ -1,7 +1,7 @@
 //! The admin HTTP server every service runs on its own port: `/healthz` (the process serves and, with a
-//! [`Liveness`], every watch it tracks makes progress), `/readyz` (every registered component is ready, with a
-//! line of detail each) and `/metrics` (Prometheus text from a prometheus-client registry). The state it serves
-//! lives in [`crate::health`].
+//! [`Liveness`], every local loop it tracks runs), `/readyz` (every registered component is ready, with a line of
+//! detail each, and with a [`Liveness`] every watch it tracks makes progress) and `/metrics` (Prometheus text from
+//! a prometheus-client registry). The state it serves lives in [`crate::health`].
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -62,7 +62,7 @@ impl AdminServer {
         }
     }
 
-    /// `/healthz` fails while `liveness` reports a stalled watch.
+    /// `/healthz` fails while `liveness` reports a stalled local loop; `/readyz` while it reports a stalled watch.
     pub fn with_liveness(mut self, liveness: Liveness) -> Self {
         self.state.liveness = Some(liveness);
         self
@@ -103,12 +103,20 @@ async fn healthz(State(state): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(state): State<AdminState>) -> impl IntoResponse {
-    let code = if state.readiness.is_ready() {
+    let watches_progress = state
+        .liveness
+        .as_ref()
+        .is_none_or(Liveness::watches_progress);
+    let code = if state.readiness.is_ready() && watches_progress {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (code, state.readiness.report())
+    let mut report = state.readiness.report();
+    if let Some(liveness) = &state.liveness {
+        report.push_str(&liveness.watch_report());
+    }
+    (code, report)
 }
 
 async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {

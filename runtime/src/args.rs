@@ -151,7 +151,8 @@ impl LeaderArgs {
 /// Liveness of a controller's watches (see [`crate::health`]).
 #[derive(clap::Args, Debug, Clone)]
 pub struct HealthArgs {
-    /// /healthz fails when a watch made no progress (no event, no heartbeat from the API server) for this long.
+    /// /readyz turns false when a watch made no progress (no event, no heartbeat from the API server) for this
+    /// long, and /healthz fails when a local loop (the reconcile loop's watchdog) made none for this long.
     #[arg(long, env = "WATCH_STALL_TIMEOUT", default_value = "3m", value_parser = duration)]
     pub watch_stall_timeout: Duration,
 }

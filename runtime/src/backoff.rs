@@ -11,8 +11,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Exponential from `base`, capped at `cap`; permanent errors wait the full cap so they never loop hot; a
-/// server's retry hint is honoured (up to the cap). The `seed` (a hash of the object, see [`seed`]) spreads
-/// retries of many objects that failed together by up to 10 %.
+/// server's retry hint is honoured (up to the cap) as the earliest retry. *Full jitter*: the delay is drawn from
+/// the whole range up to the exponential value (the draw is `seed`, see [`jitter`]), with a floor of a tenth of
+/// `base`, so many objects that failed together (an outage) come back spread over the whole window instead of
+/// in step at 1, 2, 4, 8 s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
     pub base: Duration,
@@ -44,15 +46,24 @@ impl Backoff {
             let factor = 2u32.saturating_pow(failures.saturating_sub(1));
             self.base.saturating_mul(factor).min(self.cap)
         };
-        let wanted = exponential
-            .max(retry_after.unwrap_or_default())
-            .min(self.cap);
-        let jitter = wanted.mul_f64((seed % 1000) as f64 / 10_000.0);
-        wanted + jitter
+        let floor = self.base / 10;
+        let drawn = exponential
+            .mul_f64((seed % 1_000_001) as f64 / 1_000_000.0)
+            .max(floor);
+        drawn.max(retry_after.unwrap_or_default()).min(self.cap)
     }
 }
 
-/// A stable hash of an object's identity, used as jitter seed.
+/// A fresh random draw for [`Backoff::delay`]: from the process's random hash keys and a counter, so no
+/// dependency on a random number crate and no two calls alike.
+pub fn jitter() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    std::collections::hash_map::RandomState::new().hash_one(COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A stable hash of an object's identity.
 pub fn seed(namespace: &str, name: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
     (namespace, name).hash(&mut hasher);
@@ -91,6 +102,14 @@ impl<K: Eq + Hash> Failures<K> {
             .remove(key);
     }
 
+    /// Keeps only the objects `keep` says still exist (after a re-list, whose Delete events were missed).
+    pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|key, _| keep(key));
+    }
+
     /// Objects with at least one failure not yet forgotten.
     pub fn len(&self) -> usize {
         self.counts.lock().map_or(0, |c| c.len())
@@ -105,43 +124,65 @@ impl<K: Eq + Hash> Failures<K> {
 mod tests {
     use super::*;
 
+    /// The draw that gives the whole exponential value.
+    const TOP: u64 = 1_000_000;
+
     #[test]
     fn backoff_grows_and_caps() {
         let b = Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(60),
         };
-        assert_eq!(b.delay(1, false, None, 0), Duration::from_secs(1));
-        assert_eq!(b.delay(2, false, None, 0), Duration::from_secs(2));
-        assert_eq!(b.delay(4, false, None, 0), Duration::from_secs(8));
-        assert_eq!(b.delay(40, false, None, 0), Duration::from_secs(60));
-        assert_eq!(b.delay(u32::MAX, false, None, 0), Duration::from_secs(60));
+        assert_eq!(b.delay(1, false, None, TOP), Duration::from_secs(1));
+        assert_eq!(b.delay(2, false, None, TOP), Duration::from_secs(2));
+        assert_eq!(b.delay(4, false, None, TOP), Duration::from_secs(8));
+        assert_eq!(b.delay(40, false, None, TOP), Duration::from_secs(60));
+        assert_eq!(b.delay(u32::MAX, false, None, TOP), Duration::from_secs(60));
     }
 
     #[test]
-    fn permanent_errors_wait_the_cap_and_hints_are_honoured() {
+    fn permanent_errors_wait_up_to_the_cap_and_hints_are_honoured() {
         let b = Backoff {
             base: Duration::from_secs(1),
             cap: Duration::from_secs(60),
         };
-        assert_eq!(b.delay(1, true, None, 0), Duration::from_secs(60));
+        assert_eq!(b.delay(1, true, None, TOP), Duration::from_secs(60));
         assert_eq!(
-            b.delay(1, false, Some(Duration::from_secs(7)), 0),
+            b.delay(1, false, Some(Duration::from_secs(7)), TOP),
             Duration::from_secs(7)
         );
         assert_eq!(
-            b.delay(1, false, Some(Duration::from_secs(999)), 0),
+            b.delay(1, false, Some(Duration::from_secs(7)), 0),
+            Duration::from_secs(7),
+            "a hint is the earliest retry, whatever the draw"
+        );
+        assert_eq!(
+            b.delay(1, false, Some(Duration::from_secs(999)), TOP),
             Duration::from_secs(60)
         );
     }
 
     #[test]
-    fn jitter_adds_at_most_ten_percent() {
+    fn full_jitter_spreads_over_the_whole_window_above_a_floor() {
         let b = Backoff::default();
-        let d = b.delay(3, false, None, 999);
+        assert_eq!(b.delay(4, false, None, TOP / 2), Duration::from_secs(4));
+        assert_eq!(
+            b.delay(4, false, None, 0),
+            Duration::from_millis(100),
+            "never zero: a tenth of the base"
+        );
+        // 1,000 objects failing together at their 4th attempt: spread over (0, 8 s], not within 10 % of 8 s.
+        let delays: Vec<Duration> = (0..1000)
+            .map(|_| b.delay(4, false, None, jitter()))
+            .collect();
+        let early = delays
+            .iter()
+            .filter(|d| **d < Duration::from_secs(4))
+            .count();
+        assert!(delays.iter().all(|d| *d <= Duration::from_secs(8)));
         assert!(
-            d >= Duration::from_secs(4) && d <= Duration::from_millis(4400),
-            "{d:?}"
+            (300..=700).contains(&early),
+            "{early} of 1000 in the first half"
         );
     }
 
@@ -163,5 +204,10 @@ mod tests {
         f.forget(&"a");
         f.forget(&"b");
         assert!(f.is_empty());
+        f.record("gone");
+        f.record("listed");
+        f.retain(|k| *k == "listed");
+        assert_eq!(f.record("listed"), 2);
+        assert_eq!(f.record("gone"), 1, "forgotten by the re-list");
     }
 }

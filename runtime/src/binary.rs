@@ -77,7 +77,6 @@ where
     F: FnOnce(Started) -> Fut,
     Fut: Future<Output = Result<(), Box<dyn std::error::Error>>>,
 {
-    let shutdown = crate::shutdown::on_signal();
     let health = Health {
         readiness: Readiness::default(),
         liveness: health.liveness(),
@@ -93,13 +92,46 @@ where
     )
     .await?
     .with_liveness(health.liveness.clone());
-    let server = tokio::spawn(server.serve(shutdown.clone().cancelled_owned()));
+    serve_until(server, health, controller, crate::shutdown::signal()).await
+}
+
+/// Readiness component that turns false when the process is asked to stop.
+pub const SHUTDOWN: &str = "shutdown";
+
+/// Serves `server` and runs `controller` until `stop` completes (SIGTERM or SIGINT in a binary), then stops in
+/// this order: not ready first (readiness component [`SHUTDOWN`]), then the controller's token is cancelled so it
+/// drains the work in flight, and the admin server keeps answering (`/readyz` false, `/healthz` as before) until
+/// the controller has returned. A probe or a load balancer sees the replica leave before it stops working.
+pub async fn serve_until<F, Fut>(
+    server: AdminServer,
+    health: Health,
+    controller: F,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Box<dyn std::error::Error>>
+where
+    F: FnOnce(Started) -> Fut,
+    Fut: Future<Output = Result<(), Box<dyn std::error::Error>>>,
+{
+    let shutdown = CancellationToken::new();
+    let admin_stop = CancellationToken::new();
+    let server = tokio::spawn(server.serve(admin_stop.clone().cancelled_owned()));
+    let stopping = {
+        let readiness = health.readiness.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            stop.await;
+            readiness.set(SHUTDOWN, false, "stopping: finishing the work in flight");
+            shutdown.cancel();
+        })
+    };
     let result = controller(Started {
         shutdown: shutdown.clone(),
         health,
     })
     .await;
+    stopping.abort();
     shutdown.cancel();
+    admin_stop.cancel();
     server.await??;
     result
 }

@@ -1,24 +1,33 @@
-//! Health of a controller, from its watches: `/healthz` (liveness) fails when a watch has made no progress for
-//! longer than a bound, `/readyz` stays false until the watch's first list is in the cache.
+//! Health of a controller: `/readyz` is false until each watch's first list is in the cache and while a watch
+//! makes no progress for longer than a bound; `/healthz` (liveness) fails only when a local loop of the process
+//! stops running (a deadlock or a task blocked inside the controller), never because the API server is away.
 //!
-//! **What counts as progress.** Every event a watch yields (`Init`, `InitApply`, `InitDone`, `Apply`, `Delete`;
-//! errors are not progress) and every sign of life of a small *heartbeat watch* on the same resource
+//! **Why a stalled watch is not a liveness failure.** When the API server is down or unreachable for a few
+//! minutes, a restart cannot help: the new process finds the same API server, starts with empty caches, and
+//! loses the retry state (backoffs, circuit breakers) of the old one; every replica of every controller would
+//! restart at once into CrashLoopBackOff. Kept alive and marked not ready, the controller resumes within seconds
+//! of the API server's return (its watches back off and re-list on their own), and the not-ready state still
+//! shows the outage to anyone looking.
+//!
+//! **What counts as watch progress.** Every event a watch yields (`Init`, `InitApply`, `InitDone`, `Apply`,
+//! `Delete`; errors are not progress) and every sign of life of a small *heartbeat watch* on the same resource
 //! ([`heartbeat`]): a watch request the API server accepted, or a bookmark it sent. The heartbeat exists
 //! because kube's watcher consumes bookmarks and re-watches silently, so a watch that is connected but has
 //! nothing to report yields nothing a caller could see, while such a watch is healthy. The heartbeat selects an
 //! object name that never exists and asks for a short server-side timeout, so it costs one idle connection, no
 //! objects, and shows at least three times per bound (at most every [`HEARTBEAT_WATCH_TIMEOUT`]) that the API
-//! server still serves watches of that resource to this client. The reconcile loop's heartbeat was the alternative, and was not taken: a controller
-//! with nothing to reconcile (no PeerPods) has no reconciles, and a periodic reconcile of every object just to
-//! prove liveness costs work per object. When the API server stops answering, events and heartbeat both stop
-//! and liveness fails after the bound; restarting then gives the controller a fresh connection and a fresh
-//! list.
+//! server still serves watches of that resource to this client.
+//!
+//! **What counts as a local deadlock.** A *loop* ([`Liveness::track_loop`]) is ticked by [`watchdog`], which a
+//! controller runs inside the same task as its reconcile loop: when that task stops being polled (a blocking
+//! call or a lock held forever inside the controller), the watchdog stops too and liveness fails after the
+//! bound. The admin server itself answering shows that the runtime still schedules tasks.
 //!
 //! [`Readiness`] is what `/readyz` reports for any service (controllers and provider-service alike); the admin
 //! server (`admin`) serves this module's state, and this module knows nothing of it.
 //!
-//! A [`Progress`] is registered only while its watch runs: a standby replica (no Lease) has no watch and is
-//! neither stalled nor waiting for a list. Dropping the last clone of a `Progress` unregisters it.
+//! A [`Progress`] is registered only while its watch or loop runs: a standby replica (no Lease) has neither,
+//! and is neither stalled nor waiting for a list. Dropping the last clone of a `Progress` unregisters it.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -31,8 +40,8 @@ use kube::api::{WatchEvent, WatchParams};
 use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
 
-/// Default bound on a watch making no progress: three heartbeat periods, so one slow or lost heartbeat
-/// never restarts a healthy controller.
+/// Default bound on a watch or loop making no progress: three heartbeat periods, so one slow or lost heartbeat
+/// never marks a healthy controller.
 pub const DEFAULT_MAX_STALL: Duration = Duration::from_secs(180);
 
 /// Longest server-side timeout of the heartbeat watch: it ends (and is made again) at least this often, and
@@ -132,15 +141,26 @@ impl Clock for SystemClock {
     }
 }
 
+/// What a registration follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A watch of the API server: a stall makes the process not ready.
+    Watch,
+    /// A local loop of the process: a stall makes it not live.
+    Loop,
+}
+
 #[derive(Debug)]
 struct Watched {
+    kind: Kind,
     last_progress: Instant,
     /// Why the last event was not progress, if it was an error.
     last_error: Option<String>,
 }
 
-/// Liveness of a process: live while every registered watch made progress within `max_stall`. Cheap to clone;
-/// clones share state.
+/// Progress of a process's watches and local loops: live while every registered loop made progress within
+/// `max_stall`; a watch without progress for longer makes the process not ready (see the module doc). Cheap to
+/// clone; clones share state.
 #[derive(Debug, Clone)]
 pub struct Liveness {
     max_stall: Duration,
@@ -188,16 +208,27 @@ impl Liveness {
     /// Registers the watch `name` (progress counts from now) and, with `readiness`, a readiness component of
     /// the same name that is false until [`Progress::synced`]. Both go away with the last clone of the result.
     pub fn track(&self, name: &str, readiness: Option<Readiness>) -> Progress {
+        if let Some(r) = &readiness {
+            r.set(name, false, LISTING);
+        }
+        self.register(name, Kind::Watch, readiness)
+    }
+
+    /// Registers the local loop `name` (progress counts from now), ticked by [`watchdog`]; liveness fails when
+    /// it makes no progress for longer than the bound. It goes away with the last clone of the result.
+    pub fn track_loop(&self, name: &str) -> Progress {
+        self.register(name, Kind::Loop, None)
+    }
+
+    fn register(&self, name: &str, kind: Kind, readiness: Option<Readiness>) -> Progress {
         self.watches().insert(
             name.to_owned(),
             Watched {
+                kind,
                 last_progress: self.clock.now(),
                 last_error: None,
             },
         );
-        if let Some(r) = &readiness {
-            r.set(name, false, LISTING);
-        }
         Progress {
             inner: Arc::new(Registration {
                 name: name.to_owned(),
@@ -207,11 +238,11 @@ impl Liveness {
         }
     }
 
-    /// Watches that made no progress for longer than the bound, with how long.
-    pub fn stalled(&self) -> Vec<(String, Duration)> {
+    fn stalled_of(&self, kind: Kind) -> Vec<(String, Duration)> {
         let now = self.clock.now();
         self.watches()
             .iter()
+            .filter(|(_, w)| w.kind == kind)
             .filter_map(|(name, w)| {
                 let idle = now.saturating_duration_since(w.last_progress);
                 (idle > self.max_stall).then(|| (name.clone(), idle))
@@ -219,35 +250,64 @@ impl Liveness {
             .collect()
     }
 
-    /// Whether every registered watch made progress within the bound (true when none is registered).
-    pub fn is_live(&self) -> bool {
-        self.stalled().is_empty()
+    /// Local loops that made no progress for longer than the bound, with how long: a deadlock.
+    pub fn deadlocked(&self) -> Vec<(String, Duration)> {
+        self.stalled_of(Kind::Loop)
     }
 
-    /// One line per watch: `name: ok` or `name: stalled: ...`.
+    /// Watches that made no progress for longer than the bound, with how long: the API server is away or does
+    /// not serve them.
+    pub fn stalled_watches(&self) -> Vec<(String, Duration)> {
+        self.stalled_of(Kind::Watch)
+    }
+
+    /// Whether every registered local loop made progress within the bound (true when none is registered).
+    /// Watches do not count: see the module doc.
+    pub fn is_live(&self) -> bool {
+        self.deadlocked().is_empty()
+    }
+
+    /// Whether every registered watch made progress within the bound (true when none is registered).
+    pub fn watches_progress(&self) -> bool {
+        self.stalled_watches().is_empty()
+    }
+
+    /// `/healthz`'s body: one line per local loop, `name: ok` or `name: stalled: ...`; `ok` when none runs.
     pub fn report(&self) -> String {
+        let lines = self.lines(Kind::Loop, true);
+        if lines.is_empty() {
+            "ok\n".into()
+        } else {
+            lines
+        }
+    }
+
+    /// For `/readyz`: one line per watch that is stalled, `name: stalled: ...` (nothing while all progress).
+    pub fn watch_report(&self) -> String {
+        self.lines(Kind::Watch, false)
+    }
+
+    fn lines(&self, kind: Kind, with_ok: bool) -> String {
         let now = self.clock.now();
         let watches = self.watches();
-        if watches.is_empty() {
-            return "ok\n".into();
-        }
         watches
             .iter()
-            .map(|(name, w)| {
+            .filter(|(_, w)| w.kind == kind)
+            .filter_map(|(name, w)| {
                 let idle = now.saturating_duration_since(w.last_progress);
                 if idle <= self.max_stall {
-                    return format!("{name}: ok\n");
+                    return with_ok.then(|| format!("{name}: ok\n"));
                 }
                 let why = w
                     .last_error
                     .as_deref()
                     .map(|e| format!("; last error: {e}"))
                     .unwrap_or_default();
-                format!(
+                Some(format!(
                     "{name}: stalled: no progress for {}s (limit {}s){why}\n",
                     idle.as_secs(),
                     self.max_stall.as_secs()
-                )
+                ))
             })
             .collect()
     }
@@ -335,6 +395,17 @@ impl Progress {
     }
 }
 
+/// Ticks `progress`, a local loop ([`Liveness::track_loop`]), for as long as the task running this future is
+/// polled. Run it in the same task as the loop it vouches for (`tokio::select!` or `join`), never spawned on its
+/// own: then a stuck loop stops it too. Runs until dropped.
+pub async fn watchdog(progress: Progress) {
+    let period = progress.heartbeat_period();
+    loop {
+        progress.tick();
+        tokio::time::sleep(period).await;
+    }
+}
+
 /// Ticks `progress` for as long as the API server serves watches of `api`'s resource (see the module doc).
 /// Runs until dropped.
 pub async fn heartbeat<K>(api: Api<K>, progress: Progress)
@@ -419,21 +490,47 @@ mod tests {
     }
 
     #[test]
-    fn stalls_only_after_the_bound_without_progress() {
+    fn a_loop_stalls_liveness_only_after_the_bound_without_progress() {
         let (live, clock) = liveness();
-        let progress = live.track("peerpods", None);
+        let progress = live.track_loop("reconcile");
         clock.advance(Duration::from_secs(60));
         assert!(live.is_live(), "exactly the bound is not a stall");
         clock.advance(Duration::from_secs(1));
         assert!(!live.is_live());
         assert!(
-            live.report().contains("peerpods: stalled"),
+            live.report().contains("reconcile: stalled"),
             "{}",
             live.report()
         );
+        assert!(live.watches_progress(), "a loop is not a watch");
         progress.tick();
         assert!(live.is_live());
-        assert_eq!(live.report(), "peerpods: ok\n");
+        assert_eq!(live.report(), "reconcile: ok\n");
+    }
+
+    #[test]
+    fn a_stalled_watch_is_not_ready_but_live() {
+        let (live, clock) = liveness();
+        let _loop = live.track_loop("reconcile");
+        let progress = live.track("peerpods", None);
+        clock.advance(Duration::from_secs(61));
+        _loop.tick();
+        assert!(live.is_live(), "the API server away is no deadlock");
+        assert!(!live.watches_progress());
+        assert!(
+            live.watch_report()
+                .contains("peerpods: stalled: no progress for 61s"),
+            "{}",
+            live.watch_report()
+        );
+        assert_eq!(
+            live.report(),
+            "reconcile: ok\n",
+            "liveness names loops only"
+        );
+        progress.tick();
+        assert!(live.watches_progress());
+        assert_eq!(live.watch_report(), "");
     }
 
     #[test]
@@ -445,10 +542,31 @@ mod tests {
             Err(watcher::Error::NoResourceVersion);
         progress.observe(&failed);
         clock.advance(Duration::from_secs(20));
-        assert!(!live.is_live());
-        assert!(live.report().contains("last error"), "{}", live.report());
+        assert!(!live.watches_progress());
+        assert!(
+            live.watch_report().contains("last error"),
+            "{}",
+            live.watch_report()
+        );
         progress.observe(&Ok(watcher::Event::<()>::Apply(())));
-        assert!(live.is_live());
+        assert!(live.watches_progress());
+    }
+
+    #[tokio::test]
+    async fn the_watchdog_ticks_while_its_task_runs() {
+        let (live, clock) = liveness();
+        let progress = live.track_loop("reconcile");
+        clock.advance(Duration::from_secs(61));
+        assert!(!live.is_live());
+        let dog = tokio::spawn(watchdog(progress.clone()));
+        // Its first tick comes as soon as the task runs.
+        while !live.is_live() {
+            tokio::task::yield_now().await;
+        }
+        dog.abort();
+        let _ = dog.await;
+        clock.advance(Duration::from_secs(61));
+        assert!(!live.is_live(), "a loop no longer polled is a deadlock");
     }
 
     #[test]
@@ -479,9 +597,9 @@ mod tests {
         let clone = progress.clone();
         drop(progress);
         clock.advance(Duration::from_secs(3600));
-        assert!(!live.is_live(), "a clone keeps the registration");
+        assert!(!live.watches_progress(), "a clone keeps the registration");
         drop(clone);
-        assert!(live.is_live(), "no watch, nothing stalled");
+        assert!(live.watches_progress(), "no watch, nothing stalled");
         assert_eq!(readiness.report(), "");
     }
 }

@@ -82,16 +82,19 @@ impl peerpods_runtime::health::Clock for Manual {
     }
 }
 
+/// A watch without progress (the API server away) makes the service not ready, and leaves it live: a restart
+/// would not bring the API server back. Only a local loop without progress (a deadlock) fails `/healthz`.
 #[tokio::test(flavor = "multi_thread")]
-async fn healthz_fails_while_a_watch_is_stalled() {
+async fn a_stalled_watch_fails_readyz_and_only_a_stalled_loop_fails_healthz() {
     use peerpods_runtime::health::Liveness;
     use std::time::{Duration, Instant};
 
     let clock = Arc::new(Manual(std::sync::Mutex::new(Instant::now())));
     let liveness = Liveness::with_clock(Duration::from_secs(60), clock.clone());
+    let readiness = Readiness::default();
     let admin = AdminServer::bind(
         "127.0.0.1:0".parse().unwrap(),
-        Readiness::default(),
+        readiness.clone(),
         Arc::new(prometheus_client::registry::Registry::default()),
     )
     .await
@@ -103,21 +106,92 @@ async fn healthz_fails_while_a_watch_is_stalled() {
     let task = tokio::spawn(admin.serve(async move { stop.cancelled().await }));
 
     assert_eq!(get(addr, "/healthz").await, (200, "ok\n".to_owned()));
-    let progress = liveness.track("watch/peerpods", None);
-    assert_eq!(get(addr, "/healthz").await.0, 200);
+    let watch = liveness.track("watch/peerpods", Some(readiness.clone()));
+    let reconcile = liveness.track_loop("loop/reconcile");
+    watch.synced();
+    assert_eq!(get(addr, "/readyz").await.0, 200);
     *clock.0.lock().unwrap() += Duration::from_secs(61);
-    let (code, body) = get(addr, "/healthz").await;
-    assert_eq!(code, 503);
+    reconcile.tick();
+    let (code, body) = get(addr, "/readyz").await;
+    assert_eq!(code, 503, "{body}");
     assert!(
         body.contains("watch/peerpods: stalled: no progress for 61s (limit 60s)"),
         "{body}"
     );
-    progress.tick();
     assert_eq!(
         get(addr, "/healthz").await,
-        (200, "watch/peerpods: ok\n".to_owned())
+        (200, "loop/reconcile: ok\n".to_owned()),
+        "a stalled watch is no reason to restart"
     );
+    watch.tick();
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+
+    *clock.0.lock().unwrap() += Duration::from_secs(61);
+    watch.tick();
+    let (code, body) = get(addr, "/healthz").await;
+    assert_eq!(code, 503);
+    assert!(
+        body.contains("loop/reconcile: stalled: no progress for 61s (limit 60s)"),
+        "{body}"
+    );
+    reconcile.tick();
+    assert_eq!(get(addr, "/healthz").await.0, 200);
 
     shutdown.cancel();
     task.await.unwrap().unwrap();
+}
+
+/// Asked to stop, a controller first turns not ready, then drains: while its work in flight finishes, `/readyz`
+/// answers 503 naming the shutdown and `/healthz` still answers 200; the admin server stops only after the
+/// controller returned.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_controller_is_not_ready_while_it_drains() {
+    use peerpods_runtime::binary::{SHUTDOWN, Started, serve_until};
+    use peerpods_runtime::health::Health;
+
+    let health = Health::default();
+    let admin = AdminServer::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        health.readiness.clone(),
+        Arc::new(prometheus_client::registry::Registry::default()),
+    )
+    .await
+    .unwrap()
+    .with_liveness(health.liveness.clone());
+    let addr = admin.local_addr().unwrap();
+    let (draining_tx, draining_rx) = tokio::sync::oneshot::channel::<()>();
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    let stop = CancellationToken::new();
+    let run = serve_until(
+        admin,
+        health,
+        move |Started { shutdown, health }| async move {
+            health.readiness.set("work", true, "");
+            shutdown.cancelled().await;
+            // The work in flight: held until the test has looked.
+            let _ = draining_tx.send(());
+            let _ = drained_rx.await;
+            Ok(())
+        },
+        stop.clone().cancelled_owned(),
+    );
+    let look = async {
+        testenv::wait_for("ready", std::time::Duration::from_secs(60), || async {
+            (get(addr, "/readyz").await.0 == 200).then_some(())
+        })
+        .await;
+        stop.cancel();
+        draining_rx.await.unwrap();
+        let (code, body) = get(addr, "/readyz").await;
+        assert_eq!(code, 503, "{body}");
+        assert!(body.contains(&format!("{SHUTDOWN}: not ready")), "{body}");
+        assert_eq!(get(addr, "/healthz").await.0, 200, "draining is alive");
+        drained_tx.send(()).unwrap();
+    };
+    let (result, ()) = tokio::join!(run, look);
+    result.unwrap();
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "the admin server stops with the controller"
+    );
 }
