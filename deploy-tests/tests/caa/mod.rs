@@ -225,9 +225,13 @@ fn service_account_of(d: &Deployment) -> String {
 /// Our release's provider-service and peerpod-ctrl, running out of cluster as the chart's ServiceAccounts with
 /// the chart's environment (as `chart.rs` runs them).
 pub struct Ours {
-    pub provider: Service,
-    pub peerpod_ctrl: Service,
+    pub provider: Option<Service>,
+    pub peerpod_ctrl: Option<Service>,
     pub provider_admin: SocketAddr,
+    pc_admin: SocketAddr,
+    ps_env: BTreeMap<String, String>,
+    pc_env: BTreeMap<String, String>,
+    work: PathBuf,
     grpc_port: u16,
     ca_file: PathBuf,
     token_file: PathBuf,
@@ -237,7 +241,42 @@ pub struct Ours {
 }
 
 impl Ours {
+    /// Starts provider-service, then peerpod-ctrl.
     pub async fn start(cp: &testenv::ControlPlane, work: &Path) -> Ours {
+        let mut ours = Ours::prepare(cp, work).await;
+        ours.start_provider().await;
+        ours.start_peerpod_ctrl().await;
+        ours
+    }
+
+    /// provider-service (up to ready).
+    pub async fn start_provider(&mut self) {
+        let mut provider = Service::start(
+            "provider-service",
+            &service_binary("provider-service"),
+            &self.ps_env,
+            self.provider_admin,
+            &self.work,
+        );
+        provider.wait_ready().await;
+        self.provider = Some(provider);
+    }
+
+    /// peerpod-ctrl (up to ready: it reaches provider-service only when it has a VM to delete).
+    pub async fn start_peerpod_ctrl(&mut self) {
+        let mut peerpod_ctrl = Service::start(
+            "peerpod-ctrl-0",
+            &service_binary("peerpod-ctrl"),
+            &self.pc_env,
+            self.pc_admin,
+            &self.work,
+        );
+        peerpod_ctrl.wait_ready().await;
+        self.peerpod_ctrl = Some(peerpod_ctrl);
+    }
+
+    /// Lays out what the chart's Deployments mount and sets their environment; starts nothing.
+    pub async fn prepare(cp: &testenv::ControlPlane, work: &Path) -> Ours {
         let admin = cp.client().await;
         let fullname = OUR_RELEASE.to_owned();
         let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
@@ -309,14 +348,6 @@ impl Ours {
         ps_env.insert("ADMIN_LISTEN".into(), provider_admin.to_string());
         ps_env.insert("HOME".into(), work.display().to_string());
         ps_env.insert("KUBECONFIG".into(), ps_kubeconfig.display().to_string());
-        let mut provider = Service::start(
-            "provider-service",
-            &service_binary("provider-service"),
-            &ps_env,
-            provider_admin,
-            work,
-        );
-        provider.wait_ready().await;
 
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
         let dir = work.join("peerpod-ctrl-0");
@@ -369,18 +400,14 @@ impl Ours {
         env.insert("PROVIDER_SERVER_NAME".into(), server_name.clone());
         env.insert("ADMIN_LISTEN".into(), pc_admin.to_string());
         env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
-        let mut peerpod_ctrl = Service::start(
-            "peerpod-ctrl-0",
-            &service_binary("peerpod-ctrl"),
-            &env,
-            pc_admin,
-            work,
-        );
-        peerpod_ctrl.wait_ready().await;
         Ours {
-            provider,
-            peerpod_ctrl,
+            provider: None,
+            peerpod_ctrl: None,
             provider_admin,
+            pc_admin,
+            ps_env,
+            pc_env: env,
+            work: work.to_path_buf(),
             grpc_port,
             ca_file: mount.join("ca.crt"),
             token_file: mount.join("token"),
@@ -416,7 +443,9 @@ impl Ours {
     /// provider-service's answers to DeleteInstance, from its JSON log: (instance id, outcome, caller).
     pub fn delete_answers(&self) -> Vec<(String, String, String)> {
         self.provider
-            .log_text()
+            .as_ref()
+            .map(Service::log_text)
+            .unwrap_or_default()
             .lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
             .filter(|entry| entry["fields"]["message"] == "instance delete answered")
