@@ -48,6 +48,8 @@ pub async fn run(
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
     let (store_tx, store_rx) = tokio::sync::watch::channel(None);
+    let terminating = metrics.terminating.clone();
+    let terminating_stores = store_tx.subscribe();
     let scanner = orphans::Scanner {
         provider: provider.clone(),
         recorder: recorder.clone(),
@@ -72,6 +74,7 @@ pub async fn run(
     tokio::select! {
         () = controller => {}
         () = scan => {}
+        () = terminating.follow(terminating_stores) => {}
     }
 }
 
