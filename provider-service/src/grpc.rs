@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::auth::Caller;
 use crate::error::{Error, ProviderError};
-use crate::metrics::{CallLabels, MethodLabels, Metrics};
+use crate::metrics::Metrics;
 use crate::provider::{
     Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, TagSelector,
 };
@@ -77,17 +77,7 @@ impl ProviderApi {
             }
         };
         self.metrics
-            .calls
-            .get_or_create(&CallLabels {
-                method,
-                provider: provider.to_owned(),
-                result: label,
-            })
-            .inc();
-        self.metrics
-            .latency
-            .get_or_create(&MethodLabels { method })
-            .observe(started.elapsed().as_secs_f64());
+            .record_call(method, provider, label, started.elapsed());
         answer
     }
 
@@ -168,7 +158,10 @@ impl ProviderService for ProviderApi {
             Ok::<_, Error>(provider.capacity().await?)
         }
         .await
-        .map(|c| (capacity_to_pb(c), "ok"));
+        .map(|c| {
+            self.metrics.record_capacity(&label, &c);
+            (capacity_to_pb(c), "ok")
+        });
         self.finish("GetCapacity", &label, started, result)
     }
 

@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use peerpods_provider_core::Capacity;
 pub use peerpods_provider_core::CloudCalls;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -21,6 +22,15 @@ pub struct CallLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MethodLabels {
     pub method: &'static str,
+    /// The configured provider's name, or `unknown` (as in [`CallLabels`]).
+    pub provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapacityLabels {
+    pub provider: String,
+    /// `instances`, `vcpus` or `memory_mib`.
+    pub resource: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -45,6 +55,9 @@ pub struct Metrics {
     /// 1 while the configuration on disk is the one in use, 0 while a bad one is being ignored.
     pub config_valid: Gauge,
     pub auth_reviews: Family<ResultLabels, Counter>,
+    /// The last capacity a provider reported, per resource; a figure the cloud cannot tell is not exported.
+    pub capacity_limit: Family<CapacityLabels, Gauge>,
+    pub capacity_in_use: Family<CapacityLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -56,6 +69,8 @@ impl Default for Metrics {
             config_reloads: Family::default(),
             config_valid: Gauge::default(),
             auth_reviews: Family::default(),
+            capacity_limit: Family::default(),
+            capacity_in_use: Family::default(),
         }
     }
 }
@@ -91,6 +106,138 @@ impl Metrics {
             "TokenReview lookups by result (cache hits are not counted), and calls of a method the caller is not granted (method_not_allowed)",
             m.auth_reviews.clone(),
         );
+        r.register(
+            "capacity_limit",
+            "The limit of a resource the provider last reported (GetCapacity), by provider and resource",
+            m.capacity_limit.clone(),
+        );
+        r.register(
+            "capacity_in_use",
+            "The usage of a resource the provider last reported (GetCapacity), by provider and resource",
+            m.capacity_in_use.clone(),
+        );
         m
+    }
+
+    /// Counts one finished gRPC call and records its latency.
+    pub fn record_call(
+        &self,
+        method: &'static str,
+        provider: &str,
+        result: String,
+        took: std::time::Duration,
+    ) {
+        self.calls
+            .get_or_create(&CallLabels {
+                method,
+                provider: provider.to_owned(),
+                result,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&MethodLabels {
+                method,
+                provider: provider.to_owned(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Keeps the figures of one capacity answer. A figure the cloud could not tell removes the series rather
+    /// than leaving an old value (or a zero) that looks like a fact.
+    pub fn record_capacity(&self, provider: &str, capacity: &Capacity) {
+        for (resource, figure) in [
+            ("instances", capacity.instances),
+            ("vcpus", capacity.vcpus),
+            ("memory_mib", capacity.memory_mib),
+        ] {
+            let labels = CapacityLabels {
+                provider: provider.to_owned(),
+                resource,
+            };
+            for (family, value) in [
+                (&self.capacity_limit, figure.limit),
+                (&self.capacity_in_use, figure.in_use),
+            ] {
+                match value {
+                    Some(v) => {
+                        family
+                            .get_or_create(&labels)
+                            .set(i64::try_from(v).unwrap_or(i64::MAX));
+                    }
+                    None => {
+                        family.remove(&labels);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerpods_provider_core::Figure;
+
+    fn exposition(registry: &Registry) -> String {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encodes");
+        text
+    }
+
+    #[test]
+    fn grpc_latency_is_recorded_per_method_and_provider() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        m.record_call(
+            "DeleteInstance",
+            "libvirt",
+            "deleted".into(),
+            std::time::Duration::from_millis(3),
+        );
+        let text = exposition(&registry);
+        assert!(
+            text.contains(
+                r#"provider_service_grpc_call_duration_seconds_count{method="DeleteInstance",provider="libvirt"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#"provider_service_grpc_calls_total{method="DeleteInstance",provider="libvirt",result="deleted"} 1"#
+        ));
+    }
+
+    #[test]
+    fn capacity_figures_are_kept_and_unknown_ones_dropped() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let known = Figure {
+            limit: Some(20),
+            in_use: Some(18),
+        };
+        m.record_capacity(
+            "aws",
+            &Capacity {
+                instances: known,
+                vcpus: known,
+                memory_mib: Figure::default(),
+            },
+        );
+        let text = exposition(&registry);
+        assert!(text.contains(
+            r#"provider_service_capacity_limit{provider="aws",resource="instances"} 20"#
+        ));
+        assert!(
+            text.contains(
+                r#"provider_service_capacity_in_use{provider="aws",resource="vcpus"} 18"#
+            )
+        );
+        assert!(!text.contains(r#"resource="memory_mib""#), "{text}");
+        // The cloud stops telling: the old figure goes.
+        m.record_capacity("aws", &Capacity::default());
+        let text = exposition(&registry);
+        assert!(
+            !text.contains(r#"provider="aws",resource="instances""#),
+            "{text}"
+        );
     }
 }
