@@ -38,16 +38,33 @@ impl Outcome {
     }
 }
 
+/// The AdmissionReview versions the API server may send (the webhook configuration asks for v1).
+const REVIEW_VERSIONS: [&str; 2] = ["admission.k8s.io/v1", "admission.k8s.io/v1beta1"];
+
 /// The answer to the AdmissionReview in `body`.
 pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<DynamicObject>) {
-    let request: AdmissionRequest<DynamicObject> =
-        match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-            .map_err(|e| e.to_string())
-            .and_then(|review| review.try_into().map_err(|e| format!("{e}")))
+    let request: AdmissionRequest<DynamicObject> = match serde_json::from_slice::<
+        AdmissionReview<DynamicObject>,
+    >(body)
+    .map_err(|e| e.to_string())
+    .and_then(|review| {
+        // The answer echoes the request's apiVersion and kind: one the API server does not send is
+        // refused rather than echoed.
+        let types = &review.types;
+        if types.kind != "AdmissionReview" || !REVIEW_VERSIONS.contains(&types.api_version.as_str())
         {
-            Ok(request) => request,
-            Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
-        };
+            return Err(format!(
+                "{} {} is not an AdmissionReview of {}",
+                types.api_version,
+                types.kind,
+                REVIEW_VERSIONS.join(" or ")
+            ));
+        }
+        review.try_into().map_err(|e| format!("{e}"))
+    }) {
+        Ok(request) => request,
+        Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
+    };
     let allowed = AdmissionResponse::from(&request);
     let pod = match pod_created(&request) {
         Ok(Some(pod)) => pod,
@@ -165,6 +182,15 @@ mod tests {
         .unwrap()
     }
 
+    /// A valid review with its apiVersion and kind replaced.
+    fn with_types(api_version: &str, kind: &str) -> Vec<u8> {
+        let mut review: Value =
+            serde_json::from_slice(&request("CREATE", pod_kind(), pod("kata-remote"))).unwrap();
+        review["apiVersion"] = api_version.into();
+        review["kind"] = kind.into();
+        serde_json::to_vec(&review).unwrap()
+    }
+
     fn pod_kind() -> Value {
         json!({"group": "", "version": "v1", "kind": "Pod"})
     }
@@ -262,6 +288,9 @@ mod tests {
                 "request": {"uid": UID}}),
             )
             .unwrap(),
+            with_types("x", "AdmissionReview"),
+            with_types("admission.k8s.io/v1", "Pod"),
+            with_types("", ""),
         ] {
             let (outcome, review) = answer(&body);
             assert_eq!(

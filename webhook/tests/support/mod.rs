@@ -164,7 +164,7 @@ fn response(raw: &[u8]) -> Response {
 }
 
 /// A chunked body's content (Go's HTTP server chunks answers of a few KiB and more).
-fn dechunk(mut body: &[u8]) -> Vec<u8> {
+pub fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
         let line_end = body
