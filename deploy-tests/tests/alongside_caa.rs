@@ -136,8 +136,13 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         (Some("Helm".into()), Some("peerpods-crds".into())),
         "peerpods-crds owns the PeerPod CRD"
     );
+    let ours: CustomResourceDefinition = serde_saphyr::from_str(
+        &std::fs::read_to_string(testenv::repo_root().join("deploy/crds/peerpods.yaml"))
+            .expect("our PeerPod CRD"),
+    )
+    .expect("CRD YAML");
     assert!(
-        printer_columns(&crd).contains(&"Provider".to_owned()),
+        !printer_columns(&ours).is_empty() && printer_columns(&crd) == printer_columns(&ours),
         "the CRD has our schema: {:?}",
         printer_columns(&crd)
     );

@@ -440,7 +440,8 @@ impl Ours {
             .collect()
     }
 
-    /// provider-service's answers to DeleteInstance, from its JSON log: (instance id, outcome, caller).
+    /// What each delete provider-service ran against the cloud came to, from its JSON log: (instance id,
+    /// outcome, caller), one per backend delete (the events of a `delete_instance` span that carry an outcome).
     pub fn delete_answers(&self) -> Vec<(String, String, String)> {
         self.provider
             .as_ref()
@@ -448,7 +449,9 @@ impl Ours {
             .unwrap_or_default()
             .lines()
             .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .filter(|entry| entry["fields"]["message"] == "instance delete answered")
+            .filter(|entry| {
+                entry["span"]["name"] == "delete_instance" && entry["fields"]["outcome"].is_string()
+            })
             .map(|entry| {
                 let field =
                     |name: &str| entry["span"][name].as_str().unwrap_or_default().to_owned();
@@ -464,14 +467,14 @@ impl Ours {
             .collect()
     }
 
-    /// provider-service's `/metrics`: the sum of `provider_service_grpc_calls_total` samples whose labels include
-    /// every one of `labels`.
-    pub async fn grpc_calls(&self, labels: &[(&str, &str)]) -> f64 {
+    /// provider-service's `/metrics`: the sum of the samples of `metric` whose labels include every one of
+    /// `labels`.
+    pub async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
         let text = http_get(self.provider_admin, "/metrics")
             .await
             .expect("provider-service /metrics");
         text.lines()
-            .filter(|l| l.starts_with("provider_service_grpc_calls_total{"))
+            .filter(|l| l.starts_with(&format!("{metric}{{")))
             .filter(|l| {
                 labels
                     .iter()
