@@ -512,6 +512,7 @@ async fn treats(sides: &SideBySide, object: &Value, response: &Value) -> Treats 
             "there is no content to decode",
             "panic: runtime error: index out of range",
             "malformed admission request",
+            "into *v1.Pod",
         ] {
             if message.contains(known) {
                 return Treats::Refuses(code, known);
@@ -519,7 +520,8 @@ async fn treats(sides: &SideBySide, object: &Value, response: &Value) -> Treats 
         }
         panic!("unlisted refusal {response}");
     }
-    if object.is_null() {
+    if object.is_null() || object["kind"] != "Pod" {
+        assert!(patch_of(response).is_none(), "{response}");
         return Treats::LeavesAlone;
     }
     let before = sides.caa.canonical(object).await;
@@ -544,6 +546,16 @@ async fn deliberate_differences() {
     no_uid["request"].as_object_mut().unwrap().remove("uid");
     let mut no_containers = peer_pod();
     no_containers["spec"]["containers"] = json!([]);
+    let mut other_version = review(uid, "CREATE", &peer_pod());
+    other_version["apiVersion"] = "admission.k8s.io/v2".into();
+    let mut config_map = review(
+        uid,
+        "CREATE",
+        &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}),
+    );
+    config_map["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+    config_map["request"]["resource"] =
+        json!({"group": "", "version": "v1", "resource": "configmaps"});
 
     // (what, why, request, upstream's treatment, ours)
     let cases = [
@@ -577,6 +589,21 @@ async fn deliberate_differences() {
              leaves the pod to the API server's validation, which refuses it as spec.containers: Required value",
             review(uid, "CREATE", &no_containers),
             Treats::Refuses(500, "panic: runtime error: index out of range"),
+            Treats::LeavesAlone,
+        ),
+        (
+            "an AdmissionReview of a version the API server does not send",
+            "the answer echoes the request's apiVersion; ours refuses rather than guess",
+            other_version,
+            Treats::Mutates,
+            Treats::Refuses(400, "malformed admission request"),
+        ),
+        (
+            "another kind than Pod",
+            "upstream cannot decode it as a Pod and refuses; only a Pod's creation is the webhook's business, \
+             ours allows the rest",
+            config_map,
+            Treats::Refuses(400, "into *v1.Pod"),
             Treats::LeavesAlone,
         ),
     ];
