@@ -9,7 +9,8 @@
 //!   [`nodes`] (which nodes need a capacity patch), [`status`] (conditions), [`capacity`] (free VMs from
 //!   provider-service figures).
 //! - Act and record: [`reconcile`] (the reconcile, finalizer cleanup, status, Events, metrics), [`apply`]
-//!   (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status).
+//!   (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status), [`hold`] (a
+//!   deletion waits while peer pods still run).
 
 pub mod apply;
 pub mod capacity;
@@ -17,6 +18,7 @@ pub mod cert;
 pub mod controller;
 pub mod crd;
 mod error;
+pub mod hold;
 pub mod metrics;
 pub mod nodes;
 pub mod objects;

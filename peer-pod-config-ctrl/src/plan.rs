@@ -32,6 +32,8 @@ pub struct CapacityPlan {
     pub desired: BTreeMap<String, u32>,
     /// Patches that bring the nodes to `desired` (nodes outside it lose the resource), by node name.
     pub changes: Vec<(String, CapacityChange)>,
+    /// Selected nodes whose `kata.peerpods.io/vm-limit` label is not a count (spread over like the others).
+    pub invalid_overrides: Vec<String>,
 }
 
 /// Plans node capacity for `limit` over the nodes `selector` picks among `all_nodes`, capped by `provider_free`.
@@ -48,16 +50,42 @@ pub fn capacity<'a>(
         .filter(|n| nodes::selects(selector, n))
         .map(|n| n.name_any())
         .collect();
-    let count = u64::try_from(selected.len()).unwrap_or(u64::MAX);
+    // A node's own `kata.peerpods.io/vm-limit` label overrides its share (CAA users asked for different
+    // limits on different nodes): with a total, the rest is spread over the others; per node, it replaces the
+    // per-node value on that node.
+    let (fixed, invalid_overrides) = spread::overrides(
+        all_nodes
+            .iter()
+            .filter(|n| nodes::selects(selector, n))
+            .map(|n| {
+                (
+                    n.metadata.name.as_deref().unwrap_or_default(),
+                    n.labels().get(spread::VM_LIMIT_LABEL).map(String::as_str),
+                )
+            }),
+    );
     let requested = match limit {
         Limit::Total(total) => u64::from(total),
-        Limit::PerNode(each) => u64::from(each).saturating_mul(count),
+        Limit::PerNode(each) => selected
+            .iter()
+            .map(|name| u64::from(fixed.get(name).copied().unwrap_or(each)))
+            .fold(0u64, u64::saturating_add),
     };
     let effective = provider_free.map_or(requested, |free| free.min(requested));
     let names = selected.iter().map(String::as_str);
     let desired = match limit {
-        Limit::PerNode(each) if effective == requested => spread::per_node(each, names),
-        _ => spread::spread(u32::try_from(effective).unwrap_or(u32::MAX), names),
+        Limit::PerNode(each) if effective == requested => spread::per_node(each, names)
+            .into_iter()
+            .map(|(name, value)| {
+                let value = fixed.get(&name).copied().unwrap_or(value);
+                (name, value)
+            })
+            .collect(),
+        _ => spread::spread_with_overrides(
+            u32::try_from(effective).unwrap_or(u32::MAX),
+            names,
+            &fixed,
+        ),
     };
     let changes = nodes::plan(all_nodes.iter().copied(), &desired);
     CapacityPlan {
@@ -67,6 +95,7 @@ pub fn capacity<'a>(
         selected_nodes: selected.len(),
         desired,
         changes,
+        invalid_overrides,
     }
 }
 
@@ -194,6 +223,47 @@ mod tests {
         let plenty = capacity(Limit::PerNode(4), &workers(), &nodes, Some(100));
         assert_eq!(plenty.effective, 12);
         assert!(plenty.desired.values().all(|v| *v == 4));
+    }
+
+    fn with_vm_limit(mut node: Node, value: &str) -> Node {
+        node.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(spread::VM_LIMIT_LABEL.to_owned(), value.to_owned());
+        node
+    }
+
+    #[test]
+    fn a_node_label_overrides_its_share_of_a_total() {
+        let nodes = [
+            with_vm_limit(node("big", true, None), "6"),
+            node("a", true, None),
+            node("b", true, None),
+            with_vm_limit(node("unselected", false, None), "50"),
+        ];
+        let plan = capacity(Limit::Total(10), &workers(), &nodes, None);
+        assert_eq!(
+            plan.desired,
+            [("a".into(), 2), ("b".into(), 2), ("big".into(), 6)].into()
+        );
+        assert_eq!((plan.requested, plan.effective), (10, 10));
+        assert!(plan.invalid_overrides.is_empty());
+    }
+
+    #[test]
+    fn a_node_label_replaces_a_per_node_limit_on_that_node() {
+        let nodes = [
+            with_vm_limit(node("small", true, None), "1"),
+            node("a", true, None),
+            with_vm_limit(node("typo", true, None), "ten"),
+        ];
+        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, None);
+        assert_eq!(
+            plan.desired,
+            [("a".into(), 4), ("small".into(), 1), ("typo".into(), 4)].into()
+        );
+        assert_eq!(plan.requested, 9);
+        assert_eq!(plan.invalid_overrides, ["typo"]);
     }
 
     #[test]

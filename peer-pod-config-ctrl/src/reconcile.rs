@@ -24,7 +24,7 @@ use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
 use crate::validate::{self, DUPLICATE};
-use crate::{Error, FIELD_MANAGER, apply, nodes, objects};
+use crate::{Error, FIELD_MANAGER, apply, hold, nodes, objects};
 
 /// Finalizer on PeerPodConfigs: node capacity and the webhook configuration are removed before the object goes.
 pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
@@ -70,6 +70,14 @@ pub async fn reconcile(config: Arc<PeerPodConfig>, ctx: Arc<Context>) -> Result<
     let name = config.name_any();
     let api: Api<PeerPodConfig> = Api::namespaced(ctx.client.clone(), &ns);
     let span = info_span!("reconcile", peerpodconfig = %format!("{ns}/{name}"));
+    // Before the finalizer helper sees a deletion (it releases the finalizer once cleanup returns): hold it
+    // while peer pods still run.
+    if let Some(action) = hold_deletion(&config, &ctx)
+        .instrument(span.clone())
+        .await?
+    {
+        return Ok(action);
+    }
     let result = finalizer(&api, FINALIZER, config, |event| async {
         match event {
             Finalizer::Apply(config) => apply_config(config, &ctx).await,
@@ -197,6 +205,13 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         all_nodes.iter().map(AsRef::as_ref),
         provider_free,
     );
+    if !planned.invalid_overrides.is_empty() {
+        warn!(
+            nodes = ?planned.invalid_overrides,
+            label = crate::spread::VM_LIMIT_LABEL,
+            "node label is not a count; those nodes get a spread share"
+        );
+    }
     let node_api: Api<Node> = Api::all(ctx.client.clone());
     let patched = nodes::apply(&node_api, &planned.changes).await;
     let patched_count = match &patched {
@@ -410,6 +425,42 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
     info!(%note, "cleaned up");
     publish(ctx, &config, EventType::Normal, "CleanedUp", note).await;
     Ok(Action::await_change())
+}
+
+/// A PeerPodConfig being deleted (with our finalizer, not forced) while peer pods run: keeps the finalizer,
+/// says why (condition, a Warning Event when the list changes) and looks again after [`hold::RECHECK`].
+async fn hold_deletion(config: &PeerPodConfig, ctx: &Context) -> Result<Option<Action>, Error> {
+    if config.metadata.deletion_timestamp.is_none()
+        || !config.finalizers().iter().any(|f| f == FINALIZER)
+        || hold::forced(config)
+    {
+        return Ok(None);
+    }
+    // Only the PeerPodConfig that set up the runtime holds anything; another one's cleanup touches nothing.
+    let active = ctx.active_config();
+    if !validate::may_have_written(config, &ctx.namespace, active.as_deref()) {
+        return Ok(None);
+    }
+    let running = hold::running_peer_pods(&ctx.client).await?;
+    if running.is_empty() {
+        return Ok(None);
+    }
+    let message = hold::message(&running);
+    if hold::write(&ctx.client, config, &message).await? {
+        warn!(
+            running = running.len(),
+            "PeerPodConfig deletion held: peer pods still run"
+        );
+        publish(
+            ctx,
+            config,
+            EventType::Warning,
+            hold::DELETION_HELD,
+            message,
+        )
+        .await;
+    }
+    Ok(Some(Action::requeue(hold::RECHECK)))
 }
 
 async fn publish(

@@ -48,6 +48,62 @@ pub fn spread<'a>(total: u32, nodes: impl IntoIterator<Item = &'a str>) -> BTree
         .collect()
 }
 
+/// Node label that sets one node's share by hand (a decimal count), overriding what spreading would give it.
+/// A label, not an annotation, because the controller already watches and caches node labels: no extra read.
+pub const VM_LIMIT_LABEL: &str = "kata.peerpods.io/vm-limit";
+
+/// The per-node overrides of `nodes`: the [`VM_LIMIT_LABEL`] values that parse as a count. A value that does
+/// not parse is ignored (the node is spread over like any other) and returned in the second list so the
+/// caller can say so.
+pub fn overrides<'a>(
+    nodes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+) -> (BTreeMap<String, u32>, Vec<String>) {
+    let mut valid = BTreeMap::new();
+    let mut invalid = Vec::new();
+    for (name, value) in nodes {
+        match value.map(|v| v.trim().parse::<u32>()) {
+            Some(Ok(n)) => {
+                valid.insert(name.to_owned(), n);
+            }
+            Some(Err(_)) => invalid.push(name.to_owned()),
+            None => {}
+        }
+    }
+    (valid, invalid)
+}
+
+/// [`spread`] with per-node overrides: a node in `overrides` gets its own value and the rest of `total` is
+/// spread over the others. `total` stays the cluster-wide ceiling: overrides are granted in the ranking order
+/// of [`spread`] while the total lasts, so overrides adding up to more than the total are cut (the last
+/// ranked ones first) instead of advertising more than the limit or the provider allow. Overrides naming nodes
+/// outside `nodes` are ignored.
+pub fn spread_with_overrides<'a>(
+    total: u32,
+    nodes: impl IntoIterator<Item = &'a str>,
+    overrides: &BTreeMap<String, u32>,
+) -> BTreeMap<String, u32> {
+    let mut ranked: Vec<&str> = nodes
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    ranked.sort_by_key(|name| (rank_hash(name), *name));
+    let mut left = total;
+    let mut out = BTreeMap::new();
+    for name in ranked.iter().copied() {
+        if let Some(wanted) = overrides.get(name) {
+            let granted = (*wanted).min(left);
+            left -= granted;
+            out.insert(name.to_owned(), granted);
+        }
+    }
+    out.extend(spread(
+        left,
+        ranked.into_iter().filter(|n| !overrides.contains_key(*n)),
+    ));
+    out
+}
+
 /// The same value on every node.
 pub fn per_node<'a>(value: u32, nodes: impl IntoIterator<Item = &'a str>) -> BTreeMap<String, u32> {
     nodes
@@ -73,6 +129,89 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn fixed(pairs: &[(&str, u32)]) -> BTreeMap<String, u32> {
+        pairs.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect()
+    }
+
+    #[test]
+    fn an_override_takes_its_share_and_the_rest_is_spread_over_the_others() {
+        let nodes = ["big", "a", "b", "c"];
+        let out = spread_with_overrides(20, nodes, &fixed(&[("big", 8)]));
+        assert_eq!(out["big"], 8);
+        assert_eq!(out.values().sum::<u32>(), 20);
+        let others: Vec<u32> = ["a", "b", "c"].iter().map(|n| out[*n]).collect();
+        assert!(others.iter().all(|v| *v == 4), "{out:?}");
+        // An override of 0 keeps a node out of peer pods entirely.
+        let out = spread_with_overrides(9, nodes, &fixed(&[("big", 0)]));
+        assert_eq!(out["big"], 0);
+        assert_eq!(out.values().sum::<u32>(), 9);
+    }
+
+    #[test]
+    fn overrides_never_advertise_more_than_the_total() {
+        let out = spread_with_overrides(10, ["a", "b", "c"], &fixed(&[("a", 8), ("b", 8)]));
+        assert_eq!(out.values().sum::<u32>(), 10);
+        assert_eq!(out["c"], 0, "nothing is left for the others");
+        assert!(
+            out["a"] + out["b"] == 10 && out["a"].max(out["b"]) == 8,
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn overrides_for_unselected_nodes_are_ignored() {
+        let out = spread_with_overrides(6, ["a", "b"], &fixed(&[("elsewhere", 5)]));
+        assert_eq!(out, spread(6, ["a", "b"]));
+    }
+
+    #[test]
+    fn only_counts_are_overrides() {
+        let (valid, invalid) = overrides([
+            ("a", Some("4")),
+            ("b", Some("lots")),
+            ("c", None),
+            ("d", Some(" 0 ")),
+        ]);
+        assert_eq!(valid, fixed(&[("a", 4), ("d", 0)]));
+        assert_eq!(invalid, ["b"]);
+    }
+
+    proptest! {
+        #[test]
+        fn overridden_spreads_sum_to_the_total_when_overrides_fit(
+            total in 0u32..500,
+            n in 1usize..30,
+            picks in proptest::collection::btree_map(0usize..30, 0u32..20, 0..5),
+        ) {
+            let nodes = names("n", n);
+            let wanted: BTreeMap<String, u32> = picks
+                .into_iter()
+                .filter(|(i, _)| *i < n)
+                .map(|(i, v)| (nodes[i].clone(), v))
+                .collect();
+            let out = spread_with_overrides(total, nodes.iter().map(String::as_str), &wanted);
+            prop_assert_eq!(out.len(), n);
+            let granted: u32 = wanted.keys().map(|k| out[k]).sum();
+            let asked: u32 = wanted.values().sum();
+            prop_assert!(out.values().sum::<u32>() <= total);
+            if asked <= total {
+                for (k, v) in &wanted {
+                    prop_assert_eq!(out[k], *v);
+                }
+                if wanted.len() < n {
+                    prop_assert_eq!(out.values().sum::<u32>(), total);
+                }
+            } else {
+                prop_assert_eq!(granted, total);
+            }
+            // The others differ by at most one, as plain spreading promises.
+            let rest: Vec<u32> = out.iter().filter(|(k, _)| !wanted.contains_key(*k)).map(|(_, v)| *v).collect();
+            if let (Some(lo), Some(hi)) = (rest.iter().min(), rest.iter().max()) {
+                prop_assert!(hi - lo <= 1);
+            }
+        }
+    }
 
     fn names(prefix: &str, n: usize) -> Vec<String> {
         (0..n).map(|i| format!("{prefix}-{i}")).collect()
