@@ -2,6 +2,7 @@
 //!
 //! - [`byom`]: a bring-your-own-machine pool on the local control plane, as cloud-api-adaptor writes it.
 //! - [`cloud`]: what every local cloud emulator (`emulators/<cloud>`) offers the tests.
+//! - [`fault_checks`]: what every cloud backend's tests check against its emulator's fault layer.
 //! - [`faults`]: the fault layer of the cloud emulators (latency, hangs, 5xx, throttling, eventual
 //!   consistency, long-running operations).
 //! - [`metrics`]: samples of a metrics scrape (Prometheus text or OpenMetrics), by name and labels.
@@ -10,6 +11,7 @@
 
 pub mod byom;
 pub mod cloud;
+pub mod fault_checks;
 pub mod faults;
 pub mod metrics;
 pub mod moto;

@@ -1,0 +1,199 @@
+//! One set of checks, run by every cloud backend's tests against its emulator's fault layer
+//! ([`crate::faults`]): each knob driven through the backend's real client code, and what the
+//! backend makes of it. A throttled cloud is [`Error::Throttled`] (retryable, with a wait), a
+//! cloud failing with 5xx is retried and then [`Error::Unavailable`], a hung request ends at the
+//! backend's own deadline as [`Error::Unavailable`], and once the faults stop the same delete
+//! ends with the VM and its parts gone. None of them is ever an answer that the VM is gone while
+//! it still exists.
+#![allow(clippy::unwrap_used)] // test support: a failed check ends the test with its message
+
+use std::time::{Duration, Instant};
+
+use peerpods_provider_core::{DeleteOutcome, Error, Provider};
+
+use crate::cloud::CloudEmulator;
+use crate::faults::Faults;
+
+/// The longest any one check waits for the backend: generous, and far below a hang (600 s).
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// `config` with `extra` keys added or replaced.
+pub fn with(config: Vec<(String, String)>, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut pairs: Vec<(String, String)> = config
+        .into_iter()
+        .filter(|(k, _)| !extra.iter().any(|(key, _)| key == k))
+        .collect();
+    pairs.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    pairs
+}
+
+async fn delete_once(provider: &dyn Provider, id: &str) -> Result<DeleteOutcome, Error> {
+    tokio::time::timeout(PATIENCE, provider.delete_instance(id))
+        .await
+        .unwrap_or_else(|_| panic!("DeleteInstance of {id} did not answer within {PATIENCE:?}"))
+}
+
+/// Asks again, as peerpod-ctrl does, while the answer is retryable, until the VM is answered
+/// gone; then checks the emulator agrees.
+pub async fn delete_until_gone(emulator: &dyn CloudEmulator, provider: &dyn Provider, id: &str) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        match delete_once(provider, id).await {
+            Ok(DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone) => break,
+            Err(Error::Throttled { .. } | Error::Unavailable { .. })
+                if Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("{}: {id}: unexpected answer {other:?}", emulator.provider()),
+        }
+    }
+    assert!(
+        !emulator.vm_or_parts_exist(id),
+        "{}: answered gone while the VM or a part of it exists",
+        emulator.provider()
+    );
+}
+
+/// Every request throttled: the backend answers [`Error::Throttled`] (retryable) and deletes
+/// nothing; once the throttling stops, the delete completes.
+pub async fn throttling_is_retryable(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    name: &str,
+) {
+    let id = emulator.create_vm(name, &[]);
+    emulator.set_faults(Faults {
+        throttle_rate: 1.0,
+        ..Faults::default()
+    });
+    let answer = delete_once(provider, &id).await;
+    assert!(
+        matches!(answer, Err(Error::Throttled { .. })),
+        "{}: a throttled delete answered {answer:?}",
+        emulator.provider()
+    );
+    assert!(emulator.injected().throttled >= 1);
+    assert!(emulator.vm_or_parts_exist(&id));
+    emulator.set_faults(Faults::default());
+    delete_until_gone(emulator, provider, &id).await;
+}
+
+/// Every request failing with the cloud's 5xx: the backend retries (more than one attempt
+/// reaches the cloud) and answers [`Error::Unavailable`]; afterwards the delete completes.
+pub async fn server_errors_are_retried_then_unavailable(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    name: &str,
+) {
+    let id = emulator.create_vm(name, &[]);
+    emulator.set_faults(Faults {
+        server_error_rate: 1.0,
+        ..Faults::default()
+    });
+    let answer = delete_once(provider, &id).await;
+    assert!(
+        matches!(answer, Err(Error::Unavailable { .. })),
+        "{}: a delete failing with 5xx answered {answer:?}",
+        emulator.provider()
+    );
+    let injected = emulator.injected();
+    assert!(
+        injected.server_errors >= 2,
+        "{}: the backend did not retry a 5xx ({injected:?})",
+        emulator.provider()
+    );
+    assert!(emulator.vm_or_parts_exist(&id));
+    emulator.set_faults(Faults::default());
+    delete_until_gone(emulator, provider, &id).await;
+}
+
+/// Every request hanging (600 s): the backend's own deadline ends the call as
+/// [`Error::Unavailable`] well before the hang would; afterwards the delete completes.
+/// `provider` must be built with a short request timeout.
+pub async fn a_hang_ends_at_the_deadline_as_unavailable(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    name: &str,
+) {
+    let id = emulator.create_vm(name, &[]);
+    emulator.set_faults(Faults {
+        hang_rate: 1.0,
+        hang_for: Duration::from_secs(600),
+        ..Faults::default()
+    });
+    let answer = delete_once(provider, &id).await;
+    assert!(
+        matches!(answer, Err(Error::Unavailable { .. })),
+        "{}: a delete whose requests hang answered {answer:?}",
+        emulator.provider()
+    );
+    assert!(emulator.injected().hangs >= 1);
+    assert!(emulator.vm_or_parts_exist(&id));
+    emulator.set_faults(Faults::default());
+    delete_until_gone(emulator, provider, &id).await;
+}
+
+/// Slow answers and a deletion that takes several polls still end with the VM gone.
+pub async fn slow_answers_and_long_operations_complete(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    name: &str,
+) {
+    let id = emulator.create_vm(name, &[]);
+    emulator.set_faults(Faults {
+        latency: Duration::from_millis(30),
+        operation_polls: Some(3),
+        ..Faults::default()
+    });
+    delete_until_gone(emulator, provider, &id).await;
+    assert!(emulator.injected().requests >= 2);
+    emulator.set_faults(Faults::default());
+}
+
+/// A VM created moments ago that the cloud does not show yet (NotFound for its first seconds)
+/// is never answered gone while it exists: the answer is retryable.
+pub async fn a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    name: &str,
+) {
+    emulator.set_faults(Faults {
+        invisible_after_create: Duration::from_secs(3600),
+        ..Faults::default()
+    });
+    let id = emulator.create_vm(name, &[]);
+    let answer = delete_once(provider, &id).await;
+    assert!(
+        matches!(
+            answer,
+            Err(Error::Unavailable { .. } | Error::Throttled { .. })
+        ),
+        "{}: a VM not yet visible was answered {answer:?}",
+        emulator.provider()
+    );
+    assert!(emulator.injected().not_found >= 1);
+    assert!(emulator.vm_or_parts_exist(&id));
+    emulator.set_faults(Faults::default());
+    delete_until_gone(emulator, provider, &id).await;
+}
+
+/// The storm's mix (20% 5xx, 10% throttling, 5% hangs of `hang_for`): asking again while the
+/// answer is retryable, every VM ends gone, and none is answered gone while it exists.
+pub async fn a_storm_ends_with_every_vm_gone(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    names: &[&str],
+    hang_for: Duration,
+) {
+    let ids: Vec<String> = names.iter().map(|n| emulator.create_vm(n, &[])).collect();
+    emulator.set_faults(Faults::storm(hang_for, 20));
+    for id in &ids {
+        delete_until_gone(emulator, provider, id).await;
+    }
+    emulator.set_faults(Faults::default());
+}
