@@ -4,7 +4,7 @@
 //! [`FINALIZER`]. The field names (`instanceID`, and the misspelt `cleand`) are CAA's wire names and must not
 //! change. Everything this project adds is optional so that CAA's create body stays valid.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, CustomResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -42,11 +42,12 @@ pub fn do_not_delete_value(value: &str) -> bool {
     namespaced,
     status = "PeerPodStatus",
     doc = "A cloud VM that runs one peer pod. Deleting it deletes the VM before the finalizer is released.",
-    printcolumn = r#"{"name":"Provider","type":"string","description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
-    printcolumn = r#"{"name":"Instance","type":"string","description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
-    printcolumn = r#"{"name":"Cleaned","type":"string","description":"Whether the VM has been deleted","jsonPath":".status.conditions[?(@.type==\"Cleaned\")].status"}"#,
-    printcolumn = r#"{"name":"Reason","type":"string","description":"Why the VM is or is not deleted yet","jsonPath":".status.conditions[?(@.type==\"Cleaned\")].reason"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"State","type":"string","description":"Where the PeerPod is in its life: Live, InstanceMissing (the cloud reports its VM gone), WaitingForCloud (deleting the VM failed or is not confirmed yet; see Reason), Held (do-not-delete) or Released (VM gone or deliberately kept, finalizer released)","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"Cloud","type":"string","priority":1,"description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
+    printcolumn = r#"{"name":"Instance","type":"string","priority":1,"description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","priority":1,"description":"Why the PeerPod is in its state (the reason of its latest condition)","jsonPath":".status.reason"}"#,
+    printcolumn = r#"{"name":"Last Attempt","type":"date","priority":1,"description":"When the controller last recorded an attempt (a cleanup call or an instance lookup) that changed what the status says","jsonPath":".status.lastAttemptTime"}"#
 )]
 pub struct PeerPodSpec {
     /// Cloud provider that runs the VM, as cloud-api-adaptor's CLOUD_PROVIDER names it: aws, azure, gcp, ibmcloud, ibmcloud-powervs, libvirt, alibabacloud or byom.
@@ -63,6 +64,19 @@ pub struct PeerPodStatus {
     /// True once the VM has been deleted (or was found already gone) and the finalizer can be released. The spelling is cloud-api-adaptor's wire name.
     #[serde(default)]
     pub cleand: bool,
+    /// Where the PeerPod is in its life, in words: Live (the default), InstanceMissing, WaitingForCloud, Held or Released. The printer column STATE.
+    #[serde(default)]
+    pub state: PeerPodState,
+    /// The reason of the latest condition written, for the wide printer column REASON; unset on a live PeerPod nothing was ever noticed about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the controller last recorded an attempt (a cleanup call or an instance lookup) that changed what the status says.
+    #[serde(
+        rename = "lastAttemptTime",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub last_attempt_time: Option<Time>,
     /// The latest observations of the cleanup. Type Cleaned is True once the VM is confirmed gone, and False with a reason (for example ProviderUnavailable or InvalidInstance) while deleting it fails; the finalizer stays until it is True.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -76,6 +90,37 @@ pub struct PeerPodStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// `status.state`: one word for `kubectl get peerpods`. The CRD defaults it (and `status` itself) so that a
+/// PeerPod nobody has written status for yet, as cloud-api-adaptor creates it, reads `Live` at no API write.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PeerPodState {
+    /// The PeerPod is in use and nothing is wrong with it that the controller knows of.
+    #[default]
+    Live,
+    /// Not being deleted, but the cloud confirmed its VM gone (after a grace period); nothing is deleted.
+    InstanceMissing,
+    /// Being deleted; deleting the VM failed or is not confirmed yet, and the finalizer stays.
+    WaitingForCloud,
+    /// Being deleted, but held by do-not-delete (annotation or VM tag): the VM and the finalizer stay.
+    Held,
+    /// The VM is confirmed gone (or deliberately kept for a live PeerPod naming it); the finalizer is released.
+    Released,
+}
+
+impl PeerPodState {
+    /// The state a Cleaned condition stands for: `done` is its status, `reason` its reason.
+    pub fn of_cleanup(done: bool, reason: &str) -> PeerPodState {
+        match (done, reason) {
+            (true, _) => PeerPodState::Released,
+            (false, HOLD_REASON) => PeerPodState::Held,
+            (false, _) => PeerPodState::WaitingForCloud,
+        }
+    }
+}
+
+/// The reason of every do-not-delete hold: the PeerPod annotation and provider-service's refusal of a tagged VM.
+const HOLD_REASON: &str = "DoNotDelete";
+
 impl PeerPod {
     /// The condition of type [`CONDITION_CLEANED`], if any.
     pub fn cleaned_condition(&self) -> Option<&Condition> {
@@ -87,10 +132,33 @@ impl PeerPod {
     }
 }
 
+/// The CustomResourceDefinition: the derived one, with `status` defaulting to `{}` so that its own defaults
+/// (`state: Live`) show on a PeerPod whose status nobody wrote (the API server drops status on create).
+pub fn crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    let mut crd = PeerPod::crd();
+    for version in &mut crd.spec.versions {
+        let status = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|s| s.properties.as_mut())
+            .and_then(|p| p.get_mut("status"));
+        if let Some(status) = status {
+            status.default = Some(
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(
+                    serde_json::json!({}),
+                ),
+            );
+        }
+    }
+    crd
+}
+
 /// The CustomResourceDefinition as YAML, exactly as committed under `deploy/crds/peerpods.yaml`.
 pub fn crd_yaml() -> Result<String, Error> {
-    let yaml = serde_saphyr::to_string(&PeerPod::crd())
-        .map_err(|e| Error::CrdSerialization(e.to_string()))?;
+    let yaml =
+        serde_saphyr::to_string(&crd()).map_err(|e| Error::CrdSerialization(e.to_string()))?;
     Ok(format!(
         "# Generated from peerpod-ctrl/src/crd.rs by `make manifests`; do not edit.\n{yaml}"
     ))
@@ -132,12 +200,13 @@ mod tests {
             ..Default::default()
         })
         .expect("serializes");
-        assert_eq!(status, serde_json::json!({"cleand": true}));
+        // `cleand` keeps CAA's spelling; `state` is always written with it so the STATE column follows.
+        assert_eq!(status, serde_json::json!({"cleand": true, "state": "Live"}));
     }
 
     #[test]
     fn schema_requires_nothing_caa_might_omit() {
-        let crd = serde_json::to_value(PeerPod::crd()).expect("serializes");
+        let crd = serde_json::to_value(crd()).expect("serializes");
         let version = &crd["spec"]["versions"][0];
         let schema = &version["schema"]["openAPIV3Schema"]["properties"];
         assert!(

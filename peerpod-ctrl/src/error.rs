@@ -22,6 +22,29 @@ pub enum Error {
     /// someone removes the tag, so it is retried only at the backoff cap.
     #[error("provider-service refuses to delete the instance, it is marked do-not-delete: {0}")]
     InstanceProtected(String),
+    /// provider-service refused the request (FAILED_PRECONDITION) for a reason it named in
+    /// `google.rpc.ErrorInfo`: its cluster-tag guard (`NotOwnedByCluster`), a provider it has no configuration
+    /// for (`ProviderNotConfigured`), the cloud rejecting its credentials (`CloudUnauthenticated`). The reason
+    /// becomes the condition reason, so `kubectl get` says which guard refused instead of the generic
+    /// `ProviderPrecondition`.
+    #[error("provider-service refused ({reason}): {message}")]
+    ProviderRefused {
+        reason: &'static str,
+        message: String,
+        permanent: bool,
+    },
+    /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
+    #[error("provider-service refused our credentials: {0}")]
+    ProviderUnauthorized(String),
+    /// The cloud or provider-service asked us to slow down (RESOURCE_EXHAUSTED).
+    #[error("provider-service is throttling: {message}")]
+    ProviderThrottled {
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// provider-service could not be reached or is not ready (UNAVAILABLE, DEADLINE_EXCEEDED, connect errors).
+    #[error("provider-service is unavailable: {0}")]
+    ProviderUnavailable(String),
     /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
     #[error("provider-service refused our credentials: {0}")]
     ProviderUnauthorized(String),
@@ -62,6 +85,7 @@ impl Error {
             Error::ProviderRejected(_) => "ProviderRejected",
             Error::ProviderPrecondition(_) => "ProviderPrecondition",
             Error::InstanceProtected(_) => "DoNotDelete",
+            Error::ProviderRefused { reason, .. } => reason,
             Error::ProviderUnauthorized(_) => "ProviderUnauthorized",
             Error::ProviderThrottled { .. } => "ProviderThrottled",
             Error::ProviderUnavailable(_) => "ProviderUnavailable",
@@ -83,6 +107,10 @@ impl Error {
                 | Error::ProviderRejected(_)
                 | Error::ProviderPrecondition(_)
                 | Error::InstanceProtected(_)
+                | Error::ProviderRefused {
+                    permanent: true,
+                    ..
+                }
                 | Error::CrdSerialization(_)
                 | Error::Config(_)
         )

@@ -8,6 +8,7 @@
 //! - [`provider`]: the provider-service calls.
 //! - [`reconcile`]: the controller (watch → decide → act → record).
 //! - [`orphans`]: the periodic orphan-VM scan.
+//! - [`reverse`]: the periodic reverse scan: live PeerPods whose VM the cloud no longer has.
 //! - [`metrics`]: Prometheus metrics.
 
 pub mod cache;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod orphans;
 pub mod provider;
 pub mod reconcile;
+pub mod reverse;
 
 pub use error::Error;
 
@@ -32,6 +34,7 @@ use peerpods_runtime::shutdown::CancellationToken;
 pub struct Settings {
     pub reconciler: reconcile::ReconcilerSettings,
     pub orphans: orphans::OrphanSettings,
+    pub reverse: reverse::ReverseSettings,
     /// Reported as the Event source; the Pod name distinguishes replicas.
     pub reporter: Reporter,
 }
@@ -48,6 +51,14 @@ pub async fn run(
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
     let (store_tx, store_rx) = tokio::sync::watch::channel(None);
+    let reverse = reverse::ReverseScanner::new(
+        client.clone(),
+        provider.clone(),
+        recorder.clone(),
+        metrics.clone(),
+        settings.reverse.clone(),
+    );
+    let reverse_stores = store_tx.subscribe();
     let terminating = metrics.terminating.clone();
     let terminating_stores = store_tx.subscribe();
     let scanner = orphans::Scanner {
@@ -75,6 +86,11 @@ pub async fn run(
         () = controller => {}
         () = scan => {}
         () = terminating.follow(terminating_stores) => {}
+        () = async move {
+            // Like the orphan scan, it ends early when disabled; the controller decides the term.
+            reverse.run(reverse_stores).await;
+            std::future::pending::<()>().await
+        } => {}
     }
 }
 

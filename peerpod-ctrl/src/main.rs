@@ -9,6 +9,7 @@ use peerpod_ctrl::decide::Backoff;
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
+use peerpod_ctrl::reverse::ReverseSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
 use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs, duration};
 use peerpods_runtime::binary::{self, Started};
@@ -62,6 +63,14 @@ struct Cli {
     #[arg(long, env = "ORPHAN_DELETE_MAX_PERCENT", default_value_t = OrphanCap::default().max_percent,
           value_parser = clap::value_parser!(u8).range(0..=100))]
     orphan_delete_max_percent: u8,
+    /// How often to check that the VMs of live PeerPods still exist (one ListInstances per provider in use);
+    /// 0 turns the check off.
+    #[arg(long, env = "REVERSE_SCAN_INTERVAL", default_value = "2m", value_parser = duration)]
+    reverse_scan_interval: Duration,
+    /// How long a live PeerPod's VM must stay unlisted before it is reported missing (covers a cloud's
+    /// eventual consistency after create).
+    #[arg(long, env = "REVERSE_GRACE", default_value = "5m", value_parser = duration)]
+    reverse_grace: Duration,
 }
 
 #[derive(Subcommand, Debug)]
@@ -124,6 +133,10 @@ async fn serve(
                 max: cli.orphan_delete_max,
                 max_percent: cli.orphan_delete_max_percent,
             },
+        },
+        reverse: ReverseSettings {
+            interval: cli.reverse_scan_interval,
+            grace: cli.reverse_grace,
         },
         reporter: Reporter {
             controller: COMPONENT.into(),

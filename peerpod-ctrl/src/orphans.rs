@@ -3,8 +3,8 @@
 //!
 //! Findings are reported as a metric, a log line and an Event on the controller's Namespace object: orphans
 //! have no PeerPod to attach an Event to, and the Namespace is the one cluster-visible object that always
-//! exists whether or not leader election (a Lease) or a Deployment is in use. `kubectl describe namespace
-//! <ns>` shows them. Deletion happens only with the `delete` policy, and then only within guards: nothing is
+//! exists whether or not leader election (a Lease) or a Deployment is in use. The Events are created in
+//! that namespace (`kubectl get events -n <ns> --field-selector reason=OrphanInstanceFound`). Deletion happens only with the `delete` policy, and then only within guards: nothing is
 //! deleted before the PeerPod cache has completed its first list; a scan of a provider that finds more orphans
 //! than [`OrphanCap`] allows (absolute and percent of the VMs listed) deletes none of them and says why (Event
 //! `OrphanDeleteCapExceeded`, log, `peerpod_ctrl_orphan_deletions_refused_total`); a VM tagged
@@ -344,10 +344,14 @@ impl Scanner {
         action: &str,
         note: String,
     ) {
+        // The reference carries the namespace too: the recorder creates the Event in the namespace of the
+        // object it is about and, for a cluster-scoped object without one, in `default`, where nobody
+        // looking at the controller would find it.
         let reference = ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Namespace".into()),
             name: Some(self.settings.event_namespace.clone()),
+            namespace: Some(self.settings.event_namespace.clone()),
             ..ObjectReference::default()
         };
         let event = Event {

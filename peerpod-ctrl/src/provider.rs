@@ -167,6 +167,17 @@ impl Provider {
 /// `google.rpc.ErrorInfo` reason of provider-service's refusal to delete a VM tagged do-not-delete.
 pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
 
+/// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own.
+fn refusal_reason(reason: &str) -> Option<&'static str> {
+    [
+        "NotOwnedByCluster",
+        "ProviderNotConfigured",
+        "CloudUnauthenticated",
+    ]
+    .into_iter()
+    .find(|known| *known == reason)
+}
+
 /// Maps a gRPC status to the domain error, following the status contract in provider.proto.
 pub fn status_error(status: &tonic::Status) -> Error {
     use tonic_types::StatusExt;
@@ -177,6 +188,18 @@ pub fn status_error(status: &tonic::Status) -> Error {
         .map(|i| i.reason.clone());
     if reason.as_deref() == Some(REASON_DO_NOT_DELETE) {
         return Error::InstanceProtected(message);
+    }
+    // Only refusals of a precondition: PERMISSION_DENIED stays ProviderUnauthorized, which the circuit
+    // breaker counts against provider-service, and INVALID_ARGUMENT stays ProviderRejected.
+    if let Some(reason) = reason.as_deref().and_then(refusal_reason)
+        && status.code() == Code::FailedPrecondition
+    {
+        return Error::ProviderRefused {
+            reason,
+            message,
+            // A configuration or a guard does not change by itself.
+            permanent: true,
+        };
     }
     match status.code() {
         Code::InvalidArgument => Error::ProviderRejected(message),
@@ -244,7 +267,44 @@ mod tests {
                 std::collections::HashMap::new(),
             ),
         );
-        assert_eq!(status_error(&other).reason(), "ProviderPrecondition");
+        assert_eq!(status_error(&other).reason(), "ProviderNotConfigured");
+        let unnamed = tonic::Status::failed_precondition("not configured");
+        assert_eq!(status_error(&unnamed).reason(), "ProviderPrecondition");
+    }
+
+    #[test]
+    fn each_named_refusal_keeps_its_reason_and_retry_class() {
+        let refusal = |code, reason: &str| {
+            status_error(&tonic::Status::with_error_details(
+                code,
+                "refused",
+                ErrorDetails::with_error_info(
+                    reason,
+                    "provider.peerpods.io",
+                    std::collections::HashMap::new(),
+                ),
+            ))
+        };
+        let guard = refusal(Code::FailedPrecondition, "NotOwnedByCluster");
+        assert_eq!(guard.reason(), "NotOwnedByCluster");
+        assert!(guard.is_permanent());
+        let credentials = refusal(Code::FailedPrecondition, "CloudUnauthenticated");
+        assert_eq!(credentials.reason(), "CloudUnauthenticated");
+        assert!(credentials.is_permanent());
+        assert_eq!(
+            refusal(Code::InvalidArgument, "UnknownProvider").reason(),
+            "ProviderRejected"
+        );
+        // Refusals of the caller stay in the class the circuit breaker counts.
+        assert_eq!(
+            refusal(Code::PermissionDenied, "CallerNotAllowed").reason(),
+            "ProviderUnauthorized"
+        );
+        // A reason this controller does not know keeps the class of its status code.
+        assert_eq!(
+            refusal(Code::FailedPrecondition, "SomethingNew").reason(),
+            "ProviderPrecondition"
+        );
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::Error;
 use crate::cache::Cache;
-use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodStatus};
+use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
 use crate::decide::{self, Cleanup};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
@@ -466,6 +466,7 @@ async fn set_condition(
         .is_some_and(|c| c.status == status_value && c.reason == reason && c.message == message)
         && old_status.cleand == cleaned
         && old_status.observed_generation == generation
+        && old_status.state == PeerPodState::of_cleanup(done, reason)
     {
         return Ok(true);
     }
@@ -486,10 +487,14 @@ async fn set_condition(
         observed_generation: generation,
         last_transition_time,
     });
+    // The words `kubectl get` shows follow the condition, so every writer of it keeps them in step.
     let status = PeerPodStatus {
         cleand: cleaned,
         conditions,
         observed_generation: generation,
+        state: PeerPodState::of_cleanup(done, reason),
+        reason: Some(reason.to_string()),
+        last_attempt_time: Some(Time(jiff::Timestamp::now())),
     };
     let patch = serde_json::json!({ "status": status });
     match api

@@ -398,6 +398,11 @@ pub struct ControllerOptions {
     pub provider_tls: Option<(std::path::PathBuf, String)>,
     /// Readiness and liveness to report to, as the admin server would.
     pub health: Option<peerpods_runtime::health::Health>,
+    /// The controller's namespace (`--namespace`): orphan Events go there.
+    pub namespace: String,
+    /// Reverse collection (`--reverse-scan-interval`, `--reverse-grace`); off unless a scenario turns it on.
+    pub reverse_interval: Duration,
+    pub reverse_grace: Duration,
 }
 
 impl ControllerOptions {
@@ -414,6 +419,9 @@ impl ControllerOptions {
             concurrency: 32,
             provider_tls: None,
             health: None,
+            namespace: "default".into(),
+            reverse_interval: Duration::ZERO,
+            reverse_grace: Duration::from_secs(3600),
         }
     }
 }
@@ -455,8 +463,12 @@ impl Controller {
                 cluster_tag: options
                     .cluster_tag
                     .then(|| (TAG_KEY.to_string(), TAG_VALUE.to_string())),
-                event_namespace: "default".into(),
+                event_namespace: options.namespace.clone(),
                 cap: options.orphan_cap,
+            },
+            reverse: peerpod_ctrl::reverse::ReverseSettings {
+                interval: options.reverse_interval,
+                grace: options.reverse_grace,
             },
             reporter: Reporter {
                 controller: "peerpod-ctrl".into(),

@@ -1,0 +1,442 @@
+//! Reverse collection: a live PeerPod (not being deleted) whose VM the cloud no longer has. Someone deleted
+//! the VM behind cloud-api-adaptor's back, or the cloud lost it; the pod is broken and nobody would notice.
+//!
+//! Every `interval`, for each provider that live PeerPods name, one `ListInstances` with an empty selector
+//! (every instance the provider sees, not only this cluster's tag: a VM created without the tag still
+//! counts as present). A PeerPod whose VM is absent is remembered; when it is still absent at a later scan
+//! at least `grace` after it was first found absent, the absence is confirmed: the PeerPod gets the condition
+//! `InstancePresent=False` (reason `InstanceNotFound`, `status.state: InstanceMissing`), a Warning Event and
+//! the `peerpod_ctrl_reverse_orphans` gauge counts it. The grace period absorbs a cloud's eventual
+//! consistency (EC2 answers NotFound for seconds after RunInstances) and a PeerPod created after the list.
+//! A provider whose list fails proves nothing: its PeerPods keep what they had.
+//!
+//! Nothing is deleted: the PeerPod belongs to its Pod and to cloud-api-adaptor. If the VM shows up again the
+//! condition turns `True` (reason `InstanceFound`) and the state back to `Live`.
+//!
+//! Status is written with a merge patch carrying the cached `resourceVersion`, so a write that would land on
+//! a PeerPod changed meanwhile (for example one just being deleted, whose cleanup condition the reconciler
+//! writes) fails with a conflict and is skipped until the next scan.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use crate::crd::{PeerPod, PeerPodState};
+use crate::metrics::{Metrics, ProviderLabels, provider_label};
+use crate::provider::Provider;
+
+/// The condition type reverse collection maintains on live PeerPods.
+pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
+/// Condition and Event reason: the cloud confirmed the VM gone while the PeerPod is live.
+pub const REASON_NOT_FOUND: &str = "InstanceNotFound";
+/// Condition and Event reason: a VM reported missing is listed again.
+pub const REASON_FOUND: &str = "InstanceFound";
+
+/// Settings of the reverse scan.
+#[derive(Debug, Clone)]
+pub struct ReverseSettings {
+    /// Time between scans; zero turns reverse collection off.
+    pub interval: Duration,
+    /// How long a VM must stay absent before it is reported.
+    pub grace: Duration,
+}
+
+/// A PeerPod, as far as reverse collection cares.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What one scan concluded about one live PeerPod whose provider answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Listed: present.
+    Present,
+    /// Absent, but not yet for the grace period: wait.
+    Unconfirmed,
+    /// Absent at two scans at least the grace period apart.
+    Missing { since: jiff::Timestamp },
+}
+
+/// Judges one PeerPod from the listing of its provider. `absent_since` remembers first absences across scans
+/// and is updated: cleared when the VM is listed, set when it is first absent.
+pub fn judge(
+    subject: &Subject,
+    listed: bool,
+    absent_since: &mut HashMap<Subject, jiff::Timestamp>,
+    now: jiff::Timestamp,
+    grace: Duration,
+) -> Verdict {
+    if listed {
+        absent_since.remove(subject);
+        return Verdict::Present;
+    }
+    let since = *absent_since.entry(subject.clone()).or_insert(now);
+    let absent_for = now.duration_since(since);
+    // The first scan that sees the absence never confirms it, even with a zero grace: "gone" needs a later
+    // lookup that agrees.
+    if since < now
+        && absent_for >= jiff::SignedDuration::try_from(grace).unwrap_or(jiff::SignedDuration::MAX)
+    {
+        Verdict::Missing { since }
+    } else {
+        Verdict::Unconfirmed
+    }
+}
+
+/// The live PeerPods worth checking: not being deleted, naming a provider and an instance.
+fn live(peerpods: &[Arc<PeerPod>]) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
+    let mut by_provider: BTreeMap<String, Vec<Arc<PeerPod>>> = BTreeMap::new();
+    for p in peerpods {
+        if p.metadata.deletion_timestamp.is_some()
+            || p.spec.cloud_provider.is_empty()
+            || p.spec.instance_id.is_empty()
+        {
+            continue;
+        }
+        by_provider
+            .entry(p.spec.cloud_provider.clone())
+            .or_default()
+            .push(p.clone());
+    }
+    by_provider
+}
+
+fn subject(p: &PeerPod) -> Subject {
+    Subject {
+        namespace: p.namespace().unwrap_or_default(),
+        name: p.name_any(),
+        uid: p.uid().unwrap_or_default(),
+    }
+}
+
+/// The reverse scanner of one leadership term.
+pub struct ReverseScanner {
+    pub client: kube::Client,
+    pub provider: Provider,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub settings: ReverseSettings,
+    absent_since: HashMap<Subject, jiff::Timestamp>,
+}
+
+/// One scan's findings, for logs and tests.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReverseReport {
+    /// PeerPods whose VM is confirmed missing.
+    pub missing: Vec<Subject>,
+    /// Providers whose listing failed.
+    pub failed: Vec<String>,
+}
+
+impl ReverseScanner {
+    pub fn new(
+        client: kube::Client,
+        provider: Provider,
+        recorder: Recorder,
+        metrics: Metrics,
+        settings: ReverseSettings,
+    ) -> Self {
+        ReverseScanner {
+            client,
+            provider,
+            recorder,
+            metrics,
+            settings,
+            absent_since: HashMap::new(),
+        }
+    }
+
+    /// Scans every `interval` once the PeerPod cache is complete, until dropped.
+    pub async fn run(mut self, mut store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
+        if self.settings.interval.is_zero() {
+            info!("--reverse-scan-interval 0: reverse collection disabled");
+            return;
+        }
+        let store = loop {
+            if let Some(store) = store.borrow_and_update().clone() {
+                break store;
+            }
+            if store.changed().await.is_err() {
+                return;
+            }
+        };
+        // Before the first list completes the cache is partial; a scan would only be noise.
+        if store.wait_until_ready().await.is_err() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(self.settings.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let report = self.scan(&store).await;
+            if !report.missing.is_empty() {
+                info!(
+                    missing = report.missing.len(),
+                    "reverse scan done: live PeerPods whose VM is gone"
+                );
+            }
+        }
+    }
+
+    /// One pass over every provider live PeerPods name.
+    pub async fn scan(&mut self, store: &Store<PeerPod>) -> ReverseReport {
+        let mut report = ReverseReport::default();
+        let by_provider = live(&store.state());
+        let alive: HashSet<Subject> = by_provider.values().flatten().map(|p| subject(p)).collect();
+        // PeerPods deleted (or being deleted) are no longer this scan's business.
+        self.absent_since.retain(|s, _| alive.contains(s));
+        let mut missing_per_provider: BTreeMap<String, i64> = BTreeMap::new();
+        for (provider, peerpods) in by_provider {
+            let listed = match self.provider.instances(&provider, &BTreeMap::new()).await {
+                Ok(instances) => instances
+                    .into_iter()
+                    .map(|i| i.instance_id)
+                    .collect::<HashSet<String>>(),
+                Err(error) => {
+                    warn!(provider, reason = error.reason(), %error, "reverse scan: cannot list instances");
+                    report.failed.push(provider);
+                    continue;
+                }
+            };
+            let now = jiff::Timestamp::now();
+            let mut missing = 0;
+            for p in peerpods {
+                let who = subject(&p);
+                let verdict = judge(
+                    &who,
+                    listed.contains(&p.spec.instance_id),
+                    &mut self.absent_since,
+                    now,
+                    self.settings.grace,
+                );
+                match verdict {
+                    Verdict::Missing { since } => {
+                        missing += 1;
+                        self.report_missing(&p, since).await;
+                        report.missing.push(who);
+                    }
+                    Verdict::Present => self.report_found(&p).await,
+                    Verdict::Unconfirmed => {}
+                }
+            }
+            *missing_per_provider.entry(provider).or_default() += missing;
+        }
+        for (provider, missing) in missing_per_provider {
+            self.metrics
+                .reverse_orphans
+                .get_or_create(&ProviderLabels {
+                    provider: provider_label(&provider),
+                })
+                .set(missing);
+        }
+        report
+    }
+
+    async fn report_missing(&self, peerpod: &PeerPod, since: jiff::Timestamp) {
+        if instance_condition(peerpod).is_some_and(|c| c.status == "False") {
+            return;
+        }
+        let message = format!(
+            "{} instance {} is not listed by the cloud since {since} although this PeerPod is not being \
+             deleted; nothing was deleted: the Pod has no VM behind it",
+            peerpod.spec.cloud_provider, peerpod.spec.instance_id
+        );
+        warn!(
+            namespace = %peerpod.namespace().unwrap_or_default(),
+            name = %peerpod.name_any(),
+            provider = %peerpod.spec.cloud_provider,
+            instance_id = %peerpod.spec.instance_id,
+            "live PeerPod whose VM is gone"
+        );
+        if self.write(peerpod, false, REASON_NOT_FOUND, &message).await {
+            self.publish(peerpod, EventType::Warning, REASON_NOT_FOUND, message)
+                .await;
+        }
+    }
+
+    async fn report_found(&self, peerpod: &PeerPod) {
+        // Only a PeerPod reported missing is written to: a healthy one costs no write at all.
+        if !instance_condition(peerpod).is_some_and(|c| c.status == "False") {
+            return;
+        }
+        let message = format!(
+            "{} instance {} is listed by the cloud again",
+            peerpod.spec.cloud_provider, peerpod.spec.instance_id
+        );
+        if self.write(peerpod, true, REASON_FOUND, &message).await {
+            self.publish(peerpod, EventType::Normal, REASON_FOUND, message)
+                .await;
+        }
+    }
+
+    /// Writes the condition, the state and the reason; false when nothing was written (conflict, gone).
+    async fn write(&self, peerpod: &PeerPod, present: bool, reason: &str, message: &str) -> bool {
+        let now = Time(jiff::Timestamp::now());
+        let status = peerpod.status.clone().unwrap_or_default();
+        let mut conditions: Vec<Condition> = status
+            .conditions
+            .into_iter()
+            .filter(|c| c.type_ != CONDITION_INSTANCE_PRESENT)
+            .collect();
+        conditions.push(Condition {
+            type_: CONDITION_INSTANCE_PRESENT.to_string(),
+            status: if present { "True" } else { "False" }.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation: peerpod.metadata.generation,
+            last_transition_time: now.clone(),
+        });
+        let state = if present {
+            PeerPodState::Live
+        } else {
+            PeerPodState::InstanceMissing
+        };
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": peerpod.resource_version() },
+            "status": {
+                "conditions": conditions,
+                "state": state,
+                "reason": reason,
+                "lastAttemptTime": now,
+            }
+        });
+        let api: Api<PeerPod> = Api::namespaced(
+            self.client.clone(),
+            &peerpod.namespace().unwrap_or_default(),
+        );
+        match api
+            .patch_status(
+                &peerpod.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => false,
+            Err(error) => {
+                warn!(%error, name = %peerpod.name_any(), "reverse scan: cannot write status");
+                false
+            }
+        }
+    }
+
+    async fn publish(&self, peerpod: &PeerPod, type_: EventType, reason: &str, note: String) {
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(note),
+            action: "ListInstances".to_string(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &peerpod.object_ref(&()))
+            .await
+        {
+            warn!(%error, reason, "cannot publish Event");
+        }
+    }
+}
+
+fn instance_condition(peerpod: &PeerPod) -> Option<&Condition> {
+    peerpod
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == CONDITION_INSTANCE_PRESENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn who(name: &str) -> Subject {
+        Subject {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+        }
+    }
+
+    fn at(seconds: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_700_000_000 + seconds).expect("valid")
+    }
+
+    #[test]
+    fn an_absence_is_confirmed_only_by_a_later_scan_past_the_grace() {
+        let mut seen = HashMap::new();
+        let grace = Duration::from_secs(60);
+        let a = who("a");
+        assert_eq!(
+            judge(&a, false, &mut seen, at(0), grace),
+            Verdict::Unconfirmed
+        );
+        assert_eq!(
+            judge(&a, false, &mut seen, at(59), grace),
+            Verdict::Unconfirmed
+        );
+        assert_eq!(
+            judge(&a, false, &mut seen, at(60), grace),
+            Verdict::Missing { since: at(0) }
+        );
+    }
+
+    #[test]
+    fn a_zero_grace_still_needs_two_scans() {
+        let mut seen = HashMap::new();
+        let a = who("a");
+        assert_eq!(
+            judge(&a, false, &mut seen, at(0), Duration::ZERO),
+            Verdict::Unconfirmed
+        );
+        assert_eq!(
+            judge(&a, false, &mut seen, at(1), Duration::ZERO),
+            Verdict::Missing { since: at(0) }
+        );
+    }
+
+    #[test]
+    fn a_listed_vm_resets_the_clock() {
+        let mut seen = HashMap::new();
+        let grace = Duration::from_secs(60);
+        let a = who("a");
+        judge(&a, false, &mut seen, at(0), grace);
+        assert_eq!(judge(&a, true, &mut seen, at(30), grace), Verdict::Present);
+        assert_eq!(
+            judge(&a, false, &mut seen, at(70), grace),
+            Verdict::Unconfirmed
+        );
+        assert_eq!(
+            judge(&a, false, &mut seen, at(130), grace),
+            Verdict::Missing { since: at(70) }
+        );
+    }
+
+    #[test]
+    fn only_live_peerpods_with_an_instance_are_checked() {
+        let mut live_one = PeerPod::new("a", Default::default());
+        live_one.spec.cloud_provider = "libvirt".into();
+        live_one.spec.instance_id = "vm-1".into();
+        let mut deleting = live_one.clone();
+        deleting.metadata.name = Some("b".into());
+        deleting.metadata.deletion_timestamp = Some(Time(at(0)));
+        let mut nameless = live_one.clone();
+        nameless.metadata.name = Some("c".into());
+        nameless.spec.instance_id = String::new();
+        let checked = live(&[Arc::new(live_one), Arc::new(deleting), Arc::new(nameless)]);
+        let names: Vec<String> = checked.values().flatten().map(|p| p.name_any()).collect();
+        assert_eq!(names, ["a"]);
+    }
+}
