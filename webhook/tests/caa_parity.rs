@@ -419,11 +419,21 @@ fn edge_pods() -> Vec<Value> {
     ]
 }
 
+/// One setting of the environment both webhooks read: (environment, our Target for it, the runtime classes the
+/// shapes draw from, how many shapes, the generator's seed).
+type Setting = (
+    &'static [(&'static str, &'static str)],
+    Target,
+    &'static [Option<&'static str>],
+    usize,
+    u64,
+);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_realistic_pod_is_mutated_identically() {
     let (mut total, mut mutated) = (0, 0);
     // Upstream's defaults (nothing set), the runtime class and resource set, and both set empty (the default).
-    let settings: [(&[(&str, &str)], Target, &[Option<&str>], usize, u64); 3] = [
+    let settings: [Setting; 3] = [
         (
             &[],
             Target::default(),
