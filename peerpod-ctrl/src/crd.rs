@@ -133,7 +133,8 @@ impl PeerPod {
 }
 
 /// The CustomResourceDefinition: the derived one, with `status` defaulting to `{}` so that its own defaults
-/// (`state: Live`) show on a PeerPod whose status nobody wrote (the API server drops status on create).
+/// (`state: Live`) show on a PeerPod whose status nobody wrote (the API server drops status on create), and
+/// without a default for `cleand`.
 pub fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
     let mut crd = PeerPod::crd();
@@ -145,6 +146,11 @@ pub fn crd()
             .and_then(|s| s.properties.as_mut())
             .and_then(|p| p.get_mut("status"));
         if let Some(status) = status {
+            // `cleand` keeps no schema default: with `status` defaulted it would show `Cleand: false` (the
+            // wire name, misspelt) on every live PeerPod in `kubectl describe`, beside `State: Live`.
+            if let Some(cleand) = status.properties.as_mut().and_then(|p| p.get_mut("cleand")) {
+                cleand.default = None;
+            }
             status.default = Some(
                 k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(
                     serde_json::json!({}),
@@ -202,6 +208,38 @@ mod tests {
         .expect("serializes");
         // `cleand` keeps CAA's spelling; `state` is always written with it so the STATE column follows.
         assert_eq!(status, serde_json::json!({"cleand": true, "state": "Live"}));
+    }
+
+    #[test]
+    fn a_peerpod_without_status_reads_live_and_shows_no_wire_name() {
+        let crd = serde_json::to_value(crd()).expect("serializes");
+        let status =
+            &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
+        assert_eq!(status["default"], serde_json::json!({}));
+        assert_eq!(status["properties"]["state"]["default"], "Live");
+        assert!(status["properties"]["cleand"].get("default").is_none());
+        let columns: Vec<(&str, i64)> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .expect("columns")
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap_or_default(),
+                    c["priority"].as_i64().unwrap_or_default(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("State", 0),
+                ("Age", 0),
+                ("Cloud", 1),
+                ("Instance", 1),
+                ("Reason", 1),
+                ("Last Attempt", 1)
+            ]
+        );
     }
 
     #[test]

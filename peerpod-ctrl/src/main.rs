@@ -40,7 +40,7 @@ struct Cli {
     /// Longest wait between retries of a failing PeerPod (the backoff cap).
     #[arg(long, env = "RETRY_MAX_DELAY", default_value = "5m", value_parser = duration)]
     retry_max_delay: Duration,
-    /// This controller's namespace: holds the Lease, and its Namespace object receives orphan-VM Events.
+    /// This controller's namespace: holds the Lease and the orphan-VM Events (about its Namespace object).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     namespace: String,
     /// How often to look for VMs without a PeerPod.
