@@ -389,6 +389,18 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
         "the finalizer holds while the VM delete is refused"
     );
 
+    // The refusal itself is what ProviderServiceRejectingCallers watches (pending: its `for` is the default).
+    let refused = testenv::wait_for(
+        "ProviderServiceRejectingCallers pending or firing",
+        Duration::from_secs(60),
+        || async { alerts(prom, "ProviderServiceRejectingCallers").await?.pop() },
+    )
+    .await;
+    assert_eq!(
+        refused["labels"]["result"], "method_not_allowed",
+        "{refused}"
+    );
+
     // The delete is allowed again: the VM is confirmed gone, the finalizer released, the alert resolved.
     ps.terminate().await;
     let mut ps = provider_service(
@@ -424,6 +436,21 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
         },
     )
     .await;
+
+    // The other alerts the chart's rules hold about the services themselves see them healthy: provider-service
+    // is up under the job its alert watches (a brief `pending` while it restarted clears), and each
+    // controller has a leader.
+    for quiet in [
+        "ProviderServiceUnavailable",
+        "PeerPodControllerLeaderMissing",
+    ] {
+        testenv::wait_for(
+            &format!("no {quiet} alert"),
+            Duration::from_secs(60),
+            || async { alerts(prom, quiet).await?.is_empty().then_some(()) },
+        )
+        .await;
+    }
 
     // Every query of every dashboard panel returns series. Some series appear only after a scan or a
     // capacity refresh has run, so each query is given time.
