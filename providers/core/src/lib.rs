@@ -1,6 +1,7 @@
 //! What every provider-service cloud backend shares, and nothing cloud-specific:
 //!
 //! - [`provider`]: the [`Provider`] trait and its domain types (never prost types).
+//! - [`Budgeted`]: a backend behind a [`CallBudget`], deletes and reads on separate semaphores.
 //! - [`Error`]: the one error type, with a stable `reason()` for logs, metrics and gRPC details.
 //! - [`config`]: cloud-api-adaptor's configuration keys, read from mounted files and the
 //!   environment; secrets stay wrapped.
@@ -13,6 +14,7 @@
 //! A cloud backend is its own crate (`providers/<cloud>`) that implements [`Provider`] with this
 //! crate alone; provider-service maps a configured name to the backend (behind a cargo feature).
 
+mod budget;
 pub mod config;
 mod error;
 pub mod http;
@@ -21,6 +23,7 @@ mod ownership;
 pub mod provider;
 mod redact;
 
+pub use budget::{Budgeted, CallBudget};
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
 pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};

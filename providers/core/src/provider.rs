@@ -111,6 +111,13 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether the cloud answers now.
     async fn health(&self) -> Health;
+
+    /// The result of the last health check, when one is remembered, without calling the cloud.
+    /// Plain backends remember nothing; the cache provider-service puts in front of each backend
+    /// does (and refreshes it in the background when it is stale).
+    fn last_health(&self) -> Option<Health> {
+        None
+    }
 }
 
 /// Suggested wait for throttled calls when the cloud gives none.

@@ -12,11 +12,21 @@
 //! libvirt calls block, so each runs on tokio's blocking pool. One connection is shared (libvirt
 //! connections are thread-safe); when a call fails because the connection broke, the connection
 //! is dropped, reopened and the call retried once — every operation here is idempotent.
+//!
+//! A hung host or connection must not hang callers or eat threads: each call (connecting
+//! included) is answered `Unavailable` after `LIBVIRT_CALL_TIMEOUT_SECS` and the connection is
+//! dropped, so the next call opens a new one; at most `LIBVIRT_MAX_BLOCKING_CALLS` blocking threads
+//! run libvirt calls at once (a thread stuck in libvirt keeps its slot until libvirt returns, so
+//! stuck calls cannot grow the pool); remote connections send keepalives (every
+//! [`KEEPALIVE_INTERVAL_SECS`] s, closed after [`KEEPALIVE_COUNT`] unanswered), so libvirt itself
+//! notices a dead host and ends the calls stuck on it.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::Semaphore;
 use virt::connect::Connect;
 use virt::domain::Domain;
 use virt::error::{Error as VirtError, ErrorNumber};
@@ -39,11 +49,22 @@ pub const TAGS_NAMESPACE: &str = "urn:peerpods:tags:v1";
 
 const NAME: &str = "libvirt";
 
+/// Defaults of `LIBVIRT_CALL_TIMEOUT_SECS` and `LIBVIRT_MAX_BLOCKING_CALLS`.
+pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_MAX_BLOCKING_CALLS: usize = 8;
+/// libvirt keepalive of remote connections: a probe every this many seconds...
+pub const KEEPALIVE_INTERVAL_SECS: i32 = 5;
+/// ...and the connection closed after this many unanswered.
+pub const KEEPALIVE_COUNT: u32 = 3;
+
 /// The libvirt provider.
 pub struct LibvirtProvider {
     uri: String,
     conn: Arc<Mutex<Option<Connect>>>,
     calls: CloudCalls,
+    call_timeout: Duration,
+    /// Slots of the blocking threads libvirt calls may occupy.
+    blocking: Arc<Semaphore>,
 }
 
 impl LibvirtProvider {
@@ -75,16 +96,29 @@ impl LibvirtProvider {
         // libvirt prints every error to stderr by default; we return and log them ourselves
         // (lookups of gone domains are normal and must not look like failures).
         virt::error::clear_error_callback();
+        if is_remote(uri) {
+            start_event_loop();
+        }
         if is_test_driver(uri) {
             tracing::warn!(
                 uri,
                 "libvirt test driver in use: instances are simulated in memory"
             );
         }
+        let call_timeout = match positive(config, "LIBVIRT_CALL_TIMEOUT_SECS")? {
+            Some(secs) => Duration::from_secs(secs),
+            None => DEFAULT_CALL_TIMEOUT,
+        };
+        let max_blocking = match positive(config, "LIBVIRT_MAX_BLOCKING_CALLS")? {
+            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            None => DEFAULT_MAX_BLOCKING_CALLS,
+        };
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
             calls,
+            call_timeout,
+            blocking: Arc::new(Semaphore::new(max_blocking)),
         })
     }
 
@@ -98,67 +132,180 @@ impl LibvirtProvider {
         let uri = self.uri.clone();
         let conn = self.conn.clone();
         let calls = self.calls.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let mut last = None;
-            for _attempt in 0..2 {
-                // Connecting counts: a reconnect is part of what the call waited for.
-                let started = std::time::Instant::now();
-                let c = match connection(&conn, &uri) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        calls.record_timed(NAME, op_name, "error", started.elapsed());
-                        return Err(e);
-                    }
-                };
-                match op(&c) {
-                    Ok(v) => {
-                        calls.record_timed(NAME, op_name, "ok", started.elapsed());
-                        return Ok(v);
-                    }
-                    Err(e) if is_connection_error(&e) => {
-                        calls.record_timed(NAME, op_name, "error", started.elapsed());
-                        tracing::warn!(error = %e.message(), "libvirt connection broken, reconnecting");
-                        if let Ok(mut guard) = conn.lock() {
-                            *guard = None;
-                        }
-                        last = Some(e);
-                    }
-                    Err(e) => {
-                        calls.record_timed(NAME, op_name, "error", started.elapsed());
-                        return Err(map_error(&e));
-                    }
+        let blocking = self.blocking.clone();
+        let call = async move {
+            let slot = blocking
+                .acquire_owned()
+                .await
+                .map_err(|_| Error::Internal {
+                    message: "libvirt call limiter closed".into(),
+                })?;
+            let joined = tokio::task::spawn_blocking(move || {
+                // Held until libvirt returns, even after the caller gave up (see the module doc).
+                let _slot = slot;
+                run_with_conn(&conn, &uri, &calls, op_name, &op)
+            })
+            .await;
+            joined.map_err(|e| Error::Internal {
+                message: format!("libvirt call {op_name} did not finish: {e}"),
+            })?
+        };
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                // The connection may be the one hanging: the next call opens a new one.
+                if let Ok(mut guard) = self.conn.lock() {
+                    *guard = None;
                 }
+                self.calls.record(NAME, op_name, "error");
+                tracing::warn!(
+                    op = op_name,
+                    timeout = ?self.call_timeout,
+                    "libvirt did not answer in time"
+                );
+                Err(Error::Unavailable {
+                    message: format!(
+                        "libvirt did not answer {op_name} within {} s (LIBVIRT_CALL_TIMEOUT_SECS)",
+                        self.call_timeout.as_secs()
+                    ),
+                })
             }
-            Err(last.map_or_else(
-                || Error::Internal {
-                    message: "libvirt: no attempt made".into(),
-                },
-                |e| map_error(&e),
-            ))
-        })
-        .await;
-        joined.map_err(|e| Error::Internal {
-            message: format!("libvirt call {op_name} did not finish: {e}"),
-        })?
+        }
     }
 }
 
-/// The shared connection, opened when missing or dead.
+/// One libvirt operation on the shared connection, on the calling (blocking) thread, reconnecting
+/// once when the connection turns out to be broken.
+fn run_with_conn<T, F>(
+    conn: &Mutex<Option<Connect>>,
+    uri: &str,
+    calls: &CloudCalls,
+    op_name: &'static str,
+    op: &F,
+) -> Result<T, Error>
+where
+    F: Fn(&Connect) -> Result<T, VirtError>,
+{
+    let mut last = None;
+    for _attempt in 0..2 {
+        // Connecting counts: a reconnect is part of what the call waited for.
+        let started = std::time::Instant::now();
+        let c = match connection(conn, uri) {
+            Ok(c) => c,
+            Err(e) => {
+                calls.record_timed(NAME, op_name, "error", started.elapsed());
+                return Err(e);
+            }
+        };
+        match op(&c) {
+            Ok(v) => {
+                calls.record_timed(NAME, op_name, "ok", started.elapsed());
+                return Ok(v);
+            }
+            Err(e) if is_connection_error(&e) => {
+                calls.record_timed(NAME, op_name, "error", started.elapsed());
+                tracing::warn!(error = %e.message(), "libvirt connection broken, reconnecting");
+                if let Ok(mut guard) = conn.lock() {
+                    *guard = None;
+                }
+                last = Some(e);
+            }
+            Err(e) => {
+                calls.record_timed(NAME, op_name, "error", started.elapsed());
+                return Err(map_error(&e));
+            }
+        }
+    }
+    Err(last.map_or_else(
+        || Error::Internal {
+            message: "libvirt: no attempt made".into(),
+        },
+        |e| map_error(&e),
+    ))
+}
+
+/// The shared connection, opened when missing or dead. The lock is never held while libvirt is
+/// called: an open that hangs on a dead host must not hold up the callers that give up on it.
 fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error> {
-    let mut guard = conn.lock().map_err(|_| Error::Internal {
-        message: "libvirt connection lock poisoned".into(),
-    })?;
-    if let Some(c) = guard.as_ref()
+    let existing = conn
+        .lock()
+        .map_err(|_| Error::Internal {
+            message: "libvirt connection lock poisoned".into(),
+        })?
+        .clone();
+    // A clone is a new reference to the same connection.
+    if let Some(c) = existing
         && c.is_alive().unwrap_or(false)
     {
-        // A clone is a new reference to the same connection, so the lock is not held during calls.
-        return Ok(c.clone());
+        return Ok(c);
     }
     let c = Connect::open(Some(uri)).map_err(|e| Error::Unavailable {
         message: format!("cannot connect to libvirt: {}", e.message()),
     })?;
-    *guard = Some(c.clone());
+    if is_remote(uri) {
+        // Fails (harmlessly) for a server without keepalive support or without the event loop.
+        if let Err(e) = c.set_keep_alive(KEEPALIVE_INTERVAL_SECS, KEEPALIVE_COUNT) {
+            tracing::debug!(error = %e.message(), "libvirt keepalive not enabled");
+        }
+    }
+    if let Ok(mut guard) = conn.lock() {
+        *guard = Some(c.clone());
+    }
     Ok(c)
+}
+
+/// Whether `uri` reaches libvirt over a network transport (`qemu+ssh://`, `qemu+tcp://`,
+/// `qemu+tls://`, or a URI naming a host), where keepalive matters.
+fn is_remote(uri: &str) -> bool {
+    let Some((scheme, rest)) = uri.split_once(':') else {
+        return false;
+    };
+    scheme.contains('+')
+        || rest
+            .strip_prefix("//")
+            .is_some_and(|r| !r.is_empty() && !r.starts_with('/'))
+}
+
+/// libvirt's default event loop, which keepalive needs, registered once before the first remote
+/// connection and run on a thread of its own for the life of the process.
+fn start_event_loop() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        if let Err(e) = virt::event::event_register_default_impl() {
+            tracing::warn!(error = %e.message(), "libvirt event loop not registered: no keepalive");
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("libvirt-events".into())
+            .spawn(|| {
+                loop {
+                    if let Err(e) = virt::event::event_run_default_impl() {
+                        tracing::warn!(error = %e.message(), "libvirt event loop failed");
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "libvirt event loop thread not started: no keepalive");
+        }
+    });
+}
+
+/// A whole number of at least 1 from `key`, when set.
+fn positive(config: &ProviderConfig, key: &str) -> Result<Option<u64>, Error> {
+    let Some(value) = config.get(key) else {
+        return Ok(None);
+    };
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .map(Some)
+        .ok_or_else(|| Error::Config {
+            key: key.into(),
+            message: format!("{value:?} is not a whole number of at least 1"),
+        })
 }
 
 #[async_trait]
