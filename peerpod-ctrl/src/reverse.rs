@@ -266,7 +266,7 @@ impl ReverseScanner {
 
     async fn report_found(&self, peerpod: &PeerPod) {
         // Only a PeerPod reported missing is written to: a healthy one costs no write at all.
-        if !instance_condition(peerpod).is_some_and(|c| c.status == "False") {
+        if instance_condition(peerpod).is_none_or(|c| c.status != "False") {
             return;
         }
         let message = format!(

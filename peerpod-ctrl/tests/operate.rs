@@ -277,7 +277,7 @@ async fn a_live_peerpod_whose_vm_vanished_is_reported_and_nothing_is_deleted() {
         "reported only after the grace period"
     );
     assert_eq!(
-        serde_json::to_value(&p.status.as_ref().expect("status").state).expect("json"),
+        serde_json::to_value(p.status.as_ref().expect("status").state).expect("json"),
         "InstanceMissing"
     );
     assert!(
