@@ -181,12 +181,16 @@ async fn a_refusal_by_the_cluster_tag_guard_says_so() {
         "running",
         "an instance without the cluster tag is never deleted"
     );
-    testenv::wait_for("a Warning Event with the guard's reason", MINUTE, || async {
-        s.event_reasons("foreign")
-            .await
-            .contains(&"NotOwnedByCluster".to_string())
-            .then_some(())
-    })
+    testenv::wait_for(
+        "a Warning Event with the guard's reason",
+        MINUTE,
+        || async {
+            s.event_reasons("foreign")
+                .await
+                .contains(&"NotOwnedByCluster".to_string())
+                .then_some(())
+        },
+    )
     .await;
     ctrl.stop().await;
     s.cleanup().await;
