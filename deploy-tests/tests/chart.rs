@@ -27,7 +27,7 @@ use support::*;
 
 /// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
 /// rendered and linted, but neither kubeconform nor the API server can check them here.
-const FOREIGN_KINDS: [&str; 4] = ["Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"];
+const FOREIGN_KINDS: [&str; 3] = ["Certificate", "Issuer", "ServiceMonitor"];
 
 /// The values of a release on libvirt's test driver (no tags there, provider-service in development mode): the
 /// chart's defaults alone refuse to render without a cluster tag.
@@ -81,8 +81,8 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
         if case == "addons" {
             assert_eq!(
                 foreign.len(),
-                8,
-                "addons: 2 Issuers, 2 Certificates, 3 ServiceMonitors and a PrometheusRule expected"
+                7,
+                "addons: 2 Issuers, 2 Certificates and 3 ServiceMonitors expected"
             );
         } else {
             assert!(foreign.is_empty(), "{case}: unexpected add-on objects");
@@ -876,6 +876,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             cloud_provider: "libvirt".into(),
             instance_id: uuid::Uuid::new_v4().to_string(),
             requester: None,
+            accept_in_progress: false,
         })
         .await
         .expect("CAA deletes with its wiring")
@@ -1291,4 +1292,48 @@ fn unseen(grant: &rbac::Grant) -> bool {
 /// The audience provider-service checks (from its chart environment).
 fn pc_env_audience(ps_env: &BTreeMap<String, String>) -> String {
     ps_env.get("AUDIENCE").cloned().expect("AUDIENCE")
+}
+
+/// provider-service drains its deletes on SIGTERM (provider-service/README.md, "Deadlines"): the kubelet's grace
+/// period must cover the preStop pause, the SHUTDOWN_GRACE it is told and a moment to exit, and SHUTDOWN_GRACE the
+/// longest a detached delete runs (330 s: Azure's 300 s wait and its last calls), or SIGKILL cuts deletes off.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_service_gets_the_time_to_finish_its_deletes_on_shutdown() {
+    let manifest = render("peerpods", "drain", &[DEV_VALUES]).await;
+    let deployment: Deployment = documents(&manifest)
+        .iter()
+        .filter(|d| kind_of(d) == "Deployment")
+        .map(|d| serde_saphyr::from_str::<Deployment>(d).expect("a Deployment"))
+        .find(|d| {
+            d.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("provider-service"))
+        })
+        .expect("the provider-service Deployment");
+    let pod = deployment.spec.template.spec.expect("pod spec");
+    let container = &pod.containers[0];
+    let pause = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|h| h.sleep.as_ref())
+        .map(|s| s.seconds)
+        .expect("a preStop pause, so the Service stops sending callers before SIGTERM");
+    let grace = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "SHUTDOWN_GRACE")
+        .and_then(|e| e.value.as_deref())
+        .map(|v| peerpods_runtime::args::duration(v).expect("a duration"))
+        .expect("SHUTDOWN_GRACE");
+    let kubelet_grace = pod
+        .termination_grace_period_seconds
+        .expect("terminationGracePeriodSeconds");
+    assert!(grace >= Duration::from_secs(330), "{grace:?}");
+    assert!(
+        kubelet_grace >= pause + grace.as_secs() as i64 + 10,
+        "terminationGracePeriodSeconds {kubelet_grace} < preStop {pause} s + SHUTDOWN_GRACE {grace:?} + 10 s"
+    );
 }

@@ -77,7 +77,7 @@ pub struct PeerPodStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_attempt_time: Option<Time>,
-    /// The latest observations of the cleanup. Type Cleaned is True once the VM is confirmed gone, and False with a reason (for example ProviderUnavailable or InvalidInstance) while deleting it fails; the finalizer stays until it is True.
+    /// The latest observations of the cleanup. Type Cleaned is True once the VM is confirmed gone, and False with a reason while it is not: DeleteInProgress while provider-service is still deleting it (asked again after its retry advice), or why deleting it fails (for example ProviderUnavailable or InvalidInstance); the finalizer stays until it is True.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -5,7 +5,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation};
@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
+use crate::provider::Deleted;
 
 /// What a PeerPod needs from this controller right now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,148 @@ pub fn is_live_namesake(peerpod: &PeerPod, other: &PeerPod) -> bool {
         && !other.spec.instance_id.trim().is_empty()
         && instance_key(&other.spec.cloud_provider, &other.spec.instance_id)
             == instance_key(&peerpod.spec.cloud_provider, &peerpod.spec.instance_id)
+}
+
+/// The one thing a reconcile does for a PeerPod, decided once from what is known before it acts: the PeerPod,
+/// a live PeerPod naming the same VM (if any), and what provider-service last said about a delete it is still
+/// running for it. `reconcile` carries the plan out; it never asks again between its own acts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Not being deleted: reap older PeerPods of the same Pod, if any.
+    ReapStale,
+    /// Being deleted and released already (cloud-api-adaptor deleted the VM): nothing to do.
+    Nothing,
+    /// Ask provider-service to delete the VM. Its answer ends the pass: confirmed gone releases the finalizer,
+    /// still in progress waits (see [`after_in_progress`]), an error keeps the finalizer and backs off.
+    Delete {
+        provider: String,
+        instance_id: String,
+        /// provider-service already answered in progress for this VM (its delete runs on there): a later
+        /// "already gone" is the end of that delete, so it is reported as deleted.
+        in_progress: bool,
+    },
+    /// provider-service is deleting the VM and asked for time: keep the finalizer and ask again at `until`.
+    Wait {
+        provider: String,
+        instance_id: String,
+        until: Instant,
+    },
+    /// Release the finalizer WITHOUT deleting the VM: the live PeerPod `by` (`namespace/name`) still names it.
+    Release {
+        provider: String,
+        instance_id: String,
+        by: String,
+    },
+    /// Keep the VM and the finalizer until an operator acts.
+    Hold(Hold),
+}
+
+/// Why a cleanup waits for an operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// The PeerPod is annotated `peerpods.io/do-not-delete`.
+    DoNotDelete,
+    /// The spec does not say which VM: nothing could prove it gone.
+    Invalid(String),
+}
+
+impl Plan {
+    /// Whether the plan is about a PeerPod waiting for its cleanup (a failure then shows on the object).
+    pub fn is_cleanup(&self) -> bool {
+        !matches!(self, Plan::ReapStale | Plan::Nothing)
+    }
+}
+
+/// A delete provider-service answered "still in progress" for, as this controller remembers it between passes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InProgress {
+    pub provider: String,
+    pub instance_id: String,
+    /// When provider-service first answered in progress: the condition says since when it deletes.
+    pub since: jiff::Timestamp,
+    /// Consecutive in-progress answers, for the backoff.
+    pub asks: u32,
+    /// Not before this is provider-service asked again.
+    pub ask_again_at: Instant,
+}
+
+impl InProgress {
+    fn is_for(&self, provider: &str, instance_id: &str) -> bool {
+        self.provider == provider && self.instance_id == instance_id
+    }
+}
+
+/// The plan for `peerpod` (see [`Plan`]). `live_namesake` is a live PeerPod naming the same VM, if the cache
+/// holds one ([`is_live_namesake`]); `progress` what this controller remembers of a delete in progress.
+pub fn plan(
+    peerpod: &PeerPod,
+    live_namesake: Option<&PeerPod>,
+    progress: Option<&InProgress>,
+    now: Instant,
+) -> Plan {
+    match cleanup_among(peerpod, live_namesake) {
+        Cleanup::Live => Plan::ReapStale,
+        Cleanup::AlreadyReleased => Plan::Nothing,
+        Cleanup::Held => Plan::Hold(Hold::DoNotDelete),
+        Cleanup::Invalid(why) => Plan::Hold(Hold::Invalid(why)),
+        Cleanup::StillReferenced {
+            provider,
+            instance_id,
+            by,
+        } => Plan::Release {
+            provider,
+            instance_id,
+            by,
+        },
+        Cleanup::DeleteInstance {
+            provider,
+            instance_id,
+        } => match progress.filter(|p| p.is_for(&provider, &instance_id)) {
+            Some(p) if now < p.ask_again_at => Plan::Wait {
+                provider,
+                instance_id,
+                until: p.ask_again_at,
+            },
+            p => Plan::Delete {
+                provider,
+                instance_id,
+                in_progress: p.is_some(),
+            },
+        },
+    }
+}
+
+/// What to remember after provider-service answered "still in progress" at `now`: when to ask again, by the
+/// backoff over the consecutive in-progress answers, never sooner than provider-service's `retry_after`.
+#[allow(clippy::too_many_arguments)]
+pub fn after_in_progress(
+    previous: Option<&InProgress>,
+    provider: &str,
+    instance_id: &str,
+    retry_after: Option<Duration>,
+    backoff: &Backoff,
+    seed: u64,
+    now: Instant,
+    wall_clock: jiff::Timestamp,
+) -> InProgress {
+    let previous = previous.filter(|p| p.is_for(provider, instance_id));
+    let asks = previous.map_or(1, |p| p.asks.saturating_add(1));
+    InProgress {
+        provider: provider.to_string(),
+        instance_id: instance_id.to_string(),
+        since: previous.map_or(wall_clock, |p| p.since),
+        asks,
+        ask_again_at: now + backoff.delay(asks, false, retry_after, seed),
+    }
+}
+
+/// How a confirmed end is reported: "already gone" after provider-service said it was deleting the VM is the
+/// end of that delete, not a VM someone else removed.
+pub fn confirmed(answer: Deleted, in_progress: bool) -> Deleted {
+    match answer {
+        Deleted::AlreadyGone if in_progress => Deleted::Deleted,
+        answer => answer,
+    }
 }
 
 /// Whether the PeerPod carries the `peerpods.io/do-not-delete` annotation (any value but `false`).
@@ -888,5 +1031,169 @@ mod tests {
         let mut recreated = cached.clone();
         recreated.metadata.uid = Some("uid-a-2".into());
         assert!(needs_reconcile(Some(&cached), &recreated));
+    }
+
+    fn in_progress(p: &PeerPod, ask_again_at: Instant) -> InProgress {
+        InProgress {
+            provider: p.spec.cloud_provider.clone(),
+            instance_id: p.spec.instance_id.clone(),
+            since: time(100).0,
+            asks: 1,
+            ask_again_at,
+        }
+    }
+
+    #[test]
+    fn one_plan_per_peerpod_from_what_is_known() {
+        let now = Instant::now();
+        assert_eq!(plan(&peerpod("a", 0), None, None, now), Plan::ReapStale);
+        let mut released = deleting(peerpod("a", 0));
+        released.metadata.finalizers = None;
+        assert_eq!(plan(&released, None, None, now), Plan::Nothing);
+        let doomed = deleting(named(peerpod("a", 0), "libvirt", "vm-1"));
+        assert_eq!(
+            plan(&doomed, None, None, now),
+            Plan::Delete {
+                provider: "libvirt".into(),
+                instance_id: "vm-1".into(),
+                in_progress: false
+            }
+        );
+        let live = named(peerpod("b", 5), "libvirt", "vm-1");
+        assert_eq!(
+            plan(&doomed, Some(&live), None, now),
+            Plan::Release {
+                provider: "libvirt".into(),
+                instance_id: "vm-1".into(),
+                by: "ns/b".into()
+            }
+        );
+        assert_eq!(
+            plan(&annotated(doomed.clone(), "true"), None, None, now),
+            Plan::Hold(Hold::DoNotDelete)
+        );
+        let nameless = deleting(named(peerpod("c", 0), "libvirt", " "));
+        assert!(matches!(
+            plan(&nameless, None, None, now),
+            Plan::Hold(Hold::Invalid(_))
+        ));
+        assert!(!Plan::ReapStale.is_cleanup() && !Plan::Nothing.is_cleanup());
+        assert!(Plan::Hold(Hold::DoNotDelete).is_cleanup());
+    }
+
+    #[test]
+    fn a_delete_in_progress_waits_for_its_time_then_asks_again() {
+        let now = Instant::now();
+        let doomed = deleting(named(peerpod("a", 0), "azure", "vm-1"));
+        let later = now + Duration::from_secs(5);
+        assert_eq!(
+            plan(&doomed, None, Some(&in_progress(&doomed, later)), now),
+            Plan::Wait {
+                provider: "azure".into(),
+                instance_id: "vm-1".into(),
+                until: later
+            }
+        );
+        // Due: ask again, knowing provider-service was deleting it.
+        assert_eq!(
+            plan(&doomed, None, Some(&in_progress(&doomed, now)), now),
+            Plan::Delete {
+                provider: "azure".into(),
+                instance_id: "vm-1".into(),
+                in_progress: true
+            }
+        );
+        // What is remembered of another VM (the spec changed) counts for nothing.
+        let other = deleting(named(peerpod("a", 0), "azure", "vm-2"));
+        assert!(matches!(
+            plan(&other, None, Some(&in_progress(&doomed, later)), now),
+            Plan::Delete {
+                in_progress: false,
+                ..
+            }
+        ));
+        // A live namesake and a hold still win over a running delete.
+        let live = named(peerpod("b", 5), "azure", "vm-1");
+        assert!(matches!(
+            plan(
+                &doomed,
+                Some(&live),
+                Some(&in_progress(&doomed, later)),
+                now
+            ),
+            Plan::Release { .. }
+        ));
+        assert_eq!(
+            plan(
+                &annotated(doomed.clone(), "true"),
+                None,
+                Some(&in_progress(&doomed, later)),
+                now
+            ),
+            Plan::Hold(Hold::DoNotDelete)
+        );
+    }
+
+    #[test]
+    fn in_progress_answers_back_off_and_honour_the_retry_advice() {
+        let backoff = Backoff {
+            base: Duration::from_secs(1),
+            cap: Duration::from_secs(60),
+        };
+        let now = Instant::now();
+        let first = after_in_progress(
+            None,
+            "azure",
+            "vm-1",
+            Some(Duration::from_secs(7)),
+            &backoff,
+            0,
+            now,
+            time(100).0,
+        );
+        assert_eq!(first.asks, 1);
+        assert_eq!(first.since, time(100).0);
+        assert!(
+            first.ask_again_at >= now + Duration::from_secs(7),
+            "advice honoured"
+        );
+        let seed = 999_999; // the draw near the top of the range: the exponential shows
+        let mut previous = first;
+        for expected_asks in 2..=8 {
+            let next = after_in_progress(
+                Some(&previous),
+                "azure",
+                "vm-1",
+                None,
+                &backoff,
+                seed,
+                now,
+                time(200).0,
+            );
+            assert_eq!(next.asks, expected_asks);
+            assert_eq!(next.since, time(100).0, "since the first answer");
+            previous = next;
+        }
+        assert!(previous.ask_again_at > now + Duration::from_secs(59));
+        assert!(previous.ask_again_at <= now + backoff.cap, "capped");
+        // Another VM starts over.
+        let other = after_in_progress(
+            Some(&previous),
+            "azure",
+            "vm-2",
+            None,
+            &backoff,
+            seed,
+            now,
+            time(300).0,
+        );
+        assert_eq!((other.asks, other.since), (1, time(300).0));
+    }
+
+    #[test]
+    fn already_gone_after_in_progress_is_the_delete_finishing() {
+        assert_eq!(confirmed(Deleted::AlreadyGone, true), Deleted::Deleted);
+        assert_eq!(confirmed(Deleted::AlreadyGone, false), Deleted::AlreadyGone);
+        assert_eq!(confirmed(Deleted::Deleted, false), Deleted::Deleted);
     }
 }

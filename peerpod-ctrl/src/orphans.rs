@@ -25,7 +25,7 @@ use crate::Error;
 use crate::crd::PeerPod;
 use crate::decide::{self, DeletionRefused, Vm};
 use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, RefusalLabels, provider_label};
-use crate::provider::{About, Provider};
+use crate::provider::{About, DeleteAnswer, Provider};
 
 /// What to do with an orphan VM.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -284,7 +284,12 @@ impl Scanner {
                 .delete_instance(provider, &vm.instance_id, about)
                 .await
             {
-                Ok(outcome) => outcome,
+                Ok(DeleteAnswer::Gone(outcome)) => outcome,
+                // provider-service deletes it on its own time; the next scan asks again (and confirms).
+                Ok(DeleteAnswer::InProgress { .. }) => {
+                    info!(provider, instance_id = %vm.instance_id, "orphan VM delete in progress; the next scan confirms it");
+                    continue;
+                }
                 // Tagged do-not-delete after it was listed: a hold, not a failed scan.
                 Err(error @ Error::InstanceProtected(_)) => {
                     info!(provider, instance_id = %vm.instance_id, %error, "orphan VM protected; not deleted");

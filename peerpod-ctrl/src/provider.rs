@@ -2,6 +2,7 @@
 //! [`Error`] variants, protobuf messages become plain values. Nothing else in the crate sees prost types.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use peerpods_proto::v1::{
     DeleteInstanceRequest, DeleteResult, ListInstancesRequest, ListProvidersRequest, Requester,
@@ -37,6 +38,16 @@ impl Deleted {
             Deleted::AlreadyGone => "already_gone",
         }
     }
+}
+
+/// What provider-service answered a DeleteInstance that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteAnswer {
+    /// The VM is confirmed gone.
+    Gone(Deleted),
+    /// provider-service is still deleting the VM (the delete runs on there whether or not we wait):
+    /// ask again after `retry_after` (its advice, when it gave one). Not gone: the finalizer stays.
+    InProgress { retry_after: Option<Duration> },
 }
 
 /// A VM as provider-service lists it.
@@ -83,13 +94,15 @@ impl Provider {
         tonic::Request::new(message)
     }
 
-    /// Deletes one VM. Gone counts as success; any error keeps the caller's finalizer in place.
+    /// Deletes one VM, or asks how the delete provider-service is running for it goes. Only
+    /// [`DeleteAnswer::Gone`] lets the caller release its finalizer; an error or
+    /// [`DeleteAnswer::InProgress`] keeps it in place.
     pub async fn delete_instance(
         &self,
         provider: &str,
         instance_id: &str,
         about: About<'_>,
-    ) -> Result<Deleted, Error> {
+    ) -> Result<DeleteAnswer, Error> {
         let request = self.request(DeleteInstanceRequest {
             cloud_provider: provider.to_string(),
             instance_id: instance_id.to_string(),
@@ -99,6 +112,8 @@ impl Provider {
                 name: about.name.to_string(),
                 reason: about.reason.to_string(),
             }),
+            // This controller re-asks with backoff until the VM is confirmed gone.
+            accept_in_progress: true,
         });
         let response = self
             .client
@@ -108,8 +123,13 @@ impl Provider {
             .map_err(|s| status_error(&s))?
             .into_inner();
         match response.result() {
-            DeleteResult::Deleted => Ok(Deleted::Deleted),
-            DeleteResult::AlreadyGone => Ok(Deleted::AlreadyGone),
+            DeleteResult::Deleted => Ok(DeleteAnswer::Gone(Deleted::Deleted)),
+            DeleteResult::AlreadyGone => Ok(DeleteAnswer::Gone(Deleted::AlreadyGone)),
+            DeleteResult::InProgress => Ok(DeleteAnswer::InProgress {
+                retry_after: response
+                    .retry_after
+                    .and_then(|d| Duration::try_from(d).ok()),
+            }),
             // Never treat an answer we do not understand as "gone": that could leak a VM.
             DeleteResult::Unspecified => Err(Error::ProviderFailed(
                 "DeleteInstance answered without a result".into(),
@@ -219,7 +239,6 @@ pub fn status_error(status: &tonic::Status) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
     use tonic_types::{ErrorDetails, StatusExt};
 
     #[test]

@@ -28,10 +28,10 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::Error;
 use crate::cache::Cache;
 use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
-use crate::decide::{self, Cleanup};
+use crate::decide::{self, Hold, InProgress, Plan};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
-use crate::provider::{About, Deleted, Provider};
+use crate::provider::{About, DeleteAnswer, Deleted, Provider};
 
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
 pub struct Context {
@@ -47,6 +47,9 @@ pub struct Context {
     /// When this controller first saw each PeerPod waiting for cleanup: the release latency is measured
     /// from here (deletionTimestamp has whole seconds only). Cleared when the object is gone.
     deletion_seen: Mutex<HashMap<ObjectRef<PeerPod>, Instant>>,
+    /// Deletes provider-service answered "still in progress" for, per PeerPod: when to ask again. Cleared
+    /// when the VM is confirmed gone and when the object is gone.
+    in_progress: Mutex<HashMap<ObjectRef<PeerPod>, InProgress>>,
 }
 
 impl Context {
@@ -58,10 +61,15 @@ impl Context {
         self.failures.forget(key);
     }
 
+    fn in_progress(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, InProgress>> {
+        self.in_progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The object is gone: nothing of it is kept.
     fn forget_object(&self, key: &ObjectRef<PeerPod>) {
         self.failures.forget(key);
         self.deletion_seen().remove(key);
+        self.in_progress().remove(key);
     }
 }
 
@@ -104,6 +112,7 @@ pub async fn run(
         index: cache.index(),
         failures: Failures::default(),
         deletion_seen: Mutex::default(),
+        in_progress: Mutex::default(),
     });
     if let Some(tx) = store_out {
         // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
@@ -159,38 +168,56 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
     async move {
         ctx.metrics.reconciles.inc();
         let key = ObjectRef::from_obj(peerpod.as_ref());
-        // Only a PeerPod about to have its VM deleted is compared with the rest of the cache.
-        let decision = match decide::cleanup(&peerpod) {
-            Cleanup::DeleteInstance { .. } => {
-                let namesake = ctx
-                    .store
-                    .find(|other| decide::is_live_namesake(&peerpod, other));
-                decide::cleanup_among(&peerpod, namesake.as_deref())
-            }
-            decision => decision,
+        // The facts the plan is made of. Only a PeerPod being deleted is compared with the rest of the cache.
+        let namesake = match peerpod.metadata.deletion_timestamp {
+            Some(_) => ctx
+                .store
+                .find(|other| decide::is_live_namesake(&peerpod, other)),
+            None => None,
         };
-        let result = match decision {
-            Cleanup::Live => reap_stale(&peerpod, &ctx).await,
-            Cleanup::AlreadyReleased => {
+        let progress = ctx.in_progress().get(&key).cloned();
+        let plan = decide::plan(
+            &peerpod,
+            namesake.as_deref(),
+            progress.as_ref(),
+            Instant::now(),
+        );
+        let cleanup = plan.is_cleanup();
+        let result = match plan {
+            Plan::ReapStale => reap_stale(&peerpod, &ctx).await,
+            Plan::Nothing => {
                 debug!("released by cloud-api-adaptor; nothing to do");
                 Ok(Action::await_change())
             }
-            Cleanup::Invalid(why) => Err(Error::InvalidInstance(why)),
-            Cleanup::Held => hold(&peerpod, &ctx).await,
-            Cleanup::StillReferenced {
+            Plan::Hold(Hold::Invalid(why)) => Err(Error::InvalidInstance(why)),
+            Plan::Hold(Hold::DoNotDelete) => hold(&peerpod, &ctx).await,
+            Plan::Release {
                 provider,
                 instance_id,
                 by,
             } => release_still_referenced(&peerpod, &ctx, &provider, &instance_id, &by).await,
-            Cleanup::DeleteInstance {
+            Plan::Wait { until, .. } => {
+                debug!("provider-service is deleting the VM; asking again later");
+                Ok(Action::requeue(
+                    until.saturating_duration_since(Instant::now()),
+                ))
+            }
+            Plan::Delete {
                 provider,
                 instance_id,
+                in_progress,
             } => {
                 let seen = *ctx
                     .deletion_seen()
                     .entry(key.clone())
                     .or_insert_with(Instant::now);
-                delete_instance(&peerpod, &ctx, &provider, &instance_id, seen).await
+                let target = Target {
+                    provider: &provider,
+                    instance_id: &instance_id,
+                    in_progress: progress.filter(|_| in_progress),
+                    deletion_seen: seen,
+                };
+                delete_instance(&peerpod, &ctx, &key, target).await
             }
         };
         match result {
@@ -204,7 +231,7 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
                 Err(Error::FinalizerConflict)
             }
             Err(error) => {
-                record_failure(&peerpod, &ctx, &error).await;
+                record_failure(&peerpod, &ctx, &error, cleanup).await;
                 Err(error)
             }
         }
@@ -232,13 +259,30 @@ fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Context>) -> Acti
     Action::requeue(delay)
 }
 
+/// The VM a [`Plan::Delete`] is about, and what this controller knows of its delete so far.
+struct Target<'a> {
+    provider: &'a str,
+    instance_id: &'a str,
+    /// provider-service answered in progress before: its delete runs on there.
+    in_progress: Option<InProgress>,
+    deletion_seen: Instant,
+}
+
+/// Carries out [`Plan::Delete`]: asks provider-service, then releases the finalizer once the VM is confirmed
+/// gone, or, while provider-service is still deleting it, keeps the finalizer, says so on the object and asks
+/// again after its advice (backing off while the answer stays the same).
 async fn delete_instance(
     peerpod: &PeerPod,
     ctx: &Context,
-    provider: &str,
-    instance_id: &str,
-    deletion_seen: Instant,
+    key: &ObjectRef<PeerPod>,
+    target: Target<'_>,
 ) -> Result<Action, Error> {
+    let Target {
+        provider,
+        instance_id,
+        in_progress,
+        deletion_seen,
+    } = target;
     let namespace = peerpod.namespace().unwrap_or_default();
     let name = peerpod.name_any();
     let about = About {
@@ -246,17 +290,41 @@ async fn delete_instance(
         name: &name,
         reason: "PeerPodDeleted",
     };
-    let outcome = match ctx
+    let answer = match ctx
         .provider
         .delete_instance(provider, instance_id, about)
         .await
     {
-        Ok(outcome) => outcome,
+        Ok(answer) => answer,
         Err(error) => {
             ctx.metrics.instance_delete(provider, error.reason());
             return Err(error);
         }
     };
+    let outcome = match answer {
+        DeleteAnswer::Gone(outcome) => decide::confirmed(outcome, in_progress.is_some()),
+        DeleteAnswer::InProgress { retry_after } => {
+            ctx.metrics.instance_delete(provider, "in_progress");
+            let now = Instant::now();
+            let next = decide::after_in_progress(
+                in_progress.as_ref(),
+                provider,
+                instance_id,
+                retry_after,
+                &ctx.backoff,
+                decide::seed(&namespace, &name),
+                now,
+                jiff::Timestamp::now(),
+            );
+            let wait = next.ask_again_at.saturating_duration_since(now);
+            let since = next.since;
+            let asks = next.asks;
+            ctx.in_progress().insert(key.clone(), next);
+            return delete_in_progress(peerpod, ctx, provider, instance_id, since, asks, wait)
+                .await;
+        }
+    };
+    ctx.in_progress().remove(key);
     ctx.metrics.instance_delete(provider, outcome.label());
     let message = match outcome {
         Deleted::Deleted => format!("Deleted {provider} instance {instance_id}"),
@@ -266,7 +334,7 @@ async fn delete_instance(
         provider,
         instance_id,
         result = outcome.label(),
-        "instance deleted; releasing finalizer"
+        "instance confirmed gone; releasing finalizer"
     );
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
     // With only our finalizer the object vanishes once it is released: the Event and the log line carry
@@ -292,6 +360,58 @@ async fn delete_instance(
     // The watch's Delete event forgets the object too; this covers one still held by another finalizer.
     ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
+}
+
+/// provider-service is still deleting the VM (its delete runs on there, whatever this controller does): the
+/// finalizer stays, the Cleaned condition says DeleteInProgress (written, and an Event published, once when the
+/// state begins: its message does not change while it lasts), and the next ask comes after `wait`.
+async fn delete_in_progress(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    provider: &str,
+    instance_id: &str,
+    since: jiff::Timestamp,
+    asks: u32,
+    wait: Duration,
+) -> Result<Action, Error> {
+    info!(
+        provider,
+        instance_id,
+        asks,
+        wait_ms = wait.as_millis() as u64,
+        "provider-service is still deleting the instance; finalizer kept, asking again later"
+    );
+    let message = format!(
+        "provider-service is deleting {provider} instance {instance_id} (since {since}); the finalizer stays \
+         until the VM is confirmed gone"
+    );
+    let entering = peerpod
+        .cleaned_condition()
+        .is_none_or(|c| c.reason != REASON_DELETE_IN_PROGRESS || c.message != message);
+    let api: Api<PeerPod> =
+        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
+    if !set_condition(
+        &api,
+        peerpod,
+        Cleaned::pending(REASON_DELETE_IN_PROGRESS),
+        &message,
+    )
+    .await?
+    {
+        return Ok(Action::await_change());
+    }
+    if entering {
+        publish(
+            ctx,
+            peerpod,
+            EventType::Normal,
+            REASON_DELETE_IN_PROGRESS,
+            "DeleteInstance",
+            message,
+        )
+        .await;
+    }
+    Ok(Action::requeue(wait))
 }
 
 /// A PeerPod annotated `peerpods.io/do-not-delete` is being deleted: its VM stays and so does the finalizer,
@@ -375,6 +495,9 @@ async fn release_still_referenced(
 pub const REASON_STILL_REFERENCED: &str = "InstanceStillReferenced";
 /// Condition reason (and Event reason) of a PeerPod whose cleanup is held by the do-not-delete annotation.
 pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
+/// Condition reason (and Event reason) of a PeerPod whose VM provider-service is still deleting: the finalizer
+/// stays and provider-service is asked again after its retry advice.
+pub const REASON_DELETE_IN_PROGRESS: &str = "DeleteInProgress";
 
 /// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
 async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {
@@ -412,6 +535,15 @@ struct Cleaned<'a> {
 impl<'a> Cleaned<'a> {
     /// The cleanup waits for an operator: the VM stays, so does the finalizer.
     fn held(reason: &'a str) -> Self {
+        Cleaned {
+            done: false,
+            vm_gone: false,
+            reason,
+        }
+    }
+
+    /// The VM is not confirmed gone yet, and nobody needs to act: the finalizer stays.
+    fn pending(reason: &'a str) -> Self {
         Cleaned {
             done: false,
             vm_gone: false,
@@ -512,13 +644,11 @@ async fn set_condition(
 }
 
 /// Makes a failure visible: metric always; condition and Event when the PeerPod is waiting for cleanup.
-async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error) {
+/// `cleanup`: the PeerPod waits for its cleanup (the plan said so).
+async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error, cleanup: bool) {
     ctx.metrics.reconcile_error(error.reason());
     warn!(reason = error.reason(), %error, "reconcile failed");
-    if matches!(
-        decide::cleanup(peerpod),
-        Cleanup::Live | Cleanup::AlreadyReleased
-    ) {
+    if !cleanup {
         return;
     }
     let api: Api<PeerPod> =

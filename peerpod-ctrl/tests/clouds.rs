@@ -112,3 +112,115 @@ async fn on_every_cloud_deleting_the_pod_deletes_its_vm_with_its_parts_and_relea
     ctrl.stop().await;
     s.cleanup().await;
 }
+
+/// An Azure VM deletion takes minutes; here, several polls a second apart, longer than peerpod-ctrl's deadline of
+/// one call (2 s). provider-service runs the delete to its end detached from the calls and answers "in progress"
+/// meanwhile; peerpod-ctrl keeps the finalizer, shows DeleteInProgress and asks again after the advice. The
+/// PeerPod goes only once the VM, its interface, public IP address and OS disk are all gone, while a persistent
+/// volume's disk (attached `Detach`) stays; the cloud saw one VM delete, and no call ever failed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_azure_delete_slower_than_the_callers_deadline_releases_only_once_everything_owned_is_gone()
+ {
+    use peerpods_emulator_azure::{AzureEmulator, VmOptions};
+
+    let s = Scenario::start("azure-slow").await;
+    let azure = AzureEmulator::start();
+    azure.set_operation_polls(8, 1);
+    let provider =
+        ProviderService::start_with_config(&cloud::merged_config(&["azure"], azure.config())).await;
+    let mut options = ControllerOptions::new(provider.addr);
+    options.provider_timeout = Duration::from_secs(2);
+    options.retry_cap = Duration::from_secs(5);
+    let ctrl = Controller::start(s.client.clone(), options).await;
+
+    let pod = s.create_pod("web-slow").await;
+    let vm = azure.create_vm_with(
+        "podvm-web-slow",
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm: false,
+        },
+    );
+    let parts = azure.parts_of("podvm-web-slow").unwrap();
+    assert!(azure.attach_data_disk("podvm-web-slow", "pvc-volume", "Detach"));
+    let peerpod = "web-slow-resource-abcde";
+    s.create_peerpod(peerpod, Some(&pod), "azure", &vm).await;
+    s.pods()
+        .delete("web-slow", &DeleteParams::background())
+        .await
+        .unwrap();
+
+    let everything_gone = || {
+        !azure.vm_exists("podvm-web-slow")
+            && !azure.network_interface_exists(&parts.network_interface)
+            && !azure.disk_exists(&parts.disk)
+            && !parts
+                .public_ip
+                .as_deref()
+                .is_some_and(|ip| azure.public_ip_exists(ip))
+    };
+    // Watch the PeerPod until it goes; at the moment it is seen gone, everything the VM owned must be gone too.
+    let api = s.peerpods();
+    let in_progress_seen = std::sync::atomic::AtomicBool::new(false);
+    testenv::wait_for(
+        "the PeerPod to be released",
+        Duration::from_secs(120),
+        || {
+            let api = api.clone();
+            let seen = &in_progress_seen;
+            async move {
+                match api.get_opt(peerpod).await.unwrap() {
+                    Some(p) => {
+                        if p.cleaned_condition()
+                            .is_some_and(|c| c.reason == "DeleteInProgress" && c.status == "False")
+                        {
+                            seen.store(true, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        None
+                    }
+                    None => Some(()),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        everything_gone(),
+        "the finalizer was released before the VM and every part it owns were gone"
+    );
+    assert!(
+        azure.disk_exists("pvc-volume"),
+        "a Detach data disk outlives the VM"
+    );
+    assert!(
+        in_progress_seen.load(std::sync::atomic::Ordering::Relaxed),
+        "the condition showed the delete in progress"
+    );
+    assert_eq!(
+        azure.arm_requests_matching("DELETE", "/virtualMachines/podvm-web-slow"),
+        1,
+        "one cloud delete, however many calls"
+    );
+    let reasons = s.event_reasons(peerpod).await;
+    assert!(
+        reasons.contains(&"DeleteInProgress".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons.contains(&"InstanceDeleted".to_string()),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r == "DeleteInProgress" || r == "InstanceDeleted"),
+        "no call failed, not even at the callers' deadline: {reasons:?}"
+    );
+    assert!(
+        provider.delete_calls("azure") >= 2,
+        "asked again after in progress"
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}

@@ -47,6 +47,18 @@ pub enum Error {
     /// The gRPC port's certificate or key cannot be loaded.
     #[error("tls: {message}")]
     Tls { message: String },
+
+    /// The service is shutting down: it finishes the deletes it runs but starts no new one.
+    #[error("provider-service is shutting down; ask another replica or again later")]
+    ShuttingDown,
+
+    /// The delete runs on (see [`crate::deletes`]) but is not confirmed yet, answered to a caller
+    /// that did not say it understands DELETE_RESULT_IN_PROGRESS.
+    #[error("the delete of {instance_id} is still in progress; ask again in {} s", retry_after.as_secs().max(1))]
+    DeleteInProgress {
+        instance_id: String,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -60,6 +72,8 @@ impl Error {
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
             Error::MethodNotAllowed { .. } => "MethodNotAllowed",
             Error::Tls { .. } => "Tls",
+            Error::ShuttingDown => "ShuttingDown",
+            Error::DeleteInProgress { .. } => "DeleteInProgress",
         }
     }
 
@@ -95,9 +109,12 @@ pub fn status(e: &Error) -> Status {
         Error::CallerNotAllowed { .. } | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
         Error::Unauthenticated { .. } => Code::Unauthenticated,
         Error::Tls { .. } => Code::Internal,
+        Error::ShuttingDown | Error::DeleteInProgress { .. } => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
-    if let Error::Provider(ProviderError::Throttled { retry_after, .. }) = e {
+    if let Error::Provider(ProviderError::Throttled { retry_after, .. })
+    | Error::DeleteInProgress { retry_after, .. } = e
+    {
         details.set_retry_info(Some(*retry_after));
     }
     Status::with_error_details(code, e.to_string(), details)

@@ -8,9 +8,9 @@ use std::time::Instant;
 use pb::provider_service_server::ProviderService;
 use peerpods_proto::v1 as pb;
 use tonic::{Request, Response, Status};
-use tracing::Instrument;
 
 use crate::auth::Caller;
+use crate::deletes::{Answer, Deletes};
 use crate::error::{Error, ProviderError};
 use crate::metrics::Metrics;
 use crate::provider::{
@@ -39,11 +39,17 @@ pub use crate::error::{ERROR_DOMAIN, status};
 pub struct ProviderApi {
     registry: SharedRegistry,
     metrics: Metrics,
+    deletes: Deletes,
 }
 
 impl ProviderApi {
-    pub fn new(registry: SharedRegistry, metrics: Metrics) -> Self {
-        ProviderApi { registry, metrics }
+    /// `deletes` runs every DeleteInstance's delete (see [`crate::deletes`]).
+    pub fn new(registry: SharedRegistry, metrics: Metrics, deletes: Deletes) -> Self {
+        ProviderApi {
+            registry,
+            metrics,
+            deletes,
+        }
     }
 
     /// The tonic service, with the request size limit applied.
@@ -58,22 +64,23 @@ impl ProviderApi {
     }
 
     /// Records metrics for one finished call and turns the result into a gRPC answer.
-    fn finish<T>(
+    fn finish<T, E: std::borrow::Borrow<Error>>(
         &self,
         method: &'static str,
         provider: &str,
         started: Instant,
-        result: Result<(T, &'static str), Error>,
+        result: Result<(T, &'static str), E>,
     ) -> Result<Response<T>, Status> {
         let (label, answer) = match result {
             Ok((body, label)) => (label.to_owned(), Ok(Response::new(body))),
             Err(e) => {
+                let e: &Error = e.borrow();
                 if e.is_internal() {
                     tracing::error!(error = %e, reason = e.reason(), "call failed");
                 } else {
                     tracing::warn!(error = %e, reason = e.reason(), "call failed");
                 }
-                (e.reason().to_owned(), Err(status(&e)))
+                (e.reason().to_owned(), Err(status(e)))
             }
         };
         self.metrics
@@ -106,14 +113,19 @@ impl ProviderService for ProviderApi {
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let started = Instant::now();
         let caller = caller_of(&request);
+        let caller_deadline = crate::deletes::caller_deadline(request.metadata());
         let req = request.into_inner();
         let label = self.provider_label(&req.cloud_provider);
+        let settings = self.deletes.settings();
         let result = async {
             let provider = self.provider(&req.cloud_provider)?;
             check_len("instance_id", &req.instance_id, MAX_INSTANCE_ID_LEN)?;
             provider.validate_instance_id(&req.instance_id)?;
             let requester = requester(req.requester.as_ref())?;
+            // The delete's own span, not a child of this call's: it outlives the call, and the
+            // calls that join it later only follow from it.
             let span = tracing::info_span!(
+                parent: None,
                 "delete_instance",
                 provider = provider.name().as_str(),
                 instance_id = %req.instance_id,
@@ -124,25 +136,35 @@ impl ProviderService for ProviderApi {
                 requester.reason = %requester.reason,
                 outcome = tracing::field::Empty,
             );
-            async {
-                let outcome = provider.delete_instance(&req.instance_id).await?;
-                tracing::Span::current().record("outcome", outcome.as_str());
-                tracing::info!(outcome = outcome.as_str(), "instance delete answered");
-                Ok::<_, Error>(outcome)
-            }
-            .instrument(span)
-            .await
+            span.follows_from(tracing::Span::current());
+            let job = self.deletes.delete(provider, &req.instance_id, span)?;
+            tracing::debug!(
+                instance_id = %req.instance_id,
+                joined = job.joined,
+                "delete started or joined"
+            );
+            Ok::<_, Error>(job)
         }
         .await;
-        let result = result.map(|outcome| {
-            let body = pb::DeleteInstanceResponse {
-                result: match outcome {
-                    DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
-                    DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
-                } as i32,
-            };
-            (body, outcome.as_str())
-        });
+        let result = match result {
+            Err(e) => Err(Arc::new(e)),
+            Ok(job) => match job.answer(settings.answer_window(caller_deadline)).await {
+                Answer::Finished(Ok(outcome)) => Ok(delete_answer(outcome)),
+                Answer::Finished(Err(e)) => Err(e),
+                Answer::InProgress if req.accept_in_progress => Ok((
+                    pb::DeleteInstanceResponse {
+                        result: pb::DeleteResult::InProgress as i32,
+                        retry_after: prost_types::Duration::try_from(settings.retry_after).ok(),
+                    },
+                    "in_progress",
+                )),
+                // A caller that does not know IN_PROGRESS would read any answer as done.
+                Answer::InProgress => Err(Arc::new(Error::DeleteInProgress {
+                    instance_id: req.instance_id.clone(),
+                    retry_after: settings.retry_after,
+                })),
+            },
+        };
         self.finish("DeleteInstance", &label, started, result)
     }
 
@@ -206,9 +228,21 @@ impl ProviderService for ProviderApi {
             "ListProviders",
             "all",
             started,
-            Ok((pb::ListProvidersResponse { providers }, "ok")),
+            Ok::<_, Error>((pb::ListProvidersResponse { providers }, "ok")),
         )
     }
+}
+
+/// The answer to a delete that ended with `outcome`.
+fn delete_answer(outcome: DeleteOutcome) -> (pb::DeleteInstanceResponse, &'static str) {
+    let body = pb::DeleteInstanceResponse {
+        result: match outcome {
+            DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
+            DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
+        } as i32,
+        retry_after: None,
+    };
+    (body, outcome.as_str())
 }
 
 fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), ProviderError> {

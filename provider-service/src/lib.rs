@@ -4,7 +4,8 @@
 //!   each cloud is a crate of its own under `providers/`.
 //! - [`backends`]: which backends this binary has (cargo features) and how a name becomes one;
 //!   [`registry`]: the configured backends by name, swapped whole on reload.
-//! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes).
+//! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes); [`deletes`]: every
+//!   delete runs to its end in a detached task, de-duplicated per instance.
 //! - [`service`]: the one way to start the whole service (`main.rs`, tests, bench).
 //! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + per-method
 //!   grants;
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod backends;
+pub mod deletes;
 pub mod error;
 pub mod grpc;
 pub mod metrics;

@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use peerpods_runtime::args::AdminArgs;
+use peerpods_runtime::args::{AdminArgs, duration};
 use provider_service::auth::Grant;
+use provider_service::deletes::DeleteSettings;
 use provider_service::service::{CallerAuth, Listen, Options};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -58,6 +59,14 @@ struct Args {
     /// Audience callers' tokens must be issued for.
     #[arg(long, env = "AUDIENCE", default_value = "provider-service")]
     audience: String,
+    /// How long a DeleteInstance call waits for its delete before answering "in progress" (the
+    /// caller's deadline shortens it); the delete runs on either way.
+    #[arg(long, env = "DELETE_ANSWER_WITHIN", default_value = "20s", value_parser = duration)]
+    delete_answer_within: Duration,
+    /// On SIGTERM: how long to wait for the deletes still running, after turning not ready and
+    /// refusing new ones. The chart's terminationGracePeriodSeconds must exceed it.
+    #[arg(long, env = "SHUTDOWN_GRACE", default_value = "340s", value_parser = duration)]
+    shutdown_grace: Duration,
 }
 
 #[tokio::main]
@@ -104,7 +113,15 @@ async fn run(args: Args) -> Result<(), provider_service::Error> {
         tls,
         auth,
     };
-    provider_service::service::run(options, peerpods_runtime::shutdown::on_signal()).await
+    let deletes = DeleteSettings {
+        answer_within: args.delete_answer_within,
+        drain_grace: args.shutdown_grace,
+        ..DeleteSettings::default()
+    };
+    provider_service::service::start_with(options, deletes, peerpods_runtime::shutdown::on_signal())
+        .await?
+        .wait()
+        .await
 }
 
 #[cfg(test)]
@@ -118,6 +135,9 @@ mod tests {
         let args = Args::try_parse_from(["provider-service", "--log-format", "json"]).unwrap();
         assert_eq!(args.admin.admin_listen.to_string(), "0.0.0.0:8081");
         assert!(!args.development, "development mode is never the default");
+        let defaults = DeleteSettings::default();
+        assert_eq!(args.delete_answer_within, defaults.answer_within);
+        assert_eq!(args.shutdown_grace, defaults.drain_grace);
         let dev = Args::try_parse_from(["provider-service", "--development"]).unwrap();
         assert!(dev.development);
     }

@@ -23,11 +23,19 @@ use tonic_types::{ErrorDetails, StatusExt};
 
 use crate::Error;
 use crate::auth::{Authenticated, TokenReviewer};
+use crate::deletes::Deletes;
 use crate::grpc::ProviderApi;
 use crate::tls::ReloadingCert;
 
 /// Readiness component name of the gRPC server.
 pub const READINESS_GRPC: &str = "grpc";
+
+/// The longest any call may take here. Below the callers' deadline
+/// ([`peerpods_runtime::args::DEFAULT_PROVIDER_TIMEOUT`]), so a caller hears this service's answer
+/// rather than its own timeout, and above the backends' per-call timeouts of reads (AWS 60 s per
+/// operation). A delete is never cut by it: the call answers within its answer window and the
+/// delete runs on detached (see [`crate::deletes`] and the README's "Deadlines").
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(75);
 
 /// What [`serve`] needs.
 pub struct GrpcServer {
@@ -38,9 +46,13 @@ pub struct GrpcServer {
     /// `None` serves plaintext (local development).
     pub tls: Option<Arc<ReloadingCert>>,
     pub readiness: Readiness,
+    /// The detached deletes: closed to new ones when shutdown begins.
+    pub deletes: Deletes,
 }
 
-/// Serves until `shutdown` is cancelled, then lets calls in flight finish.
+/// Serves until `shutdown` is cancelled, then lets calls in flight finish. Shutdown first turns the
+/// service not ready (`/readyz` and the gRPC health service) and refuses new deletes, then stops
+/// accepting calls; the deletes still running are the caller's to wait for ([`Deletes::drain`]).
 pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<(), Error> {
     let (health_reporter, health) = tonic_health::server::health_reporter();
     health_reporter
@@ -60,7 +72,7 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
     let router = Server::builder()
         // A stuck cloud call must not hold a caller forever; callers retry.
-        .timeout(Duration::from_secs(120))
+        .timeout(CALL_TIMEOUT)
         .concurrency_limit_per_connection(1024)
         .layer(tower::layer::layer_fn(|inner| WithErrorInfo { inner }))
         .trace_fn(|request| {
@@ -85,7 +97,24 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
     tracing::info!(%local, tls = server.tls.is_some(), "gRPC server listening");
     let stop = {
         let shutdown = shutdown.clone();
-        async move { shutdown.cancelled().await }
+        let readiness = server.readiness.clone();
+        let deletes = server.deletes.clone();
+        async move {
+            shutdown.cancelled().await;
+            // Not ready first, so no new caller is sent here while the deletes drain.
+            readiness.set(
+                READINESS_GRPC,
+                false,
+                format!(
+                    "shutting down: finishing {} delete(s), starting none",
+                    deletes.in_flight()
+                ),
+            );
+            deletes.close();
+            health_reporter
+                .set_not_serving::<ProviderServiceServer<ProviderApi>>()
+                .await;
+        }
     };
     let served = match server.tls {
         Some(tls) => {

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::auth::{Grant, TokenReviewer};
+use crate::deletes::{DeleteSettings, Deletes};
 use crate::grpc::ProviderApi;
 use crate::metrics::Metrics;
 use crate::reload::ConfigReloader;
@@ -79,6 +80,8 @@ pub struct Running {
     /// The Prometheus registry `/metrics` serves.
     pub prometheus: Arc<prometheus_client::registry::Registry>,
     pub readiness: Readiness,
+    /// The detached deletes (how many run, for tests and the bench).
+    pub deletes: Deletes,
     task: tokio::task::JoinHandle<Result<(), Error>>,
 }
 
@@ -97,8 +100,22 @@ pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Er
 }
 
 /// Loads the configuration, binds both ports and starts serving; fails (before serving) on a
-/// bad configuration, TLS pair or port.
+/// bad configuration, TLS pair or port. Deletes run with the default [`DeleteSettings`].
 pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Running, Error> {
+    start_with(options, DeleteSettings::default(), shutdown).await
+}
+
+/// [`start`] with other delete settings (answer window, retry advice, bound, drain grace).
+///
+/// Shutdown (`shutdown` cancelled): not ready and no new delete first, then the gRPC server stops
+/// taking calls, then the detached deletes get up to `deletes.drain_grace` to end; the admin
+/// server (`/healthz`, `/readyz`, `/metrics`) answers until then, and [`Running::wait`] returns
+/// after it.
+pub async fn start_with(
+    options: Options,
+    delete_settings: DeleteSettings,
+    shutdown: CancellationToken,
+) -> Result<Running, Error> {
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut prometheus);
     let prometheus = Arc::new(prometheus);
@@ -170,15 +187,20 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
     let grpc_addr = listener
         .local_addr()
         .map_err(|e| Error::io("gRPC address", e))?;
-    let api = ProviderApi::new(reloader.registry(), metrics.clone());
+    let deletes = Deletes::new(delete_settings);
+    let api = ProviderApi::new(reloader.registry(), metrics.clone(), deletes.clone());
 
     let task = tokio::spawn({
         let readiness = readiness.clone();
+        let deletes = deletes.clone();
         async move {
+            // The admin server outlives the gRPC server: /readyz says "not ready" and /healthz
+            // "alive" while the deletes drain, so the kubelet neither routes to nor kills us.
+            let admin_stop = CancellationToken::new();
             let admin_task = admin.map(|admin| {
                 tokio::spawn(admin.serve({
-                    let shutdown = shutdown.clone();
-                    async move { shutdown.cancelled().await }
+                    let admin_stop = admin_stop.clone();
+                    async move { admin_stop.cancelled().await }
                 }))
             });
             let reload_task = tokio::spawn(reloader.run(
@@ -193,11 +215,33 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
                     reviewer,
                     tls,
                     readiness,
+                    deletes: deletes.clone(),
                 },
                 shutdown.clone(),
             )
             .await;
             shutdown.cancel();
+            // Deletes are resumable, so one cut off here is finished by the next call (to another
+            // replica, or this one restarted); waiting spares the cloud a half-done delete.
+            deletes.close();
+            let draining = deletes.in_flight();
+            if draining > 0 {
+                tracing::info!(
+                    deletes = draining,
+                    grace_s = delete_settings.drain_grace.as_secs(),
+                    "waiting for the deletes in flight"
+                );
+                let left = deletes.drain(delete_settings.drain_grace).await;
+                if left > 0 {
+                    tracing::warn!(
+                        deletes = left,
+                        "deletes still running at the end of the grace period are abandoned; the next call resumes them"
+                    );
+                } else {
+                    tracing::info!("every delete in flight has ended");
+                }
+            }
+            admin_stop.cancel();
             let _ = reload_task.await;
             if let Some(admin_task) = admin_task
                 && let Ok(Err(e)) = admin_task.await
@@ -213,6 +257,7 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
         metrics,
         prometheus,
         readiness,
+        deletes,
         task,
     })
 }

@@ -53,6 +53,7 @@ fn delete_request(provider: &str, instance_id: &str) -> pb::DeleteInstanceReques
         cloud_provider: provider.into(),
         instance_id: instance_id.into(),
         requester: None,
+        accept_in_progress: false,
     }
 }
 

@@ -114,6 +114,7 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
             cloud_provider: "libvirt".into(),
             instance_id: "2f0c1c55-8d7e-4f43-a4b6-1f9e6c0b7a11".into(),
             requester: None,
+            accept_in_progress: false,
         })
         .await
         .unwrap()
@@ -175,6 +176,7 @@ async fn callers_may_call_only_their_methods() {
             cloud_provider: "libvirt".into(),
             instance_id: "2f0c1c55-8d7e-4f43-a4b6-1f9e6c0b7a11".into(),
             requester: None,
+            accept_in_progress: false,
         });
         request
             .metadata_mut()

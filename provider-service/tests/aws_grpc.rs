@@ -42,6 +42,7 @@ fn delete_request(instance_id: &str) -> pb::DeleteInstanceRequest {
             name: "pod-resource-abcde".into(),
             reason: "PeerPodDeleted".into(),
         }),
+        accept_in_progress: false,
     }
 }
 

@@ -26,6 +26,7 @@ fn delete(provider: &str, id: &str) -> pb::DeleteInstanceRequest {
         cloud_provider: provider.into(),
         instance_id: id.into(),
         requester: None,
+        accept_in_progress: false,
     }
 }
 

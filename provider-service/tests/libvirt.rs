@@ -66,6 +66,7 @@ fn delete_request(provider: &str, id: &str) -> pb::DeleteInstanceRequest {
             name: "pod-resource-abcde".into(),
             reason: "PeerPodDeleted".into(),
         }),
+        accept_in_progress: false,
     }
 }
 

@@ -112,6 +112,7 @@ fn delete(provider: &str, instance_id: &str) -> pb::DeleteInstanceRequest {
         cloud_provider: provider.into(),
         instance_id: instance_id.into(),
         requester: None,
+        accept_in_progress: false,
     }
 }
 

@@ -49,6 +49,9 @@ impl AdminArgs {
     }
 }
 
+/// The default of `--provider-timeout`, the deadline of each provider-service call.
+pub const DEFAULT_PROVIDER_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// How the caller authenticates to provider-service.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProviderAuth {
@@ -80,9 +83,10 @@ pub struct ProviderArgs {
         default_value = "/var/run/secrets/provider-service/token"
     )]
     pub token_file: PathBuf,
-    /// Deadline of each provider-service call. Longer than provider-service's own cloud-call timeouts (AWS: 60 s
-    /// per operation), so a slow but successful cloud call is not abandoned and repeated.
-    #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "60s", value_parser = duration)]
+    /// Deadline of each provider-service call: the outermost of the deadlines (provider-service/README.md,
+    /// "Deadlines"). provider-service answers within it: a delete that takes longer runs on there and is answered
+    /// "in progress", reads are cut by provider-service's own 75 s bound (above the clouds' per-call timeouts).
+    #[arg(long, env = "PROVIDER_TIMEOUT", default_value = "90s", value_parser = duration)]
     pub provider_timeout: Duration,
 }
 
@@ -195,7 +199,7 @@ mod tests {
             cli.provider.client_config().is_none(),
             "no endpoint, no client"
         );
-        assert_eq!(cli.provider.provider_timeout, Duration::from_secs(60));
+        assert_eq!(cli.provider.provider_timeout, DEFAULT_PROVIDER_TIMEOUT);
         assert!(cli.leader.config("peerpod-ctrl", "ns").is_none());
         assert_eq!(cli.health.watch_stall_timeout, Duration::from_secs(180));
     }

@@ -47,6 +47,7 @@ pub type ProviderClient =
 pub fn connect(config: &ProviderClientConfig) -> Result<ProviderClient, Error> {
     let credentials = CallCredentials {
         token: config.token_file.as_deref().map(TokenFile::new),
+        timeout: config.timeout,
     };
     Ok(ProviderServiceClient::with_interceptor(
         ProviderChannel::new(config.clone())?,
@@ -246,6 +247,9 @@ fn endpoint(config: &ProviderClientConfig, ca_pem: Option<&[u8]>) -> Result<Endp
 #[derive(Clone, Debug)]
 pub struct CallCredentials {
     token: Option<TokenFile>,
+    /// The call's deadline, also sent as `grpc-timeout`: provider-service answers within it (a delete
+    /// still running is answered "in progress") instead of the caller timing out on its own.
+    timeout: Option<Duration>,
 }
 
 impl Interceptor for CallCredentials {
@@ -260,6 +264,11 @@ impl Interceptor for CallCredentials {
             request.metadata_mut().insert("authorization", value);
         }
         crate::telemetry::inject_current(request.metadata_mut());
+        if let Some(timeout) = self.timeout
+            && !request.metadata().contains_key("grpc-timeout")
+        {
+            request.set_timeout(timeout);
+        }
         Ok(request)
     }
 }
@@ -349,6 +358,30 @@ mod tests {
             .unwrap();
         std::fs::rename(&next, &path).unwrap();
         assert_eq!(token.bearer().unwrap(), "Bearer second");
+    }
+
+    #[test]
+    fn the_call_deadline_is_sent_so_the_server_answers_within_it() {
+        let mut credentials = CallCredentials {
+            token: None,
+            timeout: Some(Duration::from_secs(90)),
+        };
+        let request = credentials.call(tonic::Request::new(())).unwrap();
+        let sent = request.metadata().get("grpc-timeout").unwrap();
+        assert_eq!(sent.to_str().unwrap(), "90000000u");
+        // A deadline the call set itself wins.
+        let mut own = tonic::Request::new(());
+        own.set_timeout(Duration::from_secs(2));
+        let request = credentials.call(own).unwrap();
+        assert_eq!(
+            request
+                .metadata()
+                .get("grpc-timeout")
+                .unwrap()
+                .to_str()
+                .unwrap(),
+            "2000000u"
+        );
     }
 
     #[test]

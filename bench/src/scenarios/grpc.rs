@@ -266,6 +266,7 @@ async fn measure(
             cloud_provider: "libvirt".into(),
             instance_id: uuid_grpc.clone(),
             requester: None,
+            accept_in_progress: false,
         };
         let started = Instant::now();
         let answer = client

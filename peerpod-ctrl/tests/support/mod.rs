@@ -398,6 +398,8 @@ pub struct ControllerOptions {
     pub provider_tls: Option<(std::path::PathBuf, String)>,
     /// Readiness and liveness to report to, as the admin server would.
     pub health: Option<peerpods_runtime::health::Health>,
+    /// The deadline of each provider-service call (`--provider-timeout`).
+    pub provider_timeout: Duration,
     /// The controller's namespace (`--namespace`): orphan Events go there.
     pub namespace: String,
     /// Reverse collection (`--reverse-scan-interval`, `--reverse-grace`); off unless a scenario turns it on.
@@ -419,6 +421,7 @@ impl ControllerOptions {
             concurrency: 32,
             provider_tls: None,
             health: None,
+            provider_timeout: Duration::from_secs(10),
             namespace: "default".into(),
             reverse_interval: Duration::ZERO,
             reverse_grace: Duration::from_secs(3600),
@@ -439,7 +442,7 @@ impl Controller {
             endpoint: format!("{scheme}://{}", options.provider),
             ca_file: options.provider_tls.as_ref().map(|(ca, _)| ca.clone()),
             tls_server_name: options.provider_tls.as_ref().map(|(_, name)| name.clone()),
-            timeout: Some(Duration::from_secs(10)),
+            timeout: Some(options.provider_timeout),
             ..Default::default()
         })
         .expect("provider client");

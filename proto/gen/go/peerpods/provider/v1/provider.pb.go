@@ -9,6 +9,7 @@ package providerv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,7 +23,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// DeleteResult is the outcome of a successful delete.
+// DeleteResult is the outcome of a DeleteInstance call that did not fail.
 type DeleteResult int32
 
 const (
@@ -32,6 +33,11 @@ const (
 	DeleteResult_DELETE_RESULT_DELETED DeleteResult = 1
 	// The instance did not exist (any more). Success: nothing was left to delete.
 	DeleteResult_DELETE_RESULT_ALREADY_GONE DeleteResult = 2
+	// The delete is running and the instance is not confirmed gone yet. NOT a success: keep
+	// whatever waits for the instance to be gone, and ask again after retry_after (the same call
+	// joins the running delete, or confirms its end). Sent only when the request sets
+	// accept_in_progress.
+	DeleteResult_DELETE_RESULT_IN_PROGRESS DeleteResult = 3
 )
 
 // Enum value maps for DeleteResult.
@@ -40,11 +46,13 @@ var (
 		0: "DELETE_RESULT_UNSPECIFIED",
 		1: "DELETE_RESULT_DELETED",
 		2: "DELETE_RESULT_ALREADY_GONE",
+		3: "DELETE_RESULT_IN_PROGRESS",
 	}
 	DeleteResult_value = map[string]int32{
 		"DELETE_RESULT_UNSPECIFIED":  0,
 		"DELETE_RESULT_DELETED":      1,
 		"DELETE_RESULT_ALREADY_GONE": 2,
+		"DELETE_RESULT_IN_PROGRESS":  3,
 	}
 )
 
@@ -156,9 +164,13 @@ type DeleteInstanceRequest struct {
 	// Instance id in the provider's format: AWS `i-...`, libvirt domain UUID. At most 1024 bytes.
 	InstanceId string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	// Who asks. Optional; each field at most 253 bytes.
-	Requester     *Requester `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Requester *Requester `protobuf:"bytes,3,opt,name=requester,proto3" json:"requester,omitempty"`
+	// The caller understands DELETE_RESULT_IN_PROGRESS. Without it, a delete still running when the
+	// answer is due is answered UNAVAILABLE (reason `DeleteInProgress`, with RetryInfo), so a client
+	// built before that value existed never reads a running delete as done.
+	AcceptInProgress bool `protobuf:"varint,4,opt,name=accept_in_progress,json=acceptInProgress,proto3" json:"accept_in_progress,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeleteInstanceRequest) Reset() {
@@ -212,10 +224,19 @@ func (x *DeleteInstanceRequest) GetRequester() *Requester {
 	return nil
 }
 
+func (x *DeleteInstanceRequest) GetAcceptInProgress() bool {
+	if x != nil {
+		return x.AcceptInProgress
+	}
+	return false
+}
+
 // DeleteInstanceResponse answers a DeleteInstanceRequest.
 type DeleteInstanceResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Result        DeleteResult           `protobuf:"varint,1,opt,name=result,proto3,enum=peerpods.provider.v1.DeleteResult" json:"result,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Result DeleteResult           `protobuf:"varint,1,opt,name=result,proto3,enum=peerpods.provider.v1.DeleteResult" json:"result,omitempty"`
+	// With DELETE_RESULT_IN_PROGRESS: how long to wait before asking again. Unset otherwise.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -255,6 +276,13 @@ func (x *DeleteInstanceResponse) GetResult() DeleteResult {
 		return x.Result
 	}
 	return DeleteResult_DELETE_RESULT_UNSPECIFIED
+}
+
+func (x *DeleteInstanceResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 // GetCapacityRequest asks for the capacity figures of one provider.
@@ -743,19 +771,22 @@ var File_peerpods_provider_v1_provider_proto protoreflect.FileDescriptor
 
 const file_peerpods_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
-	"#peerpods/provider/v1/provider.proto\x12\x14peerpods.provider.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n" +
+	"#peerpods/provider/v1/provider.proto\x12\x14peerpods.provider.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"s\n" +
 	"\tRequester\x12\x1c\n" +
 	"\tcomponent\x18\x01 \x01(\tR\tcomponent\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x12\n" +
 	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\x9e\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xcc\x01\n" +
 	"\x15DeleteInstanceRequest\x12%\n" +
 	"\x0ecloud_provider\x18\x01 \x01(\tR\rcloudProvider\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\x12=\n" +
-	"\trequester\x18\x03 \x01(\v2\x1f.peerpods.provider.v1.RequesterR\trequester\"T\n" +
+	"\trequester\x18\x03 \x01(\v2\x1f.peerpods.provider.v1.RequesterR\trequester\x12,\n" +
+	"\x12accept_in_progress\x18\x04 \x01(\bR\x10acceptInProgress\"\x90\x01\n" +
 	"\x16DeleteInstanceResponse\x12:\n" +
-	"\x06result\x18\x01 \x01(\x0e2\".peerpods.provider.v1.DeleteResultR\x06result\";\n" +
+	"\x06result\x18\x01 \x01(\x0e2\".peerpods.provider.v1.DeleteResultR\x06result\x12:\n" +
+	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\";\n" +
 	"\x12GetCapacityRequest\x12%\n" +
 	"\x0ecloud_provider\x18\x01 \x01(\tR\rcloudProvider\"T\n" +
 	"\x06Figure\x12\x19\n" +
@@ -791,11 +822,12 @@ const file_peerpods_provider_v1_provider_proto_rawDesc = "" +
 	"\ahealthy\x18\x02 \x01(\bR\ahealthy\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"[\n" +
 	"\x15ListProvidersResponse\x12B\n" +
-	"\tproviders\x18\x01 \x03(\v2$.peerpods.provider.v1.ProviderStatusR\tproviders*h\n" +
+	"\tproviders\x18\x01 \x03(\v2$.peerpods.provider.v1.ProviderStatusR\tproviders*\x87\x01\n" +
 	"\fDeleteResult\x12\x1d\n" +
 	"\x19DELETE_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DELETE_RESULT_DELETED\x10\x01\x12\x1e\n" +
-	"\x1aDELETE_RESULT_ALREADY_GONE\x10\x022\xb6\x03\n" +
+	"\x1aDELETE_RESULT_ALREADY_GONE\x10\x02\x12\x1d\n" +
+	"\x19DELETE_RESULT_IN_PROGRESS\x10\x032\xb6\x03\n" +
 	"\x0fProviderService\x12k\n" +
 	"\x0eDeleteInstance\x12+.peerpods.provider.v1.DeleteInstanceRequest\x1a,.peerpods.provider.v1.DeleteInstanceResponse\x12b\n" +
 	"\vGetCapacity\x12(.peerpods.provider.v1.GetCapacityRequest\x1a).peerpods.provider.v1.GetCapacityResponse\x12h\n" +
@@ -832,32 +864,34 @@ var file_peerpods_provider_v1_provider_proto_goTypes = []any{
 	(*ListProvidersResponse)(nil),  // 12: peerpods.provider.v1.ListProvidersResponse
 	nil,                            // 13: peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
 	nil,                            // 14: peerpods.provider.v1.Instance.TagsEntry
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),    // 15: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
 }
 var file_peerpods_provider_v1_provider_proto_depIdxs = []int32{
 	1,  // 0: peerpods.provider.v1.DeleteInstanceRequest.requester:type_name -> peerpods.provider.v1.Requester
 	0,  // 1: peerpods.provider.v1.DeleteInstanceResponse.result:type_name -> peerpods.provider.v1.DeleteResult
-	5,  // 2: peerpods.provider.v1.GetCapacityResponse.instances:type_name -> peerpods.provider.v1.Figure
-	5,  // 3: peerpods.provider.v1.GetCapacityResponse.vcpus:type_name -> peerpods.provider.v1.Figure
-	5,  // 4: peerpods.provider.v1.GetCapacityResponse.memory_mib:type_name -> peerpods.provider.v1.Figure
-	13, // 5: peerpods.provider.v1.ListInstancesRequest.tag_selector:type_name -> peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
-	15, // 6: peerpods.provider.v1.Instance.create_time:type_name -> google.protobuf.Timestamp
-	14, // 7: peerpods.provider.v1.Instance.tags:type_name -> peerpods.provider.v1.Instance.TagsEntry
-	8,  // 8: peerpods.provider.v1.ListInstancesResponse.instances:type_name -> peerpods.provider.v1.Instance
-	11, // 9: peerpods.provider.v1.ListProvidersResponse.providers:type_name -> peerpods.provider.v1.ProviderStatus
-	2,  // 10: peerpods.provider.v1.ProviderService.DeleteInstance:input_type -> peerpods.provider.v1.DeleteInstanceRequest
-	4,  // 11: peerpods.provider.v1.ProviderService.GetCapacity:input_type -> peerpods.provider.v1.GetCapacityRequest
-	7,  // 12: peerpods.provider.v1.ProviderService.ListInstances:input_type -> peerpods.provider.v1.ListInstancesRequest
-	10, // 13: peerpods.provider.v1.ProviderService.ListProviders:input_type -> peerpods.provider.v1.ListProvidersRequest
-	3,  // 14: peerpods.provider.v1.ProviderService.DeleteInstance:output_type -> peerpods.provider.v1.DeleteInstanceResponse
-	6,  // 15: peerpods.provider.v1.ProviderService.GetCapacity:output_type -> peerpods.provider.v1.GetCapacityResponse
-	9,  // 16: peerpods.provider.v1.ProviderService.ListInstances:output_type -> peerpods.provider.v1.ListInstancesResponse
-	12, // 17: peerpods.provider.v1.ProviderService.ListProviders:output_type -> peerpods.provider.v1.ListProvidersResponse
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	15, // 2: peerpods.provider.v1.DeleteInstanceResponse.retry_after:type_name -> google.protobuf.Duration
+	5,  // 3: peerpods.provider.v1.GetCapacityResponse.instances:type_name -> peerpods.provider.v1.Figure
+	5,  // 4: peerpods.provider.v1.GetCapacityResponse.vcpus:type_name -> peerpods.provider.v1.Figure
+	5,  // 5: peerpods.provider.v1.GetCapacityResponse.memory_mib:type_name -> peerpods.provider.v1.Figure
+	13, // 6: peerpods.provider.v1.ListInstancesRequest.tag_selector:type_name -> peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
+	16, // 7: peerpods.provider.v1.Instance.create_time:type_name -> google.protobuf.Timestamp
+	14, // 8: peerpods.provider.v1.Instance.tags:type_name -> peerpods.provider.v1.Instance.TagsEntry
+	8,  // 9: peerpods.provider.v1.ListInstancesResponse.instances:type_name -> peerpods.provider.v1.Instance
+	11, // 10: peerpods.provider.v1.ListProvidersResponse.providers:type_name -> peerpods.provider.v1.ProviderStatus
+	2,  // 11: peerpods.provider.v1.ProviderService.DeleteInstance:input_type -> peerpods.provider.v1.DeleteInstanceRequest
+	4,  // 12: peerpods.provider.v1.ProviderService.GetCapacity:input_type -> peerpods.provider.v1.GetCapacityRequest
+	7,  // 13: peerpods.provider.v1.ProviderService.ListInstances:input_type -> peerpods.provider.v1.ListInstancesRequest
+	10, // 14: peerpods.provider.v1.ProviderService.ListProviders:input_type -> peerpods.provider.v1.ListProvidersRequest
+	3,  // 15: peerpods.provider.v1.ProviderService.DeleteInstance:output_type -> peerpods.provider.v1.DeleteInstanceResponse
+	6,  // 16: peerpods.provider.v1.ProviderService.GetCapacity:output_type -> peerpods.provider.v1.GetCapacityResponse
+	9,  // 17: peerpods.provider.v1.ProviderService.ListInstances:output_type -> peerpods.provider.v1.ListInstancesResponse
+	12, // 18: peerpods.provider.v1.ProviderService.ListProviders:output_type -> peerpods.provider.v1.ListProvidersResponse
+	15, // [15:19] is the sub-list for method output_type
+	11, // [11:15] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_peerpods_provider_v1_provider_proto_init() }

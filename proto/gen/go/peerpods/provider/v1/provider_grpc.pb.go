@@ -39,7 +39,9 @@ const (
 //     or (DeleteInstance) the instance lacks this cluster's tag (reason `NotOwnedByCluster`).
 //   - RESOURCE_EXHAUSTED: the cloud throttled the call. Retryable. The status carries a
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
-//   - UNAVAILABLE: the cloud could not be reached. Retryable with backoff.
+//   - UNAVAILABLE: the cloud could not be reached, the service is shutting down (reason
+//     `ShuttingDown`), or (DeleteInstance without accept_in_progress) the delete is still running
+//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`). Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
 //   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
 //     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
@@ -55,6 +57,14 @@ const (
 type ProviderServiceClient interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
 	// (any more) answers DELETE_RESULT_ALREADY_GONE, never an error.
+	//
+	// The delete runs to its end on the server whatever happens to the call: a caller that gives
+	// up, or whose deadline passes, does not stop it, and calls for the same instance while it
+	// runs join it instead of deleting a second time. The call answers within the server's answer
+	// window (at most the caller's deadline): with the result once the instance is confirmed gone,
+	// an error, or, while the delete still runs, DELETE_RESULT_IN_PROGRESS (only to a caller that
+	// sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress` and a
+	// `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
 	DeleteInstance(ctx context.Context, in *DeleteInstanceRequest, opts ...grpc.CallOption) (*DeleteInstanceResponse, error)
 	// GetCapacity reports quota and usage figures of a provider. Figures the cloud cannot tell are unset.
 	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
@@ -126,7 +136,9 @@ func (c *providerServiceClient) ListProviders(ctx context.Context, in *ListProvi
 //     or (DeleteInstance) the instance lacks this cluster's tag (reason `NotOwnedByCluster`).
 //   - RESOURCE_EXHAUSTED: the cloud throttled the call. Retryable. The status carries a
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
-//   - UNAVAILABLE: the cloud could not be reached. Retryable with backoff.
+//   - UNAVAILABLE: the cloud could not be reached, the service is shutting down (reason
+//     `ShuttingDown`), or (DeleteInstance without accept_in_progress) the delete is still running
+//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`). Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
 //   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
 //     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
@@ -142,6 +154,14 @@ func (c *providerServiceClient) ListProviders(ctx context.Context, in *ListProvi
 type ProviderServiceServer interface {
 	// DeleteInstance deletes one instance. Idempotent: deleting an instance that does not exist
 	// (any more) answers DELETE_RESULT_ALREADY_GONE, never an error.
+	//
+	// The delete runs to its end on the server whatever happens to the call: a caller that gives
+	// up, or whose deadline passes, does not stop it, and calls for the same instance while it
+	// runs join it instead of deleting a second time. The call answers within the server's answer
+	// window (at most the caller's deadline): with the result once the instance is confirmed gone,
+	// an error, or, while the delete still runs, DELETE_RESULT_IN_PROGRESS (only to a caller that
+	// sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress` and a
+	// `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
 	DeleteInstance(context.Context, *DeleteInstanceRequest) (*DeleteInstanceResponse, error)
 	// GetCapacity reports quota and usage figures of a provider. Figures the cloud cannot tell are unset.
 	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)

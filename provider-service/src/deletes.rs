@@ -1,0 +1,377 @@
+//! Every delete runs to its end in a task of its own, detached from the call that asked for it.
+//!
+//! A cloud delete takes from milliseconds (libvirt) to minutes (an Azure VM and its parts). Bound to
+//! one gRPC call, it would stop wherever the caller gave up, its deadline passed or the connection
+//! dropped: a VM left `Deleting`, its disks and interfaces never deleted. Here the call only
+//! starts the delete, or joins the one already running for the same instance (one cloud delete
+//! however many callers ask), and waits for it at most for its answer window: it answers the
+//! result once the backend confirmed the instance gone, the backend's error, or "still in
+//! progress" with retry advice. The task goes on after the call has answered; the next call for
+//! the instance joins it, or, once it ended, starts a new delete that confirms the end with a
+//! fresh lookup (no result is kept: gone is always a later lookup's answer).
+//!
+//! Deadlines nest, innermost first (provider-service/README.md, "Deadlines"): a backend's own wait
+//! (Azure 300 s by default, the slowest) < [`DELETE_BOUND`] (a task still running then is stopped;
+//! the backends resume a partial delete on the next call) < the shutdown drain
+//! ([`DEFAULT_DRAIN_GRACE`]) < the chart's `terminationGracePeriodSeconds`. A call's answer comes
+//! within [`DEFAULT_ANSWER_WITHIN`] or 90 % of the caller's deadline, whichever is shorter, so the
+//! caller always hears an answer, never its own deadline.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::error::{Error, ProviderError};
+use crate::provider::{DeleteOutcome, Provider};
+
+/// How long a DeleteInstance call waits for its delete before it answers "in progress": long
+/// enough for the clouds that confirm a delete in seconds (AWS, libvirt, most GCP deletes) to
+/// answer in one call, short against every caller's deadline.
+pub const DEFAULT_ANSWER_WITHIN: Duration = Duration::from_secs(20);
+/// The retry advice of an "in progress" answer.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
+/// The default of the slowest backend's own wait for a delete (Azure's
+/// `AZURE_DELETE_TIMEOUT_SECONDS`; GCP waits 180 s, IBM Cloud 120 s, AWS 60 s per call).
+pub const SLOWEST_BACKEND_WAIT: Duration = Duration::from_secs(300);
+/// The longest one detached delete runs: the slowest backend's wait plus the calls after its last
+/// poll. Only a backend that hangs reaches it; the next call resumes what it left.
+pub const DELETE_BOUND: Duration = Duration::from_secs(330);
+/// How long shutdown waits for detached deletes: every delete started before shutdown ends by its
+/// own bound within it.
+pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(340);
+
+/// How deletes are run and answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteSettings {
+    /// The longest a call waits for its delete before answering "in progress" (the caller's
+    /// deadline shortens it).
+    pub answer_within: Duration,
+    /// The retry advice sent with "in progress".
+    pub retry_after: Duration,
+    /// The longest one detached delete runs.
+    pub bound: Duration,
+    /// How long shutdown waits for the deletes still running.
+    pub drain_grace: Duration,
+}
+
+impl Default for DeleteSettings {
+    fn default() -> Self {
+        DeleteSettings {
+            answer_within: DEFAULT_ANSWER_WITHIN,
+            retry_after: DEFAULT_RETRY_AFTER,
+            bound: DELETE_BOUND,
+            drain_grace: DEFAULT_DRAIN_GRACE,
+        }
+    }
+}
+
+impl DeleteSettings {
+    /// How long a call with `caller_deadline` (its `grpc-timeout`, if any) waits for its delete:
+    /// the answer window, shortened to 90 % of the caller's deadline so the answer arrives before
+    /// the caller gives up.
+    pub fn answer_window(&self, caller_deadline: Option<Duration>) -> Duration {
+        match caller_deadline {
+            Some(deadline) => {
+                let margin = (deadline / 10).max(Duration::from_millis(50));
+                self.answer_within.min(deadline.saturating_sub(margin))
+            }
+            None => self.answer_within,
+        }
+    }
+}
+
+/// What a finished delete ended with. The error is shared by every caller that waited for it.
+pub type Finished = Result<DeleteOutcome, Arc<Error>>;
+
+/// What a call hears within its answer window.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Finished(Finished),
+    /// The delete goes on; ask again.
+    InProgress,
+}
+
+/// The detached deletes of one provider-service. Cheap to clone: clones share the running set.
+#[derive(Clone)]
+pub struct Deletes {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: DeleteSettings,
+    state: Mutex<State>,
+    /// How many deletes run; shutdown waits for 0.
+    running_count: watch::Sender<usize>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    running: HashMap<Key, Running>,
+    /// Shutting down: no new delete starts (running ones may still be joined).
+    closed: bool,
+}
+
+/// One instance of one provider. Ids are compared as sent: folding case would let a delete of one
+/// instance answer for another on a cloud whose ids are case-sensitive.
+#[derive(Debug, Clone, Hash, PartialEq, Eq)]
+struct Key {
+    provider: String,
+    instance_id: String,
+}
+
+struct Running {
+    id: u64,
+    done: watch::Receiver<Option<Finished>>,
+}
+
+/// A call's handle on the delete it started or joined.
+pub struct Job {
+    done: watch::Receiver<Option<Finished>>,
+    /// Whether the call joined a delete that was already running.
+    pub joined: bool,
+}
+
+impl Job {
+    /// The delete's end if it comes within `window`, else [`Answer::InProgress`]. Dropping the
+    /// call (the caller cancelled) never stops the delete.
+    pub async fn answer(mut self, window: Duration) -> Answer {
+        match tokio::time::timeout(window, self.done.wait_for(Option::is_some)).await {
+            Ok(Ok(finished)) => match finished.as_ref() {
+                Some(finished) => Answer::Finished(finished.clone()),
+                None => Answer::InProgress,
+            },
+            // The task ended without an answer: it panicked.
+            Ok(Err(_)) => Answer::Finished(Err(Arc::new(Error::internal(
+                "the delete ended without an answer",
+            )))),
+            Err(_elapsed) => Answer::InProgress,
+        }
+    }
+}
+
+impl Deletes {
+    pub fn new(settings: DeleteSettings) -> Self {
+        Deletes {
+            inner: Arc::new(Inner {
+                settings,
+                state: Mutex::default(),
+                running_count: watch::Sender::new(0),
+                next_id: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub fn settings(&self) -> DeleteSettings {
+        self.inner.settings
+    }
+
+    /// Joins the delete running for `instance_id` of `provider`, or starts one in a task of its
+    /// own (traced in `span`). Once shutdown began, only joining is allowed.
+    pub fn delete(
+        &self,
+        provider: Arc<dyn Provider>,
+        instance_id: &str,
+        span: tracing::Span,
+    ) -> Result<Job, Error> {
+        let key = Key {
+            provider: provider.name().as_str().to_owned(),
+            instance_id: instance_id.to_owned(),
+        };
+        let mut state = self.inner.state();
+        if let Some(running) = state.running.get(&key) {
+            return Ok(Job {
+                done: running.done.clone(),
+                joined: true,
+            });
+        }
+        if state.closed {
+            return Err(Error::ShuttingDown);
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (finished, done) = watch::channel(None);
+        state.running.insert(
+            key.clone(),
+            Running {
+                id,
+                done: done.clone(),
+            },
+        );
+        let count = state.running.len();
+        drop(state);
+        self.inner.running_count.send_replace(count);
+        let ends = Ends {
+            inner: self.inner.clone(),
+            key,
+            id,
+        };
+        let bound = self.inner.settings.bound;
+        let instance_id = instance_id.to_owned();
+        tokio::spawn(
+            async move {
+                let _ends = ends;
+                let outcome =
+                    match tokio::time::timeout(bound, provider.delete_instance(&instance_id)).await
+                    {
+                        Ok(outcome) => outcome.map_err(Error::from),
+                        Err(_elapsed) => Err(Error::Provider(ProviderError::Unavailable {
+                            message: format!(
+                                "the delete of {instance_id} did not end within {} s; ask again to \
+                                 resume it",
+                                bound.as_secs()
+                            ),
+                        })),
+                    };
+                match &outcome {
+                    Ok(outcome) => {
+                        tracing::Span::current().record("outcome", outcome.as_str());
+                        tracing::info!(outcome = outcome.as_str(), "instance delete finished");
+                    }
+                    Err(e) => {
+                        tracing::Span::current().record("outcome", e.reason());
+                        tracing::warn!(error = %e, reason = e.reason(), "instance delete failed");
+                    }
+                }
+                finished.send_replace(Some(outcome.map_err(Arc::new)));
+            }
+            .instrument(span),
+        );
+        Ok(Job {
+            done,
+            joined: false,
+        })
+    }
+
+    /// How many deletes are running.
+    pub fn in_flight(&self) -> usize {
+        *self.inner.running_count.borrow()
+    }
+
+    /// Refuses new deletes from now on; the running ones go on.
+    pub fn close(&self) {
+        self.inner.state().closed = true;
+    }
+
+    /// Waits until no delete runs, at most `grace`; returns how many still run then.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let mut count = self.inner.running_count.subscribe();
+        let _ = tokio::time::timeout(grace, count.wait_for(|n| *n == 0)).await;
+        self.in_flight()
+    }
+}
+
+impl Inner {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Only the running set is behind the lock; a panic elsewhere cannot leave it torn.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Removes a delete from the running set when its task ends, however it ends (a panic included).
+struct Ends {
+    inner: Arc<Inner>,
+    key: Key,
+    id: u64,
+}
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        let mut state = self.inner.state();
+        if state
+            .running
+            .get(&self.key)
+            .is_some_and(|r| r.id == self.id)
+        {
+            state.running.remove(&self.key);
+        }
+        let count = state.running.len();
+        drop(state);
+        self.inner.running_count.send_replace(count);
+    }
+}
+
+/// The caller's deadline from its `grpc-timeout` header (gRPC over HTTP/2: at most 8 digits and a
+/// unit, `H`, `M`, `S`, `m`, `u` or `n`). `None` when absent or malformed.
+pub fn caller_deadline(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    let value = metadata.get("grpc-timeout")?.to_str().ok()?;
+    parse_grpc_timeout(value)
+}
+
+fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    let split = value.len().checked_sub(1)?;
+    let (digits, unit) = value.split_at(split);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeouts_parse_in_every_unit() {
+        assert_eq!(parse_grpc_timeout("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_grpc_timeout("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(parse_grpc_timeout("60S"), Some(Duration::from_secs(60)));
+        assert_eq!(
+            parse_grpc_timeout("1500m"),
+            Some(Duration::from_millis(1500))
+        );
+        assert_eq!(parse_grpc_timeout("7u"), Some(Duration::from_micros(7)));
+        assert_eq!(parse_grpc_timeout("9n"), Some(Duration::from_nanos(9)));
+        for bad in ["", "S", "123456789S", "10s", "-1S", "1.5S", "10"] {
+            assert_eq!(parse_grpc_timeout(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_answer_comes_before_the_callers_deadline() {
+        let settings = DeleteSettings::default();
+        assert_eq!(settings.answer_window(None), DEFAULT_ANSWER_WITHIN);
+        assert_eq!(
+            settings.answer_window(Some(Duration::from_secs(60))),
+            DEFAULT_ANSWER_WITHIN
+        );
+        assert_eq!(
+            settings.answer_window(Some(Duration::from_secs(2))),
+            Duration::from_millis(1800)
+        );
+        assert_eq!(
+            settings.answer_window(Some(Duration::from_millis(100))),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            settings.answer_window(Some(Duration::from_millis(10))),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn deadlines_nest_from_the_backends_out() {
+        let d = DeleteSettings::default();
+        // A detached delete outlives the slowest backend's own wait, so that wait's retryable
+        // answer (and its resumable state) comes first; shutdown outlives every detached delete.
+        assert!(SLOWEST_BACKEND_WAIT < d.bound);
+        assert!(d.bound < d.drain_grace);
+        // The caller's deadline > this service's bound of any call > a delete call's answer window:
+        // the caller always hears this service's answer, never its own timeout.
+        assert!(d.answer_within < crate::server::CALL_TIMEOUT);
+        assert!(crate::server::CALL_TIMEOUT < peerpods_runtime::args::DEFAULT_PROVIDER_TIMEOUT);
+        assert!(d.retry_after < d.answer_within);
+    }
+}
