@@ -98,6 +98,7 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
     common::write_config(dir.path(), &pairs);
 
     let addr = free_addr();
+    let admin = free_addr();
     let _service = Service(
         Command::new(env!("CARGO_BIN_EXE_provider-service"))
             // libvirt's test driver stands in for a host: development mode only.
@@ -108,7 +109,7 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
                 "--listen",
                 &addr.to_string(),
             ])
-            .args(["--admin-listen", &free_addr().to_string()])
+            .args(["--admin-listen", &admin.to_string()])
             .arg("--config-dir")
             .arg(dir.path())
             // byom's pool lives in this cluster; the service finds it as kubectl would.
@@ -204,4 +205,32 @@ async fn one_service_serves_all_eight_clouds_and_deletes_a_vm_with_its_parts_on_
         .await
         .unwrap();
     assert_eq!(again.into_inner().result(), pb::DeleteResult::AlreadyGone);
+
+    // Every backend timed the cloud calls it made (cloud_api_call_duration_seconds, by provider and operation).
+    let scrape = test_support::metrics::Scrape::parse(&metrics_text(admin).await).unwrap();
+    for provider in ALL {
+        let timed = scrape.sum(
+            "provider_service_cloud_api_call_duration_seconds_count",
+            &[("provider", provider)],
+        );
+        assert!(timed >= 1.0, "{provider}: no cloud call timed");
+    }
+}
+
+/// The admin server's `/metrics` text (HTTP/1.0: neither chunked nor kept alive).
+async fn metrics_text(admin: SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(admin).await.unwrap();
+    stream
+        .write_all(format!("GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    body.to_owned()
 }
