@@ -441,6 +441,16 @@ impl Cloud {
     }
 
     fn get_instance(&mut self, name: &str) -> Response {
+        // Compute Engine deletes on its own, whether or not anyone polls the operation: a look at
+        // the instance advances its pending deletion as a poll of that operation does.
+        let pending = self
+            .operations
+            .iter()
+            .find(|(_, op)| op.instance == name && !op.done)
+            .map(|(operation, _)| operation.clone());
+        if let Some(operation) = pending {
+            let _ = self.get_operation(&operation);
+        }
         let gone = match self.vms.get_mut(name) {
             None => true,
             Some(vm) => match vm.gone_after_gets {
