@@ -8,6 +8,7 @@
 //! - [`health`]: liveness and readiness of a controller from its watches' progress.
 //! - [`backoff`]: the per-object retry policy of the controllers.
 //! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
+//! - [`watch`]: backoff for a failing watch that only progress resets.
 //! - [`client`]: the provider-service client (TLS, ServiceAccount token, trace context).
 //! - [`leader`]: leader election on a Lease; work runs only while leading.
 //! - [`tls`]: the TLS listener of the services' ports (handshakes never block accepting) and the TLS version
@@ -26,5 +27,6 @@ pub mod metrics;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;
+pub mod watch;
 
 pub use error::Error;
