@@ -51,8 +51,10 @@ pub fn up_to_date<K: Serialize>(current: &K, desired: &K) -> Result<bool, Error>
     Ok(contains(&cur, &want))
 }
 
-/// Apply `desired` unless the live object already matches. Returns whether a write was sent, and the live object.
-pub async fn ensure<K>(api: &Api<K>, desired: K) -> Result<(bool, K), Error>
+/// Apply `desired` unless `current` (the object as the controller's cache, or its own last write, has it; `None`
+/// when it does not exist) already matches. Returns whether a write was sent, and the live object. No read: the
+/// caches the watches fill are what is compared (`crate::caches`).
+pub async fn ensure<K>(api: &Api<K>, desired: K, current: Option<K>) -> Result<(bool, K), Error>
 where
     K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
     K::DynamicType: Default,
@@ -64,11 +66,6 @@ where
         .clone()
         .ok_or(Error::MissingMetadata("name"))?;
     let desired = stamp(desired)?;
-    let current = api.get_opt(&name).await.map_err(|source| Error::Read {
-        kind,
-        name: name.clone(),
-        source,
-    })?;
     if let Some(current) = current
         && up_to_date(&current, &desired)?
     {

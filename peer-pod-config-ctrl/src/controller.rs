@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -23,13 +23,14 @@ use kube::runtime::{Controller, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use peerpods_runtime::backoff::Failures;
 use peerpods_runtime::health::{self, Health, Progress};
+use peerpods_runtime::watch;
 use tracing::warn;
 
 use crate::capacity::ProviderCapacity;
 use crate::crd::PeerPodConfig;
 use crate::metrics::Metrics;
 use crate::reconcile::error_policy;
-use crate::{FIELD_MANAGER, nodes, objects};
+use crate::{FIELD_MANAGER, caches, nodes, objects};
 
 pub use crate::reconcile::{Context, FINALIZER, reconcile};
 
@@ -39,6 +40,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Names of the watches on `/healthz` and `/readyz`.
 pub const CONFIG_WATCH: &str = "watch/peerpodconfigs";
 pub const NODE_WATCH: &str = "watch/nodes";
+/// Name of the reconcile loop's watchdog on `/healthz`.
+pub const RECONCILE_LOOP: &str = "loop/reconcile";
 
 /// What the controller needs besides the API client.
 #[derive(Clone, Default)]
@@ -92,16 +95,19 @@ pub fn build(
     );
 
     let (node_cache, node_writer) = reflector::store::<Node>();
-    let node_events = watcher(node_api, watcher::Config::default())
-        .default_backoff()
+    let node_events = watch::backoff(watcher(node_api, watcher::Config::default()))
         .map(observed_by(node_progress))
         .modify(nodes::keep_what_is_read)
         .reflect(node_writer);
 
     // As Controller::new builds its own watch, with the events counted on the way.
     let (configs, config_writer) = reflector::store::<PeerPodConfig>();
-    let config_events = watcher(config_api, watcher::Config::default())
+    // Backoff on a failing watch (the CRD not installed yet, a forbidden list, the API server away), reset only by
+    // progress: without it the watcher re-lists about every second, a request loop with a warning each time.
+    let forget_failures = Arc::new(Failures::<ObjectRef<PeerPodConfig>>::default());
+    let config_events = watch::backoff(watcher(config_api, watcher::Config::default()))
         .map(observed_by(config_progress))
+        .map(forget_gone(forget_failures.clone()))
         .reflect(config_writer)
         .applied_objects();
     let controller = Controller::for_stream(config_events, configs.clone());
@@ -116,6 +122,43 @@ pub fn build(
         }
     };
     let on_node = all_configs.clone();
+    // The owned objects (and CAA's ConfigMap), each cached by the watch that triggers reconciles: a reconcile
+    // compares against these instead of reading them (crate::caches).
+    let written = Arc::new(caches::Written::default());
+    let (daemonset_cache, daemonsets) = cached_watch(
+        Api::<DaemonSet>::namespaced(client.clone(), &ns),
+        owned(),
+        &written,
+    );
+    let (deployment_cache, deployments) = cached_watch(
+        Api::<Deployment>::namespaced(client.clone(), &ns),
+        owned(),
+        &written,
+    );
+    let (service_cache, services) = cached_watch(
+        Api::<Service>::namespaced(client.clone(), &ns),
+        owned(),
+        &written,
+    );
+    // By name: the Secret RBAC covers only the serving certificate (the cloud credentials Secret lives in the
+    // same namespace and stays out of reach), and list/watch under resourceNames needs this field selector.
+    let (secret_cache, secrets) = cached_watch(
+        Api::<Secret>::namespaced(client.clone(), &ns),
+        watcher::Config::default()
+            .fields(&format!("metadata.name={}", objects::WEBHOOK_CERT_SECRET)),
+        &written,
+    );
+    let (webhook_cache, webhooks) = cached_watch(
+        Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        watcher::Config::default()
+            .fields(&format!("metadata.name={}", objects::WEBHOOK_CONFIGURATION)),
+        &written,
+    );
+    let (config_map_cache, config_maps) = cached_watch(
+        Api::<ConfigMap>::namespaced(client.clone(), &ns),
+        watcher::Config::default().fields(&format!("metadata.name={}", caches::CAA_CONFIG_MAP)),
+        &written,
+    );
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: ns.clone(),
@@ -131,25 +174,28 @@ pub fn build(
         ),
         provider: settings.provider.map(ProviderCapacity::new),
         caa_provider_service: settings.caa_provider_service.clone(),
-        failures: Failures::default(),
+        failures: forget_failures,
+        owned: caches::Owned {
+            daemonsets: daemonset_cache,
+            deployments: deployment_cache,
+            services: service_cache,
+            secrets: secret_cache,
+            webhooks: webhook_cache,
+            config_maps: config_map_cache,
+        },
+        written,
+        written_nodes: caches::WrittenNodes::default(),
+        node_patches: Arc::new(nodes::PatchRate::default()),
     });
+    let on_config_map = all_configs.clone();
     let controller = controller
-        .owns(Api::<DaemonSet>::namespaced(client.clone(), &ns), owned())
-        .owns(Api::<Deployment>::namespaced(client.clone(), &ns), owned())
-        .owns(Api::<Service>::namespaced(client.clone(), &ns), owned())
-        // By name: the Secret RBAC covers only the serving certificate (the cloud credentials Secret lives in the
-        // same namespace and stays out of reach), and list/watch under resourceNames needs this field selector.
-        .owns(
-            Api::<Secret>::namespaced(client.clone(), &ns),
-            watcher::Config::default()
-                .fields(&format!("metadata.name={}", objects::WEBHOOK_CERT_SECRET)),
-        )
-        .watches(
-            Api::<MutatingWebhookConfiguration>::all(client.clone()),
-            watcher::Config::default()
-                .fields(&format!("metadata.name={}", objects::WEBHOOK_CONFIGURATION)),
-            |mwc| owner_of(&mwc.metadata),
-        )
+        .owns_stream(daemonsets)
+        .owns_stream(deployments)
+        .owns_stream(services)
+        .owns_stream(secrets)
+        .watches_stream(webhooks, |mwc| owner_of(&mwc.metadata))
+        // CAA's ConfigMap decides the per-cloud parts of the DaemonSet: a change re-renders it.
+        .watches_stream(config_maps, move |_| on_config_map())
         .watches_stream(relevant_node_changes(node_events), move |_| on_node())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
@@ -158,15 +204,88 @@ pub fn build(
                 warn!(error = %e, "controller event");
             }
         });
+    // In the controller's own task: a reconcile loop that stops being polled stops the watchdog too.
+    let watchdog = match health {
+        Some(h) => health::watchdog(h.liveness.track_loop(RECONCILE_LOOP)).left_future(),
+        None => std::future::pending().right_future(),
+    };
     let run = async move {
-        // The heartbeats never end; the controller decides how long this runs.
+        // The heartbeats and the watchdog never end; the controller decides how long this runs.
         tokio::select! {
             () = controller => {}
             _ = heartbeats => {}
+            () = watchdog => {}
         }
     }
     .boxed();
     Running { context, run }
+}
+
+/// A watch of `api` (with backoff) that fills a cache, and the stream of the objects it saw change, for a
+/// controller trigger. managedFields are dropped before caching: nothing compares them, and they are most of a
+/// DaemonSet's size.
+fn cached_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    written: &Arc<caches::Written>,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (cache, writer) = reflector::store::<K>();
+    let written = written.clone();
+    let stream = watch::backoff(watcher(api, config))
+        // Deleted (by someone else): a write of ours no longer stands for it, the next reconcile creates it anew.
+        .map(move |event| {
+            if let Ok(watcher::Event::Delete(object)) = &event {
+                written.forget(object);
+            }
+            event
+        })
+        .modify(|object| {
+            object.meta_mut().managed_fields = None;
+        })
+        .reflect(writer)
+        .touched_objects();
+    (cache, stream)
+}
+
+/// Forgets the retry state of PeerPodConfigs that are gone: on their Delete event, and on a re-list (after a
+/// watch expired or the API server was away) of every one the new list did not bring back, whose Delete event was
+/// never seen.
+fn forget_gone(
+    failures: Arc<Failures<ObjectRef<PeerPodConfig>>>,
+) -> impl FnMut(
+    Result<watcher::Event<PeerPodConfig>, watcher::Error>,
+) -> Result<watcher::Event<PeerPodConfig>, watcher::Error> {
+    let mut listed: Option<std::collections::HashSet<ObjectRef<PeerPodConfig>>> = None;
+    move |event| {
+        match &event {
+            Ok(watcher::Event::Delete(config)) => failures.forget(&ObjectRef::from_obj(config)),
+            Ok(watcher::Event::Init) => listed = Some(Default::default()),
+            Ok(watcher::Event::InitApply(config)) => {
+                if let Some(listed) = &mut listed {
+                    listed.insert(ObjectRef::from_obj(config));
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                if let Some(listed) = listed.take() {
+                    failures.retain(|key| listed.contains(key));
+                }
+            }
+            Ok(watcher::Event::Apply(_)) | Err(_) => {}
+        }
+        event
+    }
 }
 
 /// Counts watch events as progress of `progress`, when tracked.

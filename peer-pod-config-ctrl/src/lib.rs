@@ -13,6 +13,7 @@
 //!   deletion waits while peer pods still run).
 
 pub mod apply;
+pub mod caches;
 pub mod capacity;
 pub mod cert;
 pub mod controller;

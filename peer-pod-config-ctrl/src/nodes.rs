@@ -203,27 +203,86 @@ pub fn patch_body(change: &CapacityChange) -> serde_json::Value {
     })
 }
 
-/// Apply `changes`, a bounded number at a time. Returns how many nodes were written.
-pub async fn apply(api: &Api<Node>, changes: &[(String, CapacityChange)]) -> Result<usize, Error> {
+/// A client-side bound on the rate of node patches: a rebalance of thousands of nodes (a limit change, a node
+/// pool joining) spreads over seconds instead of landing on the API server at once, where kubelets' own status
+/// updates compete for the same priority level. Up to `burst` patches go at once, then `per_second`.
+#[derive(Debug)]
+pub struct PatchRate {
+    interval: std::time::Duration,
+    burst: u32,
+    /// When the next patch may go, if the bucket were empty.
+    next: std::sync::Mutex<tokio::time::Instant>,
+}
+
+/// Node patches per second after the burst.
+pub const PATCHES_PER_SECOND: u32 = 100;
+/// Node patches that may go at once.
+pub const PATCH_BURST: u32 = 50;
+
+impl Default for PatchRate {
+    fn default() -> Self {
+        PatchRate::new(PATCHES_PER_SECOND, PATCH_BURST)
+    }
+}
+
+impl PatchRate {
+    pub fn new(per_second: u32, burst: u32) -> Self {
+        PatchRate {
+            interval: std::time::Duration::from_secs(1) / per_second.max(1),
+            burst: burst.max(1),
+            next: std::sync::Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    /// Waits for this patch's turn.
+    pub async fn acquire(&self) {
+        let slot = self.reserve(tokio::time::Instant::now());
+        tokio::time::sleep_until(slot).await;
+    }
+
+    /// Reserves the next turn as of `now`: when the patch may go (at `now` or before it: at once).
+    fn reserve(&self, now: tokio::time::Instant) -> tokio::time::Instant {
+        // Only an instant lives here; a poisoned lock still holds a usable one.
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        // An idle limiter has saved up at most `burst` patches.
+        let earliest = now
+            .checked_sub(self.interval * (self.burst - 1))
+            .unwrap_or(now);
+        let slot = (*next).max(earliest);
+        *next = slot + self.interval;
+        slot
+    }
+}
+
+/// Apply `changes`, a bounded number at a time and at most at `rate`. Returns the nodes as the patches left them
+/// (a node deleted meanwhile is skipped).
+pub async fn apply(
+    api: &Api<Node>,
+    changes: &[(String, CapacityChange)],
+    rate: &std::sync::Arc<PatchRate>,
+) -> Result<Vec<Node>, Error> {
     // Owned items and a cloned Api keep the futures 'static, which the controller's boxed future needs.
     let patches = changes.iter().cloned().map(|(node, change)| {
         let api = api.clone();
+        let rate = rate.clone();
         async move {
+            rate.acquire().await;
             let body = patch_body(&change);
             match api
                 .patch_status(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
-                Ok(_) => Ok::<_, Error>(1usize),
+                Ok(live) => Ok::<_, Error>(Some(live)),
                 // Deleted since the cache saw it: nothing to advertise on; the deletion event rebalances.
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(0),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
                 Err(source) => Err(Error::NodeCapacity { node, source }),
             }
         }
     });
     futures::stream::iter(patches)
         .buffer_unordered(PATCH_CONCURRENCY)
-        .try_fold(0, |written, one| async move { Ok(written + one) })
+        .try_filter_map(|live| async move { Ok(live) })
+        .try_collect()
         .await
 }
 
@@ -252,6 +311,24 @@ mod tests {
             ..NodeStatus::default()
         });
         node
+    }
+
+    #[test]
+    fn patches_go_at_the_rate_after_the_burst() {
+        let rate = PatchRate::new(10, 5);
+        // Long idle: the whole burst is saved up.
+        let now = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let slots: Vec<_> = (0..15).map(|_| rate.reserve(now)).collect();
+        assert!(
+            slots[..5].iter().all(|s| *s <= now),
+            "the burst goes at once"
+        );
+        assert_eq!(
+            slots[14].duration_since(now),
+            std::time::Duration::from_secs(1),
+            "ten more at ten per second"
+        );
+        assert!(slots.windows(2).all(|w| w[1] > w[0]));
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
 use crate::validate::{self, DUPLICATE};
-use crate::{Error, FIELD_MANAGER, apply, hold, nodes, objects};
+use crate::{Error, FIELD_MANAGER, apply, caches, hold, nodes, objects};
 
 /// Finalizer on PeerPodConfigs: node capacity and the webhook configuration are removed before the object goes.
 pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
@@ -51,7 +51,16 @@ pub struct Context {
     pub(crate) recorder: Recorder,
     pub(crate) provider: Option<ProviderCapacity>,
     pub(crate) caa_provider_service: Option<objects::ProviderServiceWiring>,
-    pub(crate) failures: Failures<ObjectRef<PeerPodConfig>>,
+    /// Consecutive failures per PeerPodConfig; the watch forgets the ones that are gone (see `controller`).
+    pub(crate) failures: Arc<Failures<ObjectRef<PeerPodConfig>>>,
+    /// The owned objects and CAA's ConfigMap, as the watches have them: compared instead of read.
+    pub owned: caches::Owned,
+    /// Owned objects this controller wrote and the caches may not show yet.
+    pub(crate) written: Arc<caches::Written>,
+    /// Node values this controller patched and the node cache may not show yet.
+    pub(crate) written_nodes: caches::WrittenNodes,
+    /// The client-side bound on node patches.
+    pub(crate) node_patches: Arc<nodes::PatchRate>,
 }
 
 impl Context {
@@ -109,7 +118,7 @@ pub fn error_policy(config: Arc<PeerPodConfig>, error: &Error, ctx: Arc<Context>
     let failures = ctx.failures.record(ObjectRef::from_obj(config.as_ref()));
     let namespace = config.namespace().unwrap_or_default();
     let name = config.name_any();
-    let delay = BACKOFF.delay(failures, false, None, backoff::seed(&namespace, &name));
+    let delay = BACKOFF.delay(failures, false, None, backoff::jitter());
     warn!(
         peerpodconfig = %format!("{namespace}/{name}"),
         reason = error.reason(), error = %error, retry_in = ?delay, "reconcile failed"
@@ -120,9 +129,12 @@ pub fn error_policy(config: Arc<PeerPodConfig>, error: &Error, ctx: Arc<Context>
 /// Waits a bounded time for the first node list. Bounded, because the cache fills only while the controller polls
 /// its watches: a reconcile waiting forever would block a graceful shutdown that waits for running reconciles.
 async fn node_cache_ready(ctx: &Context) -> Result<(), Error> {
-    match tokio::time::timeout(NODE_CACHE_WAIT, ctx.nodes.wait_until_ready()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) | Err(_) => Err(Error::NodeCacheNotReady),
+    let ready =
+        async { ctx.nodes.wait_until_ready().await.is_ok() && ctx.owned.wait_until_ready().await };
+    // The caches of the owned objects too: compared against an empty cache, every object would be written.
+    match tokio::time::timeout(NODE_CACHE_WAIT, ready).await {
+        Ok(true) => Ok(()),
+        Ok(false) | Err(_) => Err(Error::NodeCacheNotReady),
     }
 }
 
@@ -156,15 +168,7 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         objects::caa_daemonset(&config, ns, ctx.caa_provider_service.as_ref(), &cloud)?,
     )
     .await?;
-    let secret_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let existing = secret_api
-        .get_opt(objects::WEBHOOK_CERT_SECRET)
-        .await
-        .map_err(|source| Error::Read {
-            kind: "Secret",
-            name: objects::WEBHOOK_CERT_SECRET.into(),
-            source,
-        })?
+    let existing = current::<Secret>(ctx, Some(ns), objects::WEBHOOK_CERT_SECRET)
         .filter(|s| objects::labelled_for(&s.metadata, &config))
         .as_ref()
         .and_then(ServingCert::from_secret);
@@ -197,12 +201,19 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     }
 
     // Node capacity.
-    let all_nodes = ctx.nodes.state();
+    // As last patched by this controller where the cache has not caught up yet: a reconcile right after a
+    // patch never plans (and writes) the same value again.
+    let all_nodes: Vec<Node> = ctx
+        .nodes
+        .state()
+        .iter()
+        .map(|node| ctx.written_nodes.newest(node))
+        .collect();
     let (provider_free, provider_problem) = provider_free(&config, ctx).await;
     let planned = plan::capacity(
         limit,
         &config.spec.node_selector,
-        all_nodes.iter().map(AsRef::as_ref),
+        all_nodes.iter(),
         provider_free,
     );
     if !planned.invalid_overrides.is_empty() {
@@ -213,7 +224,9 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         );
     }
     let node_api: Api<Node> = Api::all(ctx.client.clone());
-    let patched = nodes::apply(&node_api, &planned.changes).await;
+    let patched = nodes::apply(&node_api, &planned.changes, &ctx.node_patches)
+        .await
+        .map(|live| remember_nodes(ctx, &live));
     let patched_count = match &patched {
         Ok(n) => *n,
         Err(_) => 0,
@@ -253,8 +266,14 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
 /// parts out, with a warning naming why, rather than blocking the rest of the setup.
 async fn caa_cloud(config: &PeerPodConfig, ctx: &Context) -> objects::CaaCloud {
     let name = &config.spec.config_map_name;
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let data = match api.get_opt(name).await {
+    let read = if name == caches::CAA_CONFIG_MAP {
+        // Watched (the RBAC grants only this name): from the cache.
+        Ok(current::<ConfigMap>(ctx, Some(&ctx.namespace), name))
+    } else {
+        let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+        api.get_opt(name).await
+    };
+    let data = match read {
         Ok(Some(cm)) => cm.data,
         Ok(None) => {
             warn!(configmap = %name, "CAA's ConfigMap does not exist; the DaemonSet gets no per-cloud parts");
@@ -299,12 +318,27 @@ async fn provider_free(config: &PeerPodConfig, ctx: &Context) -> (Option<u64>, O
 /// Apply one owned object unless it already matches; returns the live object.
 async fn ensure<K>(ctx: &Context, written: &mut Vec<&'static str>, desired: K) -> Result<K, Error>
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-    K::DynamicType: Default,
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K: caches::Cached + std::fmt::Debug + Resource<Scope = k8s_openapi::NamespaceResourceScope>,
 {
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     apply_with(ctx, &api, written, desired).await
+}
+
+/// `name` as the cache has it, or as this controller last wrote it when the cache has not caught up.
+fn current<K: caches::Cached>(ctx: &Context, namespace: Option<&str>, name: &str) -> Option<K> {
+    let mut key = K::default();
+    key.meta_mut().name = Some(name.to_owned());
+    key.meta_mut().namespace = namespace.map(str::to_owned);
+    ctx.written
+        .newest(&key, caches::cached(&ctx.owned, namespace, name))
+}
+
+/// Remembers the nodes the patches returned; returns how many were written.
+fn remember_nodes(ctx: &Context, live: &[Node]) -> usize {
+    for node in live {
+        ctx.written_nodes.remember(node);
+    }
+    live.len()
 }
 
 async fn apply_with<K>(
@@ -314,12 +348,14 @@ async fn apply_with<K>(
     desired: K,
 ) -> Result<K, Error>
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-    K::DynamicType: Default,
+    K: caches::Cached + std::fmt::Debug,
 {
     let kind = apply::kind_of::<K>();
-    let (was_written, live) = apply::ensure(api, desired).await?;
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let cached = current::<K>(ctx, desired.meta().namespace.as_deref(), &name);
+    let (was_written, live) = apply::ensure(api, desired, cached).await?;
     if was_written {
+        ctx.written.remember(&live);
         ctx.metrics
             .object_writes
             .get_or_create(&KindLabels { kind: kind.into() })
@@ -391,19 +427,14 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
     }
     node_cache_ready(ctx).await?;
     let changes = plan::removal(ctx.nodes.state().iter().map(AsRef::as_ref));
-    let removed = nodes::apply(&Api::all(ctx.client.clone()), &changes).await?;
+    let removed = nodes::apply(&Api::all(ctx.client.clone()), &changes, &ctx.node_patches)
+        .await
+        .map(|live| remember_nodes(ctx, &live))?;
     ctx.metrics
         .node_writes
         .inc_by(u64::try_from(removed).unwrap_or(0));
     let mwc_api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
-    let mwc = mwc_api
-        .get_opt(objects::WEBHOOK_CONFIGURATION)
-        .await
-        .map_err(|source| Error::Read {
-            kind: "MutatingWebhookConfiguration",
-            name: objects::WEBHOOK_CONFIGURATION.into(),
-            source,
-        })?;
+    let mwc = current::<MutatingWebhookConfiguration>(ctx, None, objects::WEBHOOK_CONFIGURATION);
     if let Some(mwc) = mwc.filter(|m| objects::labelled_for(&m.metadata, &config)) {
         match mwc_api
             .delete(&mwc.name_any(), &DeleteParams::default())
@@ -489,12 +520,7 @@ async fn ensure_cluster<K>(
     desired: K,
 ) -> Result<K, Error>
 where
-    K: Resource<Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-    K::DynamicType: Default,
+    K: caches::Cached + std::fmt::Debug + Resource<Scope = k8s_openapi::ClusterResourceScope>,
 {
     let api: Api<K> = Api::all(ctx.client.clone());
     apply_with(ctx, &api, written, desired).await

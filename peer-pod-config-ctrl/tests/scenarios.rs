@@ -927,10 +927,13 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
 }
 
 /// `/readyz` stays false until both watches (PeerPodConfigs, Nodes) have listed; an idle but connected controller
-/// stays live (its heartbeat watches are renewed three times per bound); `/healthz` fails once the API server stops
-/// answering for longer than the bound, and recovers when it answers again.
+/// stays live and ready (its heartbeat watches are renewed three times per bound). When the API server stops
+/// answering for several times the bound, `/readyz` turns false naming the stalled watches while `/healthz` stays
+/// 200 all along (a restart would not bring the API server back); once it answers again the same process is ready
+/// within seconds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readiness_waits_for_the_first_list_and_liveness_fails_while_the_api_server_stalls() {
+async fn readiness_waits_for_the_first_list_and_turns_false_while_the_api_server_stalls_and_liveness_stays()
+ {
     use peer_pod_config_ctrl::controller::{NODE_WATCH, Settings, run};
     use peer_pod_config_ctrl::metrics::Metrics;
     use peerpods_runtime::admin::{AdminServer, Readiness};
@@ -1005,20 +1008,40 @@ async fn readiness_waits_for_the_first_list_and_liveness_fails_while_the_api_ser
     }
 
     proxy.stall();
-    let stalled = testenv::wait_for("liveness to fail", 4 * BOUND, || async {
-        let (code, body) = http_get(addr, "/healthz").await;
+    let stalled_since = Instant::now();
+    let not_ready = testenv::wait_for("readiness to turn false", 4 * BOUND, || async {
+        let (code, body) = http_get(addr, "/readyz").await;
         (code == 503).then_some(body)
     })
     .await;
-    assert!(stalled.contains("stalled: no progress"), "{stalled}");
-    let (code, _) = http_get(addr, "/readyz").await;
-    assert_eq!(code, 200, "the cache listed once stays ready");
+    assert!(
+        not_ready.contains("watch/peerpodconfigs: stalled: no progress")
+            && not_ready.contains("watch/nodes: stalled: no progress"),
+        "{not_ready}"
+    );
+    // Stalled for four times the bound (the old liveness limit was one bound): never a liveness failure.
+    while stalled_since.elapsed() < 4 * BOUND {
+        let (code, body) = http_get(addr, "/healthz").await;
+        assert_eq!(
+            code, 200,
+            "the API server away is no reason to restart: {body}"
+        );
+        assert!(body.contains("loop/reconcile: ok"), "{body}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(http_get(addr, "/readyz").await.0, 503);
 
     proxy.resume();
-    testenv::wait_for("liveness to recover", TIMEOUT, || async {
-        (http_get(addr, "/healthz").await.0 == 200).then_some(())
+    let resumed = Instant::now();
+    testenv::wait_for("readiness to recover", TIMEOUT, || async {
+        (http_get(addr, "/readyz").await.0 == 200).then_some(())
     })
     .await;
+    assert!(
+        resumed.elapsed() < Duration::from_secs(30),
+        "ready again {:?} after the API server's return",
+        resumed.elapsed()
+    );
 
     stop.cancel();
     controller

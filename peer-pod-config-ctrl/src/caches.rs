@@ -1,0 +1,261 @@
+//! What the controller compares against instead of reading: the reflector caches of the objects it owns (the CAA
+//! DaemonSet, the webhook Deployment, Service, serving-certificate Secret and webhook configuration) and of CAA's
+//! ConfigMap, filled by the same watches that trigger reconciles, plus what it wrote itself and the watch has not
+//! shown yet.
+//!
+//! **Why the writes are remembered.** A watch shows a write a few milliseconds after it was answered; a reconcile
+//! starting in between (triggered by the very event of another write of the same reconcile) would compare against
+//! the older cached object and write the same value again. So the object a write returned is kept, by kind and
+//! name, and used instead of the cached one while the cache holds an older resourceVersion. resourceVersions are
+//! compared as numbers, which they are for every etcd-backed API server; one that is not a number is trusted to be
+//! the cache's. A remembered write counts for a short while only ([`WRITTEN_TTL`]): after that the cache has seen
+//! it, or seen it deleted, and is the truth again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// How long a remembered write overrides an older cached object.
+pub const WRITTEN_TTL: Duration = Duration::from_secs(10);
+
+/// The caches of the owned objects and of CAA's ConfigMap.
+#[derive(Clone)]
+pub struct Owned {
+    pub daemonsets: Store<DaemonSet>,
+    pub deployments: Store<Deployment>,
+    pub services: Store<Service>,
+    pub secrets: Store<Secret>,
+    pub webhooks: Store<MutatingWebhookConfiguration>,
+    /// CAA's ConfigMap, watched by its default name [`CAA_CONFIG_MAP`] only (the RBAC grants no other).
+    pub config_maps: Store<ConfigMap>,
+}
+
+/// The name of CAA's ConfigMap that is watched; a PeerPodConfig naming another one has it read on each reconcile.
+pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
+
+/// A kind whose cache [`Owned`] holds.
+pub trait Cached:
+    Resource<DynamicType = ()> + Clone + Default + DeserializeOwned + Serialize + 'static
+{
+    fn store(owned: &Owned) -> &Store<Self>;
+}
+
+macro_rules! cached {
+    ($kind:ty, $field:ident) => {
+        impl Cached for $kind {
+            fn store(owned: &Owned) -> &Store<Self> {
+                &owned.$field
+            }
+        }
+    };
+}
+cached!(DaemonSet, daemonsets);
+cached!(Deployment, deployments);
+cached!(Service, services);
+cached!(Secret, secrets);
+cached!(MutatingWebhookConfiguration, webhooks);
+cached!(ConfigMap, config_maps);
+
+impl Owned {
+    /// Waits until every cache has completed its first list.
+    pub async fn wait_until_ready(&self) -> bool {
+        self.daemonsets.wait_until_ready().await.is_ok()
+            && self.deployments.wait_until_ready().await.is_ok()
+            && self.services.wait_until_ready().await.is_ok()
+            && self.secrets.wait_until_ready().await.is_ok()
+            && self.webhooks.wait_until_ready().await.is_ok()
+            && self.config_maps.wait_until_ready().await.is_ok()
+    }
+}
+
+/// `name` in `namespace` (`None` for a cluster-scoped kind) from its cache.
+pub fn cached<K: Cached>(owned: &Owned, namespace: Option<&str>, name: &str) -> Option<K> {
+    let key = match namespace {
+        Some(ns) => ObjectRef::new(name).within(ns),
+        None => ObjectRef::new(name),
+    };
+    K::store(owned).get(&key).map(|k| (*k).clone())
+}
+
+/// The resourceVersion of an object as a number, when it is one.
+pub fn resource_version(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+struct Remembered {
+    resource_version: u64,
+    object: serde_json::Value,
+    at: Instant,
+}
+
+/// The objects this controller wrote, by (kind, namespace, name), until the cache has caught up.
+#[derive(Default)]
+pub struct Written {
+    objects: Mutex<HashMap<(String, String, String), Remembered>>,
+}
+
+impl Written {
+    fn objects(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String, String), Remembered>> {
+        // Plain values only; a poisoned lock still holds consistent ones.
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn key<K: Resource<DynamicType = ()>>(object: &K) -> (String, String, String) {
+        (
+            K::kind(&()).into_owned(),
+            object.meta().namespace.clone().unwrap_or_default(),
+            object.meta().name.clone().unwrap_or_default(),
+        )
+    }
+
+    /// Remembers `live`, the object a write of ours returned.
+    pub fn remember<K: Resource<DynamicType = ()> + Serialize>(&self, live: &K) {
+        let (Some(resource_version), Ok(object)) =
+            (resource_version(live.meta()), serde_json::to_value(live))
+        else {
+            return;
+        };
+        let mut objects = self.objects();
+        objects.retain(|_, r| r.at.elapsed() < WRITTEN_TTL);
+        objects.insert(
+            Self::key(live),
+            Remembered {
+                resource_version,
+                object,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Forgets a write of ours of `object`: the watch saw it deleted, so no write of ours stands for it any more.
+    pub fn forget<K: Resource<DynamicType = ()>>(&self, object: &K) {
+        self.objects().remove(&Self::key(object));
+    }
+
+    /// What to compare with: `cached`, unless a write of ours of `desired`'s object is newer than it.
+    pub fn newest<K>(&self, desired: &K, cached: Option<K>) -> Option<K>
+    where
+        K: Resource<DynamicType = ()> + DeserializeOwned,
+    {
+        let objects = self.objects();
+        let Some(written) = objects
+            .get(&Self::key(desired))
+            .filter(|r| r.at.elapsed() < WRITTEN_TTL)
+        else {
+            return cached;
+        };
+        let cache_behind = match &cached {
+            None => true,
+            Some(c) => resource_version(c.meta()).is_some_and(|v| v < written.resource_version),
+        };
+        if cache_behind {
+            serde_json::from_value(written.object.clone())
+                .ok()
+                .or(cached)
+        } else {
+            cached
+        }
+    }
+}
+
+/// Node values this controller patched, until the node cache has caught up: a node as the plan should see it.
+#[derive(Default)]
+pub struct WrittenNodes {
+    nodes: Written,
+}
+
+impl WrittenNodes {
+    /// Remembers the node a patch of ours returned.
+    pub fn remember(&self, live: &Node) {
+        let mut kept = live.clone();
+        crate::nodes::keep_what_is_read(&mut kept);
+        self.nodes.remember(&kept);
+    }
+
+    /// `cached`, or the node as we last patched it when that is newer.
+    pub fn newest(&self, cached: &Node) -> Node {
+        self.nodes
+            .newest(cached, Some(cached.clone()))
+            .unwrap_or_else(|| cached.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(rv: &str, port: i32) -> Service {
+        let mut s = Service::default();
+        s.metadata.name = Some("svc".into());
+        s.metadata.namespace = Some("ns".into());
+        s.metadata.resource_version = Some(rv.into());
+        s.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            ports: Some(vec![k8s_openapi::api::core::v1::ServicePort {
+                port,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        s
+    }
+
+    fn port(s: &Option<Service>) -> Option<i32> {
+        Some(s.as_ref()?.spec.as_ref()?.ports.as_ref()?[0].port)
+    }
+
+    #[test]
+    fn a_write_newer_than_the_cache_is_what_is_compared() {
+        let written = Written::default();
+        let desired = service("", 443);
+        assert_eq!(
+            port(&written.newest(&desired, Some(service("5", 80)))),
+            Some(80)
+        );
+        written.remember(&service("7", 443));
+        assert_eq!(
+            port(&written.newest(&desired, Some(service("5", 80)))),
+            Some(443),
+            "the cache has not seen our write yet"
+        );
+        assert_eq!(
+            port(&written.newest(&desired, None)),
+            Some(443),
+            "created, not yet in the cache"
+        );
+        assert_eq!(
+            port(&written.newest(&desired, Some(service("9", 8443)))),
+            Some(8443),
+            "a later change by someone else wins"
+        );
+        assert_eq!(
+            port(&written.newest(&desired, Some(service("7", 443)))),
+            Some(443)
+        );
+        written.forget(&desired);
+        assert_eq!(
+            port(&written.newest(&desired, None)),
+            None,
+            "deleted since: the cache's word"
+        );
+    }
+
+    #[test]
+    fn a_resource_version_that_is_no_number_trusts_the_cache() {
+        let written = Written::default();
+        written.remember(&service("7", 443));
+        assert_eq!(
+            port(&written.newest(&service("", 1), Some(service("opaque", 80)))),
+            Some(80)
+        );
+    }
+}
