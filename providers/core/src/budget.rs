@@ -97,8 +97,8 @@ impl Provider for Budgeted {
         }
     }
 
-    fn last_health(&self) -> Option<Health> {
-        self.inner.last_health()
+    async fn last_health(&self) -> Option<Health> {
+        self.inner.last_health().await
     }
 }
 

@@ -112,10 +112,10 @@ pub trait Provider: Send + Sync + 'static {
     /// Whether the cloud answers now.
     async fn health(&self) -> Health;
 
-    /// The result of the last health check, when one is remembered, without calling the cloud.
-    /// Plain backends remember nothing; the cache provider-service puts in front of each backend
-    /// does (and refreshes it in the background when it is stale).
-    fn last_health(&self) -> Option<Health> {
+    /// The result of the last health check, when one is remembered, without waiting for the
+    /// cloud beyond a first check. Plain backends remember nothing; the cache provider-service
+    /// puts in front of each backend does (and refreshes it in the background when it is stale).
+    async fn last_health(&self) -> Option<Health> {
         None
     }
 }
