@@ -3,7 +3,7 @@
 //! in the allow-list, and the method called must be one it is granted ([`Grant`]). Answers are
 //! cached briefly so a cleanup storm costs a handful of reviews.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,6 +16,7 @@ use kube::api::PostParams;
 
 use crate::error::{Error, status};
 use crate::metrics::{Metrics, ResultLabels};
+use crate::token_cache::{InFlight, Lru, TokenKey, key_of};
 
 /// An authenticated caller: the ServiceAccount behind the token.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -174,8 +175,12 @@ const ALLOW_TTL: Duration = Duration::from_secs(30);
 const DENY_TTL: Duration = Duration::from_secs(5);
 /// Tokens longer than this are not sent to the API server.
 const MAX_TOKEN_LEN: usize = 16 * 1024;
-/// Entries kept at most; a flood of distinct bad tokens must not grow memory without bound.
-const MAX_CACHE_ENTRIES: usize = 4096;
+/// Accepted tokens kept at most (least recently used evicted first): far more callers than a
+/// cluster has (CAA on every node, the controllers).
+const MAX_ALLOWED_ENTRIES: usize = 16_384;
+/// Refused tokens kept at most, apart from the accepted ones: a flood of distinct bad tokens must
+/// neither grow memory without bound nor evict a good caller.
+const MAX_REFUSED_ENTRIES: usize = 4096;
 
 type Verdict = Result<Caller, Error>;
 
@@ -184,17 +189,44 @@ pub struct TokenReviewer {
     client: kube::Client,
     audience: String,
     grants: BTreeMap<Caller, BTreeSet<Method>>,
-    // A map with expiry is all this needs for a handful of callers; a caching crate (moka)
-    // would bring its own runtime and many dependencies for no gain here.
-    cache: Mutex<HashMap<String, (Instant, CachedVerdict)>>,
+    // Keyed by the token's SHA-256, LRU-bounded, accepted and refused apart (see token_cache);
+    // a caching crate (moka) would bring its own runtime and many dependencies for no gain here.
+    allowed: Mutex<Lru<CachedVerdict>>,
+    refused: Mutex<Lru<CachedVerdict>>,
+    /// Reviews running now, one per token, shared by concurrent callers with that token.
+    in_flight: InFlight<CachedVerdict>,
     metrics: Metrics,
 }
 
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 enum CachedVerdict {
     Allowed(Caller),
     Unauthenticated(String),
     NotAllowed(String),
+    /// The API server did not answer; shared by the callers of one review, never kept.
+    Unavailable(String),
+}
+
+impl CachedVerdict {
+    fn of(verdict: &Verdict) -> Self {
+        match verdict {
+            Ok(c) => CachedVerdict::Allowed(c.clone()),
+            Err(Error::Unauthenticated { message }) => {
+                CachedVerdict::Unauthenticated(message.clone())
+            }
+            Err(Error::CallerNotAllowed { caller }) => CachedVerdict::NotAllowed(caller.clone()),
+            Err(other) => CachedVerdict::Unavailable(other.to_string()),
+        }
+    }
+
+    fn verdict(self) -> Verdict {
+        match self {
+            CachedVerdict::Allowed(c) => Ok(c),
+            CachedVerdict::Unauthenticated(message) => Err(Error::Unauthenticated { message }),
+            CachedVerdict::NotAllowed(caller) => Err(Error::CallerNotAllowed { caller }),
+            CachedVerdict::Unavailable(message) => Err(Error::AuthUnavailable { message }),
+        }
+    }
 }
 
 impl TokenReviewer {
@@ -217,7 +249,9 @@ impl TokenReviewer {
             client,
             audience: audience.into(),
             grants: merged,
-            cache: Mutex::new(HashMap::new()),
+            allowed: Mutex::new(Lru::new(MAX_ALLOWED_ENTRIES)),
+            refused: Mutex::new(Lru::new(MAX_REFUSED_ENTRIES)),
+            in_flight: InFlight::default(),
             metrics,
         }
     }
@@ -242,45 +276,55 @@ impl TokenReviewer {
     /// The caller behind an `authorization: Bearer <token>` header value.
     pub async fn authenticate(&self, header: Option<&http::HeaderValue>) -> Verdict {
         let token = bearer_token(header)?;
-        if let Some(v) = self.cached(token) {
-            return v;
+        let key = key_of(token);
+        if let Some(v) = self.cached(&key) {
+            return v.verdict();
         }
-        let verdict = self.review(token).await;
-        let cached = match &verdict {
-            Ok(c) => Some((ALLOW_TTL, CachedVerdict::Allowed(c.clone()))),
-            Err(Error::Unauthenticated { message }) => {
-                Some((DENY_TTL, CachedVerdict::Unauthenticated(message.clone())))
-            }
-            Err(Error::CallerNotAllowed { caller }) => {
-                Some((DENY_TTL, CachedVerdict::NotAllowed(caller.clone())))
-            }
-            // The API server did not answer: ask again next time.
-            Err(_) => None,
-        };
-        if let (Some((ttl, v)), Ok(mut cache)) = (cached, self.cache.lock()) {
-            if cache.len() >= MAX_CACHE_ENTRIES {
-                let now = Instant::now();
-                cache.retain(|_, (expires, _)| *expires > now);
-                if cache.len() >= MAX_CACHE_ENTRIES {
-                    cache.clear();
+        let flight = self.in_flight.join(key);
+        let verdict = flight
+            .get_or_init(|| async {
+                // Another flight may have landed between the lookup and joining this one.
+                if let Some(v) = self.cached(&key) {
+                    return v;
                 }
-            }
-            cache.insert(token.to_owned(), (Instant::now() + ttl, v));
-        }
-        verdict
+                let verdict = CachedVerdict::of(&self.review(token).await);
+                self.keep(key, &verdict);
+                verdict
+            })
+            .await
+            .clone();
+        self.in_flight.land(&key, &flight);
+        verdict.verdict()
     }
 
-    fn cached(&self, token: &str) -> Option<Verdict> {
-        let cache = self.cache.lock().ok()?;
-        let (expires, v) = cache.get(token)?;
-        if *expires <= Instant::now() {
-            return None;
+    /// Keeps a review's answer: accepted and refused tokens in their own maps; an unanswered
+    /// review is not kept (ask again next time).
+    fn keep(&self, key: TokenKey, verdict: &CachedVerdict) {
+        let (map, ttl) = match verdict {
+            CachedVerdict::Allowed(_) => (&self.allowed, ALLOW_TTL),
+            CachedVerdict::Unauthenticated(_) | CachedVerdict::NotAllowed(_) => {
+                (&self.refused, DENY_TTL)
+            }
+            CachedVerdict::Unavailable(_) => return,
+        };
+        if let Ok(mut map) = map.lock() {
+            map.insert(key, Instant::now() + ttl, verdict.clone());
         }
-        Some(match v.clone() {
-            CachedVerdict::Allowed(c) => Ok(c),
-            CachedVerdict::Unauthenticated(message) => Err(Error::Unauthenticated { message }),
-            CachedVerdict::NotAllowed(caller) => Err(Error::CallerNotAllowed { caller }),
-        })
+    }
+
+    fn cached(&self, key: &TokenKey) -> Option<CachedVerdict> {
+        let now = Instant::now();
+        for map in [&self.allowed, &self.refused] {
+            if let Some(v) = map.lock().ok().and_then(|mut m| m.get(key, now)) {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Reviews running now (for tests and figures).
+    pub fn reviews_in_flight(&self) -> usize {
+        self.in_flight.len()
     }
 
     async fn review(&self, token: &str) -> Verdict {

@@ -5,11 +5,15 @@
 //!
 //! A backend reads only its own keys from the configuration, must not connect to the cloud while
 //! being built (a reload builds backends to validate a new configuration) and counts its calls in
-//! the shared [`CloudCalls`].
+//! the shared [`CloudCalls`]. Each backend is used through [`guarded`]: a call budget and a cache.
 
 use std::sync::Arc;
 
-use peerpods_provider_core::{CloudCalls, Error, Provider, ProviderConfig, ProviderName};
+use peerpods_provider_core::{
+    Budgeted, CallBudget, CloudCalls, Error, Provider, ProviderConfig, ProviderName,
+};
+
+use crate::cache::{CacheTimes, Cached};
 
 /// Names of the backends compiled into this binary.
 pub const BUILT_IN: &[&str] = &[
@@ -39,7 +43,7 @@ pub async fn build(
 ) -> Result<Option<Arc<dyn Provider>>, Error> {
     // Unused when no backend is built in.
     let _ = (config, cloud_calls);
-    Ok(match name {
+    let backend: Option<Arc<dyn Provider>> = match name {
         #[cfg(feature = "alibabacloud")]
         ProviderName::Alibabacloud => Some(Arc::new(
             peerpods_provider_alibabacloud::AlibabaCloudProvider::from_config(
@@ -81,5 +85,14 @@ pub async fn build(
         )),
         #[allow(unreachable_patterns)]
         _ => None,
-    })
+    };
+    Ok(backend.map(guarded))
+}
+
+/// A backend as the service uses it: behind its own call budget (deletes apart from reads, so
+/// capacity polling cannot take the slots cleanups need) and with capacity and health answers
+/// cached, one cloud call in flight.
+pub fn guarded(backend: Arc<dyn Provider>) -> Arc<dyn Provider> {
+    let budgeted: Arc<dyn Provider> = Arc::new(Budgeted::new(backend, CallBudget::default()));
+    Arc::new(Cached::new(budgeted, CacheTimes::default()))
 }

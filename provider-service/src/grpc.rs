@@ -14,7 +14,7 @@ use crate::deletes::{Answer, Deletes};
 use crate::error::{Error, ProviderError};
 use crate::metrics::Metrics;
 use crate::provider::{
-    Capacity, DeleteOutcome, Figure, Instance, Provider, Requester, TagSelector,
+    Capacity, DeleteOutcome, Figure, Health, Instance, Provider, Requester, TagSelector,
 };
 use crate::registry::SharedRegistry;
 
@@ -215,15 +215,21 @@ impl ProviderService for ProviderApi {
     ) -> Result<Response<pb::ListProvidersResponse>, Status> {
         let started = Instant::now();
         let registry = self.registry.current();
-        let checks = registry.providers().map(|p| async move {
-            let health = p.health().await;
+        // The names are what callers need; health is the last check's (a stale one is refreshed
+        // in the background, one check at a time), so a listing waits for no cloud beyond the
+        // first check of each, and that for a few seconds at most.
+        let statuses = registry.providers().map(|p| async move {
+            let health = p.last_health().await.unwrap_or_else(|| Health {
+                healthy: false,
+                message: "not checked yet".to_owned(),
+            });
             pb::ProviderStatus {
                 name: p.name().as_str().to_owned(),
                 healthy: health.healthy,
                 message: health.message,
             }
         });
-        let providers = futures::future::join_all(checks).await;
+        let providers = futures::future::join_all(statuses).await;
         self.finish(
             "ListProviders",
             "all",

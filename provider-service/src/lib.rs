@@ -7,6 +7,8 @@
 //! - [`grpc`]: the thin gRPC layer (input limits, conversion, status codes); [`deletes`]: every
 //!   delete runs to its end in a detached task, de-duplicated per instance.
 //! - [`service`]: the one way to start the whole service (`main.rs`, tests, bench).
+//! - [`load`]: the bound on calls in flight (load shedding); [`cache`]: capacity and health
+//!   answers cached, one cloud call in flight.
 //! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + per-method
 //!   grants;
 //!   [`tls`]: rustls with certificate reload.
@@ -20,15 +22,18 @@
 
 pub mod auth;
 pub mod backends;
+pub mod cache;
 pub mod deletes;
 pub mod error;
 pub mod grpc;
+pub mod load;
 pub mod metrics;
 pub mod registry;
 pub mod reload;
 pub mod server;
 pub mod service;
 pub mod tls;
+pub mod token_cache;
 
 pub use error::Error;
 pub use peerpods_provider_core::{config, provider};

@@ -74,6 +74,11 @@ impl ConfigReloader {
         Ok(reloader)
     }
 
+    /// The configuration in use, `None` while no good one was ever loaded.
+    pub fn config(&self) -> Option<&ProviderConfig> {
+        self.current.as_ref()
+    }
+
     /// The registry this reloader keeps current.
     pub fn registry(&self) -> SharedRegistry {
         self.registry.clone()

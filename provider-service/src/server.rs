@@ -25,6 +25,7 @@ use crate::Error;
 use crate::auth::{Authenticated, TokenReviewer};
 use crate::deletes::Deletes;
 use crate::grpc::ProviderApi;
+use crate::load::{Load, Shed};
 use crate::tls::ReloadingCert;
 
 /// Readiness component name of the gRPC server.
@@ -48,6 +49,8 @@ pub struct GrpcServer {
     pub readiness: Readiness,
     /// The detached deletes: closed to new ones when shutdown begins.
     pub deletes: Deletes,
+    /// The bound on calls in flight over every connection (load shedding, see [`crate::load`]).
+    pub load: Load,
 }
 
 /// Serves until `shutdown` is cancelled, then lets calls in flight finish. Shutdown first turns the
@@ -75,6 +78,10 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
         .timeout(CALL_TIMEOUT)
         .concurrency_limit_per_connection(1024)
         .layer(tower::layer::layer_fn(|inner| WithErrorInfo { inner }))
+        .layer(tower::layer::layer_fn({
+            let load = server.load.clone();
+            move |inner| Shed::new(inner, load.clone())
+        }))
         .trace_fn(|request| {
             let span = tracing::info_span!("grpc", path = %request.uri().path());
             peerpods_runtime::telemetry::set_parent_from_headers(&span, request.headers());

@@ -16,10 +16,11 @@ use crate::Error;
 use crate::auth::{Grant, TokenReviewer};
 use crate::deletes::{DeleteSettings, Deletes};
 use crate::grpc::ProviderApi;
+use crate::load::{Load, LoadLimits};
 use crate::metrics::Metrics;
 use crate::reload::ConfigReloader;
 use crate::server::{GrpcServer, serve};
-use crate::tls::ReloadingCert;
+use crate::tls::{ReloadingCert, TlsPolicy, TlsVersion};
 
 /// Where a server listens: an address to bind, or a listener already bound (a test that must
 /// know the port first, or restarts on the same one).
@@ -82,6 +83,8 @@ pub struct Running {
     pub readiness: Readiness,
     /// The detached deletes (how many run, for tests and the bench).
     pub deletes: Deletes,
+    /// The bound on calls in flight (how many run, for tests and the bench).
+    pub load: Load,
     task: tokio::task::JoinHandle<Result<(), Error>>,
 }
 
@@ -118,6 +121,8 @@ pub async fn start_with(
 ) -> Result<Running, Error> {
     let mut prometheus = prometheus_client::registry::Registry::default();
     let metrics = Metrics::register(&mut prometheus);
+    let load = Load::new(LoadLimits::default());
+    load.register(prometheus.sub_registry_with_prefix("provider_service"));
     let prometheus = Arc::new(prometheus);
     let readiness = Readiness::default();
 
@@ -128,8 +133,14 @@ pub async fn start_with(
         readiness.clone(),
     )
     .await?;
+    // The configuration's limits and TLS settings take effect at start.
+    let mut tls_policy = TlsPolicy::default();
+    if let Some(config) = reloader.config() {
+        load.set_limits(LoadLimits::from_config(config)?);
+        tls_policy = tls_policy_from(config)?;
+    }
     let tls = match &options.tls {
-        Some((cert, key)) => Some(ReloadingCert::load(cert, key)?),
+        Some((cert, key)) => Some(ReloadingCert::load(cert, key)?.with_policy(tls_policy)),
         None => {
             tracing::warn!("no TLS certificate: the gRPC port speaks plaintext");
             None
@@ -193,6 +204,7 @@ pub async fn start_with(
     let task = tokio::spawn({
         let readiness = readiness.clone();
         let deletes = deletes.clone();
+        let load = load.clone();
         async move {
             // The admin server outlives the gRPC server: /readyz says "not ready" and /healthz
             // "alive" while the deletes drain, so the kubelet neither routes to nor kills us.
@@ -216,6 +228,7 @@ pub async fn start_with(
                     tls,
                     readiness,
                     deletes: deletes.clone(),
+                    load,
                 },
                 shutdown.clone(),
             )
@@ -258,6 +271,44 @@ pub async fn start_with(
         prometheus,
         readiness,
         deletes,
+        load,
         task,
     })
+}
+
+/// `TLS_MIN_VERSION` and `TLS_CIPHER_SUITES` (comma-separated) from the configuration or the
+/// environment, by the names and rules of cloud-api-adaptor's webhook.
+fn tls_policy_from(config: &crate::config::ProviderConfig) -> Result<TlsPolicy, Error> {
+    let refused = |key: &str, message: String| -> Error {
+        crate::error::ProviderError::Config {
+            key: key.to_owned(),
+            message,
+        }
+        .into()
+    };
+    let min_version = match config.get("TLS_MIN_VERSION").map(str::trim) {
+        None | Some("") | Some("VersionTLS12") => TlsVersion::Tls12,
+        Some("VersionTLS13") => TlsVersion::Tls13,
+        Some(other) => {
+            return Err(refused(
+                "TLS_MIN_VERSION",
+                format!(
+                    "{other:?}: use VersionTLS12 or VersionTLS13 (TLS 1.0 and 1.1 are not supported)"
+                ),
+            ));
+        }
+    };
+    let suites: Vec<String> = config
+        .get("TLS_CIPHER_SUITES")
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_default();
+    let (policy, left_out) = TlsPolicy::new(min_version, &suites)
+        .map_err(|e| refused("TLS_CIPHER_SUITES", e.to_string()))?;
+    if !left_out.is_empty() {
+        tracing::warn!(
+            suites = %left_out.join(","),
+            "TLS_CIPHER_SUITES names cipher suites this service does not implement; they are left out"
+        );
+    }
+    Ok(policy)
 }

@@ -3,10 +3,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
+use futures::StreamExt;
+use peerpods_runtime::tls::HandshakeLimits;
+pub use peerpods_runtime::tls::{TlsPolicy, TlsVersion};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,18 +19,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 
-/// A handshake that takes longer than this is dropped, so slow clients cannot hold slots.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at most. Past this, accepting waits (the kernel's backlog queues new
-/// connections), so a flood of idle connections cannot grow tasks and memory without bound.
-const MAX_HANDSHAKES: usize = 256;
-
 /// Certificate and key files, and the pair currently served.
 #[derive(Debug)]
 pub struct ReloadingCert {
     cert_path: PathBuf,
     key_path: PathBuf,
     current: RwLock<Loaded>,
+    /// TLS versions and cipher suites served ([`ReloadingCert::with_policy`]).
+    policy: TlsPolicy,
 }
 
 #[derive(Debug)]
@@ -47,7 +44,32 @@ impl ReloadingCert {
             cert_path: cert_path.to_owned(),
             key_path: key_path.to_owned(),
             current: RwLock::new(Loaded { files, key }),
+            policy: TlsPolicy::default(),
         }))
+    }
+
+    /// The same files served with `policy`'s TLS versions and cipher suites.
+    pub fn with_policy(self: Arc<Self>, policy: TlsPolicy) -> Arc<Self> {
+        let current = match Arc::try_unwrap(self) {
+            Ok(cert) => cert,
+            // Only `load` hands one out, so nobody else holds it yet; copy if that ever changes.
+            Err(shared) => {
+                let (files, key) = match shared.current.read() {
+                    Ok(c) => (c.files.clone(), c.key.clone()),
+                    Err(poisoned) => {
+                        let c = poisoned.into_inner();
+                        (c.files.clone(), c.key.clone())
+                    }
+                };
+                ReloadingCert {
+                    cert_path: shared.cert_path.clone(),
+                    key_path: shared.key_path.clone(),
+                    current: RwLock::new(Loaded { files, key }),
+                    policy: shared.policy.clone(),
+                }
+            }
+        };
+        Arc::new(ReloadingCert { policy, ..current })
     }
 
     /// Reads the files again. `Ok(true)` when a new pair is now served, `Ok(false)` when
@@ -69,19 +91,24 @@ impl ReloadingCert {
         Ok(true)
     }
 
-    /// A rustls server config serving the current pair, speaking HTTP/2 only (gRPC).
+    /// A rustls server config serving the current pair, speaking HTTP/2 only (gRPC), with the
+    /// TLS versions and cipher suites of its policy (by default TLS 1.2 and 1.3, every suite this
+    /// build implements).
     pub fn server_config(self: &Arc<Self>) -> Result<Arc<rustls::ServerConfig>, Error> {
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls {
-            message: e.to_string(),
-        })?
-        .with_no_client_auth()
-        .with_cert_resolver(self.clone());
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        Ok(Arc::new(config))
+        self.server_config_with(&self.policy)
+    }
+
+    /// [`ReloadingCert::server_config`] with `policy`'s TLS versions and cipher suites
+    /// (`TLS_MIN_VERSION`, `TLS_CIPHER_SUITES`).
+    pub fn server_config_with(
+        self: &Arc<Self>,
+        policy: &TlsPolicy,
+    ) -> Result<Arc<rustls::ServerConfig>, Error> {
+        policy
+            .server_config(self.clone(), &[b"h2"])
+            .map_err(|e| Error::Tls {
+                message: e.to_string(),
+            })
     }
 }
 
@@ -122,70 +149,16 @@ fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, 
     Ok(Arc::new(certified))
 }
 
-/// Accepts TCP connections and hands out those that completed the TLS handshake. Handshakes run
-/// in their own tasks (at most [`MAX_HANDSHAKES`] at once), so a slow or garbage-sending client
-/// delays nobody. Each connection gets TCP_NODELAY (see `server`'s module doc).
+/// Connections that completed the TLS handshake on `listener`, from the services' shared listener
+/// ([`peerpods_runtime::tls::incoming`]): accepting never waits for a handshake, each runs in its own task with a
+/// short deadline, idle connections cost only the handshake slots they hold, and every accepted socket gets
+/// TCP_NODELAY (see `server`'s module doc).
 pub fn incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
     shutdown: CancellationToken,
-) -> ReceiverStream<Result<TlsStream<TcpStream>, std::io::Error>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    let acceptor = TlsAcceptor::from(config);
-    let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
-    tokio::spawn(async move {
-        loop {
-            let accepted = tokio::select! {
-                () = shutdown.cancelled() => break,
-                a = accept_with_slot(&listener, &handshakes) => a,
-            };
-            let (tcp, peer, slot) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    // E.g. EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!(%peer, error = %e, "TCP_NODELAY not set");
-            }
-            let acceptor = acceptor.clone();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
-                drop(slot);
-                match handshake {
-                    Ok(Ok(stream)) => {
-                        let _ = tx.send(Ok(stream)).await;
-                    }
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                }
-            });
-        }
-    });
-    ReceiverStream::new(rx)
-}
-
-/// The next connection, once a handshake slot is free.
-async fn accept_with_slot(
-    listener: &TcpListener,
-    handshakes: &Arc<tokio::sync::Semaphore>,
-) -> Result<
-    (
-        TcpStream,
-        std::net::SocketAddr,
-        tokio::sync::OwnedSemaphorePermit,
-    ),
-    std::io::Error,
-> {
-    let slot = handshakes
-        .clone()
-        .acquire_owned()
-        .await
-        .map_err(|_| std::io::Error::other("handshake limiter closed"))?;
-    let (tcp, peer) = listener.accept().await?;
-    Ok((tcp, peer, slot))
+) -> impl futures::Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> + Send + 'static {
+    let connections =
+        peerpods_runtime::tls::incoming(listener, config, HandshakeLimits::default(), shutdown);
+    ReceiverStream::new(connections).map(|(stream, _peer)| Ok(stream))
 }

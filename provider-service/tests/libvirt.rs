@@ -229,7 +229,17 @@ async fn capacity_comes_from_the_host_and_defined_domains() {
     );
 
     let (uuid, _) = define_domain(&conn, &[]);
-    let after = client.get_capacity(ask()).await.unwrap().into_inner();
+    // Capacity answers are cached for a few seconds (one cloud call per few seconds, however
+    // many pollers): the new domain shows once the cached answer expires.
+    let in_use_before = before.instances.and_then(|f| f.in_use);
+    let after = common::eventually("the new domain counted", || {
+        let mut client = client.clone();
+        async move {
+            let now = client.get_capacity(ask()).await.unwrap().into_inner();
+            (now.instances.and_then(|f| f.in_use) != in_use_before).then_some(now)
+        }
+    })
+    .await;
     assert_eq!(
         after.instances.unwrap().in_use,
         before.instances.unwrap().in_use.map(|n| n + 1)

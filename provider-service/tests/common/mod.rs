@@ -20,6 +20,8 @@ pub struct TestServer {
     pub admin_addr: Option<SocketAddr>,
     pub metrics: Metrics,
     pub readiness: Readiness,
+    /// The bound on calls in flight (load shedding).
+    pub load: provider_service::load::Load,
     shutdown: CancellationToken,
 }
 
@@ -98,6 +100,7 @@ pub async fn start(config_dir: &Path, options: Options) -> TestServer {
         admin_addr: running.admin_addr,
         metrics: running.metrics.clone(),
         readiness: running.readiness.clone(),
+        load: running.load.clone(),
         shutdown,
     }
 }
