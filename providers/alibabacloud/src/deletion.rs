@@ -109,12 +109,15 @@ impl Deletion<'_> {
     async fn wait_until_gone(&self, instance_id: &str) -> Result<(), Error> {
         let deadline = Instant::now() + self.wait_timeout;
         while self.describe(instance_id).await?.is_some() {
+            // Gone is confirmed by a lookup, never inferred from the accepted request: a
+            // release still under way at the bound is retryable, and the next call resumes it.
             if Instant::now() >= deadline {
-                tracing::warn!(
-                    instance_id,
-                    "ECS accepted the deletion but still lists the instance"
-                );
-                return Ok(());
+                return Err(Error::Unavailable {
+                    message: format!(
+                        "DeleteInstance: ECS accepted the deletion but still lists {instance_id} after {:?}",
+                        self.wait_timeout
+                    ),
+                });
             }
             tokio::time::sleep(self.poll_interval).await;
         }

@@ -4,7 +4,7 @@
 
 use peerpods_emulator_alibabacloud::AlibabaCloudEmulator;
 use peerpods_provider_alibabacloud::AlibabaCloudProvider;
-use peerpods_provider_core::{CloudCalls, ProviderConfig};
+use peerpods_provider_core::{CloudCalls, Provider, ProviderConfig};
 use test_support::cloud::CloudEmulator;
 use test_support::fault_checks::{self, with};
 
@@ -61,4 +61,26 @@ async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
         "podvm-new",
     )
     .await;
+}
+
+/// ECS accepted the deletion but still lists the instance when the wait bound ends (a slow
+/// release, or lookups lost to the faults): that is not "deleted", it is retryable, and a later
+/// call that sees the instance gone answers it.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_accepted_release_still_listed_at_the_bound_is_unavailable_not_deleted() {
+    let emulator = emulator();
+    let provider = provider(&emulator, &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")]).await;
+    let id = emulator.create_vm("podvm-slow-release", &[]);
+    emulator.set_release_polls(1_000_000);
+
+    let answer = provider.delete_instance(&id).await;
+
+    assert!(
+        matches!(
+            answer,
+            Err(peerpods_provider_core::Error::Unavailable { .. })
+        ),
+        "{answer:?}"
+    );
+    assert!(emulator.vm_or_parts_exist(&id));
 }
