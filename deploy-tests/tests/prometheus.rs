@@ -191,7 +191,8 @@ fn peerpod(name: &str, vm: &str) -> DynamicObject {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_returns_series() {
-    let cp = control_plane();
+    // No audit log needed here: the shared control plane is cheaper than the chart tests' audited one.
+    let cp = testenv::shared();
     let client = cp.client().await;
     testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
     testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
