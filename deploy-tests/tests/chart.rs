@@ -58,6 +58,14 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
             "addons",
             vec![DEV_VALUES, "deploy/tests/values-addons.yaml"],
         ),
+        // Beside cloud-api-adaptor's chart (docs/alongside-caa.md): peer-pod-config-ctrl off.
+        (
+            "alongside-caa",
+            vec![
+                DEV_VALUES,
+                "deploy/chart/peerpods/examples/alongside-caa.yaml",
+            ],
+        ),
     ] {
         let mut lint = vec!["lint", "--strict", CHART, "--kube-version", KUBE_VERSION];
         for v in &values {
@@ -198,6 +206,7 @@ async fn values_schema_refuses_bad_values() {
         ("providerService.deleteUntagged=yes", "deleteUntagged"),
         ("providerService.cloudProviders={nimbus}", "cloudProviders"),
         ("networkPolicy.caaNodeCIDRs[0]=not-a-cidr", "caaNodeCIDRs"),
+        ("peerPodConfigCtrl.enabled=sometimes", "enabled"),
         ("unknownSetting=true", "unknownSetting"),
     ] {
         let (ok, _, err) = run(
