@@ -45,18 +45,14 @@ pub enum Error {
     /// provider-service could not be reached or is not ready (UNAVAILABLE, DEADLINE_EXCEEDED, connect errors).
     #[error("provider-service is unavailable: {0}")]
     ProviderUnavailable(String),
-    /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
-    #[error("provider-service refused our credentials: {0}")]
-    ProviderUnauthorized(String),
-    /// The cloud or provider-service asked us to slow down (RESOURCE_EXHAUSTED).
-    #[error("provider-service is throttling: {message}")]
-    ProviderThrottled {
-        message: String,
-        retry_after: Option<Duration>,
+    /// The call was not made: the circuit breaker holds calls back while provider-service or a cloud is down
+    /// (see `breaker`). Not a failure of this PeerPod; retried once the breaker's probe may have closed it.
+    #[error("{scope} is down ({cause}); the call waits for the circuit breaker's probe")]
+    CircuitOpen {
+        scope: String,
+        cause: &'static str,
+        retry_in: Duration,
     },
-    /// provider-service could not be reached or is not ready (UNAVAILABLE, DEADLINE_EXCEEDED, connect errors).
-    #[error("provider-service is unavailable: {0}")]
-    ProviderUnavailable(String),
     /// provider-service answered with an unexpected error (INTERNAL, UNKNOWN, ...).
     #[error("provider-service failed: {0}")]
     ProviderFailed(String),
@@ -90,6 +86,7 @@ impl Error {
             Error::ProviderThrottled { .. } => "ProviderThrottled",
             Error::ProviderUnavailable(_) => "ProviderUnavailable",
             Error::ProviderFailed(_) => "ProviderFailed",
+            Error::CircuitOpen { .. } => "CircuitOpen",
             Error::FinalizerConflict => "FinalizerConflict",
             Error::Kube(_) => "KubernetesApiError",
             Error::CrdSerialization(_) => "CrdSerialization",

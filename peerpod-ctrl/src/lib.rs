@@ -6,11 +6,13 @@
 //! - [`cache`]: what is kept of the watched PeerPods (store, owner index) and which changes need a reconcile.
 //! - [`index`]: PeerPods by controlling owner UID.
 //! - [`provider`]: the provider-service calls.
+//! - [`breaker`]: the circuit breaker that holds provider-service calls back while it or a cloud is down.
 //! - [`reconcile`]: the controller (watch → decide → act → record).
 //! - [`orphans`]: the periodic orphan-VM scan.
 //! - [`reverse`]: the periodic reverse scan: live PeerPods whose VM the cloud no longer has.
 //! - [`metrics`]: Prometheus metrics.
 
+pub mod breaker;
 pub mod cache;
 pub mod crd;
 pub mod decide;
@@ -50,6 +52,9 @@ pub async fn run(
     health: Option<Health>,
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
+    let watchdog = health
+        .as_ref()
+        .map(|h| h.liveness.track_loop(RECONCILE_LOOP));
     let (store_tx, store_rx) = tokio::sync::watch::channel(None);
     let reverse = reverse::ReverseScanner::new(
         client.clone(),
@@ -82,9 +87,18 @@ pub async fn run(
         scanner.run(store_rx).await;
         std::future::pending::<()>().await
     };
+    // In the controller's own task: a reconcile loop that stops being polled stops the watchdog too, and /healthz
+    // fails (peerpods_runtime::health).
+    let watchdog = async move {
+        match watchdog {
+            Some(progress) => peerpods_runtime::health::watchdog(progress).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
         () = controller => {}
         () = scan => {}
+        () = watchdog => {}
         () = terminating.follow(terminating_stores) => {}
         () = async move {
             // Like the orphan scan, it ends early when disabled; the controller decides the term.
@@ -93,6 +107,9 @@ pub async fn run(
         } => {}
     }
 }
+
+/// Name of the reconcile loop's watchdog on `/healthz`.
+pub const RECONCILE_LOOP: &str = "loop/reconcile";
 
 /// Runs until `shutdown` is cancelled: with a [`LeaderConfig`] only while holding the Lease (released on
 /// shutdown for a quick handover), without one straight away.

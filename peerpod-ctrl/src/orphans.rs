@@ -215,13 +215,15 @@ impl Scanner {
                 }
             })
             .collect();
-        // Forget VMs that disappeared so the map does not grow forever.
-        self.first_seen.0.retain(|(p, id), _| {
-            p != provider
-                || vms
-                    .iter()
-                    .any(|v| &decide::instance_key(p, &v.instance_id).1 == id)
-        });
+        // Forget VMs that disappeared so the map does not grow forever. Through a set of the listed keys: a scan
+        // stays linear in VMs + PeerPods (a search of the list per remembered VM was quadratic in the VMs).
+        let listed: std::collections::HashSet<(String, String)> = vms
+            .iter()
+            .map(|v| decide::instance_key(provider, &v.instance_id))
+            .collect();
+        self.first_seen
+            .0
+            .retain(|key, _| key.0 != provider || listed.contains(key));
         // The cache is read after listing, so a PeerPod created meanwhile is seen.
         let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
         let orphans: Vec<Vm> = decide::orphans(&vms, &tracked, now, self.settings.grace)

@@ -1,0 +1,457 @@
+//! A controller-wide circuit breaker in front of provider-service: while provider-service (or one cloud behind
+//! it) is down, one call probes it and every other PeerPod waits in memory, instead of N reconciles each failing,
+//! each writing a status and an Event, and each backing off on its own.
+//!
+//! Two scopes: provider-service itself (it cannot be reached, or refuses our credentials: every call would fail
+//! the same way) and each cloud (provider-service answers, but the cloud behind it keeps failing or throttling).
+//! provider-service opens on its first such failure; a cloud after [`CLOUD_THRESHOLD`] failures in a row, since one
+//! cloud error may belong to one VM. An open scope lets no call through until its backoff has passed (1 s doubling
+//! with each failed probe, up to 30 s, with jitter); then exactly one call goes through as the probe (half-open).
+//! Its success closes the scope, its failure opens it again for longer. Calls held back are not failures of their
+//! PeerPods: nothing is written for them (see `reconcile`), they are counted and retried after the scope's backoff.
+//!
+//! Pure state behind a mutex, with the clock passed in, so the transitions are unit-tested without waiting.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use peerpods_runtime::backoff::{Backoff, jitter};
+use tracing::{info, warn};
+
+use crate::Error;
+use crate::crd::PeerPod;
+
+/// Failures in a row of one cloud that open its scope.
+pub const CLOUD_THRESHOLD: u32 = 3;
+
+/// A probe whose outcome never came back (its reconcile was dropped) lets another probe through after this: longer
+/// than the provider call's own deadline.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long an open scope waits before its probe: doubling with each failed probe.
+const OPEN_BACKOFF: Backoff = Backoff {
+    base: Duration::from_secs(1),
+    cap: Duration::from_secs(30),
+};
+
+/// What a breaker guards.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// provider-service itself.
+    ProviderService,
+    /// One cloud, by its provider name.
+    Cloud(String),
+}
+
+impl Scope {
+    /// For logs and the metric's label.
+    pub fn label(&self) -> String {
+        match self {
+            Scope::ProviderService => "provider-service".to_owned(),
+            Scope::Cloud(name) => crate::metrics::provider_label(name),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum State {
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Instant,
+        /// How many times it opened without a success in between.
+        opened: u32,
+        cause: &'static str,
+    },
+    HalfOpen {
+        probe_since: Instant,
+        opened: u32,
+        cause: &'static str,
+    },
+}
+
+/// Whether a call may go to provider-service now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admission {
+    /// Go ahead; `probe` when this call decides whether an open scope closes.
+    Go { probe: bool },
+    /// Held back: `scope` is open because of failures of reason `cause`; ask again in `retry_in`.
+    Wait {
+        scope: Scope,
+        cause: &'static str,
+        retry_in: Duration,
+    },
+}
+
+/// What a scope's state change means for logs and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Transition {
+    Opened {
+        scope: Scope,
+        cause: &'static str,
+        for_: Duration,
+    },
+    Closed {
+        scope: Scope,
+    },
+}
+
+/// The breakers of one controller (one leadership term).
+#[derive(Debug, Default)]
+pub struct Breakers {
+    scopes: Mutex<HashMap<Scope, State>>,
+}
+
+/// Which scope a failure of a call to `cloud` counts against, if any: errors that say nothing about the
+/// service's health (a malformed request, a protected VM, a precondition of this one VM) count against none.
+pub fn scope_of(cloud: &str, error: &Error) -> Option<Scope> {
+    match error {
+        Error::ProviderUnavailable(_) | Error::ProviderUnauthorized(_) => {
+            Some(Scope::ProviderService)
+        }
+        Error::ProviderFailed(_) | Error::ProviderThrottled { .. } => {
+            Some(Scope::Cloud(cloud.to_owned()))
+        }
+        _ => None,
+    }
+}
+
+impl Breakers {
+    fn scopes(&self) -> std::sync::MutexGuard<'_, HashMap<Scope, State>> {
+        // Only small state values live here; a poisoned lock still holds consistent ones.
+        self.scopes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether a call to `cloud` may go now: provider-service's scope first, then the cloud's.
+    pub fn admit(&self, cloud: &str, now: Instant) -> Admission {
+        let mut scopes = self.scopes();
+        let mut probe = false;
+        for scope in [Scope::ProviderService, Scope::Cloud(cloud.to_owned())] {
+            let Some(state) = scopes.get_mut(&scope) else {
+                continue;
+            };
+            match state.clone() {
+                State::Closed { .. } => {}
+                State::Open {
+                    until,
+                    opened,
+                    cause,
+                } => {
+                    if now < until {
+                        return Admission::Wait {
+                            retry_in: until - now,
+                            scope,
+                            cause,
+                        };
+                    }
+                    *state = State::HalfOpen {
+                        probe_since: now,
+                        opened,
+                        cause,
+                    };
+                    probe = true;
+                }
+                State::HalfOpen {
+                    probe_since,
+                    opened,
+                    cause,
+                } => {
+                    if now.saturating_duration_since(probe_since) < PROBE_TIMEOUT {
+                        // The probe's answer decides; ask again about when it should have come.
+                        return Admission::Wait {
+                            retry_in: OPEN_BACKOFF.base,
+                            scope,
+                            cause,
+                        };
+                    }
+                    *state = State::HalfOpen {
+                        probe_since: now,
+                        opened,
+                        cause,
+                    };
+                    probe = true;
+                }
+            }
+        }
+        Admission::Go { probe }
+    }
+
+    /// Records how a call to `cloud` went (`None`: it succeeded, or failed for a reason of its own VM).
+    pub fn record(&self, cloud: &str, failure: Option<&Error>, now: Instant) -> Vec<Transition> {
+        let mut scopes = self.scopes();
+        let mut transitions = Vec::new();
+        let failed = failure.and_then(|e| scope_of(cloud, e).map(|s| (s, e.reason())));
+        // An answer from provider-service shows it is up; a success also shows the cloud is.
+        let healthy: Vec<Scope> = match (&failed, failure) {
+            (None, None) => vec![Scope::ProviderService, Scope::Cloud(cloud.to_owned())],
+            (None, Some(_)) | (Some((Scope::Cloud(_), _)), _) => vec![Scope::ProviderService],
+            (Some((Scope::ProviderService, _)), _) => vec![],
+        };
+        for scope in healthy {
+            if let Some(state) = scopes.get_mut(&scope) {
+                let was_open = !matches!(state, State::Closed { .. });
+                *state = State::Closed { failures: 0 };
+                if was_open {
+                    transitions.push(Transition::Closed { scope });
+                }
+            }
+        }
+        let Some((scope, cause)) = failed else {
+            return transitions;
+        };
+        let threshold = match scope {
+            Scope::ProviderService => 1,
+            Scope::Cloud(_) => CLOUD_THRESHOLD,
+        };
+        let state = scopes
+            .entry(scope.clone())
+            .or_insert(State::Closed { failures: 0 });
+        let opened = match state {
+            State::Closed { failures } => {
+                *failures += 1;
+                (*failures >= threshold).then_some(1)
+            }
+            // A call that went out before the scope opened: the probe decides, not this one.
+            State::Open { .. } => None,
+            State::HalfOpen { opened, .. } => Some(opened.saturating_add(1)),
+        };
+        if let Some(opened) = opened {
+            let for_ = OPEN_BACKOFF
+                .delay(opened, false, None, jitter())
+                .max(OPEN_BACKOFF.base / 2);
+            *state = State::Open {
+                until: now + for_,
+                opened,
+                cause,
+            };
+            transitions.push(Transition::Opened { scope, cause, for_ });
+        }
+        transitions
+    }
+
+    /// The scope that would hold a call to `cloud` back now, without starting a probe.
+    fn admit_peek(&self, cloud: &str, now: Instant) -> Option<(Scope, Duration)> {
+        let scopes = self.scopes();
+        [Scope::ProviderService, Scope::Cloud(cloud.to_owned())]
+            .into_iter()
+            .find_map(|scope| match scopes.get(&scope) {
+                Some(State::Open { until, .. }) => {
+                    Some((scope, until.saturating_duration_since(now)))
+                }
+                Some(State::HalfOpen { .. }) => Some((scope, OPEN_BACKOFF.base)),
+                _ => None,
+            })
+    }
+
+    /// Scopes open or probing now, for the metric.
+    pub fn open_scopes(&self) -> Vec<Scope> {
+        self.scopes()
+            .iter()
+            .filter(|(_, s)| !matches!(s, State::Closed { .. }))
+            .map(|(scope, _)| scope.clone())
+            .collect()
+    }
+}
+
+/// Makes `call` (a provider-service call for a VM of `cloud`) through `breakers`: held back with
+/// [`Error::CircuitOpen`] while its scope is open, its outcome recorded otherwise. A failure of a call that went
+/// out while another one opened the scope is turned into [`Error::CircuitOpen`] too: the outage is already
+/// reported, by the call that opened the breaker, and this PeerPod did nothing wrong.
+pub async fn guarded<T>(
+    breakers: &Breakers,
+    cloud: &str,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    if let Admission::Wait {
+        scope,
+        cause,
+        retry_in,
+    } = breakers.admit(cloud, Instant::now())
+    {
+        return Err(Error::CircuitOpen {
+            scope: scope.label(),
+            cause,
+            retry_in,
+        });
+    }
+    let result = call.await;
+    let failure = result.as_ref().err();
+    let transitions = breakers.record(cloud, failure, Instant::now());
+    let mut opened_here = false;
+    for transition in &transitions {
+        match transition {
+            Transition::Opened { scope, cause, for_ } => {
+                opened_here = true;
+                warn!(
+                    scope = %scope.label(),
+                    cause,
+                    probe_in = ?for_,
+                    "circuit breaker open: calls are held back until a probe succeeds"
+                );
+            }
+            Transition::Closed { scope } => {
+                info!(scope = %scope.label(), "circuit breaker closed: calls go through again");
+            }
+        }
+    }
+    match (result, failure_scope_open(breakers, cloud, opened_here)) {
+        (Err(error), Some((scope, retry_in))) if scope_of(cloud, &error).is_some() => {
+            Err(Error::CircuitOpen {
+                scope: scope.label(),
+                cause: error.reason(),
+                retry_in,
+            })
+        }
+        (result, _) => result,
+    }
+}
+
+/// The open scope a failure fell into when it did not open it itself, with the wait left.
+fn failure_scope_open(
+    breakers: &Breakers,
+    cloud: &str,
+    opened_here: bool,
+) -> Option<(Scope, Duration)> {
+    if opened_here {
+        return None;
+    }
+    breakers.admit_peek(cloud, Instant::now())
+}
+
+/// When a held PeerPod asks again: after the scope's wait, spread over one more wait by `draw` (a
+/// [`jitter`] value), so the PeerPods held during an outage do not all return in the same instant.
+pub fn held_delay(retry_in: Duration, draw: u64) -> Duration {
+    let wait = retry_in.max(OPEN_BACKOFF.base / 2);
+    wait + wait.mul_f64((draw % 1_000_001) as f64 / 1_000_000.0)
+}
+
+/// Whether the PeerPod's Cleaned condition already records a failure of `reason`: then a retry failing the same
+/// way writes nothing.
+pub fn same_failure_recorded(peerpod: &PeerPod, reason: &str) -> bool {
+    peerpod
+        .cleaned_condition()
+        .is_some_and(|c| c.status == "False" && c.reason == reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unavailable() -> Error {
+        Error::ProviderUnavailable("connection refused".into())
+    }
+
+    fn waits(a: &Admission) -> bool {
+        matches!(a, Admission::Wait { .. })
+    }
+
+    #[test]
+    fn provider_service_down_opens_at_once_and_one_probe_closes_it() {
+        let b = Breakers::default();
+        let t0 = Instant::now();
+        assert_eq!(b.admit("aws", t0), Admission::Go { probe: false });
+        let opened = b.record("aws", Some(&unavailable()), t0);
+        assert!(
+            matches!(
+                &opened[..],
+                [Transition::Opened {
+                    scope: Scope::ProviderService,
+                    cause: "ProviderUnavailable",
+                    ..
+                }]
+            ),
+            "{opened:?}"
+        );
+        // Every other PeerPod, of any cloud, waits in memory.
+        for cloud in ["aws", "azure", "libvirt"] {
+            let a = b.admit(cloud, t0 + Duration::from_millis(100));
+            assert!(
+                matches!(&a, Admission::Wait { scope: Scope::ProviderService, cause: "ProviderUnavailable", retry_in } if *retry_in <= Duration::from_secs(1)),
+                "{a:?}"
+            );
+        }
+        // A call that went out before it opened does not extend it.
+        assert!(b.record("aws", Some(&unavailable()), t0).is_empty());
+        // After the backoff exactly one probe goes; the rest wait for its answer.
+        let later = t0 + Duration::from_secs(2);
+        assert_eq!(b.admit("aws", later), Admission::Go { probe: true });
+        assert!(waits(&b.admit("azure", later)));
+        assert!(waits(&b.admit("aws", later)));
+        let closed = b.record("aws", None, later);
+        assert_eq!(
+            closed,
+            [Transition::Closed {
+                scope: Scope::ProviderService
+            }]
+        );
+        assert_eq!(b.admit("azure", later), Admission::Go { probe: false });
+        assert!(b.open_scopes().is_empty());
+    }
+
+    #[test]
+    fn a_failed_probe_opens_for_longer_and_a_lost_probe_is_replaced() {
+        let b = Breakers::default();
+        let mut now = Instant::now();
+        b.record("aws", Some(&unavailable()), now);
+        let mut longest = Duration::ZERO;
+        for _ in 0..8 {
+            now += Duration::from_secs(31);
+            assert_eq!(b.admit("aws", now), Admission::Go { probe: true });
+            let t = b.record("aws", Some(&unavailable()), now);
+            let [Transition::Opened { for_, .. }] = &t[..] else {
+                panic!("{t:?}");
+            };
+            assert!(*for_ <= Duration::from_secs(30));
+            longest = longest.max(*for_);
+        }
+        assert!(longest > Duration::from_secs(2), "{longest:?}");
+        now += Duration::from_secs(31);
+        assert_eq!(b.admit("aws", now), Admission::Go { probe: true });
+        // The probe's reconcile was dropped: no answer ever comes; another probe goes after the timeout.
+        assert!(waits(&b.admit("aws", now + Duration::from_secs(60))));
+        assert_eq!(
+            b.admit("aws", now + PROBE_TIMEOUT),
+            Admission::Go { probe: true }
+        );
+    }
+
+    #[test]
+    fn a_cloud_opens_after_failures_in_a_row_and_alone() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        let failed = Error::ProviderFailed("500 from the cloud".into());
+        for _ in 1..CLOUD_THRESHOLD {
+            assert!(b.record("azure", Some(&failed), now).is_empty());
+        }
+        // A success in between starts the count again.
+        b.record("azure", None, now);
+        for _ in 1..CLOUD_THRESHOLD {
+            assert!(b.record("azure", Some(&failed), now).is_empty());
+        }
+        let t = b.record("azure", Some(&failed), now);
+        assert!(
+            matches!(&t[..], [Transition::Opened { scope: Scope::Cloud(c), cause: "ProviderFailed", .. }] if c == "azure"),
+            "{t:?}"
+        );
+        assert!(waits(&b.admit("azure", now)));
+        assert_eq!(b.admit("aws", now), Admission::Go { probe: false });
+    }
+
+    #[test]
+    fn errors_of_one_vm_open_nothing() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        for error in [
+            Error::ProviderRejected("bad id".into()),
+            Error::InstanceProtected("tagged".into()),
+            Error::ProviderPrecondition("not configured".into()),
+        ] {
+            for _ in 0..10 {
+                assert!(b.record("aws", Some(&error), now).is_empty());
+            }
+        }
+        assert_eq!(b.admit("aws", now), Admission::Go { probe: false });
+    }
+}
