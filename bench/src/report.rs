@@ -85,6 +85,14 @@ pub struct Storm {
     pub peerpods_per_second: f64,
     /// API writes (PeerPod patches, status, Events) per released PeerPod, counted by the API server.
     pub api_writes_per_delete: f64,
+    /// The same storm with provider-service stopped from the delete on for this long, then back.
+    pub outage_seconds: f64,
+    /// API writes while provider-service was away.
+    pub outage_writes_during: f64,
+    /// API writes per released PeerPod through the outage and the recovery.
+    pub outage_api_writes_per_delete: f64,
+    /// outage_api_writes_per_delete / api_writes_per_delete (target: at most 1.2).
+    pub outage_writes_ratio: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -200,6 +208,21 @@ impl Results {
                     "storm",
                     "API writes per delete (API server's count)",
                     format!("{:.2}", s.api_writes_per_delete),
+                );
+                add(
+                    "storm",
+                    &format!("outage ({:.0} s): API writes while away", s.outage_seconds),
+                    format!("{:.0}", s.outage_writes_during),
+                );
+                add(
+                    "storm",
+                    "outage: API writes per delete",
+                    format!("{:.2}", s.outage_api_writes_per_delete),
+                );
+                add(
+                    "storm",
+                    "outage: writes / success path (target <= 1.2x)",
+                    format!("{:.2}x", s.outage_writes_ratio),
                 );
             }
             other => add("storm", "", not_measured(other)),
@@ -383,6 +406,10 @@ mod tests {
                 ratio: 4.0,
                 peerpods_per_second: 0.5,
                 api_writes_per_delete: 2.0,
+                outage_seconds: 10.0,
+                outage_writes_during: 4.0,
+                outage_api_writes_per_delete: 2.1,
+                outage_writes_ratio: 1.05,
             }),
             memory: Outcome::skipped("not selected"),
             cloud_calls: Outcome::from_result(Err(Error::Missing {

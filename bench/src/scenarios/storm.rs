@@ -2,6 +2,12 @@
 //! until every finalizer is released and every instance is terminated. The floor is the same client releasing N
 //! finalizers itself with parallel patches and no cloud call. The EC2 calls provider-service made during the storm
 //! are the cloud-calls figures.
+//!
+//! Then the same storm through an outage: provider-service is stopped when the PeerPods are deleted and started
+//! again on the same address [`OUTAGE`] later. Its API writes per PeerPod, against the storm's (the success
+//! path), show what an outage costs the API server: peerpod-ctrl's circuit breaker and its one write per change
+//! of failure class keep it near the success path (the target is at most 1.2x), where a write per failed attempt
+//! made it several times that.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,10 +19,14 @@ use crate::Error;
 use crate::cluster::{Cluster, wait_until};
 use crate::moto::{self, Moto};
 use crate::options::Options;
+use crate::procs::{Service, Spec, free_addr};
 use crate::report::{CloudCalls, Outcome, Storm};
 use test_support::metrics::Scrape;
 
 const POLL: Duration = Duration::from_millis(100);
+
+/// How long provider-service is away in the outage storm.
+const OUTAGE: Duration = Duration::from_secs(10);
 
 pub async fn run(options: &Options, cluster: &Cluster) -> (Outcome<Storm>, Outcome<CloudCalls>) {
     match measure(options, cluster).await {
@@ -95,6 +105,8 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
             &[("method", "DeleteInstance")],
         )
     };
+    let success_writes_per_delete = if n > 0 { writes / n as f64 } else { 0.0 };
+    let outage = outage(options, cluster).await?;
     let storm = Storm {
         peerpods: n,
         cleanup_seconds: cleanup,
@@ -106,7 +118,15 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         } else {
             0.0
         },
-        api_writes_per_delete: if n > 0 { writes / n as f64 } else { 0.0 },
+        api_writes_per_delete: success_writes_per_delete,
+        outage_seconds: OUTAGE.as_secs_f64(),
+        outage_writes_during: outage.writes_during,
+        outage_api_writes_per_delete: outage.writes_per_delete,
+        outage_writes_ratio: if success_writes_per_delete > 0.0 {
+            outage.writes_per_delete / success_writes_per_delete
+        } else {
+            0.0
+        },
     };
     let calls = CloudCalls {
         deletes: n,
@@ -121,6 +141,93 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         delete_instance_calls: (delete_calls(&after) - delete_calls(&before)).max(0.0) as u64,
     };
     Ok((storm, calls))
+}
+
+/// What the outage storm cost the API server.
+struct OutageWrites {
+    /// Writes while provider-service was away.
+    writes_during: f64,
+    /// Writes per released PeerPod, outage and recovery together.
+    writes_per_delete: f64,
+}
+
+/// The storm again, with provider-service stopped from the delete on for [`OUTAGE`] (see the module doc).
+async fn outage(options: &Options, cluster: &Cluster) -> Result<OutageWrites, Error> {
+    let n = options.storm;
+    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+    let ec2 = moto.client();
+    let instance_ids = moto::run_instances(&ec2, n).await?;
+    let (provider, provider_addr, config) =
+        super::start_provider(options, "outage", Some(&moto)).await?;
+    let ctrl = super::start_peerpod_ctrl(options, "outage", cluster, provider_addr).await?;
+    let ns = "bench-outage";
+    cluster.namespace(ns).await?;
+    cluster
+        .create_peerpods(ns, "outage", "aws", &instance_ids, true)
+        .await?;
+    let _ = wait_until(
+        "peerpod-ctrl to see the outage's PeerPods",
+        Duration::from_secs(60),
+        POLL,
+        || async {
+            let text = ctrl.metrics().await?;
+            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
+            Ok((reconciles >= n as f64).then_some(()))
+        },
+    )
+    .await;
+    provider.stop().await;
+    let writes_before = controller_writes(cluster).await?;
+    let api = cluster.peerpods(ns);
+    api.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await?;
+    tokio::time::sleep(OUTAGE).await;
+    let writes_during = controller_writes(cluster).await? - writes_before;
+    // Back on the same address and configuration, as a restarted Pod behind its Service.
+    let config_dir = config.as_ref().map(|dir| dir.path().display().to_string());
+    let admin = free_addr()?;
+    let provider = Service::start(Spec {
+        name: "provider-service",
+        scenario: "outage",
+        program: options.bin_dir.join("provider-service"),
+        args: [
+            "--auth=none".to_string(),
+            format!("--listen={provider_addr}"),
+            format!("--admin-listen={admin}"),
+        ]
+        .into_iter()
+        .chain(config_dir.map(|dir| format!("--config-dir={dir}")))
+        .collect(),
+        env: Vec::new(),
+        admin,
+        log_dir: &options.log_dir,
+    })
+    .await?;
+    wait_until(
+        "every outage finalizer released and every instance terminated",
+        options.timeout,
+        POLL,
+        || async {
+            if !api
+                .list(&ListParams::default().limit(1))
+                .await?
+                .items
+                .is_empty()
+            {
+                return Ok(None);
+            }
+            Ok((moto::live_instances(&ec2).await? == 0).then_some(()))
+        },
+    )
+    .await?;
+    let writes = controller_writes(cluster).await? - writes_before;
+    ctrl.stop().await;
+    provider.stop().await;
+    drop(config);
+    Ok(OutageWrites {
+        writes_during,
+        writes_per_delete: if n > 0 { writes / n as f64 } else { 0.0 },
+    })
 }
 
 /// Seconds from deleting N finalizer-held PeerPods to all of them gone, releasing the finalizers directly.
