@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use peerpods_proto::v1::{GetCapacityRequest, ListInstancesRequest};
-use peerpods_runtime::client::{ProviderClientConfig, connect};
+use peerpods_provider_client::{ProviderClientConfig, connect};
 use support::*;
 
 /// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:

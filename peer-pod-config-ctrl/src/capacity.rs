@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use peerpods_proto::v1::{GetCapacityRequest, GetCapacityResponse};
-use peerpods_runtime::client::ProviderClient;
+use peerpods_provider_client::ProviderClient;
 
 use crate::Error;
 use crate::crd::CapacityFromProvider;

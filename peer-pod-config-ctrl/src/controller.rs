@@ -50,7 +50,7 @@ pub struct Settings {
     /// because owner references cannot cross namespaces.
     pub namespace: String,
     /// provider-service, for `capacityFromProvider`.
-    pub provider: Option<peerpods_runtime::client::ProviderClient>,
+    pub provider: Option<peerpods_provider_client::ProviderClient>,
     /// Identity for Events (the Pod name).
     pub instance: Option<String>,
     /// How the CAA DaemonSet reaches provider-service; `None` leaves CAA without it.

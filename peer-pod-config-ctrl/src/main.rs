@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
-use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs};
+use peerpods_provider_client::ProviderArgs;
+use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs};
 use peerpods_runtime::binary::{self, Started};
 
 #[derive(Parser, Debug)]
@@ -81,7 +82,7 @@ async fn serve(
     let provider = cli
         .provider
         .client_config()
-        .map(|config| peerpods_runtime::client::connect(&config))
+        .map(|config| peerpods_provider_client::connect(&config))
         .transpose()?;
     let identity = cli.leader.identity(COMPONENT);
     if cli

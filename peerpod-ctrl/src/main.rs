@@ -11,7 +11,8 @@ use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::reverse::ReverseSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
-use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, ProviderArgs, duration};
+use peerpods_provider_client::ProviderArgs;
+use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, duration};
 use peerpods_runtime::binary::{self, Started};
 
 /// Where provider-service listens in local development; this controller cannot work without one.

@@ -11,7 +11,7 @@ use tonic::Code;
 
 use crate::Error;
 
-pub use peerpods_runtime::client::{ProviderClient, ProviderClientConfig};
+pub use peerpods_provider_client::{ProviderClient, ProviderClientConfig};
 
 /// How provider-service answered a successful delete.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl Provider {
     /// Connects lazily: the controller starts while provider-service is down, and calls fail with
     /// [`Error::ProviderUnavailable`] until it is up.
     pub fn connect(config: &ProviderClientConfig) -> Result<Self, Error> {
-        peerpods_runtime::client::connect(config)
+        peerpods_provider_client::connect(config)
             .map(Provider::new)
             .map_err(|e| Error::Config(e.to_string()))
     }
@@ -225,7 +225,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
         Code::InvalidArgument => Error::ProviderRejected(message),
         Code::FailedPrecondition => Error::ProviderPrecondition(message),
         Code::ResourceExhausted => Error::ProviderThrottled {
-            retry_after: peerpods_runtime::client::retry_after(status),
+            retry_after: peerpods_provider_client::retry_after(status),
             message,
         },
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {

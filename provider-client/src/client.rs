@@ -99,12 +99,12 @@ impl ProviderChannel {
         let ca = match (config.endpoint.starts_with("https://"), &config.ca_file) {
             (true, Some(path)) => Some(read_ca(path)?),
             (true, None) => {
-                return Err(Error::ProviderClient {
+                return Err(Error::Config {
                     message: "an https endpoint needs a CA file".into(),
                 });
             }
             (false, Some(_)) => {
-                return Err(Error::ProviderClient {
+                return Err(Error::Config {
                     message: "a CA file was given but the endpoint is not https://".into(),
                 });
             }
@@ -209,10 +209,12 @@ impl Service<http::Request<tonic::body::Body>> for ProviderChannel {
 
 fn read_ca(path: &Path) -> Result<CaFile, Error> {
     let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let pem = std::fs::read(path)
-        .map_err(|e| Error::io(format!("reading CA file {}", path.display()), e))?;
+    let pem = std::fs::read(path).map_err(|source| Error::Io {
+        context: format!("reading CA file {}", path.display()),
+        source,
+    })?;
     if !pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") {
-        return Err(Error::ProviderClient {
+        return Err(Error::Config {
             message: format!("CA file {} holds no PEM certificate", path.display()),
         });
     }
@@ -222,8 +224,9 @@ fn read_ca(path: &Path) -> Result<CaFile, Error> {
 /// The endpoint for `config`, trusting `ca_pem` when it is https.
 fn endpoint(config: &ProviderClientConfig, ca_pem: Option<&[u8]>) -> Result<Endpoint, Error> {
     let mut endpoint = Endpoint::from_shared(config.endpoint.clone())
-        .map_err(|e| Error::ProviderClient {
-            message: format!("endpoint {:?}: {e}", config.endpoint),
+        .map_err(|source| Error::Transport {
+            context: format!("endpoint {:?}", config.endpoint),
+            source,
         })?
         .tcp_nodelay(true);
     if let Some(timeout) = config.timeout {
@@ -236,8 +239,9 @@ fn endpoint(config: &ProviderClientConfig, ca_pem: Option<&[u8]>) -> Result<Endp
         }
         endpoint = endpoint
             .tls_config(tls)
-            .map_err(|e| Error::ProviderClient {
-                message: format!("TLS settings: {e}"),
+            .map_err(|source| Error::Transport {
+                context: "TLS settings".into(),
+                source,
             })?;
     }
     Ok(endpoint)
@@ -263,7 +267,7 @@ impl Interceptor for CallCredentials {
             })?;
             request.metadata_mut().insert("authorization", value);
         }
-        crate::telemetry::inject_current(request.metadata_mut());
+        peerpods_runtime::telemetry::inject_current(request.metadata_mut());
         if let Some(timeout) = self.timeout
             && !request.metadata().contains_key("grpc-timeout")
         {

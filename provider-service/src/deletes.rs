@@ -371,7 +371,7 @@ mod tests {
         // The caller's deadline > this service's bound of any call > a delete call's answer window:
         // the caller always hears this service's answer, never its own timeout.
         assert!(d.answer_within < crate::server::CALL_TIMEOUT);
-        assert!(crate::server::CALL_TIMEOUT < peerpods_runtime::args::DEFAULT_PROVIDER_TIMEOUT);
+        assert!(crate::server::CALL_TIMEOUT < peerpods_provider_client::DEFAULT_PROVIDER_TIMEOUT);
         assert!(d.retry_after < d.answer_within);
     }
 }

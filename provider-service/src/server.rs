@@ -32,7 +32,7 @@ use crate::tls::ReloadingCert;
 pub const READINESS_GRPC: &str = "grpc";
 
 /// The longest any call may take here. Below the callers' deadline
-/// ([`peerpods_runtime::args::DEFAULT_PROVIDER_TIMEOUT`]), so a caller hears this service's answer
+/// (`peerpods_provider_client::DEFAULT_PROVIDER_TIMEOUT`), so a caller hears this service's answer
 /// rather than its own timeout, and above the backends' per-call timeouts of reads (AWS 60 s per
 /// operation). A delete is never cut by it: the call answers within its answer window and the
 /// delete runs on detached (see [`crate::deletes`] and the README's "Deadlines").

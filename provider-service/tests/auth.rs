@@ -6,7 +6,7 @@ mod common;
 
 use peerpods_proto::v1 as pb;
 use peerpods_proto::v1::provider_service_client::ProviderServiceClient;
-use peerpods_runtime::client::{ProviderClientConfig, connect};
+use peerpods_provider_client::{ProviderClientConfig, connect};
 use provider_service::auth::Caller;
 
 const AUDIENCE: &str = "provider-service";

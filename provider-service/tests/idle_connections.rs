@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_proto::v1 as pb;
-use peerpods_runtime::client::{ProviderClientConfig, connect};
+use peerpods_provider_client::{ProviderClientConfig, connect};
 use tokio::net::TcpSocket;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};

@@ -5,7 +5,7 @@
 mod common;
 
 use peerpods_proto::v1 as pb;
-use peerpods_runtime::client::{ProviderClientConfig, connect};
+use peerpods_provider_client::{ProviderClientConfig, connect};
 
 /// A self-signed certificate for `localhost`, written as cert.pem/key.pem into `dir`; returns
 /// the certificate PEM (the client's CA file).

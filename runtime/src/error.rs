@@ -6,10 +6,6 @@ pub enum Error {
     #[error("telemetry: {message}")]
     Telemetry { message: String },
 
-    /// The provider-service endpoint or its TLS settings are unusable.
-    #[error("provider client: {message}")]
-    ProviderClient { message: String },
-
     /// The Lease could not be created, read or kept.
     #[error("leader election: {message}")]
     LeaderElection { message: String },
@@ -32,7 +28,6 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::Telemetry { .. } => "Telemetry",
-            Error::ProviderClient { .. } => "ProviderClient",
             Error::Io { .. } => "Io",
             Error::LeaderElection { .. } => "LeaderElection",
             Error::Tls { .. } => "Tls",

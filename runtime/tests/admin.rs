@@ -144,6 +144,7 @@ async fn a_stalled_watch_fails_readyz_and_only_a_stalled_loop_fails_healthz() {
 /// Asked to stop, a controller first turns not ready, then drains: while its work in flight finishes, `/readyz`
 /// answers 503 naming the shutdown and `/healthz` still answers 200; the admin server stops only after the
 /// controller returned.
+#[cfg(feature = "controller")]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stopping_controller_is_not_ready_while_it_drains() {
     use peerpods_runtime::binary::{SHUTDOWN, Started, serve_until};

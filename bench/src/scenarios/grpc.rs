@@ -18,10 +18,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use peerpods_proto::v1::{DeleteInstanceRequest, DeleteResult};
+use peerpods_provider_client::{ProviderClient, ProviderClientConfig, connect};
 use peerpods_provider_core::ProviderConfig;
 use peerpods_provider_core::{DeleteOutcome, Provider};
 use peerpods_provider_libvirt::LibvirtProvider;
-use peerpods_runtime::client::{ProviderClient, ProviderClientConfig, connect};
 use peerpods_runtime::shutdown::CancellationToken;
 use provider_service::auth::Grant;
 use provider_service::metrics::Metrics;

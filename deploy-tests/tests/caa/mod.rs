@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use peerpods_proto::v1::ListInstancesRequest;
-use peerpods_runtime::client::{ProviderClientConfig, connect};
+use peerpods_provider_client::{ProviderClientConfig, connect};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;

@@ -90,7 +90,7 @@ impl Scenario {
 
     pub fn run_controller(&mut self, provider: Option<String>) {
         let provider = provider.map(|endpoint| {
-            peerpods_runtime::client::connect(&peerpods_runtime::client::ProviderClientConfig {
+            peerpods_provider_client::connect(&peerpods_provider_client::ProviderClientConfig {
                 endpoint,
                 timeout: Some(Duration::from_secs(10)),
                 ..Default::default()
