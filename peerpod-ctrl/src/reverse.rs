@@ -127,6 +127,8 @@ pub struct ReverseScanner {
     pub metrics: Metrics,
     pub settings: ReverseSettings,
     absent_since: HashMap<Subject, jiff::Timestamp>,
+    /// Providers whose gauge this scanner has set, so one that drops out is set back to 0.
+    gauged: std::collections::BTreeSet<String>,
 }
 
 /// One scan's findings, for logs and tests.
@@ -153,6 +155,7 @@ impl ReverseScanner {
             metrics,
             settings,
             absent_since: HashMap::new(),
+            gauged: std::collections::BTreeSet::new(),
         }
     }
 
@@ -231,6 +234,18 @@ impl ReverseScanner {
             }
             *missing_per_provider.entry(provider).or_default() += missing;
         }
+        // A provider no live PeerPod names any more has none missing: its gauge goes to 0, not stale. One
+        // whose listing failed keeps its last value.
+        for provider in std::mem::take(&mut self.gauged) {
+            if !missing_per_provider.contains_key(&provider) && !report.failed.contains(&provider) {
+                missing_per_provider.insert(provider, 0);
+            }
+        }
+        self.gauged = missing_per_provider
+            .keys()
+            .cloned()
+            .chain(report.failed.iter().cloned())
+            .collect();
         for (provider, missing) in missing_per_provider {
             self.metrics
                 .reverse_orphans

@@ -314,6 +314,18 @@ async fn a_live_peerpod_whose_vm_vanished_is_reported_and_nothing_is_deleted() {
         0,
         "reverse collection deletes nothing"
     );
+    // Once no live PeerPod names the cloud any more, its gauge reads 0 again rather than the last count. (A
+    // PeerPod of another cloud stays, so the controller still has PeerPods to export metrics about.)
+    s.create_peerpod("elsewhere", None, "aws", "i-0123456789abcdef0")
+        .await;
+    s.delete_peerpod("vanishing").await;
+    s.delete_peerpod("healthy").await;
+    s.wait_peerpod_gone("vanishing", MINUTE).await;
+    s.wait_peerpod_gone("healthy", MINUTE).await;
+    testenv::wait_for("the reverse-orphan gauge back to 0", MINUTE, || async {
+        (ctrl.metric("peerpod_ctrl_reverse_orphans", &[("provider", "libvirt")]) == 0).then_some(())
+    })
+    .await;
     ctrl.stop().await;
     s.remove_domains([&healthy]);
     s.cleanup().await;
