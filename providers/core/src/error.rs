@@ -22,7 +22,8 @@ pub enum Error {
     #[error("cloud_provider: provider {name:?} is not configured on this service")]
     ProviderNotConfigured { name: String },
 
-    /// The configuration is unusable. Never carries a secret value, only the key.
+    /// The configuration is unusable. Never carries a credential's value: only the key, and for a number, a
+    /// duration or a switch the bad value ([`crate::ProviderConfig::number`] and its kin).
     #[error("config {key}: {message}")]
     Config { key: String, message: String },
 
