@@ -5,6 +5,15 @@
 #
 #   make bench BENCH_ARGS="--storm 200 --memory-peerpods 2000 --memory-nodes 200 --convergence-nodes 200"
 #   make bench BENCH_STORM=200 BENCH_SCENARIOS=storm,grpc
+#
+# The fault storm (scenario fault_storm) runs on every cloud in turn (BENCH_FAULT_STORM_CLOUDS, default aws via
+# moto and each emulator): BENCH_FAULT_STORM PeerPods (default 500) whose VMs sit behind the fault layer (20% 5xx,
+# 10% throttling, 5% hangs on every cloud request); it prints per cloud the cleanup time, release p50/p95, VMs
+# leaked and finalizers released early (both must be 0, else the run fails) and the cloud requests and
+# DeleteInstance calls per PeerPod. Its reduced size (20 PeerPods per cloud) is the integration test
+# bench/tests/fault_storm.rs, which make test runs; make bench is not part of make test.
+#
+#   make bench BENCH_SCENARIOS=fault_storm BENCH_FAULT_STORM=100 BENCH_FAULT_STORM_CLOUDS=aws,azure
 
 BENCH_ARGS ?=
 

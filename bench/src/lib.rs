@@ -7,7 +7,8 @@
 //! - [`procs`]: the services as child processes (ready checks, admin port, peak RSS, stop).
 //! - [`moto`]: the EC2 emulator.
 //! - [`cluster`]: the control plane of the run and the objects scenarios create.
-//! - [`scenarios`]: cleanup storm (with cloud calls), memory, convergence, gRPC overhead.
+//! - [`scenarios`]: cleanup storm (with cloud calls), memory, convergence, gRPC overhead, and the fault storm on
+//!   every cloud (`scenarios::fault_storm`).
 
 pub mod cluster;
 mod error;

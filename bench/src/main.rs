@@ -15,6 +15,13 @@ struct Cli {
     /// PeerPods (with live moto instances) deleted at once in the cleanup storm.
     #[arg(long, env = "BENCH_STORM", default_value_t = 1000)]
     storm: usize,
+    /// PeerPods per cloud in the fault storm (20% 5xx, 10% throttling, 5% hangs on every cloud request).
+    #[arg(long, env = "BENCH_FAULT_STORM", default_value_t = 500)]
+    fault_storm: usize,
+    /// Clouds of the fault storm, comma-separated: aws (moto) and the emulators.
+    #[arg(long, env = "BENCH_FAULT_STORM_CLOUDS", value_delimiter = ',',
+          default_values_t = peerpods_bench::scenarios::fault_storm::CLOUDS.map(String::from))]
+    fault_storm_clouds: Vec<String>,
     /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
     #[arg(long, env = "BENCH_FLOOR_CONCURRENCY", default_value_t = 32)]
     floor_concurrency: usize,
@@ -33,7 +40,7 @@ struct Cli {
     /// DeleteInstance calls timed each way (direct and through gRPC).
     #[arg(long, env = "BENCH_GRPC_CALLS", default_value_t = 1000)]
     grpc_calls: usize,
-    /// Scenarios to run, comma-separated: storm (with cloud_calls), memory, convergence, grpc.
+    /// Scenarios to run, comma-separated: storm (with cloud_calls), memory, convergence, grpc, fault_storm.
     #[arg(long, env = "BENCH_SCENARIOS", value_delimiter = ',', default_values_t = SCENARIOS.map(String::from))]
     scenarios: Vec<String>,
     /// Directory of the release binaries of provider-service, peerpod-ctrl and peer-pod-config-ctrl.
@@ -66,6 +73,8 @@ async fn main() -> ExitCode {
     }
     let options = Options {
         storm: cli.storm,
+        fault_storm: cli.fault_storm,
+        fault_storm_clouds: cli.fault_storm_clouds,
         floor_concurrency: cli.floor_concurrency,
         memory_peerpods: cli.memory_peerpods,
         memory_nodes: cli.memory_nodes,

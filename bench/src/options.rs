@@ -4,12 +4,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The scenarios a run can select. `cloud_calls` is measured during the storm, so it comes with it.
-pub const SCENARIOS: [&str; 4] = ["storm", "memory", "convergence", "grpc"];
+pub const SCENARIOS: [&str; 5] = ["storm", "memory", "convergence", "grpc", "fault_storm"];
 
 #[derive(Debug, Clone)]
 pub struct Options {
     /// PeerPods (and moto instances) in the cleanup storm.
     pub storm: usize,
+    /// PeerPods (and VMs) per cloud in the fault storm.
+    pub fault_storm: usize,
+    /// The clouds of the fault storm (names from `scenarios::fault_storm::CLOUDS`).
+    pub fault_storm_clouds: Vec<String>,
     /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
     pub floor_concurrency: usize,
     /// PeerPods in the cluster while peak RSS is measured.

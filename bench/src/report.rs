@@ -70,6 +70,8 @@ pub struct Results {
     pub cloud_calls: Outcome<CloudCalls>,
     pub convergence: Outcome<Convergence>,
     pub grpc: Outcome<Grpc>,
+    /// Per cloud: the cleanup of N PeerPods under 20% 5xx, 10% throttling and 5% hangs.
+    pub fault_storm: Outcome<Vec<crate::scenarios::fault_storm::CloudStorm>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -166,6 +168,10 @@ impl Results {
             || self.cloud_calls.failed()
             || self.convergence.failed()
             || self.grpc.failed()
+            || self.fault_storm.failed()
+            // A leaked VM or an early release is a failed run, whatever the figures.
+            || matches!(&self.fault_storm, Outcome::Measured(clouds)
+                if clouds.iter().any(|c| c.leaked > 0 || c.released_early > 0))
     }
 
     pub fn to_json(&self) -> Result<String, Error> {
@@ -350,6 +356,16 @@ impl Results {
             }
             other => add("grpc", "", not_measured(other)),
         }
+        match &self.fault_storm {
+            Outcome::Measured(clouds) => {
+                for cloud in clouds {
+                    for (figure, value) in crate::scenarios::fault_storm::rows(cloud) {
+                        add(&format!("fault_storm {}", cloud.cloud), &figure, value);
+                    }
+                }
+            }
+            other => add("fault_storm", "", not_measured(other)),
+        }
         let width =
             |f: fn(&(String, String, String)) -> usize| rows.iter().map(f).max().unwrap_or(0);
         let (w0, w1) = (width(|r| r.0.len()).max(8), width(|r| r.1.len()).max(6));
@@ -418,6 +434,7 @@ mod tests {
             })),
             convergence: Outcome::from_result(Err(Error::Setup("broken".into()))),
             grpc: Outcome::skipped("not selected"),
+            fault_storm: Outcome::skipped("not selected"),
         };
         let json = results.to_json().expect("encodes");
         let keys: Vec<usize> = [

@@ -2,6 +2,7 @@
 //! it again, so one scenario's controllers never load the next one's figures.
 
 pub(crate) mod convergence;
+pub mod fault_storm;
 mod grpc;
 mod memory;
 mod storm;
@@ -24,8 +25,9 @@ pub async fn run(options: &Options) -> Results {
         cloud_calls: Outcome::skipped("not selected (measured during the storm)"),
         convergence: Outcome::skipped("not selected"),
         grpc: Outcome::skipped("not selected"),
+        fault_storm: Outcome::skipped("not selected"),
     };
-    let cluster_scenarios = ["grpc", "storm", "convergence", "memory"];
+    let cluster_scenarios = ["grpc", "storm", "convergence", "memory", "fault_storm"];
     if !cluster_scenarios.iter().any(|s| options.selected(s)) {
         return results;
     }
@@ -49,6 +51,9 @@ pub async fn run(options: &Options) -> Results {
             if options.selected("grpc") {
                 results.grpc = Outcome::from_error(&e);
             }
+            if options.selected("fault_storm") {
+                results.fault_storm = Outcome::from_error(&e);
+            }
             return results;
         }
     };
@@ -62,6 +67,15 @@ pub async fn run(options: &Options) -> Results {
     if options.selected("storm") {
         eprintln!("bench: storm ({} PeerPods)", options.storm);
         (results.storm, results.cloud_calls) = storm::run(options, &cluster).await;
+    }
+    if options.selected("fault_storm") {
+        let clouds: Vec<&str> = options
+            .fault_storm_clouds
+            .iter()
+            .map(String::as_str)
+            .collect();
+        results.fault_storm =
+            Outcome::from_result(fault_storm::run(options, &cluster, &clouds).await);
     }
     if options.selected("convergence") {
         eprintln!("bench: convergence ({} nodes)", options.convergence_nodes);
