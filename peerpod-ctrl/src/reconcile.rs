@@ -75,6 +75,14 @@ impl Context {
         self.deletion_seen().remove(key);
         self.in_progress().remove(key);
     }
+
+    /// After a re-list: forgets every object the new list did not bring back. Its Delete event was missed (the
+    /// watch was down meanwhile), so nothing else would ever forget it.
+    fn forget_absent(&self, listed: impl Fn(&ObjectRef<PeerPod>) -> bool) {
+        self.failures.retain(|key| listed(key));
+        self.deletion_seen().retain(|key, _| listed(key));
+        self.in_progress().retain(|key, _| listed(key));
+    }
 }
 
 /// Settings of the reconciler.
@@ -124,6 +132,7 @@ pub async fn run(
         tx.send_replace(Some(store.clone()));
     }
     let forget = ctx.clone();
+    let listed = store.clone();
     // A streaming list (watch with initial events) instead of paged LISTs: the objects arrive one by one, so
     // no page of hundreds of full PeerPods (managedFields included) is ever held at once. 10,000 PeerPods:
     // 43 MiB → 41.5 MiB peak RSS (make bench).
@@ -139,7 +148,12 @@ pub async fn run(
                     if let watcher::Event::Delete(p) = &event {
                         forget.forget_object(&ObjectRef::from_obj(p));
                     }
-                    cache.apply(&event).map(Ok)
+                    let request = cache.apply(&event).map(Ok);
+                    if let watcher::Event::InitDone = &event {
+                        // The cache now holds exactly the new list.
+                        forget.forget_absent(|key| listed.get(key).is_some());
+                    }
+                    request
                 }
                 Err(error) => Some(Err(error)),
             };
