@@ -4,7 +4,8 @@
 //! governor rate limiter keeps the provider under EC2's request limits, the shared cloud call
 //! counter counts it (by operation and result),
 //! and a failure becomes a [`Failure`] with secrets removed. The SDK's own retries (standard
-//! mode, `AWS_MAX_ATTEMPTS`) happen inside one counted call.
+//! mode, `AWS_MAX_ATTEMPTS`) happen inside one counted call; each of its attempts is counted too
+//! (`attempts`).
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -20,6 +21,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
 
 use super::NAME;
+use super::attempts::AttemptCounter;
 use super::failure::{Failure, Redactor, classify_service_error};
 use super::settings::AwsSettings;
 use super::visibility::NotFoundWindow;
@@ -114,7 +116,11 @@ impl Ec2 {
         let per_second = NonZeroU32::new(settings.calls_per_second).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(settings.call_burst).unwrap_or(per_second);
         Ok(Self {
-            client: aws_sdk_ec2::Client::new(&sdk_config),
+            client: aws_sdk_ec2::Client::from_conf(
+                aws_sdk_ec2::config::Builder::from(&sdk_config)
+                    .interceptor(AttemptCounter::new(calls.clone()))
+                    .build(),
+            ),
             permits: Semaphore::new(settings.max_concurrent_calls.max(1)),
             limiter: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
             calls,

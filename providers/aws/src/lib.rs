@@ -7,6 +7,7 @@
 //! - `deleter`: the task that runs those rules against EC2.
 //! - `ec2`: every EC2 call, bounded, rate-limited, counted; `failure`: what an EC2 error means.
 
+mod attempts;
 mod batch;
 mod deleter;
 mod ec2;

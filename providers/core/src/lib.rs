@@ -26,7 +26,7 @@ mod redact;
 pub use budget::{Budgeted, CallBudget};
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
-pub use metrics::{CloudCallLabels, CloudCalls, ProviderLabels};
+pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
 pub use ownership::{
     CLOUDS_WITH_TAGS, DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete,
     parse_tags, require_owner_choice,

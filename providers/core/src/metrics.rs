@@ -9,6 +9,26 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// The `result` values of [`CloudCalls::record_attempt`].
+pub const ATTEMPT_RESULTS: [&str; 5] = [
+    "ok",
+    "throttled",
+    "server_error",
+    "client_error",
+    "transport_error",
+];
+
+/// The attempt result of an HTTP status (`None`: no answer), for the backends that speak HTTP.
+pub fn attempt_result(status: Option<u16>) -> &'static str {
+    match status {
+        None => "transport_error",
+        Some(429) => "throttled",
+        Some(s) if (200..400).contains(&s) => "ok",
+        Some(s) if s >= 500 => "server_error",
+        Some(_) => "client_error",
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CloudCallLabels {
     pub provider: &'static str,
@@ -44,6 +64,8 @@ fn batch_histogram() -> Histogram {
 #[derive(Clone, Debug)]
 pub struct CloudCalls {
     calls: Family<CloudCallLabels, Counter>,
+    /// Every HTTP attempt, the SDKs' own retries included (see [`CloudCalls::record_attempt`]).
+    attempts: Family<CloudCallLabels, Counter>,
     batch_sizes: HistogramFamily<ProviderLabels>,
     durations: HistogramFamily<OperationLabels>,
 }
@@ -52,6 +74,7 @@ impl Default for CloudCalls {
     fn default() -> Self {
         CloudCalls {
             calls: Family::default(),
+            attempts: Family::default(),
             batch_sizes: Family::new_with_constructor(batch_histogram),
             durations: Family::new_with_constructor(latency_histogram),
         }
@@ -88,6 +111,42 @@ impl CloudCalls {
             .observe(took.as_secs_f64());
     }
 
+    /// Counts one attempt of a cloud call: each HTTP request sent, a retry by the cloud's SDK
+    /// included, so throttling and errors the SDK absorbed inside one counted call still show.
+    /// `result` is one of [`ATTEMPT_RESULTS`]: `ok`, `throttled` (HTTP 429, or the cloud's own
+    /// throttling answer), `server_error` (5xx), `client_error` (other 4xx) or `transport_error`
+    /// (no answer: connect, TLS, timeout).
+    pub fn record_attempt(
+        &self,
+        provider: &'static str,
+        operation: &'static str,
+        result: &'static str,
+    ) {
+        self.attempts
+            .get_or_create(&CloudCallLabels {
+                provider,
+                operation,
+                result,
+            })
+            .inc();
+    }
+
+    /// Attempts recorded so far with these labels (for tests and figures).
+    pub fn attempts(
+        &self,
+        provider: &'static str,
+        operation: &'static str,
+        result: &'static str,
+    ) -> u64 {
+        self.attempts
+            .get_or_create(&CloudCallLabels {
+                provider,
+                operation,
+                result,
+            })
+            .get()
+    }
+
     /// Records how many instance ids one batched cloud call carried.
     pub fn record_batch(&self, provider: &'static str, ids: usize) {
         self.batch_sizes
@@ -102,6 +161,11 @@ impl CloudCalls {
             "cloud_api_calls",
             "Calls to cloud APIs by provider, operation and result",
             self.calls.clone(),
+        );
+        registry.register(
+            "cloud_api_attempts",
+            "HTTP attempts of cloud API calls (SDK retries included) by provider, operation and result: ok, throttled, server_error, client_error, transport_error",
+            self.attempts.clone(),
         );
         registry.register(
             "cloud_api_call_duration_seconds",
