@@ -15,6 +15,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
 
 use crate::error::{Error, status};
+use crate::load::RateLimitedLog;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::token_cache::{InFlight, Lru, TokenKey, key_of};
 
@@ -195,6 +196,8 @@ pub struct TokenReviewer {
     refused: Mutex<Lru<CachedVerdict>>,
     /// Reviews running now, one per token, shared by concurrent callers with that token.
     in_flight: InFlight<CachedVerdict>,
+    /// Rejected calls are logged at most once per period, with how many there were.
+    rejections: RateLimitedLog,
     metrics: Metrics,
 }
 
@@ -252,6 +255,7 @@ impl TokenReviewer {
             allowed: Mutex::new(Lru::new(MAX_ALLOWED_ENTRIES)),
             refused: Mutex::new(Lru::new(MAX_REFUSED_ENTRIES)),
             in_flight: InFlight::default(),
+            rejections: RateLimitedLog::new(crate::load::LOG_EVERY),
             metrics,
         }
     }
@@ -472,7 +476,10 @@ where
                         request.extensions_mut().insert(caller);
                     }
                     Err(e) => {
-                        tracing::warn!(error = %e, reason = e.reason(), path = %request.uri().path(), "call rejected");
+                        // Anyone who reaches the port can send garbage: a line per period.
+                        if let Some(rejected) = reviewer.rejections.admit() {
+                            tracing::warn!(error = %e, reason = e.reason(), path = %request.uri().path(), rejected, "call rejected; rejections are logged at most every 10 s");
+                        }
                         return Ok(status(&e).into_http());
                     }
                 }

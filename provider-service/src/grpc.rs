@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use crate::auth::Caller;
 use crate::deletes::{Answer, Deletes};
 use crate::error::{Error, ProviderError};
+use crate::load::RateLimitedLog;
 use crate::metrics::Metrics;
 use crate::provider::{
     Capacity, DeleteOutcome, Figure, Health, Instance, Provider, Requester, TagSelector,
@@ -40,6 +41,9 @@ pub struct ProviderApi {
     registry: SharedRegistry,
     metrics: Metrics,
     deletes: Deletes,
+    /// Callers' mistakes (bad input, unknown names) are logged at most once per period: one
+    /// client sending garbage must not flood the logs.
+    refusals: Arc<RateLimitedLog>,
 }
 
 impl ProviderApi {
@@ -49,6 +53,7 @@ impl ProviderApi {
             registry,
             metrics,
             deletes,
+            refusals: Arc::new(RateLimitedLog::new(crate::load::LOG_EVERY)),
         }
     }
 
@@ -77,6 +82,10 @@ impl ProviderApi {
                 let e: &Error = e.borrow();
                 if e.is_internal() {
                     tracing::error!(error = %e, reason = e.reason(), "call failed");
+                } else if is_callers_mistake(e) {
+                    if let Some(refused) = self.refusals.admit() {
+                        tracing::warn!(error = %e, reason = e.reason(), refused, "call refused; such refusals are logged at most every 10 s");
+                    }
                 } else {
                     tracing::warn!(error = %e, reason = e.reason(), "call failed");
                 }
@@ -249,6 +258,16 @@ fn delete_answer(outcome: DeleteOutcome) -> (pb::DeleteInstanceResponse, &'stati
         retry_after: None,
     };
     (body, outcome.as_str())
+}
+
+/// Errors that only the caller's request caused (and anyone who reaches the port can cause).
+fn is_callers_mistake(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Provider(
+            ProviderError::InvalidArgument { .. } | ProviderError::UnknownProvider { .. }
+        )
+    )
 }
 
 fn check_len(field: &'static str, value: &str, max: usize) -> Result<(), ProviderError> {

@@ -121,6 +121,10 @@ impl<T> InFlight<T> {
     pub fn len(&self) -> usize {
         self.flights.lock().map(|f| f.len()).unwrap_or(0)
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 #[cfg(test)]
