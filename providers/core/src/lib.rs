@@ -10,6 +10,8 @@
 //! - [`OwnerTag`]: the cluster tag an instance must carry to be deleted (`CLUSTER_TAG`,
 //!   `DELETE_UNTAGGED`), and [`parse_tags`] for cloud-api-adaptor's `TAGS`.
 //! - [`Redactor`]: keeps configured secrets out of cloud error texts.
+//! - [`NotFoundWindow`]: when a cloud's NotFound for an instance proves it gone (eventual
+//!   consistency after a create).
 //!
 //! A cloud backend is its own crate (`providers/<cloud>`) that implements [`Provider`] with this
 //! crate alone; provider-service maps a configured name to the backend (behind a cargo feature).
@@ -19,6 +21,7 @@ pub mod config;
 mod error;
 pub mod http;
 mod metrics;
+mod not_found_window;
 mod ownership;
 pub mod provider;
 mod redact;
@@ -27,6 +30,7 @@ pub use budget::{Budgeted, CallBudget};
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
 pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
+pub use not_found_window::{NotFoundWindow, Verdict as NotFoundVerdict};
 pub use ownership::{
     CLOUDS_WITH_TAGS, DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete,
     parse_tags, require_owner_choice,
