@@ -33,8 +33,8 @@ use compute::{Compute, Target};
 use failure::Failure;
 use operation::Progress;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, OwnerTag, Provider,
-    ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, NotFoundWindow, OwnerTag,
+    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 
 /// The `cloud_provider` name of this backend.
@@ -48,12 +48,21 @@ const POLL_FIRST: Duration = Duration::from_millis(250);
 const POLL_MAX: Duration = Duration::from_secs(5);
 /// A bound on `instances.list` pages (500 instances each) against a looping page token.
 const MAX_PAGES: usize = 1000;
+/// How long `instances.get` must keep answering 404 for an instance this process never saw
+/// deleted before it counts as gone (`GCP_NOT_FOUND_WINDOW_SECS`). Compute Engine does not
+/// document a lag after `instances.insert`, so the window only costs time on an id that never
+/// existed, and guards a VM created moments ago against being released on a stale read.
+const NOT_FOUND_WINDOW: Duration = Duration::from_secs(120);
+/// The setting of [`NOT_FOUND_WINDOW`].
+pub const NOT_FOUND_WINDOW_SETTING: &str = "GCP_NOT_FOUND_WINDOW_SECS";
 
 pub struct GcpProvider {
     compute: Compute,
     delete_timeout: Duration,
     /// With `CLUSTER_TAG`, only instances carrying that label are deleted.
     owner: OwnerTag,
+    /// When a 404 proves an instance gone (see `NotFoundWindow`).
+    not_found: NotFoundWindow,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -75,8 +84,15 @@ impl GcpProvider {
         )
         .map_err(config_error)?;
         let owner = OwnerTag::from_config(config)?;
+        let not_found = NotFoundWindow::from_config(
+            config,
+            "Compute Engine",
+            NOT_FOUND_WINDOW_SETTING,
+            NOT_FOUND_WINDOW,
+        )?;
         Ok(GcpProvider {
             owner,
+            not_found,
             ..Self::new(settings, calls).await?
         })
     }
@@ -104,6 +120,11 @@ impl GcpProvider {
             compute,
             delete_timeout: DELETE_TIMEOUT,
             owner: OwnerTag::default(),
+            not_found: NotFoundWindow::new(
+                "Compute Engine",
+                NOT_FOUND_WINDOW_SETTING,
+                NOT_FOUND_WINDOW,
+            ),
         })
     }
 
@@ -120,8 +141,14 @@ impl GcpProvider {
         // deleted, and with a cluster tag another cluster's (or an unlabelled) one is not ours.
         // The one lookup before the DELETE; it also answers for an instance already gone.
         let labels: BTreeMap<String, String> = match self.compute.get_instance(name).await {
-            Ok(instance) => instance.labels.into_iter().collect(),
-            Err(failure) if failure.is_not_found() => return Ok(DeleteOutcome::AlreadyGone),
+            Ok(instance) => {
+                self.not_found.found(name);
+                instance.labels.into_iter().collect()
+            }
+            // Believed only after this process's own accepted delete, or once it persisted.
+            Err(failure) if failure.is_not_found() => {
+                return self.not_found.answer(name, std::time::Instant::now());
+            }
             Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
         };
         self.owner.check(name, &labels)?;
@@ -132,7 +159,11 @@ impl GcpProvider {
         let mut was_busy = false;
         loop {
             let operation = match self.compute.delete_instance(name, &request).await {
-                Ok(operation) => operation,
+                Ok(operation) => {
+                    self.not_found
+                        .delete_accepted(name, std::time::Instant::now());
+                    operation
+                }
                 Err(failure) if failure.is_not_found() => {
                     return Ok(if was_busy {
                         DeleteOutcome::Deleted

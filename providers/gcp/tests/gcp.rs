@@ -74,17 +74,33 @@ async fn deleting_a_vm_that_is_gone_is_already_gone_every_time() {
         gcp.delete_instance(&id).await.expect("second"),
         DeleteOutcome::AlreadyGone
     );
-    assert_eq!(
-        gcp.delete_instance("podvm-never-existed")
-            .await
-            .expect("unknown"),
-        DeleteOutcome::AlreadyGone
+    // An id never seen deleted is not believed gone on its first 404: it may be an instance
+    // created moments ago (GCP_NOT_FOUND_WINDOW_SECS); the answer is retryable.
+    let unknown = gcp.delete_instance("podvm-never-existed").await;
+    assert!(
+        matches!(&unknown, Err(Error::Unavailable { message }) if message.contains("GCP_NOT_FOUND_WINDOW_SECS")),
+        "{unknown:?}"
     );
     // The 404s of the lookup before each DELETE are answers, not retried, and nothing is
     // deleted after them.
     assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
     assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 0);
     assert_eq!(deletes_sent(&emulator, "podvm-never-existed"), 0);
+}
+
+/// With the window at zero a 404 is trusted at once, as before the window.
+#[tokio::test]
+async fn a_zero_not_found_window_trusts_a_404_at_once() {
+    let emulator = emulator();
+    let mut config = emulator.config();
+    config.push(("GCP_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
+    let gcp = provider_with(config, CloudCalls::default()).await;
+    assert_eq!(
+        gcp.delete_instance("podvm-never-existed")
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
 }
 
 #[tokio::test]
@@ -532,13 +548,10 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
         DeleteOutcome::Deleted
     );
     assert!(!emulator.vm_or_parts_exist(&ours));
-    assert_eq!(
-        guarded
-            .delete_instance("podvm-never-existed")
-            .await
-            .expect("gone"),
-        DeleteOutcome::AlreadyGone
-    );
+    assert!(matches!(
+        guarded.delete_instance("podvm-never-existed").await,
+        Err(Error::Unavailable { .. })
+    ));
 }
 
 /// An instance labelled `peerpods-do-not-delete` (the spelling GCP label keys allow) is refused
