@@ -66,6 +66,15 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
                 "deploy/chart/peerpods/examples/alongside-caa.yaml",
             ],
         ),
+        // The same with our webhook instead of CAA's (webhook.enabled=true).
+        (
+            "alongside-caa-our-webhook",
+            vec![
+                DEV_VALUES,
+                "deploy/chart/peerpods/examples/alongside-caa.yaml",
+                "deploy/tests/values-our-webhook.yaml",
+            ],
+        ),
     ] {
         let mut lint = vec!["lint", "--strict", CHART, "--kube-version", KUBE_VERSION];
         for v in &values {
@@ -207,6 +216,9 @@ async fn values_schema_refuses_bad_values() {
         ("providerService.cloudProviders={nimbus}", "cloudProviders"),
         ("networkPolicy.caaNodeCIDRs[0]=not-a-cidr", "caaNodeCIDRs"),
         ("peerPodConfigCtrl.enabled=sometimes", "enabled"),
+        ("webhook.enabled=sometimes", "enabled"),
+        ("webhook.failurePolicy=Never", "failurePolicy"),
+        ("webhook.targetRuntimeClass=Kata_Remote", "targetRuntimeClass"),
         ("unknownSetting=true", "unknownSetting"),
     ] {
         let (ok, _, err) = run(
