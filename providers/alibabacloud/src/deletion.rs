@@ -8,7 +8,9 @@
 //! leaks. Here the EIP is found from the cloud instead, and released FIRST: the add-on NIC is
 //! deleted with the instance (`DeleteOnRelease`), after which nothing links the EIP to it.
 //!
-//! 1. `DescribeInstances` for the id: absent → already gone (no other call); present without the
+//! 1. `DescribeInstances` for the id: absent → already gone (no other call) once believed (after
+//!    this process's accepted delete, or when it stays absent for `ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`:
+//!    ECS documents that a new instance may be unlisted for a while); present without the
 //!    cluster tag (`CLUSTER_TAG`) → refused, nothing deleted.
 //! 2. For each secondary NIC: `DescribeEipAddresses` bound to it (every page); unassociate,
 //!    wait for `Available`, release, wait until gone (each bounded).
@@ -19,7 +21,7 @@
 
 use std::time::Duration;
 
-use peerpods_provider_core::{DeleteOutcome, Error, OwnerTag};
+use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag};
 use tokio::time::Instant;
 
 use super::answers::{self, EcsInstance, Eip};
@@ -33,6 +35,9 @@ pub struct Deletion<'a> {
     pub poll_interval: Duration,
     /// The tag an instance must carry to be deleted.
     pub owner: &'a OwnerTag,
+    /// When an instance `DescribeInstances` does not list is gone (ECS is eventually consistent
+    /// after `RunInstances`).
+    pub not_found: &'a NotFoundWindow,
 }
 
 /// EIPs per `DescribeEipAddresses` page: the API's maximum.
@@ -45,8 +50,12 @@ fn param(key: &str, value: impl Into<String>) -> (String, String) {
 impl Deletion<'_> {
     pub async fn run(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let Some(instance) = self.describe(instance_id).await? else {
-            return Ok(DeleteOutcome::AlreadyGone);
+            // Believed only after this process's own accepted delete, or once it persisted.
+            return self
+                .not_found
+                .answer(instance_id, std::time::Instant::now());
         };
+        self.not_found.found(instance_id);
         self.owner.check(instance_id, &instance.tags)?;
         for nic in &instance.secondary_nics {
             for eip in self.eips_bound_to(nic).await? {
@@ -64,7 +73,11 @@ impl Deletion<'_> {
                 )
                 .await;
             match answer {
-                Ok(_) => break,
+                Ok(_) => {
+                    self.not_found
+                        .delete_accepted(instance_id, std::time::Instant::now());
+                    break;
+                }
                 Err(Failure::NotFound { .. }) => return Ok(DeleteOutcome::AlreadyGone),
                 Err(Failure::WrongState { code }) => {
                     if Instant::now() >= deadline {

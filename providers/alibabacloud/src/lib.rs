@@ -18,10 +18,12 @@ mod instance_id;
 mod settings;
 mod signature;
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Figure, Health, Instance, OwnerTag, Provider,
-    ProviderConfig, ProviderName, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, Figure, Health, Instance, NotFoundWindow, OwnerTag,
+    Provider, ProviderConfig, ProviderName, TagSelector,
 };
 
 use answers::EcsInstance;
@@ -41,10 +43,19 @@ const MAX_TAG_FILTERS: usize = 20;
 const MAX_VCPUS: &str = "max-postpaid-instance-vcpu-count";
 const USED_VCPUS: &str = "used-postpaid-instance-vcpu-count";
 
+/// How long `DescribeInstances` must keep not listing an instance this process never saw
+/// deleted before it counts as gone (`ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`): ECS is eventually
+/// consistent ("ECS OpenAPI eventual consistency": right after `RunInstances`, `DescribeInstances`
+/// may return an empty list or `InvalidInstance.NotFound`); five minutes, as for EC2.
+const NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
+/// The setting of [`NOT_FOUND_WINDOW`].
+pub const NOT_FOUND_WINDOW_SETTING: &str = "ALIBABACLOUD_NOT_FOUND_WINDOW_SECS";
+
 pub struct AlibabaCloudProvider {
     api: Api,
     settings: Settings,
     owner: OwnerTag,
+    not_found: NotFoundWindow,
 }
 
 impl std::fmt::Debug for AlibabaCloudProvider {
@@ -69,10 +80,13 @@ impl AlibabaCloudProvider {
             message: problem.1,
         })?;
         let owner = OwnerTag::from_config(config)?;
+        let not_found =
+            NotFoundWindow::from_config(config, "ECS", NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
         Ok(Self {
             api,
             settings,
             owner,
+            not_found,
         })
     }
 
@@ -83,6 +97,7 @@ impl AlibabaCloudProvider {
             wait_timeout: self.settings.wait_timeout,
             poll_interval: self.settings.poll_interval,
             owner: &self.owner,
+            not_found: &self.not_found,
         }
     }
 

@@ -164,10 +164,26 @@ async fn an_instance_without_eip_is_deleted_without_vpc_calls() {
     assert_eq!(emulator.requests_of("DescribeEipAddresses"), 0);
 }
 
+/// ECS is eventually consistent after `RunInstances`: an id it does not list, never seen
+/// deleted by this process, is not believed gone inside the window; the answer is retryable.
+#[tokio::test]
+async fn an_unknown_instance_is_not_gone_inside_the_window() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _calls) = provider(&emulator, &[]);
+
+    let answer = provider.delete_instance("i-2zeunknown0000001").await;
+
+    assert!(
+        matches!(&answer, Err(Error::Unavailable { message }) if message.contains("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS")),
+        "{answer:?}"
+    );
+    assert_eq!(emulator.requests_of("DeleteInstance"), 0);
+}
+
 #[tokio::test]
 async fn an_unknown_instance_is_already_gone() {
     let emulator = AlibabaCloudEmulator::start();
-    let (provider, calls) = provider(&emulator, &[]);
+    let (provider, calls) = provider(&emulator, &[("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "0")]);
 
     let outcome = provider
         .delete_instance("i-2zeunknown0000001")

@@ -48,10 +48,9 @@ async fn slow_answers_and_long_operations_complete() {
         .await;
 }
 
-/// EC2-style eventual consistency on this cloud: fails today (the reason below), kept so the
-/// rule can be turned on and checked here.
+/// ECS's documented eventual consistency: an instance `DescribeInstances` does not list yet,
+/// inside ALIBABACLOUD_NOT_FOUND_WINDOW_SECS, is retryable, not gone.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the Alibaba Cloud backend answers AlreadyGone for an instance DescribeInstances does not list yet; it has no consistency window yet"]
 async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
     let emulator = emulator();
     let provider = provider(&emulator, &[]).await;
