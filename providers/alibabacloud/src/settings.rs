@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use peerpods_provider_core::{ProviderConfig, SecretString};
+use peerpods_provider_core::{Error, ProviderConfig, SecretString};
 
 /// cloud-api-adaptor's key of the access key id.
 pub const ACCESS_KEY_ID: &str = "ALIBABACLOUD_ACCESS_KEY_ID";
@@ -62,7 +62,7 @@ pub struct Settings {
     pub poll_interval: Duration,
 }
 
-/// An unusable key: which, and why (never the value).
+/// An unusable key: which, and why (never a credential's value).
 #[derive(Debug, PartialEq, Eq)]
 pub struct SettingsProblem {
     pub key: &'static str,
@@ -98,7 +98,7 @@ impl Settings {
         })?;
         Ok(Settings {
             cluster_tags: parse_tags(config.get(TAGS).unwrap_or(""))?,
-            max_attempts: number(config, MAX_ATTEMPTS, 3, 1, 10)?,
+            max_attempts: typed(MAX_ATTEMPTS, config.number_in(MAX_ATTEMPTS, 1..=10))?.unwrap_or(3),
             request_timeout: millis(config, REQUEST_TIMEOUT_MS, 10_000)?,
             wait_timeout: millis(config, WAIT_TIMEOUT_MS, 30_000)?,
             poll_interval: millis(config, POLL_INTERVAL_MS, 1_000)?,
@@ -145,40 +145,27 @@ fn endpoint(
     Ok(url.to_owned())
 }
 
-fn number(
-    config: &ProviderConfig,
-    key: &'static str,
-    default: u32,
-    min: u32,
-    max: u32,
-) -> Result<u32, SettingsProblem> {
-    let Some(value) = config.get(key) else {
-        return Ok(default);
-    };
-    match value.parse::<u32>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(SettingsProblem {
-            key,
-            reason: format!("expected a whole number from {min} to {max}"),
-        }),
-    }
-}
-
+/// A duration in milliseconds greater than zero, `default` when unset.
 fn millis(
     config: &ProviderConfig,
     key: &'static str,
     default: u64,
 ) -> Result<Duration, SettingsProblem> {
-    let Some(value) = config.get(key) else {
-        return Ok(Duration::from_millis(default));
-    };
-    match value.parse::<u64>() {
-        Ok(n) if n > 0 => Ok(Duration::from_millis(n)),
-        _ => Err(SettingsProblem {
-            key,
-            reason: "expected a positive number of milliseconds".into(),
-        }),
-    }
+    Ok(typed(key, config.positive_duration_ms(key))?.unwrap_or(Duration::from_millis(default)))
+}
+
+/// A typed getter's refusal of `key` as a settings problem.
+fn typed<T>(
+    key: &'static str,
+    got: Result<Option<T>, Error>,
+) -> Result<Option<T>, SettingsProblem> {
+    got.map_err(|error| SettingsProblem {
+        key,
+        reason: match error {
+            Error::Config { message, .. } => message,
+            other => other.to_string(),
+        },
+    })
 }
 
 /// `k=v,k2=v2` as cloud-api-adaptor's `KeyValueFlag` reads it; blanks are skipped.
@@ -259,5 +246,12 @@ mod tests {
             let problem = settings(&pairs).expect_err(bad);
             assert_eq!(problem.key, key);
         }
+        // Numbers and durations are read by the shared typed getters: the refusal says what the key takes.
+        let mut pairs = KEYS.to_vec();
+        pairs.push((MAX_ATTEMPTS, "11"));
+        assert_eq!(
+            settings(&pairs).expect_err("out of range").reason,
+            r#"expected a whole number from 1 to 10, got "11""#
+        );
     }
 }

@@ -53,12 +53,10 @@ impl AwsProvider {
     /// Builds the provider from the `AWS_*` keys of `config`, counting its EC2 calls in `calls`.
     /// Must run inside a tokio runtime: it starts the task that batches deletions.
     pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = AwsSettings::from_lookup(|key| config.get(key).map(str::to_owned)).map_err(
-            |problem| Error::Config {
-                key: problem.key,
-                message: problem.reason,
-            },
-        )?;
+        let settings = AwsSettings::from_config(config).map_err(|problem| Error::Config {
+            key: problem.key,
+            message: problem.reason,
+        })?;
         Self::new(settings, calls).await
     }
 

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use peerpods_provider_core::{Error, OwnerTag, parse_tags};
+use peerpods_provider_core::{Error, OwnerTag, ProviderConfig, parse_tags};
 
 use super::batch::BatchPolicy;
 use super::visibility::DEFAULT_NOT_FOUND_WINDOW;
@@ -68,14 +68,10 @@ pub struct SettingsProblem {
 }
 
 impl AwsSettings {
-    /// Reads the settings through `lookup` (configuration directory first, environment second:
-    /// the caller decides). Blank values count as unset.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsProblem> {
-        let get = |key: &str| {
-            lookup(key)
-                .map(|value| value.trim().to_owned())
-                .filter(|value| !value.is_empty())
-        };
+    /// Reads the settings from `config` (blank values count as unset); numbers and durations through its
+    /// typed getters.
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, SettingsProblem> {
+        let get = |key: &str| config.get(key).map(str::to_owned);
         let credentials = match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
             (Some(access_key_id), Some(secret_access_key)) => Some(StaticCredentials {
                 access_key_id,
@@ -97,7 +93,7 @@ impl AwsSettings {
         }
         let defaults = BatchPolicy::default();
         let millis = |key: &'static str, default: Duration| -> Result<Duration, SettingsProblem> {
-            Ok(number::<u64>(key, get(key))?.map_or(default, Duration::from_millis))
+            Ok(typed(config.duration_ms(key))?.unwrap_or(default))
         };
         Ok(Self {
             region: get("AWS_REGION"),
@@ -114,28 +110,20 @@ impl AwsSettings {
             batch: BatchPolicy {
                 idle: millis("AWS_DELETE_BATCH_IDLE_MS", defaults.idle)?,
                 max_wait: millis("AWS_DELETE_BATCH_MAX_WAIT_MS", defaults.max_wait)?,
-                max_ids: positive("AWS_DELETE_BATCH_MAX_IDS", get("AWS_DELETE_BATCH_MAX_IDS"))?
+                max_ids: typed(config.positive("AWS_DELETE_BATCH_MAX_IDS"))?
                     .unwrap_or(defaults.max_ids)
                     // EC2's own limit per TerminateInstances call.
                     .min(1000),
             },
-            max_concurrent_calls: positive(
-                "AWS_MAX_CONCURRENT_CALLS",
-                get("AWS_MAX_CONCURRENT_CALLS"),
-            )?
-            .unwrap_or(8),
+            max_concurrent_calls: typed(config.positive("AWS_MAX_CONCURRENT_CALLS"))?.unwrap_or(8),
             // EC2 refills its API token buckets at 5 (mutating) to 20 (describe) calls/s per account.
-            calls_per_second: positive("AWS_CALLS_PER_SECOND", get("AWS_CALLS_PER_SECOND"))?
-                .unwrap_or(20),
-            call_burst: positive("AWS_CALL_BURST", get("AWS_CALL_BURST"))?.unwrap_or(50),
-            max_attempts: positive("AWS_MAX_ATTEMPTS", get("AWS_MAX_ATTEMPTS"))?.unwrap_or(3),
+            calls_per_second: typed(config.positive("AWS_CALLS_PER_SECOND"))?.unwrap_or(20),
+            call_burst: typed(config.positive("AWS_CALL_BURST"))?.unwrap_or(50),
+            max_attempts: typed(config.positive("AWS_MAX_ATTEMPTS"))?.unwrap_or(3),
             connect_timeout: millis("AWS_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
             operation_timeout: millis("AWS_OPERATION_TIMEOUT_MS", Duration::from_secs(60))?,
-            not_found_window: number::<u64>(
-                "AWS_NOT_FOUND_WINDOW_SECS",
-                get("AWS_NOT_FOUND_WINDOW_SECS"),
-            )?
-            .map_or(DEFAULT_NOT_FOUND_WINDOW, Duration::from_secs),
+            not_found_window: typed(config.duration_secs("AWS_NOT_FOUND_WINDOW_SECS"))?
+                .unwrap_or(DEFAULT_NOT_FOUND_WINDOW),
         })
     }
 
@@ -159,31 +147,9 @@ fn missing(key: &'static str, other: &str) -> SettingsProblem {
     }
 }
 
-fn number<T: std::str::FromStr>(
-    key: &'static str,
-    value: Option<String>,
-) -> Result<Option<T>, SettingsProblem> {
-    value
-        .map(|value| {
-            value.parse::<T>().map_err(|_| SettingsProblem {
-                key: key.to_owned(),
-                reason: "must be a non-negative whole number".into(),
-            })
-        })
-        .transpose()
-}
-
-fn positive<T>(key: &'static str, value: Option<String>) -> Result<Option<T>, SettingsProblem>
-where
-    T: std::str::FromStr + PartialEq + Default,
-{
-    match number::<T>(key, value)? {
-        Some(n) if n == T::default() => Err(SettingsProblem {
-            key: key.to_owned(),
-            reason: "must be greater than zero".into(),
-        }),
-        other => Ok(other),
-    }
+/// A typed getter's refusal as a settings problem.
+fn typed<T>(got: Result<Option<T>, Error>) -> Result<Option<T>, SettingsProblem> {
+    got.map_err(from_core)
 }
 
 /// A core configuration error (key and message) as a settings problem.
@@ -203,14 +169,9 @@ fn from_core(error: Error) -> SettingsProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn settings(pairs: &[(&str, &str)]) -> Result<AwsSettings, SettingsProblem> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        AwsSettings::from_lookup(|key| map.get(key).cloned())
+        AwsSettings::from_config(&ProviderConfig::from_pairs(pairs.iter().copied()))
     }
 
     #[test]
@@ -285,6 +246,12 @@ mod tests {
                 .expect_err("nan")
                 .key,
             "AWS_CALLS_PER_SECOND"
+        );
+        assert_eq!(
+            settings(&[("AWS_CALLS_PER_SECOND", "fast")])
+                .expect_err("nan")
+                .reason,
+            r#"expected a whole number greater than zero, got "fast""#
         );
         assert_eq!(
             settings(&[("AWS_ENDPOINT_URL", "127.0.0.1:5000")])

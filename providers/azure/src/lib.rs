@@ -51,11 +51,10 @@ impl AzureProvider {
     /// Builds the provider from the `AZURE_*` keys of `config`, counting its ARM calls in
     /// `calls`. Contacts nothing: tokens are requested on the first call.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = AzureSettings::from_lookup(|key| config.get(key).map(str::to_owned))
-            .map_err(|problem| Error::Config {
-                key: problem.key.to_owned(),
-                message: problem.reason,
-            })?;
+        let settings = AzureSettings::from_config(config).map_err(|problem| Error::Config {
+            key: problem.key.to_owned(),
+            message: problem.reason,
+        })?;
         Self::new(settings, calls)
     }
 

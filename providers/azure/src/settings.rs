@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use peerpods_provider_core::{ExposeSecret, SecretString};
+use peerpods_provider_core::{Error, ExposeSecret, ProviderConfig, SecretString};
 
 // The syntax of ARM names lives with instance ids; settings only apply it to their keys.
 use crate::instance_id::{is_guid, resource_group_problem};
@@ -88,13 +88,10 @@ pub struct SettingsProblem {
 }
 
 impl AzureSettings {
-    /// Reads the settings through `lookup`. Blank values count as unset.
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsProblem> {
-        let get = |key: &str| {
-            lookup(key)
-                .map(|value| value.trim().to_owned())
-                .filter(|value| !value.is_empty())
-        };
+    /// Reads the settings from `config` (blank values count as unset); numbers and durations through its
+    /// typed getters.
+    pub fn from_config(config: &ProviderConfig) -> Result<Self, SettingsProblem> {
+        let get = |key: &str| config.get(key).map(str::to_owned);
         let required = |key: &'static str| {
             get(key).ok_or_else(|| SettingsProblem {
                 key,
@@ -155,9 +152,7 @@ impl AzureSettings {
             None => resource_manager.clone(),
         };
         let millis = |key: &'static str, default: Duration| -> Result<Duration, SettingsProblem> {
-            Ok(number::<u64>(key, get(key))?
-                .map(Duration::from_millis)
-                .unwrap_or(default))
+            Ok(typed(key, config.duration_ms(key))?.unwrap_or(default))
         };
         Ok(AzureSettings {
             subscription_id,
@@ -171,15 +166,14 @@ impl AzureSettings {
             audience,
             ca_bundle: get("AZURE_CA_BUNDLE"),
             owner_tag: owner_tag(get("CLUSTER_TAG"), get("DELETE_UNTAGGED"))?,
-            max_retries: number("AZURE_MAX_RETRIES", get("AZURE_MAX_RETRIES"))?.unwrap_or(3),
+            max_retries: typed("AZURE_MAX_RETRIES", config.number("AZURE_MAX_RETRIES"))?
+                .unwrap_or(3),
             retry_delay: millis("AZURE_RETRY_DELAY_MS", Duration::from_millis(800))?,
-            delete_timeout: Duration::from_secs(
-                number(
-                    "AZURE_DELETE_TIMEOUT_SECONDS",
-                    get("AZURE_DELETE_TIMEOUT_SECONDS"),
-                )?
-                .unwrap_or(300),
-            ),
+            delete_timeout: typed(
+                "AZURE_DELETE_TIMEOUT_SECONDS",
+                config.duration_secs("AZURE_DELETE_TIMEOUT_SECONDS"),
+            )?
+            .unwrap_or(Duration::from_secs(300)),
             poll_interval: millis("AZURE_POLL_INTERVAL_MS", Duration::from_secs(5))?,
             connect_timeout: millis("AZURE_CONNECT_TIMEOUT_MS", Duration::from_secs(10))?,
             request_timeout: millis("AZURE_REQUEST_TIMEOUT_MS", Duration::from_secs(60))?,
@@ -216,18 +210,18 @@ fn https_url(key: &'static str, value: String) -> Result<String, SettingsProblem
     Ok(value.trim_end_matches('/').to_owned())
 }
 
-fn number<T: std::str::FromStr>(
+/// A typed getter's refusal of `key` as a settings problem.
+fn typed<T>(
     key: &'static str,
-    value: Option<String>,
+    got: Result<Option<T>, Error>,
 ) -> Result<Option<T>, SettingsProblem> {
-    value
-        .map(|value| {
-            value.parse::<T>().map_err(|_| SettingsProblem {
-                key,
-                reason: "must be a non-negative whole number".into(),
-            })
-        })
-        .transpose()
+    got.map_err(|error| SettingsProblem {
+        key,
+        reason: match error {
+            Error::Config { message, .. } => message,
+            other => other.to_string(),
+        },
+    })
 }
 
 /// The tag deletions require: `CLUSTER_TAG` unless `DELETE_UNTAGGED=allow` turns the check off.
@@ -281,7 +275,7 @@ mod tests {
         for (k, v) in pairs {
             map.insert((*k).to_owned(), (*v).to_owned());
         }
-        AzureSettings::from_lookup(|key| map.get(key).cloned())
+        AzureSettings::from_config(&ProviderConfig::from_pairs(map))
     }
 
     #[test]
@@ -382,6 +376,12 @@ mod tests {
                 .expect_err("n")
                 .key,
             "AZURE_MAX_RETRIES"
+        );
+        assert_eq!(
+            settings(&[("AZURE_POLL_INTERVAL_MS", "5s")])
+                .expect_err("unit")
+                .reason,
+            r#"expected a whole number of milliseconds, got "5s""#
         );
         assert_eq!(
             settings(&[("CLUSTER_TAG", "novalue")])

@@ -109,11 +109,10 @@ impl ByomProvider {
             .map(|text| text.trim().to_owned())
             .filter(|text| !text.is_empty());
         let settings =
-            ByomSettings::from_lookup(|key| config.get(key).map(str::to_owned), pod_namespace)
-                .map_err(|problem| Error::Config {
-                    key: problem.key.to_owned(),
-                    message: problem.reason,
-                })?;
+            ByomSettings::from_config(config, pod_namespace).map_err(|problem| Error::Config {
+                key: problem.key.to_owned(),
+                message: problem.reason,
+            })?;
         Ok(Self::from_settings(settings, connection, calls))
     }
 

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeSet;
 
+use peerpods_provider_core::{Error, ProviderConfig};
+
 use crate::machine_address::MachineAddress;
 
 /// CAA's default name of the pool state ConfigMap (`POOL_CONFIGMAP_NAME`).
@@ -24,7 +26,7 @@ pub struct ByomSettings {
     pub configmap_name: String,
 }
 
-/// A key whose value cannot be used, and why (never the value itself).
+/// A key whose value cannot be used, and why (never a credential's value).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {
     pub key: &'static str,
@@ -39,19 +41,18 @@ fn problem(key: &'static str, reason: impl Into<String>) -> ConfigProblem {
 }
 
 impl ByomSettings {
-    /// Reads the settings through `lookup` (unset or empty keys are `None`).
+    /// Reads the settings from `config` (unset or empty keys are `None`; numbers through its typed getters).
     /// `pod_namespace` is the namespace of the running pod, when known: CAA's default for
     /// `POOL_NAMESPACE` (it reads the ServiceAccount namespace file, then `POD_NAMESPACE`).
-    pub fn from_lookup(
-        lookup: impl Fn(&str) -> Option<String>,
+    pub fn from_config(
+        config: &ProviderConfig,
         pod_namespace: Option<String>,
     ) -> Result<Self, ConfigProblem> {
-        let max_range = match lookup("MAX_RANGE_IPS") {
-            None => DEFAULT_MAX_RANGE_IPS,
-            Some(value) => match value.trim().parse::<usize>() {
-                Ok(n) if n > 0 => n,
-                _ => return Err(problem("MAX_RANGE_IPS", "must be a positive integer")),
-            },
+        let lookup = |key: &str| config.get(key).map(str::to_owned);
+        let max_range = match config.positive("MAX_RANGE_IPS") {
+            Ok(n) => n.unwrap_or(DEFAULT_MAX_RANGE_IPS),
+            Err(Error::Config { message, .. }) => return Err(problem("MAX_RANGE_IPS", message)),
+            Err(other) => return Err(problem("MAX_RANGE_IPS", other.to_string())),
         };
         let pool_ips = lookup("VM_POOL_IPS").ok_or_else(|| {
             problem(
@@ -176,12 +177,8 @@ mod tests {
         pairs: &[(&str, &str)],
         pod_ns: Option<&str>,
     ) -> Result<ByomSettings, ConfigProblem> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect();
-        ByomSettings::from_lookup(
-            |key| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()),
+        ByomSettings::from_config(
+            &ProviderConfig::from_pairs(pairs.iter().copied()),
             pod_ns.map(str::to_owned),
         )
     }
@@ -267,6 +264,10 @@ mod tests {
         assert_eq!(e.key, "POOL_CONFIGMAP_NAME");
         let e = settings(&[base, ("MAX_RANGE_IPS", "0")], None).unwrap_err();
         assert_eq!(e.key, "MAX_RANGE_IPS");
+        assert_eq!(
+            e.reason,
+            r#"expected a whole number greater than zero, got "0""#
+        );
         let s = settings(
             &[("VM_POOL_IPS", "10.0.0.1-10.0.0.9"), ("MAX_RANGE_IPS", "2")],
             None,

@@ -232,35 +232,22 @@ fn tagging_url(config: &ProviderConfig) -> Result<String, Error> {
 fn call_policy(config: &ProviderConfig) -> Result<CallPolicy, Error> {
     let defaults = CallPolicy::default();
     Ok(CallPolicy {
-        max_retries: number(config, "IBMCLOUD_API_MAX_RETRIES")?
+        max_retries: config
+            .number("IBMCLOUD_API_MAX_RETRIES")?
             .map_or(defaults.max_retries, |n: u32| n.min(10)),
-        backoff: number(config, "IBMCLOUD_API_RETRY_BACKOFF_MS")?
-            .map_or(defaults.backoff, Duration::from_millis),
-        request_timeout: positive(config, "IBMCLOUD_API_TIMEOUT_SECONDS")?
-            .map_or(defaults.request_timeout, Duration::from_secs),
-        delete_timeout: number(config, "IBMCLOUD_DELETE_TIMEOUT_SECONDS")?
-            .map_or(defaults.delete_timeout, Duration::from_secs),
-        delete_poll: positive(config, "IBMCLOUD_DELETE_POLL_MS")?
-            .map_or(defaults.delete_poll, Duration::from_millis),
+        backoff: config
+            .duration_ms("IBMCLOUD_API_RETRY_BACKOFF_MS")?
+            .unwrap_or(defaults.backoff),
+        request_timeout: config
+            .positive_duration_secs("IBMCLOUD_API_TIMEOUT_SECONDS")?
+            .unwrap_or(defaults.request_timeout),
+        delete_timeout: config
+            .duration_secs("IBMCLOUD_DELETE_TIMEOUT_SECONDS")?
+            .unwrap_or(defaults.delete_timeout),
+        delete_poll: config
+            .positive_duration_ms("IBMCLOUD_DELETE_POLL_MS")?
+            .unwrap_or(defaults.delete_poll),
     })
-}
-
-fn number<T: std::str::FromStr>(config: &ProviderConfig, key: &str) -> Result<Option<T>, Error> {
-    config
-        .get(key)
-        .map(|value| {
-            value
-                .parse::<T>()
-                .map_err(|_| config_error(key, "expected a non-negative whole number"))
-        })
-        .transpose()
-}
-
-fn positive(config: &ProviderConfig, key: &str) -> Result<Option<u64>, Error> {
-    match number::<u64>(config, key)? {
-        Some(0) => Err(config_error(key, "must be greater than zero")),
-        other => Ok(other),
-    }
 }
 
 /// An endpoint URL without its trailing slash; it must name its scheme.
@@ -411,7 +398,7 @@ mod tests {
     }
 
     #[test]
-    fn bad_values_name_their_key_never_the_value() {
+    fn bad_values_name_their_key_never_a_credential() {
         let error = VpcSettings::from_config(&config(&[
             ("IBMCLOUD_API_KEY", "k-123456"),
             ("IBMCLOUD_VPC_ENDPOINT", "us-south.iaas.cloud.ibm.com"),
@@ -426,6 +413,11 @@ mod tests {
         .expect_err("zero");
         assert!(matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_DELETE_POLL_MS"));
         assert!(!error.to_string().contains("k-123456"));
+        // A number's own bad value is named (it is no credential), through the shared typed getter.
+        assert_eq!(
+            error.to_string(),
+            r#"config IBMCLOUD_DELETE_POLL_MS: expected a whole number of milliseconds greater than zero, got "0""#
+        );
     }
 
     #[test]

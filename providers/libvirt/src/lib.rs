@@ -105,14 +105,12 @@ impl LibvirtProvider {
                 "libvirt test driver in use: instances are simulated in memory"
             );
         }
-        let call_timeout = match positive(config, "LIBVIRT_CALL_TIMEOUT_SECS")? {
-            Some(secs) => Duration::from_secs(secs),
-            None => DEFAULT_CALL_TIMEOUT,
-        };
-        let max_blocking = match positive(config, "LIBVIRT_MAX_BLOCKING_CALLS")? {
-            Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
-            None => DEFAULT_MAX_BLOCKING_CALLS,
-        };
+        let call_timeout = config
+            .positive_duration_secs("LIBVIRT_CALL_TIMEOUT_SECS")?
+            .unwrap_or(DEFAULT_CALL_TIMEOUT);
+        let max_blocking = config
+            .positive("LIBVIRT_MAX_BLOCKING_CALLS")?
+            .unwrap_or(DEFAULT_MAX_BLOCKING_CALLS);
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
@@ -289,23 +287,6 @@ fn start_event_loop() {
             tracing::warn!(error = %e, "libvirt event loop thread not started: no keepalive");
         }
     });
-}
-
-/// A whole number of at least 1 from `key`, when set.
-fn positive(config: &ProviderConfig, key: &str) -> Result<Option<u64>, Error> {
-    let Some(value) = config.get(key) else {
-        return Ok(None);
-    };
-    value
-        .trim()
-        .parse::<u64>()
-        .ok()
-        .filter(|n| *n >= 1)
-        .map(Some)
-        .ok_or_else(|| Error::Config {
-            key: key.into(),
-            message: format!("{value:?} is not a whole number of at least 1"),
-        })
 }
 
 #[async_trait]
@@ -551,6 +532,24 @@ fn map_error(e: &VirtError) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zero_call_timeout_or_thread_bound_is_refused_naming_key_and_value() {
+        for key in ["LIBVIRT_CALL_TIMEOUT_SECS", "LIBVIRT_MAX_BLOCKING_CALLS"] {
+            let config =
+                ProviderConfig::from_pairs([("LIBVIRT_URI", "test:///default"), (key, "0")])
+                    .for_development(true);
+            let Err(error) = LibvirtProvider::from_config(&config, CloudCalls::default()) else {
+                panic!("{key}=0 was accepted");
+            };
+            let text = error.to_string();
+            assert!(
+                text.starts_with(&format!("config {key}: expected")),
+                "{text}"
+            );
+            assert!(text.ends_with(r#"greater than zero, got "0""#), "{text}");
+        }
+    }
 
     #[test]
     fn finds_file_disks_only() {
