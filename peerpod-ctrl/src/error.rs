@@ -56,6 +56,15 @@ pub enum Error {
     /// provider-service answered with an unexpected error (INTERNAL, UNKNOWN, ...).
     #[error("provider-service failed: {0}")]
     ProviderFailed(String),
+    /// provider-service works, the cloud behind it failed, as provider-service's `google.rpc.ErrorInfo`
+    /// names it: unreachable or answering 5xx (`CloudUnavailable`), throttling (`CloudThrottled`). Retried with
+    /// backoff (after the cloud's delay when it gave one); the circuit breaker counts it against that cloud.
+    #[error("the cloud failed ({reason}): {message}")]
+    CloudFailed {
+        reason: &'static str,
+        message: String,
+        retry_after: Option<Duration>,
+    },
     /// Somebody changed the finalizers between our read and our patch; the next pass sees the new state.
     #[error("finalizers changed concurrently; will re-read")]
     FinalizerConflict,
@@ -73,6 +82,20 @@ pub enum Error {
     Config(String),
 }
 
+/// Longest message a condition or an Event carries: enough for a person to read what failed; a dump of a
+/// nested error's internals (a transport error's `Debug`, a cloud's whole answer) stays in the log.
+pub const MESSAGE_MAX_CHARS: usize = 256;
+
+/// `message` cut to [`MESSAGE_MAX_CHARS`] characters (never inside a character), ending in `…` when cut.
+pub fn human_message(message: &str) -> String {
+    match message.char_indices().nth(MESSAGE_MAX_CHARS - 1) {
+        Some((end, _)) if message[end..].chars().nth(1).is_some() => {
+            format!("{}…", &message[..end])
+        }
+        _ => message.to_owned(),
+    }
+}
+
 impl Error {
     /// Stable, CamelCase reason for conditions, Events and metric labels.
     pub fn reason(&self) -> &'static str {
@@ -86,6 +109,7 @@ impl Error {
             Error::ProviderThrottled { .. } => "ProviderThrottled",
             Error::ProviderUnavailable(_) => "ProviderUnavailable",
             Error::ProviderFailed(_) => "ProviderFailed",
+            Error::CloudFailed { reason, .. } => reason,
             Error::CircuitOpen { .. } => "CircuitOpen",
             Error::FinalizerConflict => "FinalizerConflict",
             Error::Kube(_) => "KubernetesApiError",
@@ -116,8 +140,27 @@ impl Error {
     /// The earliest retry the other side asked for, if it did.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Error::ProviderThrottled { retry_after, .. } => *retry_after,
+            Error::ProviderThrottled { retry_after, .. }
+            | Error::CloudFailed { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_message_is_cut_at_a_character_with_an_ellipsis() {
+        let long = "é".repeat(300);
+        let cut = human_message(&long);
+        assert_eq!(cut.chars().count(), MESSAGE_MAX_CHARS);
+        assert!(cut.ends_with("é…"), "{cut}");
+        // Exactly at the limit, and below: kept whole.
+        let exact = "x".repeat(MESSAGE_MAX_CHARS);
+        assert_eq!(human_message(&exact), exact);
+        assert_eq!(human_message("short"), "short");
+        assert_eq!(human_message(""), "");
     }
 }

@@ -10,6 +10,7 @@ use peerpods_proto::v1::{
 use tonic::Code;
 
 use crate::Error;
+use crate::error::human_message;
 
 pub use peerpods_provider_client::{ProviderClient, ProviderClientConfig};
 
@@ -187,33 +188,48 @@ impl Provider {
 /// `google.rpc.ErrorInfo` reason of provider-service's refusal to delete a VM tagged do-not-delete.
 pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
 
-/// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own.
-fn refusal_reason(reason: &str) -> Option<&'static str> {
+/// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own, with
+/// the status code each comes with. All of them are configuration or guards that do not change by themselves.
+fn refusal_reason(code: Code, reason: &str) -> Option<&'static str> {
     [
-        "NotOwnedByCluster",
-        "ProviderNotConfigured",
-        "CloudUnauthenticated",
+        (Code::FailedPrecondition, "NotOwnedByCluster"),
+        (Code::FailedPrecondition, "ProviderNotConfigured"),
+        (Code::FailedPrecondition, "CloudUnauthenticated"),
+        // The cloud refused provider-service's own credentials a permission: the cloud policy needs fixing,
+        // neither this controller's credentials nor provider-service's health.
+        (Code::PermissionDenied, "CloudPermissionDenied"),
     ]
     .into_iter()
-    .find(|known| *known == reason)
+    .find(|(c, known)| *c == code && *known == reason)
+    .map(|(_, known)| known)
 }
 
-/// Maps a gRPC status to the domain error, following the status contract in provider.proto.
+/// Reasons provider-service gives for a failure of the cloud behind it (provider.proto), and the reason this
+/// controller records for each: the condition says the cloud failed, not provider-service.
+fn cloud_failure_reason(code: Code, reason: &str) -> Option<&'static str> {
+    match (code, reason) {
+        (Code::Unavailable, "CloudUnavailable") => Some("CloudUnavailable"),
+        (Code::ResourceExhausted, "Throttled") => Some("CloudThrottled"),
+        _ => None,
+    }
+}
+
+/// Maps a gRPC status to the domain error, following the status contract in provider.proto. The reason says
+/// who failed: this controller's request (`ProviderRejected`, permanent), provider-service (`Provider*`) or the
+/// cloud behind it (`Cloud*`). The message is cut to a human size ([`crate::error::human_message`]).
 pub fn status_error(status: &tonic::Status) -> Error {
     use tonic_types::StatusExt;
-    let message = format!("{:?}: {}", status.code(), status.message());
-    let reason = status
-        .get_error_details()
-        .error_info()
-        .map(|i| i.reason.clone());
-    if reason.as_deref() == Some(REASON_DO_NOT_DELETE) {
+    let code = status.code();
+    let message = human_message(&format!("{code:?}: {}", status.message()));
+    let info = status.get_error_details().error_info().cloned();
+    let reason = info.as_ref().map(|i| i.reason.as_str());
+    if reason == Some(REASON_DO_NOT_DELETE) {
         return Error::InstanceProtected(message);
     }
-    // Only refusals of a precondition: PERMISSION_DENIED stays ProviderUnauthorized, which the circuit
-    // breaker counts against provider-service, and INVALID_ARGUMENT stays ProviderRejected.
-    if let Some(reason) = reason.as_deref().and_then(refusal_reason)
-        && status.code() == Code::FailedPrecondition
-    {
+    // Only named refusals of a precondition or of the cloud's permission: a caller's PERMISSION_DENIED stays
+    // ProviderUnauthorized, which the circuit breaker counts against provider-service, and INVALID_ARGUMENT
+    // stays ProviderRejected.
+    if let Some(reason) = reason.and_then(|r| refusal_reason(code, r)) {
         return Error::ProviderRefused {
             reason,
             message,
@@ -221,8 +237,17 @@ pub fn status_error(status: &tonic::Status) -> Error {
             permanent: true,
         };
     }
-    match status.code() {
-        Code::InvalidArgument => Error::ProviderRejected(message),
+    if let Some(reason) = reason.and_then(|r| cloud_failure_reason(code, r)) {
+        return Error::CloudFailed {
+            reason,
+            message,
+            retry_after: peerpods_provider_client::retry_after(status),
+        };
+    }
+    match code {
+        // OUT_OF_RANGE: a field (or the whole message) larger than provider-service takes. The same request
+        // fails the same way every time: permanent, never a hot loop.
+        Code::InvalidArgument | Code::OutOfRange => Error::ProviderRejected(message),
         Code::FailedPrecondition => Error::ProviderPrecondition(message),
         Code::ResourceExhausted => Error::ProviderThrottled {
             retry_after: peerpods_provider_client::retry_after(status),
@@ -232,6 +257,11 @@ pub fn status_error(status: &tonic::Status) -> Error {
             Error::ProviderUnavailable(message)
         }
         Code::Unauthenticated | Code::PermissionDenied => Error::ProviderUnauthorized(message),
+        // provider-service puts an ErrorInfo on every error it answers (provider.proto), its framework's
+        // included: an UNKNOWN or INTERNAL without one was made on this side of the connection, by the
+        // transport (a connection cut mid-call, a broken HTTP/2 stream). provider-service is not reachable
+        // then, it did not fail.
+        Code::Unknown | Code::Internal if info.is_none() => Error::ProviderUnavailable(message),
         _ => Error::ProviderFailed(message),
     }
 }
@@ -336,5 +366,113 @@ mod tests {
         let error = status_error(&status);
         assert_eq!(error.reason(), "ProviderThrottled");
         assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
+    }
+    fn with_info(code: Code, reason: &str, retry: Option<Duration>) -> tonic::Status {
+        let mut details = ErrorDetails::with_error_info(
+            reason,
+            "provider.peerpods.io",
+            std::collections::HashMap::new(),
+        );
+        if retry.is_some() {
+            details.set_retry_info(retry);
+        }
+        tonic::Status::with_error_details(code, "from provider-service", details)
+    }
+
+    #[test]
+    fn each_reason_says_who_failed() {
+        // The cloud behind a working provider-service: Cloud*, counted against that cloud.
+        let cloud_down = status_error(&with_info(Code::Unavailable, "CloudUnavailable", None));
+        assert_eq!(cloud_down.reason(), "CloudUnavailable");
+        assert!(!cloud_down.is_permanent());
+        assert!(matches!(
+            crate::breaker::scope_of("aws", &cloud_down),
+            Some(crate::breaker::Scope::Cloud(c)) if c == "aws"
+        ));
+        let throttled = status_error(&with_info(
+            Code::ResourceExhausted,
+            "Throttled",
+            Some(Duration::from_secs(3)),
+        ));
+        assert_eq!(throttled.reason(), "CloudThrottled");
+        assert_eq!(throttled.retry_after(), Some(Duration::from_secs(3)));
+        // provider-service itself: shutting down, shedding load, or not reachable at all.
+        for status in [
+            with_info(Code::Unavailable, "ShuttingDown", None),
+            tonic::Status::unavailable("tcp connect error"),
+        ] {
+            let error = status_error(&status);
+            assert_eq!(error.reason(), "ProviderUnavailable", "{status:?}");
+            assert!(matches!(
+                crate::breaker::scope_of("aws", &error),
+                Some(crate::breaker::Scope::ProviderService)
+            ));
+        }
+        assert_eq!(
+            status_error(&with_info(Code::ResourceExhausted, "Overloaded", None)).reason(),
+            "ProviderThrottled"
+        );
+        // The cloud refusing provider-service's own permissions is a cloud policy to fix, not this
+        // controller's credentials: its own reason, permanent, and it does not open provider-service's breaker.
+        let policy = status_error(&with_info(
+            Code::PermissionDenied,
+            "CloudPermissionDenied",
+            None,
+        ));
+        assert_eq!(policy.reason(), "CloudPermissionDenied");
+        assert!(policy.is_permanent());
+        assert!(crate::breaker::scope_of("aws", &policy).is_none());
+        // This controller (the caller) refused: provider-service's ProviderUnauthorized.
+        assert_eq!(
+            status_error(&with_info(Code::Unauthenticated, "Unauthenticated", None)).reason(),
+            "ProviderUnauthorized"
+        );
+    }
+
+    #[test]
+    fn a_cut_transport_is_provider_service_unreachable_not_its_failure() {
+        // What the client's transport makes of a connection cut mid-call: no ErrorInfo.
+        let cut = status_error(&tonic::Status::unknown(
+            "transport error: connection reset by peer",
+        ));
+        assert_eq!(cut.reason(), "ProviderUnavailable");
+        assert!(!cut.is_permanent());
+        let broken = status_error(&tonic::Status::internal("h2 protocol error"));
+        assert_eq!(broken.reason(), "ProviderUnavailable");
+        // provider-service's own INTERNAL carries its ErrorInfo: it failed.
+        let internal = status_error(&with_info(Code::Internal, "Internal", None));
+        assert_eq!(internal.reason(), "ProviderFailed");
+    }
+
+    #[test]
+    fn malformed_and_oversized_requests_are_permanent() {
+        for status in [
+            with_info(Code::InvalidArgument, "InvalidArgument", None),
+            with_info(Code::OutOfRange, "MessageTooLarge", None),
+            tonic::Status::out_of_range("instance_id: longer than 1024 bytes"),
+        ] {
+            let error = status_error(&status);
+            assert_eq!(error.reason(), "ProviderRejected", "{status:?}");
+            assert!(error.is_permanent(), "{status:?}");
+            assert!(crate::breaker::scope_of("aws", &error).is_none());
+        }
+    }
+
+    #[test]
+    fn condition_messages_are_human_sized() {
+        let dump = format!(
+            "transport error: {}",
+            "Os { code: 104, kind: ConnectionReset } ".repeat(20)
+        );
+        let error = status_error(&tonic::Status::unavailable(dump.clone()));
+        let message = error.to_string();
+        assert!(message.chars().count() <= 256 + 40, "{message}");
+        assert!(message.ends_with('…'), "{message}");
+        // A short message is kept whole.
+        let short = status_error(&tonic::Status::unavailable("down"));
+        assert_eq!(
+            short.to_string(),
+            "provider-service is unavailable: Unavailable: down"
+        );
     }
 }
