@@ -298,6 +298,11 @@ impl Collector for Terminating {
         let Some(counts) = self.counts() else {
             return Ok(());
         };
+        // A family without samples is valid text, but some parsers (and readers) trip on a bare HELP/TYPE
+        // pair: with nothing terminating, the scrape carries neither gauge.
+        if counts.by_age.is_empty() && counts.oldest_seconds.is_empty() {
+            return Ok(());
+        }
         let by_age = Family::<AgeLabels, Gauge>::default();
         for (labels, n) in &counts.by_age {
             by_age.get_or_create(labels).set(*n);
@@ -457,5 +462,17 @@ mod tests {
         );
         m.terminating.watch(None);
         assert!(!encode(&registry).contains("terminating_peerpods"));
+    }
+
+    #[test]
+    fn an_empty_store_exports_a_scrape_every_reader_parses() {
+        let mut registry = Registry::default();
+        let m = Metrics::register(&mut registry);
+        let (store, _writer) = kube::runtime::reflector::store::<PeerPod>();
+        m.terminating.watch(Some(store));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
+        test_support::metrics::Scrape::parse(&text).expect("the scrape parses");
+        assert!(!text.contains("terminating_peerpods"), "{text}");
     }
 }
