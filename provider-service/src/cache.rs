@@ -4,7 +4,9 @@
 //! through untouched.
 //!
 //! A failed answer is kept for a shorter time than a good one, so an outage is not hammered by
-//! every poller either, and is seen to end soon after it does.
+//! every poller either, and is seen to end soon after it does. While one caller refreshes a stale
+//! answer, the others get the last good one (up to 30 s old) instead of queueing behind the cloud
+//! call, so a slow cloud does not pile polls up in the service.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +24,9 @@ pub struct CacheTimes {
     pub fresh_for: Duration,
     /// A failed capacity answer.
     pub failure_for: Duration,
+    /// While one caller refreshes a stale capacity answer, the others get the last good one if it
+    /// is younger than this, instead of queueing behind the cloud call.
+    pub stale_for: Duration,
 }
 
 impl Default for CacheTimes {
@@ -29,6 +34,7 @@ impl Default for CacheTimes {
         CacheTimes {
             fresh_for: Duration::from_secs(5),
             failure_for: Duration::from_secs(1),
+            stale_for: Duration::from_secs(30),
         }
     }
 }
@@ -50,6 +56,8 @@ pub struct Cached {
     /// Held across the cloud call: callers that find the answer stale queue here and then find
     /// the one answer the first of them fetched.
     capacity: tokio::sync::Mutex<Option<Entry<Result<Capacity, Error>>>>,
+    /// The last good capacity answer, served while a refresh runs (see [`CacheTimes::stale_for`]).
+    last_good: std::sync::Mutex<Option<Entry<Capacity>>>,
     health: Arc<tokio::sync::Mutex<Option<Entry<Health>>>>,
     /// The last health result, readable without waiting (ListProviders), and awaited while none
     /// is there yet.
@@ -62,9 +70,17 @@ impl Cached {
             inner,
             times,
             capacity: tokio::sync::Mutex::new(None),
+            last_good: std::sync::Mutex::new(None),
             health: Arc::new(tokio::sync::Mutex::new(None)),
             last_health: Arc::new(watch::Sender::new(None)),
         }
+    }
+
+    /// The last good capacity answer, if younger than [`CacheTimes::stale_for`].
+    fn recent_good(&self) -> Option<Capacity> {
+        let last = self.last_good.lock().ok()?;
+        let entry = last.as_ref()?;
+        (entry.at.elapsed() < self.times.stale_for).then_some(entry.value)
     }
 
     fn capacity_fresh(&self, entry: &Entry<Result<Capacity, Error>>) -> bool {
@@ -179,7 +195,14 @@ impl Provider for Cached {
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
-        let mut slot = self.capacity.lock().await;
+        let mut slot = match self.capacity.try_lock() {
+            Ok(slot) => slot,
+            // A refresh runs: a recent good answer now beats a queue behind the cloud call.
+            Err(_) => match self.recent_good() {
+                Some(capacity) => return Ok(capacity),
+                None => self.capacity.lock().await,
+            },
+        };
         if let Some(entry) = slot.as_ref()
             && self.capacity_fresh(entry)
         {
@@ -187,6 +210,12 @@ impl Provider for Cached {
         }
         let value = self.inner.capacity().await;
         let answer = copy_result(&value);
+        if let (Ok(capacity), Ok(mut last)) = (&value, self.last_good.lock()) {
+            *last = Some(Entry {
+                at: Instant::now(),
+                value: *capacity,
+            });
+        }
         *slot = Some(Entry {
             at: Instant::now(),
             value,
