@@ -12,10 +12,11 @@
 //! the call fails with a retryable error and the next call resumes: if the VM is gone by then,
 //! its leftover parts are found by the names cloud-api-adaptor gives them.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use azure_core::http::Method;
-use peerpods_provider_core::{DeleteOutcome, Error, OwnerTag};
+use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag, ProviderConfig};
 
 use crate::answer::{self, PollTarget, Progress};
 use crate::arm::{Answer, Arm, COMPUTE_API, DISK_API, NETWORK_API};
@@ -24,6 +25,25 @@ use crate::resources::{
     CaaNames, NetworkInterface, ProvisionedResource, PublicIpAddress, Vm, goes_with_vm,
     resource_name,
 };
+
+/// How long ARM must keep answering 404 for a VM this process never saw deleted before it counts
+/// as gone (`AZURE_NOT_FOUND_WINDOW_SECS`). ARM does not promise that every instance serving a
+/// read already knows a VM created moments ago, and a VM taken for gone has its parts looked for
+/// by name and deleted; the window only costs time on a VM that never existed.
+pub const NOT_FOUND_WINDOW: Duration = Duration::from_secs(120);
+/// The setting of [`NOT_FOUND_WINDOW`].
+pub const NOT_FOUND_WINDOW_SETTING: &str = "AZURE_NOT_FOUND_WINDOW_SECS";
+
+/// The window of `config` ([`NOT_FOUND_WINDOW_SETTING`]), or the default without one.
+pub fn not_found_window(config: Option<&ProviderConfig>) -> Result<Arc<NotFoundWindow>, Error> {
+    const CLOUD: &str = "Azure Resource Manager";
+    Ok(Arc::new(match config {
+        Some(config) => {
+            NotFoundWindow::from_config(config, CLOUD, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?
+        }
+        None => NotFoundWindow::new(CLOUD, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW),
+    }))
+}
 
 /// The longest wait between two polls, whatever `Retry-After` asks.
 const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
@@ -43,6 +63,8 @@ pub struct Policy {
     pub waiting: Waiting,
     /// `CLUSTER_TAG`: a VM without it is not deleted (a VM marked do-not-delete never is).
     pub owner_tag: OwnerTag,
+    /// When a 404 of the VM proves it gone (see [`NotFoundWindow`]).
+    pub not_found: Arc<NotFoundWindow>,
 }
 
 /// The kinds of parts, in the order they are deleted: an interface holds its public IP
@@ -136,6 +158,7 @@ pub async fn delete_vm(arm: &Arm, vm: &VmId, policy: &Policy) -> Result<DeleteOu
     let mut owned = Owned::default();
     let existed = match get_vm(arm, vm, &url).await? {
         Some(found) => {
+            policy.not_found.found(&vm.name);
             // The shared owner check, on the tags of the VM this lookup just read: a VM marked
             // do-not-delete is refused on every configuration, one without this cluster's tag
             // when deletes are restricted.
@@ -157,10 +180,16 @@ pub async fn delete_vm(arm: &Arm, vm: &VmId, policy: &Policy) -> Result<DeleteOu
             for disk in parts.disks {
                 owned.add(Kind::Disk, disk);
             }
-            until_vm_gone(arm, vm, &url, found.is_deleting(), policy.waiting, deadline).await?;
+            until_vm_gone(arm, vm, &url, found.is_deleting(), policy, deadline).await?;
             true
         }
         None => {
+            // A VM created moments ago may not be shown yet: its parts, found by name, would be
+            // deleted under it. Believed only after this process's own accepted delete, or once
+            // the 404 persisted.
+            policy
+                .not_found
+                .answer(&vm.name, std::time::Instant::now())?;
             // Gone already (an earlier call, ARM, or someone else deleted it): what it owned
             // and may have left behind carries the names cloud-api-adaptor gave it.
             leftovers(arm, vm, &caa, &mut owned).await?;
@@ -199,18 +228,32 @@ async fn until_vm_gone(
     vm: &VmId,
     url: &str,
     mut deleting: bool,
-    waiting: Waiting,
+    policy: &Policy,
     deadline: Instant,
 ) -> Result<(), Error> {
+    let waiting = policy.waiting;
     let what = format!("deleting VM {}", vm.name);
     loop {
-        if !deleting {
+        if deleting {
+            // ARM is deleting it: its later 404 confirms that delete.
+            policy
+                .not_found
+                .delete_accepted(&vm.name, std::time::Instant::now());
+        } else {
             let answer = arm
                 .call("DeleteVirtualMachine", Method::Delete, url, &what)
                 .await?;
             match answer.status {
-                200 | 204 | 404 => {}
-                201 | 202 => wait(arm, &answer, &what, waiting, deadline).await?,
+                200 | 204 => policy
+                    .not_found
+                    .delete_accepted(&vm.name, std::time::Instant::now()),
+                404 => {}
+                201 | 202 => {
+                    policy
+                        .not_found
+                        .delete_accepted(&vm.name, std::time::Instant::now());
+                    wait(arm, &answer, &what, waiting, deadline).await?;
+                }
                 _ => return Err(arm.failure(&answer, &what)),
             }
         }

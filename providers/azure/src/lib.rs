@@ -55,7 +55,9 @@ impl AzureProvider {
             key: problem.key.to_owned(),
             message: problem.reason,
         })?;
-        Self::new(settings, calls)
+        let mut provider = Self::new(settings, calls)?;
+        provider.deletion.not_found = deletion::not_found_window(Some(config))?;
+        Ok(provider)
     }
 
     /// Builds the provider from parsed settings.
@@ -68,6 +70,7 @@ impl AzureProvider {
                     timeout: settings.delete_timeout,
                 },
                 owner_tag: peerpods_provider_core::OwnerTag::requiring(settings.owner_tag),
+                not_found: deletion::not_found_window(None)?,
             },
             subscription_id: settings.subscription_id,
             resource_group: settings.resource_group,

@@ -41,9 +41,9 @@ async fn slow_answers_and_long_operations_complete() {
     fault_checks::slow_answers_and_long_operations_complete(&emulator, &azure, "podvm-slow").await;
 }
 
-/// EC2-style eventual consistency: ARM answers 404 for a VM created moments ago. The backend
-/// still finds the parts CAA created for it by name, so it does not answer "gone": within its
-/// delete bound (3 s here) the answer is retryable, and the VM is deleted once ARM shows it.
+/// EC2-style eventual consistency: ARM answers 404 for a VM created moments ago. Inside
+/// AZURE_NOT_FOUND_WINDOW_SECS such a 404 (of a VM this process never saw deleted) is retryable
+/// and no part is looked for by name, and the VM is deleted once ARM shows it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_vm_the_cloud_does_not_show_yet_is_not_gone() {
     let emulator = AzureEmulator::start();
