@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, OwnerTag,
-    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance,
+    NotFoundWindow, OwnerTag, Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 use serde::Deserialize;
 
@@ -27,7 +27,16 @@ pub struct PowerVsProvider {
     workspace_url: String,
     /// `CLUSTER_TAG` / `DELETE_UNTAGGED`, checked with do-not-delete before every delete.
     owner: OwnerTag,
+    /// When a 404 of an instance proves it gone (see `NotFoundWindow`).
+    not_found: NotFoundWindow,
 }
+
+/// How long the Power API must keep answering 404 for an instance this process never saw
+/// deleted before it counts as gone (`POWERVS_NOT_FOUND_WINDOW_SECS`). Power Virtual Server does
+/// not document a lag after a create; the window only costs time on an id that never existed.
+const NOT_FOUND_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+/// The setting of [`NOT_FOUND_WINDOW`].
+pub const NOT_FOUND_WINDOW_SETTING: &str = "POWERVS_NOT_FOUND_WINDOW_SECS";
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -79,6 +88,12 @@ impl PowerVsProvider {
             ),
             settings,
             owner: OwnerTag::from_config(config)?,
+            not_found: NotFoundWindow::from_config(
+                config,
+                "Power Virtual Server",
+                NOT_FOUND_WINDOW_SETTING,
+                NOT_FOUND_WINDOW,
+            )?,
         })
     }
 
@@ -98,6 +113,12 @@ impl PowerVsProvider {
 
     /// The instance, or `None` when the Power API answers that it is gone.
     async fn instance(&self, id: &str) -> Result<Option<PvmInstance>, Error> {
+        Ok(self.lookup(id).await?.ok())
+    }
+
+    /// The instance, or the status with which the Power API says it is not there: 404 (not
+    /// known, possibly not yet) or 410 (deleted).
+    async fn lookup(&self, id: &str) -> Result<Result<PvmInstance, reqwest::StatusCode>, Error> {
         let what = format!("reading PowerVS instance {id}");
         let url = format!("{}/pvm-instances/{id}", self.workspace_url);
         let answer = self
@@ -105,9 +126,9 @@ impl PowerVsProvider {
             .call("GetPvmInstance", &what, |c, t| self.request(c.get(&url), t))
             .await?;
         if answer.is_gone() {
-            return Ok(None);
+            return Ok(Err(answer.status));
         }
-        answer.json(&what).map(Some)
+        answer.json(&what).map(Ok)
     }
 
     async fn workspace(&self) -> Result<Workspace, Error> {
@@ -179,9 +200,18 @@ impl Provider for PowerVsProvider {
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
-        let Some(instance) = self.instance(instance_id).await? else {
-            return Ok(DeleteOutcome::AlreadyGone);
+        let instance = match self.lookup(instance_id).await? {
+            Ok(instance) => instance,
+            // 410: the API says the instance was deleted.
+            Err(reqwest::StatusCode::GONE) => return Ok(DeleteOutcome::AlreadyGone),
+            // 404: believed only after this process's own accepted delete, or once it persisted.
+            Err(_) => {
+                return self
+                    .not_found
+                    .answer(instance_id, std::time::Instant::now());
+            }
         };
+        self.not_found.found(instance_id);
         // Its user tags (from Global Tagging, by the CRN the lookup gave) on every
         // configuration: an instance tagged do-not-delete is never deleted, and with a cluster
         // tag another cluster's (or an untagged) one is not ours.
@@ -201,6 +231,8 @@ impl Provider for PowerVsProvider {
         if answer.is_gone() {
             return Ok(DeleteOutcome::AlreadyGone);
         }
+        self.not_found
+            .delete_accepted(instance_id, std::time::Instant::now());
         let policy = self.cloud.http.policy();
         let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
             self.instance(instance_id).await.map(|i| i.is_none())

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, OwnerTag,
-    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance,
+    NotFoundWindow, OwnerTag, Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
 };
 use serde::Deserialize;
 
@@ -31,7 +31,16 @@ pub struct IbmCloudVpcProvider {
     settings: VpcSettings,
     /// With `CLUSTER_TAG`, only instances carrying that user tag are deleted.
     owner: OwnerTag,
+    /// When a 404 of an instance proves it gone (see `NotFoundWindow`).
+    not_found: NotFoundWindow,
 }
+
+/// How long the VPC API must keep answering 404 for an instance this process never saw deleted
+/// before it counts as gone (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`). IBM Cloud VPC does not document
+/// a lag after `POST /instances`; the window only costs time on an id that never existed.
+const NOT_FOUND_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
+/// The setting of [`NOT_FOUND_WINDOW`].
+pub const NOT_FOUND_WINDOW_SETTING: &str = "IBMCLOUD_NOT_FOUND_WINDOW_SECS";
 
 #[derive(Deserialize)]
 struct VpcInstance {
@@ -78,6 +87,12 @@ impl IbmCloudVpcProvider {
             cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
             settings,
             owner: OwnerTag::from_config(config)?,
+            not_found: NotFoundWindow::from_config(
+                config,
+                "IBM Cloud VPC",
+                NOT_FOUND_WINDOW_SETTING,
+                NOT_FOUND_WINDOW,
+            )?,
         })
     }
 
@@ -196,8 +211,12 @@ impl Provider for IbmCloudVpcProvider {
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
         let Some(instance) = self.instance(instance_id).await? else {
-            return Ok(DeleteOutcome::AlreadyGone);
+            // Believed only after this process's own accepted delete, or once it persisted.
+            return self
+                .not_found
+                .answer(instance_id, std::time::Instant::now());
         };
+        self.not_found.found(instance_id);
         // Its user tags (from Global Tagging) on every configuration: an instance tagged
         // do-not-delete is never deleted, and with a cluster tag another cluster's (or an
         // untagged) one is not ours. The instance lookup above gave the CRN they are read by.
@@ -220,6 +239,9 @@ impl Provider for IbmCloudVpcProvider {
                 return Ok(DeleteOutcome::AlreadyGone);
             }
         }
+        // Accepted now or before (`deleting`): a later 404 confirms it.
+        self.not_found
+            .delete_accepted(instance_id, std::time::Instant::now());
         // Deleted only once a later lookup answers 404: the VPC deletes the network interfaces
         // and the boot volume (`delete_volume_on_instance_delete`) with the instance.
         let policy = self.cloud.http.policy();

@@ -59,8 +59,23 @@ async fn an_instance_that_is_gone_is_already_gone() {
         provider.delete_instance(&id).await.expect("second"),
         DeleteOutcome::AlreadyGone
     );
+    // An id never seen deleted by this process is not believed gone on its first 404 (it may
+    // be an instance created moments ago): retryable.
+    let unknown = provider
+        .delete_instance("00000000-0000-4000-8000-000000000999")
+        .await;
+    assert!(
+        matches!(&unknown, Err(peerpods_provider_core::Error::Unavailable { message }) if message.contains("POWERVS_NOT_FOUND_WINDOW_SECS")),
+        "{unknown:?}"
+    );
+    // With the window at zero a 404 is trusted at once.
+    let mut pairs = emulator.config();
+    pairs.push(("POWERVS_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
+    let trusting =
+        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .expect("provider");
     assert_eq!(
-        provider
+        trusting
             .delete_instance("00000000-0000-4000-8000-000000000999")
             .await
             .expect("unknown"),
@@ -79,8 +94,19 @@ async fn a_deletion_answered_gone_is_already_gone() {
     let looked_up_gone = emulator.create_vm("podvm-a", &[]);
     emulator.answer_gone(&looked_up_gone);
 
+    // The lookup's 404 of an instance this process never saw deleted waits out the window
+    // (POWERVS_NOT_FOUND_WINDOW_SECS): retryable; with the window at zero it is gone at once.
+    assert!(matches!(
+        provider.delete_instance(&looked_up_gone).await,
+        Err(peerpods_provider_core::Error::Unavailable { .. })
+    ));
+    let mut pairs = emulator.config();
+    pairs.push(("POWERVS_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
+    let trusting =
+        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
+            .expect("provider");
     assert_eq!(
-        provider
+        trusting
             .delete_instance(&looked_up_gone)
             .await
             .expect("gone"),

@@ -48,10 +48,9 @@ async fn slow_answers_and_long_operations_complete() {
         .await;
 }
 
-/// EC2-style eventual consistency on this cloud: fails today (the reason below), kept so the
-/// rule can be turned on and checked here.
+/// EC2-style eventual consistency on this cloud: a 404 inside POWERVS_NOT_FOUND_WINDOW_SECS of an instance this
+/// process never saw deleted is retryable, not gone.
 #[tokio::test(flavor = "multi_thread")]
-#[ignore = "the Power Virtual Server backend answers AlreadyGone to a 404 of an instance created moments ago; it has no consistency window yet"]
 async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
     let emulator = emulator();
     let provider = provider(&emulator, &[]).await;

@@ -97,9 +97,22 @@ async fn an_instance_that_is_gone_is_already_gone_every_time() {
         provider.delete_instance(&id).await.expect("second"),
         DeleteOutcome::AlreadyGone
     );
+    // An id never seen deleted by this process is not believed gone on its first 404 (it may
+    // be an instance created moments ago): retryable.
     let never_existed = "0717_00000000-0000-4000-8000-000000000999";
+    let unknown = provider.delete_instance(never_existed).await;
+    assert!(
+        matches!(&unknown, Err(peerpods_provider_core::Error::Unavailable { message }) if message.contains("IBMCLOUD_NOT_FOUND_WINDOW_SECS")),
+        "{unknown:?}"
+    );
+    // With the window at zero a 404 is trusted at once.
+    let trusting = IbmCloudVpcProvider::from_config(
+        &config(&emulator, &[("IBMCLOUD_NOT_FOUND_WINDOW_SECS", "0")]),
+        CloudCalls::default(),
+    )
+    .expect("provider");
     assert_eq!(
-        provider
+        trusting
             .delete_instance(never_existed)
             .await
             .expect("unknown"),
