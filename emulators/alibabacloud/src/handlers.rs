@@ -23,6 +23,7 @@ const ACCOUNT_ATTRIBUTES: &str = include_str!("../fixtures/describe_account_attr
 const DESCRIBE_EIPS: &str = include_str!("../fixtures/describe_eip_addresses.json");
 const UNASSOCIATE_EIP: &str = include_str!("../fixtures/unassociate_eip_address.json");
 const RELEASE_EIP: &str = include_str!("../fixtures/release_eip_address.json");
+const TAG_RESOURCES: &str = include_str!("../fixtures/tag_resources.json");
 const ERROR: &str = include_str!("../fixtures/error.json");
 
 const ECS_VERSION: &str = "2014-05-26";
@@ -167,13 +168,39 @@ fn serve(
         };
     }
 
+    // A failure of one action only (e.g. `ReleaseEipAddress` after `UnassociateEipAddress`
+    // succeeded), answered as the general failures above.
+    if let Some((left, status)) = account.fail_action.get_mut(&action)
+        && *left > 0
+    {
+        *left -= 1;
+        let status = *status;
+        return if status == 503 {
+            error(
+                account,
+                503,
+                "ServiceUnavailable",
+                "The request has failed due to a temporary failure of the server.",
+            )
+        } else {
+            error(
+                account,
+                status,
+                "InternalError",
+                "The request processing has failed due to some unknown error, exception or failure.",
+            )
+        };
+    }
+
     if let Some(response) = authenticate(account, method, &params, headers, body) {
         return response;
     }
     let version = header(headers, "x-acs-version").unwrap_or_default();
     let wanted = match action.as_str() {
         "DescribeInstances" | "DeleteInstance" | "DescribeAccountAttributes" => ECS_VERSION,
-        "DescribeEipAddresses" | "UnassociateEipAddress" | "ReleaseEipAddress" => VPC_VERSION,
+        "DescribeEipAddresses" | "UnassociateEipAddress" | "ReleaseEipAddress" | "TagResources" => {
+            VPC_VERSION
+        }
         _ => {
             return error(
                 account,
@@ -232,6 +259,7 @@ fn serve(
         "DescribeAccountAttributes" => account_attributes(account, &params),
         "DescribeEipAddresses" => describe_eips(account, &get),
         "UnassociateEipAddress" => unassociate_eip(account, get("AllocationId")),
+        "TagResources" => tag_resources(account, &params),
         _ => release_eip(account, get("AllocationId")),
     }
 }
@@ -533,6 +561,13 @@ fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) ->
     // `AssociatedInstanceType` defaults to `EcsInstance`.
     let bound_kind = get("AssociatedInstanceType").unwrap_or_else(|| "EcsInstance".into());
     let bound_id = get("AssociatedInstanceId");
+    // `Tag.N.Key` / `Tag.N.Value` (N 1-20): an EIP must carry every one given.
+    let mut tags = Vec::new();
+    for n in 1..=20 {
+        if let Some(key) = get(&format!("Tag.{n}.Key")) {
+            tags.push((key, get(&format!("Tag.{n}.Value"))));
+        }
+    }
     // `PageSize`: default 10, at most 100; `PageNumber` from 1.
     let page_size: usize = get("PageSize")
         .and_then(|p| p.parse().ok())
@@ -555,6 +590,13 @@ fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) ->
                     .is_some_and(|(id, kind)| id == wanted && *kind == bound_kind)
             })
         })
+        .filter(|(_, eip)| {
+            tags.iter().all(|(key, value)| {
+                eip.tags
+                    .iter()
+                    .any(|(k, v)| k == key && value.as_ref().is_none_or(|value| v == value))
+            })
+        })
         .collect();
     let total = matching.len();
     let listed: Vec<Value> = matching
@@ -566,7 +608,8 @@ fn describe_eips(account: &mut Account, get: &dyn Fn(&str) -> Option<String>) ->
             v["AllocationId"] = json!(id);
             v["IpAddress"] = json!(eip.ip);
             v["Status"] = json!(eip.status);
-            v["Description"] = json!("Peerpod External Network EIP");
+            v["Description"] = json!(eip.description);
+            v["Tags"] = json!({"Tag": eip.tags.iter().map(|(k, val)| json!({"Key": k, "Value": val})).collect::<Vec<_>>()});
             v["Name"] = json!("");
             v["RegionId"] = json!(REGION);
             v["InstanceRegionId"] = json!(REGION);
@@ -600,6 +643,59 @@ fn unassociate_eip(account: &mut Account, allocation: Option<String>) -> Respons
     eip.bound_to = None;
     eip.settling = 1;
     ok(account, fixture(UNASSOCIATE_EIP))
+}
+
+/// VPC `TagResources` for EIPs: `ResourceType` `EIP` (any letter case), `ResourceId.N`,
+/// `Tag.N.Key` / `Tag.N.Value`; a key already on the resource gets the new value.
+fn tag_resources(account: &mut Account, params: &[(String, String)]) -> Response {
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    if !get("ResourceType").is_some_and(|t| t.eq_ignore_ascii_case("EIP")) {
+        return error(
+            account,
+            400,
+            "InvalidResourceType.NotSupported",
+            "The specified ResourceType is not supported.",
+        );
+    }
+    let ids: Vec<String> = (1..=50)
+        .filter_map(|n| get(&format!("ResourceId.{n}")))
+        .collect();
+    let tags: Vec<(String, String)> = (1..=20)
+        .filter_map(|n| {
+            let key = get(&format!("Tag.{n}.Key"))?;
+            Some((key, get(&format!("Tag.{n}.Value")).unwrap_or_default()))
+        })
+        .collect();
+    if ids.is_empty() || tags.is_empty() {
+        return error(
+            account,
+            400,
+            "MissingParameter",
+            "ResourceId.N and Tag.N.Key are mandatory for this action.",
+        );
+    }
+    if ids.iter().any(|id| !account.eips.contains_key(id)) {
+        return error(
+            account,
+            404,
+            "InvalidResourceId.NotFound",
+            "The specified resource is not found.",
+        );
+    }
+    for id in &ids {
+        if let Some(eip) = account.eips.get_mut(id) {
+            for (key, value) in &tags {
+                eip.tags.retain(|(k, _)| k != key);
+                eip.tags.push((key.clone(), value.clone()));
+            }
+        }
+    }
+    ok(account, fixture(TAG_RESOURCES))
 }
 
 fn release_eip(account: &mut Account, allocation: Option<String>) -> Response {

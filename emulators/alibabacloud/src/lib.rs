@@ -18,8 +18,8 @@ use std::thread::JoinHandle;
 use test_support::cloud::CloudEmulator;
 use tokio::sync::oneshot;
 
-pub use state::DEFAULT_MAX_VCPUS;
 use state::State;
+pub use state::{CAA_EIP_DESCRIPTION, DEFAULT_MAX_VCPUS};
 
 /// Response examples of Alibaba Cloud's API reference (sources in the README), to be served
 /// with [`AlibabaCloudEmulator::answer_next_verbatim`].
@@ -111,6 +111,14 @@ impl AlibabaCloudEmulator {
         self.state().fail = (calls, status);
     }
 
+    /// The next `calls` requests for `action` fail with `status` (503 `ServiceUnavailable`,
+    /// otherwise `InternalError`); other actions are answered as usual.
+    pub fn fail_next_of(&self, action: &str, calls: u32, status: u16) {
+        self.state()
+            .fail_action
+            .insert(action.to_owned(), (calls, status));
+    }
+
     /// From now on the configured secret no longer matches (the key pair was rotated): every
     /// request gets ECS's `SignatureDoesNotMatch`.
     pub fn reject_credentials(&self) {
@@ -162,6 +170,28 @@ impl AlibabaCloudEmulator {
     /// an instance without add-on NIC).
     pub fn add_eip(&self, instance_id: &str) -> Option<String> {
         self.state().add_eip(instance_id)
+    }
+
+    /// Binds an EIP of the operator's (allocated with `description`, not by cloud-api-adaptor)
+    /// to the instance's add-on NIC; returns its allocation id (`None` without add-on NIC).
+    pub fn add_operator_eip(&self, instance_id: &str, description: &str) -> Option<String> {
+        self.state().add_operator_eip(instance_id, description)
+    }
+
+    /// Tags of the EIP (`TagResources`), `None` when it is not allocated.
+    pub fn eip_tags(&self, allocation_id: &str) -> Option<Vec<(String, String)>> {
+        self.state()
+            .eips
+            .get(allocation_id)
+            .map(|eip| eip.tags.clone())
+    }
+
+    /// Whether the EIP is bound to anything.
+    pub fn eip_bound(&self, allocation_id: &str) -> bool {
+        self.state()
+            .eips
+            .get(allocation_id)
+            .is_some_and(|eip| eip.bound_to.is_some())
     }
 
     /// Creates an instance of `vcpus` and `memory_mib` (for capacity figures).

@@ -30,7 +30,14 @@ pub struct Eip {
     pub bound_to: Option<(String, String)>,
     /// `DescribeEipAddresses` answers left before `Unassociating` becomes `Available`.
     pub settling: u32,
+    /// `Description`: cloud-api-adaptor allocates its EIPs with [`CAA_EIP_DESCRIPTION`].
+    pub description: String,
+    /// Tags (`TagResources`), in the order they were added.
+    pub tags: Vec<(String, String)>,
 }
+
+/// The description cloud-api-adaptor gives every EIP it allocates (`AllocateEipAddress`).
+pub const CAA_EIP_DESCRIPTION: &str = "Peerpod External Network EIP";
 
 pub struct State {
     pub instances: BTreeMap<String, Instance>,
@@ -42,6 +49,8 @@ pub struct State {
     pub requests: Vec<String>,
     /// The decoded query parameters of each request, with its action, in order.
     pub params: Vec<(String, Vec<(String, String)>)>,
+    /// Per action: the next that many requests of it fail with that status.
+    pub fail_action: BTreeMap<String, (u32, u16)>,
     /// Bodies to answer verbatim, by action, each once and in order.
     pub verbatim: BTreeMap<String, VecDeque<String>>,
     pub nonces: HashSet<String>,
@@ -64,6 +73,7 @@ impl State {
             secret: secret.to_owned(),
             throttle: (0, 0),
             fail: (0, 500),
+            fail_action: BTreeMap::new(),
             requests: Vec::new(),
             params: Vec::new(),
             verbatim: BTreeMap::new(),
@@ -93,12 +103,35 @@ impl State {
                 status: "InUse".into(),
                 bound_to: Some((nic, "NetworkInterface".into())),
                 settling: 0,
+                description: CAA_EIP_DESCRIPTION.into(),
+                tags: Vec::new(),
             },
         );
         self.parts
             .entry(instance_id.to_owned())
             .or_default()
             .push(allocation.clone());
+        Some(allocation)
+    }
+
+    /// Allocates an EIP of the operator's (with `description`, not cloud-api-adaptor's) and binds
+    /// it to the instance's add-on NIC; not one of the instance's parts. `None` without an
+    /// add-on NIC.
+    pub fn add_operator_eip(&mut self, instance_id: &str, description: &str) -> Option<String> {
+        let nic = self.instances.get(instance_id)?.addon_nic.clone()?;
+        let allocation = self.next_id("eip");
+        let n = self.counter;
+        self.eips.insert(
+            allocation.clone(),
+            Eip {
+                ip: format!("47.96.{}.{}", (n / 256) % 256, n % 256),
+                status: "InUse".into(),
+                bound_to: Some((nic, "NetworkInterface".into())),
+                settling: 0,
+                description: description.to_owned(),
+                tags: Vec::new(),
+            },
+        );
         Some(allocation)
     }
 
@@ -139,6 +172,8 @@ impl State {
                     status: "InUse".into(),
                     bound_to: Some((nic.clone(), "NetworkInterface".into())),
                     settling: 0,
+                    description: CAA_EIP_DESCRIPTION.into(),
+                    tags: Vec::new(),
                 },
             );
             (Some(nic), Some(allocation))
