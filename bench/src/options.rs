@@ -4,7 +4,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The scenarios a run can select. `cloud_calls` is measured during the storm, so it comes with it.
-pub const SCENARIOS: [&str; 5] = ["storm", "memory", "convergence", "grpc", "fault_storm"];
+pub const SCENARIOS: [&str; 6] = [
+    "storm",
+    "memory",
+    "convergence",
+    "grpc",
+    "fault_storm",
+    "load",
+];
 
 #[derive(Debug, Clone)]
 pub struct Options {

@@ -72,6 +72,8 @@ pub struct Results {
     pub grpc: Outcome<Grpc>,
     /// Per cloud: the cleanup of N PeerPods under 20% 5xx, 10% throttling and 5% hangs.
     pub fault_storm: Outcome<Vec<crate::scenarios::fault_storm::CloudStorm>>,
+    /// New clients beside 500 idle connections on both TLS ports; cleanup throughput under a capacity flood.
+    pub load: Outcome<crate::scenarios::load::Load>,
 }
 
 #[derive(Debug, Serialize)]
@@ -169,6 +171,7 @@ impl Results {
             || self.convergence.failed()
             || self.grpc.failed()
             || self.fault_storm.failed()
+            || self.load.failed()
             // A leaked VM or an early release is a failed run, whatever the figures.
             || matches!(&self.fault_storm, Outcome::Measured(clouds)
                 if clouds.iter().any(|c| c.leaked > 0 || c.released_early > 0))
@@ -366,6 +369,14 @@ impl Results {
             }
             other => add("fault_storm", "", not_measured(other)),
         }
+        match &self.load {
+            Outcome::Measured(load) => {
+                for (figure, value) in crate::scenarios::load::rows(load) {
+                    add("load", &figure, value);
+                }
+            }
+            other => add("load", "", not_measured(other)),
+        }
         let width =
             |f: fn(&(String, String, String)) -> usize| rows.iter().map(f).max().unwrap_or(0);
         let (w0, w1) = (width(|r| r.0.len()).max(8), width(|r| r.1.len()).max(6));
@@ -435,6 +446,7 @@ mod tests {
             convergence: Outcome::from_result(Err(Error::Setup("broken".into()))),
             grpc: Outcome::skipped("not selected"),
             fault_storm: Outcome::skipped("not selected"),
+            load: Outcome::skipped("not selected"),
         };
         let json = results.to_json().expect("encodes");
         let keys: Vec<usize> = [

@@ -4,6 +4,7 @@
 pub(crate) mod convergence;
 pub mod fault_storm;
 mod grpc;
+pub mod load;
 mod memory;
 mod storm;
 
@@ -26,7 +27,15 @@ pub async fn run(options: &Options) -> Results {
         convergence: Outcome::skipped("not selected"),
         grpc: Outcome::skipped("not selected"),
         fault_storm: Outcome::skipped("not selected"),
+        load: Outcome::skipped("not selected"),
     };
+    // No cluster needed: provider-service and the webhook run in this process.
+    if options.selected("load") {
+        eprintln!(
+            "bench: load (idle connections on both TLS ports; a capacity flood during a cleanup)"
+        );
+        results.load = Outcome::from_result(load::run(options).await);
+    }
     let cluster_scenarios = ["grpc", "storm", "convergence", "memory", "fault_storm"];
     if !cluster_scenarios.iter().any(|s| options.selected(s)) {
         return results;

@@ -1,0 +1,526 @@
+//! provider-service and the webhook under load, in this process (no cluster needed):
+//!
+//! - **Idle connections.** 500 idle TCP connections are held open against each TLS port (provider-service's
+//!   gRPC port and the webhook's HTTPS port), then new clients connect one after the other, each with a TCP
+//!   connect, a TLS handshake and one call (ListProviders; an AdmissionReview). Their latency is reported beside
+//!   the same clients' latency with no idle connection held (target: within 50 ms).
+//! - **Capacity flood during a cleanup storm.** Instances in moto are deleted through DeleteInstance, 32 at a time
+//!   (peerpod-ctrl's default concurrency), once alone and once while 1,000 pollers (a node's CAA each) call
+//!   GetCapacity once a second. Cleanup throughput both ways (target: within 10%), and the cloud calls the polls
+//!   cost (DescribeAccountAttributes, counted by moto).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use peerpods_proto::v1::{DeleteInstanceRequest, DeleteResult, GetCapacityRequest};
+use peerpods_provider_client::{ProviderClientConfig, connect};
+use peerpods_runtime::shutdown::CancellationToken;
+use peerpods_webhook::listen::ListenAddr;
+use peerpods_webhook::mutation::Target;
+use provider_service::service::{CallerAuth, Listen, Options as ServiceOptions};
+use serde::Serialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+use crate::Error;
+use crate::moto::{Moto, run_instances};
+use crate::options::Options;
+use crate::stats::percentile;
+
+/// Idle connections held against each port, from this many loopback addresses.
+const IDLE: usize = 500;
+const IDLE_PEERS: usize = 10;
+/// New clients timed per port and way.
+const SAMPLES: usize = 50;
+/// Instances deleted per cleanup run, and how many deletes run at once.
+const DELETES: usize = 1000;
+const DELETE_CONCURRENCY: usize = 32;
+/// Pollers of the flood, each calling GetCapacity once a second, over this many connections.
+const POLLERS: usize = 1000;
+const POLL_CONNECTIONS: usize = 50;
+
+#[derive(Debug, Serialize)]
+pub struct Load {
+    pub idle_connections: usize,
+    pub samples: usize,
+    pub webhook: PortLatency,
+    pub provider_service: PortLatency,
+    pub deletes: usize,
+    pub pollers: usize,
+    /// DeleteInstance calls answered per second with no polls.
+    pub cleanup_alone_per_second: f64,
+    /// The same while the pollers run.
+    pub cleanup_under_polls_per_second: f64,
+    /// cleanup_under_polls_per_second / cleanup_alone_per_second (target: at least 0.9).
+    pub cleanup_ratio: f64,
+    /// GetCapacity answers the pollers got during the cleanup, per second.
+    pub polls_per_second: f64,
+    /// Polls refused as overloaded (RESOURCE_EXHAUSTED) or failed otherwise during the cleanup (the pollers'
+    /// first second, against a cold cache and a slow cloud, is not counted).
+    pub polls_refused: u64,
+    pub polls_failed: u64,
+    /// DescribeAccountAttributes calls moto received during the flooded cleanup (one per capacity refresh).
+    pub capacity_cloud_calls: u64,
+}
+
+/// New-client latency of one port: connect, TLS handshake, one call.
+#[derive(Debug, Serialize)]
+pub struct PortLatency {
+    pub quiet_p50_ms: f64,
+    pub quiet_p99_ms: f64,
+    pub idle_held_p50_ms: f64,
+    pub idle_held_p99_ms: f64,
+    pub idle_held_max_ms: f64,
+}
+
+pub async fn run(options: &Options) -> Result<Load, Error> {
+    let files =
+        tempfile::tempdir().map_err(|e| Error::io("creating a directory for TLS files", e))?;
+    let (ca_pem, ca_der) = issue_certificate(files.path())?;
+
+    let (webhook, provider_service) = idle_latency(files.path(), &ca_pem, &ca_der).await?;
+    let flood = capacity_flood(options).await?;
+    Ok(Load {
+        idle_connections: IDLE,
+        samples: SAMPLES,
+        webhook,
+        provider_service,
+        ..flood
+    })
+}
+
+/// A self-signed certificate for 127.0.0.1 and localhost, written for both servers; returns its PEM and DER.
+fn issue_certificate(dir: &Path) -> Result<(String, Vec<u8>), Error> {
+    let setup = |e: rcgen::Error| Error::Setup(format!("issuing a certificate: {e}"));
+    let key = rcgen::KeyPair::generate().map_err(setup)?;
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .map_err(setup)?
+        .self_signed(&key)
+        .map_err(setup)?;
+    for (name, contents) in [
+        ("tls.crt", cert.pem()),
+        ("tls.key", key.serialize_pem()),
+        ("ca.pem", cert.pem()),
+    ] {
+        std::fs::write(dir.join(name), contents)
+            .map_err(|e| Error::io(format!("writing {name}"), e))?;
+    }
+    Ok((cert.pem(), cert.der().to_vec()))
+}
+
+async fn idle_latency(
+    files: &Path,
+    ca_pem: &str,
+    ca_der: &[u8],
+) -> Result<(PortLatency, PortLatency), Error> {
+    let stop = CancellationToken::new();
+    let _stop_on_return = stop.clone().drop_guard();
+
+    let webhook = peerpods_webhook::server::start(
+        peerpods_webhook::server::Options {
+            webhook: ListenAddr::Socket(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            health: ListenAddr::Off,
+            cert_dir: files.to_owned(),
+            cert_poll_interval: Duration::from_secs(5),
+            tls_min_version: peerpods_webhook::tls::TlsVersion::Tls12,
+            tls_cipher_suites: Vec::new(),
+            target: Target::new("", ""),
+        },
+        stop.clone(),
+    )
+    .await
+    .map_err(|e| Error::Setup(format!("starting the webhook: {e}")))?;
+
+    let config_dir = files.join("config");
+    std::fs::create_dir_all(&config_dir)
+        .map_err(|e| Error::io("creating the config directory", e))?;
+    for (key, value) in [
+        ("CLOUD_PROVIDER", "libvirt"),
+        ("LIBVIRT_URI", "test:///default"),
+    ] {
+        std::fs::write(config_dir.join(key), value)
+            .map_err(|e| Error::io(format!("writing config key {key}"), e))?;
+    }
+    let provider = provider_service::service::start(
+        ServiceOptions {
+            grpc: Listen::Addr(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            admin: None,
+            config_dirs: vec![config_dir],
+            development: true,
+            reload_interval: Duration::from_secs(5),
+            tls: Some((files.join("tls.crt"), files.join("tls.key"))),
+            auth: CallerAuth::None,
+        },
+        stop.clone(),
+    )
+    .await
+    .map_err(|e| Error::Provider(e.to_string()))?;
+
+    let webhook_call = {
+        let addr = webhook.webhook_addr;
+        let der = ca_der.to_vec();
+        move || admission_round_trip(addr, der.clone())
+    };
+    let provider_call = {
+        let endpoint = format!("https://{}", provider.grpc_addr);
+        let ca_file = files.join("ca.pem");
+        move || list_providers_round_trip(endpoint.clone(), ca_file.clone())
+    };
+    let _ = ca_pem;
+
+    let webhook_quiet = time_samples(&webhook_call).await?;
+    let provider_quiet = time_samples(&provider_call).await?;
+    let idle_webhook = hold_idle(webhook.webhook_addr).await?;
+    let idle_provider = hold_idle(provider.grpc_addr).await?;
+    let webhook_held = time_samples(&webhook_call).await?;
+    let provider_held = time_samples(&provider_call).await?;
+    drop((idle_webhook, idle_provider));
+    stop.cancel();
+    Ok((
+        latency(&webhook_quiet, &webhook_held),
+        latency(&provider_quiet, &provider_held),
+    ))
+}
+
+fn latency(quiet: &[Duration], held: &[Duration]) -> PortLatency {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    PortLatency {
+        quiet_p50_ms: ms(percentile(quiet, 50.0)),
+        quiet_p99_ms: ms(percentile(quiet, 99.0)),
+        idle_held_p50_ms: ms(percentile(held, 50.0)),
+        idle_held_p99_ms: ms(percentile(held, 99.0)),
+        idle_held_max_ms: ms(held.last().copied().unwrap_or_default()),
+    }
+}
+
+/// `SAMPLES` new-client round trips one after the other, sorted.
+async fn time_samples<F, Fut>(call: &F) -> Result<Vec<Duration>, Error>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    let mut took = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let started = Instant::now();
+        tokio::time::timeout(Duration::from_secs(30), call())
+            .await
+            .map_err(|_| Error::Timeout {
+                what: "a new client's call".into(),
+                seconds: 30,
+            })??;
+        took.push(started.elapsed());
+    }
+    took.sort();
+    Ok(took)
+}
+
+async fn hold_idle(addr: SocketAddr) -> Result<Vec<tokio::net::TcpStream>, Error> {
+    let mut idle = Vec::with_capacity(IDLE);
+    for i in 0..IDLE {
+        let socket = tokio::net::TcpSocket::new_v4().map_err(|e| Error::io("a socket", e))?;
+        let peer = u8::try_from(2 + i % IDLE_PEERS).unwrap_or(2);
+        socket
+            .bind(SocketAddr::from((Ipv4Addr::new(127, 0, 0, peer), 0)))
+            .map_err(|e| Error::io("binding an idle connection", e))?;
+        idle.push(
+            socket
+                .connect(addr)
+                .await
+                .map_err(|e| Error::io("opening an idle connection", e))?,
+        );
+    }
+    Ok(idle)
+}
+
+async fn admission_round_trip(addr: SocketAddr, ca_der: Vec<u8>) -> Result<(), Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from(ca_der))
+        .map_err(|e| Error::Setup(format!("CA: {e}")))?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| Error::Setup(e.to_string()))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| Error::io("connecting to the webhook", e))?;
+    tcp.set_nodelay(true)
+        .map_err(|e| Error::io("TCP_NODELAY", e))?;
+    let name = ServerName::try_from("127.0.0.1").map_err(|e| Error::Setup(e.to_string()))?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map_err(|e| Error::io("TLS handshake with the webhook", e))?;
+    let body = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "bench",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "userInfo": {},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                       "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        }
+    })
+    .to_string();
+    let request = format!(
+        "POST {} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        peerpods_webhook::server::WEBHOOK_PATH,
+        body.len()
+    );
+    tls.write_all(request.as_bytes())
+        .await
+        .map_err(|e| Error::io("sending an AdmissionReview", e))?;
+    let mut answer = Vec::new();
+    // The server closes after answering; rustls reports a close without close_notify after the bytes.
+    let _ = tls.read_to_end(&mut answer).await;
+    if answer.starts_with(b"HTTP/1.1 200") {
+        Ok(())
+    } else {
+        Err(Error::Setup(format!(
+            "the webhook answered {:?}",
+            String::from_utf8_lossy(&answer[..answer.len().min(80)])
+        )))
+    }
+}
+
+async fn list_providers_round_trip(
+    endpoint: String,
+    ca_file: std::path::PathBuf,
+) -> Result<(), Error> {
+    let mut client = connect(&ProviderClientConfig {
+        endpoint,
+        ca_file: Some(ca_file),
+        tls_server_name: Some("localhost".into()),
+        ..Default::default()
+    })
+    .map_err(|e| Error::Grpc(e.to_string()))?;
+    client
+        .list_providers(peerpods_proto::v1::ListProvidersRequest {})
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Grpc(e.to_string()))
+}
+
+async fn capacity_flood(options: &Options) -> Result<Load, Error> {
+    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+    let config_dir =
+        tempfile::tempdir().map_err(|e| Error::io("creating a config directory", e))?;
+    for (key, value) in moto.provider_config() {
+        std::fs::write(config_dir.path().join(key), value)
+            .map_err(|e| Error::io(format!("writing config key {key}"), e))?;
+    }
+    let stop = CancellationToken::new();
+    let _stop_on_return = stop.clone().drop_guard();
+    let provider = provider_service::service::start(
+        ServiceOptions {
+            grpc: Listen::Addr(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            admin: None,
+            config_dirs: vec![config_dir.path().to_owned()],
+            development: false,
+            reload_interval: Duration::from_secs(5),
+            tls: None,
+            auth: CallerAuth::None,
+        },
+        stop.clone(),
+    )
+    .await
+    .map_err(|e| Error::Provider(e.to_string()))?;
+    let endpoint = format!("http://{}", provider.grpc_addr);
+    let ec2 = moto.client();
+
+    let alone_ids = run_instances(&ec2, DELETES).await?;
+    let alone = cleanup(&endpoint, &alone_ids).await?;
+
+    let flooded_ids = run_instances(&ec2, DELETES).await?;
+    let before = moto.provider_requests().await?;
+    let polling = CancellationToken::new();
+    let (answered, refused, failed) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
+    let mut pollers = Vec::with_capacity(POLL_CONNECTIONS);
+    for connection in 0..POLL_CONNECTIONS {
+        let client = connect(&ProviderClientConfig {
+            endpoint: endpoint.clone(),
+            ..Default::default()
+        })
+        .map_err(|e| Error::Grpc(e.to_string()))?;
+        for poller in 0..POLLERS / POLL_CONNECTIONS {
+            let mut client = client.clone();
+            let (polling, answered, refused, failed) = (
+                polling.clone(),
+                answered.clone(),
+                refused.clone(),
+                failed.clone(),
+            );
+            // Spread over the second, as nodes started at different times.
+            let offset = Duration::from_millis(
+                ((connection * (POLLERS / POLL_CONNECTIONS) + poller) % 1000) as u64,
+            );
+            pollers.push(tokio::spawn(async move {
+                tokio::time::sleep(offset).await;
+                let mut tick = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    tokio::select! {
+                        () = polling.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let asked = client
+                        .get_capacity(GetCapacityRequest {
+                            cloud_provider: "aws".into(),
+                        })
+                        .await;
+                    match asked {
+                        Ok(_) => answered.fetch_add(1, Ordering::Relaxed),
+                        Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(_) => failed.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+            }));
+        }
+    }
+    // Let every poller start its rhythm before the cleanup is timed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let answered_before = answered.load(Ordering::Relaxed);
+    let (refused_before, failed_before) = (
+        refused.load(Ordering::Relaxed),
+        failed.load(Ordering::Relaxed),
+    );
+    let flood_started = Instant::now();
+    let flooded = cleanup(&endpoint, &flooded_ids).await?;
+    let flood_seconds = flood_started.elapsed().as_secs_f64();
+    let polls = answered.load(Ordering::Relaxed) - answered_before;
+    let polls_refused = refused.load(Ordering::Relaxed) - refused_before;
+    let polls_failed = failed.load(Ordering::Relaxed) - failed_before;
+    polling.cancel();
+    for poller in pollers {
+        let _ = poller.await;
+    }
+    let after = moto.provider_requests().await?;
+    let describe = |counts: &std::collections::BTreeMap<String, u64>| {
+        counts
+            .get("DescribeAccountAttributes")
+            .copied()
+            .unwrap_or(0)
+    };
+    stop.cancel();
+
+    let per_second = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(f64::EPSILON);
+    let cleanup_alone_per_second = per_second(DELETES, alone);
+    let cleanup_under_polls_per_second = per_second(DELETES, flooded);
+    Ok(Load {
+        idle_connections: IDLE,
+        samples: SAMPLES,
+        webhook: latency(&[], &[]),
+        provider_service: latency(&[], &[]),
+        deletes: DELETES,
+        pollers: POLLERS,
+        cleanup_alone_per_second,
+        cleanup_under_polls_per_second,
+        cleanup_ratio: cleanup_under_polls_per_second / cleanup_alone_per_second.max(f64::EPSILON),
+        polls_per_second: polls as f64 / flood_seconds.max(f64::EPSILON),
+        polls_refused,
+        polls_failed,
+        capacity_cloud_calls: describe(&after).saturating_sub(describe(&before)),
+    })
+}
+
+/// Deletes `ids` through DeleteInstance, `DELETE_CONCURRENCY` at a time; how long it took.
+async fn cleanup(endpoint: &str, ids: &[String]) -> Result<Duration, Error> {
+    let client = connect(&ProviderClientConfig {
+        endpoint: endpoint.to_owned(),
+        ..Default::default()
+    })
+    .map_err(|e| Error::Grpc(e.to_string()))?;
+    let started = Instant::now();
+    let answers: Vec<Result<(), Error>> = futures::stream::iter(ids.iter().cloned())
+        .map(|id| {
+            let mut client = client.clone();
+            async move {
+                let answer = client
+                    .delete_instance(DeleteInstanceRequest {
+                        cloud_provider: "aws".into(),
+                        instance_id: id.clone(),
+                        requester: None,
+                        accept_in_progress: false,
+                    })
+                    .await
+                    .map_err(|e| Error::Grpc(format!("DeleteInstance {id}: {e}")))?
+                    .into_inner();
+                if answer.result() == DeleteResult::Deleted {
+                    Ok(())
+                } else {
+                    Err(Error::Grpc(format!(
+                        "DeleteInstance {id}: {:?}",
+                        answer.result()
+                    )))
+                }
+            }
+        })
+        .buffer_unordered(DELETE_CONCURRENCY)
+        .collect()
+        .await;
+    let took = started.elapsed();
+    answers.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    Ok(took)
+}
+
+/// The rows of the table printed at the end.
+pub fn rows(load: &Load) -> Vec<(String, String)> {
+    let ms = |p50: f64, p99: f64| format!("{p50:.1} / {p99:.1} ms");
+    let mut rows = Vec::new();
+    for (port, l) in [
+        ("webhook", &load.webhook),
+        ("provider-service", &load.provider_service),
+    ] {
+        rows.push((
+            format!("{port} new client p50 / p99, quiet"),
+            ms(l.quiet_p50_ms, l.quiet_p99_ms),
+        ));
+        rows.push((
+            format!(
+                "{port} new client p50 / p99, {} idle held",
+                load.idle_connections
+            ),
+            ms(l.idle_held_p50_ms, l.idle_held_p99_ms),
+        ));
+    }
+    rows.push((
+        format!("cleanup of {} alone", load.deletes),
+        format!("{:.1} deletes/s", load.cleanup_alone_per_second),
+    ));
+    rows.push((
+        format!("cleanup of {} under {} pollers", load.deletes, load.pollers),
+        format!(
+            "{:.1} deletes/s ({:.0}% of alone)",
+            load.cleanup_under_polls_per_second,
+            load.cleanup_ratio * 100.0
+        ),
+    ));
+    rows.push((
+        "GetCapacity answered / refused / failed".into(),
+        format!(
+            "{:.0}/s / {} / {}",
+            load.polls_per_second, load.polls_refused, load.polls_failed
+        ),
+    ));
+    rows.push((
+        "DescribeAccountAttributes during the flood".into(),
+        load.capacity_cloud_calls.to_string(),
+    ));
+    rows
+}
