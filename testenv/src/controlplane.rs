@@ -275,7 +275,7 @@ fn build(binary: &Path) -> Result<(), Error> {
     let output = Command::new(source.join("build.sh"))
         .arg(&partial)
         .output()
-        .map_err(|e| Error::Build(format!("running go: {e}")))?;
+        .map_err(|source| Error::RunGo { source })?;
     if !output.status.success() {
         return Err(Error::Build(
             String::from_utf8_lossy(&output.stderr).into_owned(),

@@ -432,14 +432,19 @@ pub async fn apply_manifest(client: &Client, manifest: &str) -> Result<(), Error
         .split("\n---")
         .filter(|d| d.lines().any(|l| l.starts_with("kind:")))
     {
-        let object: DynamicObject = serde_saphyr::from_str(document)
-            .map_err(|e| Error::Node(format!("manifest document: {e}")))?;
+        let object: DynamicObject =
+            serde_saphyr::from_str(document).map_err(|e| Error::NodeStep {
+                context: "manifest document",
+                source: Box::new(e),
+            })?;
         let types = object
             .types
             .clone()
             .ok_or_else(|| Error::Node("manifest object without kind".into()))?;
-        let gvk = kube::api::GroupVersionKind::try_from(&types)
-            .map_err(|e| Error::Node(e.to_string()))?;
+        let gvk = kube::api::GroupVersionKind::try_from(&types).map_err(|e| Error::NodeStep {
+            context: "",
+            source: Box::new(e),
+        })?;
         let (resource, capabilities) = pinned_kind(client, &gvk).await?;
         let api: Api<DynamicObject> = match (capabilities.scope, object.namespace()) {
             (kube::discovery::Scope::Namespaced, Some(ns)) => {
