@@ -192,6 +192,21 @@ fn serve(
         };
     }
 
+    // A documented "try again later" answer of one action.
+    if let Some((left, refusal)) = account.refuse_action.get_mut(&action)
+        && *left > 0
+    {
+        *left -= 1;
+        let (status, code, message, retry_after) = refusal.answer();
+        let mut response = error(account, status, code, message);
+        if let Some(secs) = retry_after
+            && let Ok(value) = axum::http::HeaderValue::from_str(&secs.to_string())
+        {
+            response.headers_mut().insert("retry-after", value);
+        }
+        return response;
+    }
+
     if let Some(response) = authenticate(account, method, &params, headers, body) {
         return response;
     }

@@ -19,7 +19,7 @@ use test_support::cloud::CloudEmulator;
 use tokio::sync::oneshot;
 
 use state::State;
-pub use state::{CAA_EIP_DESCRIPTION, DEFAULT_MAX_VCPUS};
+pub use state::{CAA_EIP_DESCRIPTION, DEFAULT_MAX_VCPUS, EcsRefusal};
 
 /// Response examples of Alibaba Cloud's API reference (sources in the README), to be served
 /// with [`AlibabaCloudEmulator::answer_next_verbatim`].
@@ -117,6 +117,14 @@ impl AlibabaCloudEmulator {
         self.state()
             .fail_action
             .insert(action.to_owned(), (calls, status));
+    }
+
+    /// The next `calls` requests for `action` are refused with the documented `refusal`
+    /// (throttling, a busy instance, a conflicting request), its real status, body and headers.
+    pub fn refuse_next_of(&self, action: &str, calls: u32, refusal: EcsRefusal) {
+        self.state()
+            .refuse_action
+            .insert(action.to_owned(), (calls, refusal));
     }
 
     /// From now on the configured secret no longer matches (the key pair was rotated): every

@@ -39,6 +39,62 @@ pub struct Eip {
 /// The description cloud-api-adaptor gives every EIP it allocates (`AllocateEipAddress`).
 pub const CAA_EIP_DESCRIPTION: &str = "Peerpod External Network EIP";
 
+/// The documented "try again later" answers of the ECS and VPC APIs (their error references),
+/// each with its real status, `Code` and `Message`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EcsRefusal {
+    /// 400 `Throttling`: "Request was denied due to request throttling."
+    Throttling,
+    /// 429 `Throttling.User` with `Retry-After`: "Request was denied due to user flow control."
+    ThrottlingUser { retry_after_secs: u64 },
+    /// 403 `IncorrectInstanceStatus`: "The current status of the resource does not support this
+    /// operation."
+    IncorrectInstanceStatus,
+    /// 403 `OperationConflict`: "Request was denied due to conflict with a previous request,
+    /// please try again later."
+    OperationConflict,
+    /// 403 `LastTokenProcessing`: "The last token request is processing."
+    LastTokenProcessing,
+}
+
+impl EcsRefusal {
+    /// Status, `Code`, `Message` and `Retry-After`.
+    pub fn answer(self) -> (u16, &'static str, &'static str, Option<u64>) {
+        match self {
+            EcsRefusal::Throttling => (
+                400,
+                "Throttling",
+                "Request was denied due to request throttling.",
+                None,
+            ),
+            EcsRefusal::ThrottlingUser { retry_after_secs } => (
+                429,
+                "Throttling.User",
+                "Request was denied due to user flow control.",
+                Some(retry_after_secs),
+            ),
+            EcsRefusal::IncorrectInstanceStatus => (
+                403,
+                "IncorrectInstanceStatus",
+                "The current status of the resource does not support this operation.",
+                None,
+            ),
+            EcsRefusal::OperationConflict => (
+                403,
+                "OperationConflict",
+                "Request was denied due to conflict with a previous request, please try again later.",
+                None,
+            ),
+            EcsRefusal::LastTokenProcessing => (
+                403,
+                "LastTokenProcessing",
+                "The last token request is processing.",
+                None,
+            ),
+        }
+    }
+}
+
 pub struct State {
     pub instances: BTreeMap<String, Instance>,
     pub eips: BTreeMap<String, Eip>,
@@ -53,6 +109,8 @@ pub struct State {
     pub fail_action: BTreeMap<String, (u32, u16)>,
     /// Bodies to answer verbatim, by action, each once and in order.
     pub verbatim: BTreeMap<String, VecDeque<String>>,
+    /// Per action: the next that many requests of it are refused with that documented answer.
+    pub refuse_action: BTreeMap<String, (u32, EcsRefusal)>,
     pub nonces: HashSet<String>,
     pub release_polls: u32,
     pub page_limit: usize,
@@ -77,6 +135,7 @@ impl State {
             requests: Vec::new(),
             params: Vec::new(),
             verbatim: BTreeMap::new(),
+            refuse_action: BTreeMap::new(),
             nonces: HashSet::new(),
             release_polls: 1,
             page_limit: 100,

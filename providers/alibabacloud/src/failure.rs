@@ -13,7 +13,8 @@ use reqwest::StatusCode;
 pub enum Failure {
     /// `InvalidInstanceId.NotFound`, `InvalidAllocationId.NotFound`, ...: the resource is gone.
     NotFound { code: String },
-    /// `IncorrectInstanceStatus`, `IncorrectEipStatus`, ...: try again once the state settles.
+    /// `IncorrectInstanceStatus`, `IncorrectEipStatus`, ..., and the "busy" codes
+    /// ([`BUSY_CODES`]): try again once the state settles.
     WrongState { code: String },
     /// Anything else, as the caller will see it.
     Error(Error),
@@ -24,8 +25,15 @@ impl Failure {
     pub fn into_error(self, operation: &str) -> Error {
         match self {
             Failure::Error(error) => error,
-            Failure::NotFound { code } | Failure::WrongState { code } => Error::Internal {
+            Failure::NotFound { code } => Error::Internal {
                 message: format!("{operation}: {code}"),
+            },
+            // Transient by ECS's own account: the caller is told to come back, not that the
+            // request was wrong.
+            Failure::WrongState { code } => Error::Unavailable {
+                message: format!(
+                    "{operation}: {code}: the resource is busy with another operation, try again"
+                ),
             },
         }
     }
@@ -35,6 +43,17 @@ impl Failure {
         matches!(self, Failure::Error(Error::Unavailable { .. }))
     }
 }
+
+/// The codes of "another request holds the resource, try again later" in the ECS and VPC error
+/// references: `OperationConflict` ("Request was denied due to conflict with a previous
+/// request"), `LastTokenProcessing` (a request with the same `ClientToken` is still being
+/// processed) and `Operation.Conflict`. Read, like `Incorrect*Status` and VPC's
+/// `IncorrectStatus.*`, as a state that settles.
+pub const BUSY_CODES: [&str; 3] = [
+    "OperationConflict",
+    "LastTokenProcessing",
+    "Operation.Conflict",
+];
 
 /// Codes that mean the service's own credentials are wrong, inactive or expired.
 const UNAUTHENTICATED: [&str; 8] = [
@@ -77,7 +96,10 @@ pub fn classify(
             code: code.to_owned(),
         };
     }
-    if code.starts_with("Incorrect") && code.ends_with("Status") {
+    if (code.starts_with("Incorrect") && code.ends_with("Status"))
+        || code.starts_with("IncorrectStatus.")
+        || BUSY_CODES.contains(&code)
+    {
         return Failure::WrongState {
             code: code.to_owned(),
         };
@@ -120,6 +142,10 @@ mod tests {
         assert_eq!(reason(404, "InvalidAllocationId.NotFound"), "NotFound");
         assert_eq!(reason(403, "IncorrectInstanceStatus"), "WrongState");
         assert_eq!(reason(400, "IncorrectEipStatus"), "WrongState");
+        assert_eq!(reason(403, "OperationConflict"), "WrongState");
+        assert_eq!(reason(403, "LastTokenProcessing"), "WrongState");
+        assert_eq!(reason(400, "IncorrectStatus.Eip"), "WrongState");
+        assert_eq!(reason(400, "Throttling"), "Throttled");
         assert_eq!(reason(400, "SignatureDoesNotMatch"), "CloudUnauthenticated");
         assert_eq!(
             reason(404, "InvalidAccessKeyId.NotFound"),
@@ -143,6 +169,21 @@ mod tests {
         assert!(
             matches!(failure, Failure::Error(Error::Throttled { retry_after, .. }) if retry_after == DEFAULT_RETRY_AFTER)
         );
+    }
+
+    #[test]
+    fn a_busy_resource_the_flow_cannot_wait_for_is_retryable_for_the_caller() {
+        let failure = classify(
+            StatusCode::FORBIDDEN,
+            Some("OperationConflict"),
+            "Request was denied due to conflict with a previous request, please try again later.",
+            None,
+            "ReleaseEipAddress",
+        );
+        assert!(matches!(
+            failure.into_error("ReleaseEipAddress"),
+            Error::Unavailable { .. }
+        ));
     }
 
     #[test]
