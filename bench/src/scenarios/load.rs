@@ -81,9 +81,9 @@ pub struct PortLatency {
 pub async fn run(options: &Options) -> Result<Load, Error> {
     let files =
         tempfile::tempdir().map_err(|e| Error::io("creating a directory for TLS files", e))?;
-    let (ca_pem, ca_der) = issue_certificate(files.path())?;
+    let ca_der = issue_certificate(files.path())?;
 
-    let (webhook, provider_service) = idle_latency(files.path(), &ca_pem, &ca_der).await?;
+    let (webhook, provider_service) = idle_latency(files.path(), &ca_der).await?;
     let flood = capacity_flood(options).await?;
     Ok(Load {
         idle_connections: IDLE,
@@ -94,8 +94,9 @@ pub async fn run(options: &Options) -> Result<Load, Error> {
     })
 }
 
-/// A self-signed certificate for 127.0.0.1 and localhost, written for both servers; returns its PEM and DER.
-fn issue_certificate(dir: &Path) -> Result<(String, Vec<u8>), Error> {
+/// A self-signed certificate for 127.0.0.1 and localhost, written for both servers (and as the clients' CA file);
+/// returns its DER.
+fn issue_certificate(dir: &Path) -> Result<Vec<u8>, Error> {
     let setup = |e: rcgen::Error| Error::Setup(format!("issuing a certificate: {e}"));
     let key = rcgen::KeyPair::generate().map_err(setup)?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
@@ -110,14 +111,10 @@ fn issue_certificate(dir: &Path) -> Result<(String, Vec<u8>), Error> {
         std::fs::write(dir.join(name), contents)
             .map_err(|e| Error::io(format!("writing {name}"), e))?;
     }
-    Ok((cert.pem(), cert.der().to_vec()))
+    Ok(cert.der().to_vec())
 }
 
-async fn idle_latency(
-    files: &Path,
-    ca_pem: &str,
-    ca_der: &[u8],
-) -> Result<(PortLatency, PortLatency), Error> {
+async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortLatency), Error> {
     let stop = CancellationToken::new();
     let _stop_on_return = stop.clone().drop_guard();
 
@@ -171,7 +168,6 @@ async fn idle_latency(
         let ca_file = files.join("ca.pem");
         move || list_providers_round_trip(endpoint.clone(), ca_file.clone())
     };
-    let _ = ca_pem;
 
     let webhook_quiet = time_samples(&webhook_call).await?;
     let provider_quiet = time_samples(&provider_call).await?;
