@@ -37,6 +37,10 @@ pub struct Eip {
     pub status: String,
     /// The resource it is bound to, and that resource's kind (`NetworkInterface`, `EcsInstance`).
     pub bound_to: Option<(String, String)>,
+    /// `Description`: cloud-api-adaptor allocates its EIPs with one fixed description.
+    pub description: String,
+    /// `Tags.Tag[]` (`Key`, `Value`).
+    pub tags: BTreeMap<String, String>,
 }
 
 fn text(value: &Value, key: &str) -> Option<String> {
@@ -126,6 +130,13 @@ pub fn eips(answer: &Value) -> Result<Vec<Eip>, String> {
                 status: text(item, "Status").unwrap_or_default(),
                 bound_to: text(item, "InstanceId")
                     .map(|id| (id, text(item, "InstanceType").unwrap_or_default())),
+                description: text(item, "Description").unwrap_or_default(),
+                tags: items(item, "Tags", "Tag")
+                    .iter()
+                    .filter_map(|tag| {
+                        Some((text(tag, "Key")?, text(tag, "Value").unwrap_or_default()))
+                    })
+                    .collect(),
             })
         })
         .collect()
@@ -209,7 +220,8 @@ mod tests {
     #[test]
     fn eips_and_their_binding() {
         let answer = json!({"EipAddresses": {"EipAddress": [
-            {"AllocationId": "eip-1", "Status": "InUse", "InstanceId": "eni-addon", "InstanceType": "NetworkInterface"},
+            {"AllocationId": "eip-1", "Status": "InUse", "InstanceId": "eni-addon", "InstanceType": "NetworkInterface",
+             "Description": "Peerpod External Network EIP", "Tags": {"Tag": [{"Key": "KeyTest", "Value": "ValueTest"}]}},
             {"AllocationId": "eip-2", "Status": "Available", "InstanceId": ""}
         ]}});
         let eips = eips(&answer).expect("eips");
@@ -217,7 +229,13 @@ mod tests {
             eips[0].bound_to,
             Some(("eni-addon".into(), "NetworkInterface".into()))
         );
+        assert_eq!(eips[0].description, "Peerpod External Network EIP");
+        assert_eq!(
+            eips[0].tags.get("KeyTest").map(String::as_str),
+            Some("ValueTest")
+        );
         assert_eq!(eips[1].bound_to, None);
+        assert!(eips[1].tags.is_empty());
         assert_eq!(eips[1].status, "Available");
     }
 

@@ -8,20 +8,31 @@
 //! leaks. Here the EIP is found from the cloud instead, and released FIRST: the add-on NIC is
 //! deleted with the instance (`DeleteOnRelease`), after which nothing links the EIP to it.
 //!
-//! 1. `DescribeInstances` for the id: absent → already gone (no other call) once believed (after
-//!    this process's accepted delete, or when it stays absent for `ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`:
-//!    ECS documents that a new instance may be unlisted for a while); present without the
-//!    cluster tag (`CLUSTER_TAG`) → refused, nothing deleted.
-//! 2. For each secondary NIC: `DescribeEipAddresses` bound to it (every page); unassociate,
-//!    wait for `Available`, release, wait until gone (each bounded).
+//! Which EIPs are the VM's: CAA allocates each with the description [`CAA_EIP_DESCRIPTION`]
+//! (the same for every VM, no name, no tag) and binds it to the VM's add-on NIC; so an EIP bound
+//! to one of the VM's secondary NICs with that description is the VM's, and any other (an
+//! operator's EIP bound to the NIC) is left alone. Unbinding loses the only link to the VM, so
+//! before unbinding an EIP this backend tags it [`RELEASE_MARK`]`=<instance id>`
+//! (`TagResources`): a release that fails after the unbind is found again by that tag
+//! (`DescribeEipAddresses` with `Tag.1.Key/Value`), on the next call, even once the instance is
+//! gone.
+//!
+//! 1. `DescribeInstances` for the id: absent → its marked EIPs are released, then already gone
+//!    once believed (after this process's accepted delete, or when it stays absent for
+//!    `ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`: ECS documents that a new instance may be unlisted for
+//!    a while); present without the cluster tag (`CLUSTER_TAG`) → refused, nothing deleted.
+//! 2. With secondary NICs: the EIPs marked for it (an earlier attempt's) and CAA's EIPs bound to
+//!    each NIC (every page): mark, unassociate, wait for `Available`, release, wait until gone
+//!    (each bounded; a release still listed at the bound is a retryable Unavailable).
 //! 3. `DeleteInstance` with `Force=true`; `IncorrectInstanceStatus` (e.g. an instance another
 //!    caller is releasing, or still starting) is retried until the wait bound.
-//! 4. `DescribeInstances` until the instance is no longer listed (bounded; the deletion was
-//!    accepted either way).
+//! 4. `DescribeInstances` until the instance is no longer listed (bounded; at the bound a
+//!    retryable Unavailable), then one `DescribeEipAddresses` by the mark confirms no EIP of it
+//!    is left: only then Deleted.
 
 use std::time::Duration;
 
-use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag};
+use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag, do_not_delete};
 use tokio::time::Instant;
 
 use super::answers::{self, EcsInstance, Eip};
@@ -43,6 +54,25 @@ pub struct Deletion<'a> {
 /// EIPs per `DescribeEipAddresses` page: the API's maximum.
 const EIP_PAGE_SIZE: usize = 100;
 
+/// The description cloud-api-adaptor gives every EIP it allocates (`AllocateEipAddress` in its
+/// alibabacloud provider): it tells CAA's EIPs from an operator's, not which VM one is for.
+pub const CAA_EIP_DESCRIPTION: &str = "Peerpod External Network EIP";
+
+/// The tag put on a VM's EIP before it is unbound, valued with the instance id: once unbound,
+/// nothing else links the EIP to the VM.
+pub const RELEASE_MARK: &str = "peerpods.io/released-with";
+
+/// Whether `eip`, bound to one of the instance's secondary NICs or found by the mark, is the
+/// VM's to release: marked for this instance, or allocated by cloud-api-adaptor; never one
+/// carrying the do-not-delete tag.
+fn owned_by(eip: &Eip, instance_id: &str) -> bool {
+    if do_not_delete(&eip.tags).is_some() {
+        return false;
+    }
+    eip.tags.get(RELEASE_MARK).map(String::as_str) == Some(instance_id)
+        || eip.description == CAA_EIP_DESCRIPTION
+}
+
 fn param(key: &str, value: impl Into<String>) -> (String, String) {
     (key.to_owned(), value.into())
 }
@@ -50,6 +80,9 @@ fn param(key: &str, value: impl Into<String>) -> (String, String) {
 impl Deletion<'_> {
     pub async fn run(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let Some(instance) = self.describe(instance_id).await? else {
+            // Its EIPs an earlier attempt unbound but did not release go first: gone means
+            // the instance and each of its parts.
+            self.release_marked(instance_id).await?;
             // Believed only after this process's own accepted delete, or once it persisted.
             return self
                 .not_found
@@ -57,9 +90,29 @@ impl Deletion<'_> {
         };
         self.not_found.found(instance_id);
         self.owner.check(instance_id, &instance.tags)?;
-        for nic in &instance.secondary_nics {
-            for eip in self.eips_bound_to(nic).await? {
-                self.release_eip(&eip).await?;
+        // EIPs are bound to secondary NICs only, and the NIC stays attached until the instance
+        // is released: without one there is no EIP, bound or marked, to look for.
+        let has_eips = !instance.secondary_nics.is_empty();
+        if has_eips {
+            // A partial delete resumes: the EIPs an earlier attempt unbound carry the mark.
+            let mut eips = self.marked_eips(instance_id).await?;
+            for nic in &instance.secondary_nics {
+                for eip in self.eips_bound_to(nic).await? {
+                    if !owned_by(&eip, instance_id) {
+                        tracing::info!(
+                            instance_id,
+                            allocation_id = eip.allocation_id,
+                            "EIP bound to the instance's NIC is not cloud-api-adaptor's: left allocated"
+                        );
+                        continue;
+                    }
+                    if !eips.iter().any(|e| e.allocation_id == eip.allocation_id) {
+                        eips.push(eip);
+                    }
+                }
+            }
+            for eip in &eips {
+                self.release_eip(eip, instance_id).await?;
             }
         }
         let deadline = Instant::now() + self.wait_timeout;
@@ -78,7 +131,12 @@ impl Deletion<'_> {
                         .delete_accepted(instance_id, std::time::Instant::now());
                     break;
                 }
-                Err(Failure::NotFound { .. }) => return Ok(DeleteOutcome::AlreadyGone),
+                Err(Failure::NotFound { .. }) => {
+                    if has_eips {
+                        self.release_marked(instance_id).await?;
+                    }
+                    return Ok(DeleteOutcome::AlreadyGone);
+                }
                 Err(Failure::WrongState { code }) => {
                     if Instant::now() >= deadline {
                         return Err(Error::Unavailable {
@@ -91,6 +149,9 @@ impl Deletion<'_> {
                     tokio::time::sleep(self.poll_interval).await;
                     // Released meanwhile (e.g. by cloud-api-adaptor itself)?
                     if self.describe(instance_id).await?.is_none() {
+                        if has_eips {
+                            self.release_marked(instance_id).await?;
+                        }
                         return Ok(DeleteOutcome::Deleted);
                     }
                 }
@@ -98,6 +159,10 @@ impl Deletion<'_> {
             }
         }
         self.wait_until_gone(instance_id).await?;
+        if has_eips {
+            // The later lookup that proves no EIP of it is left.
+            self.release_marked(instance_id).await?;
+        }
         Ok(DeleteOutcome::Deleted)
     }
 
@@ -140,21 +205,49 @@ impl Deletion<'_> {
     /// Every EIP bound to the NIC, page by page: a secondary ENI in multi-EIP mode can hold
     /// more EIPs than one page (`PageSize` defaults to 10) shows.
     async fn eips_bound_to(&self, nic: &str) -> Result<Vec<Eip>, Error> {
+        self.eips_where(&[
+            param("AssociatedInstanceType", "NetworkInterface"),
+            param("AssociatedInstanceId", nic),
+        ])
+        .await
+    }
+
+    /// Every EIP carrying the release mark of this instance, page by page.
+    async fn marked_eips(&self, instance_id: &str) -> Result<Vec<Eip>, Error> {
+        self.eips_where(&[
+            param("Tag.1.Key", RELEASE_MARK),
+            param("Tag.1.Value", instance_id),
+        ])
+        .await
+    }
+
+    /// Releases every EIP marked for this instance (each confirmed gone by a lookup).
+    async fn release_marked(&self, instance_id: &str) -> Result<(), Error> {
+        for eip in self.marked_eips(instance_id).await? {
+            if owned_by(&eip, instance_id) {
+                self.release_eip(&eip, instance_id).await?;
+            } else {
+                tracing::warn!(
+                    instance_id,
+                    allocation_id = eip.allocation_id,
+                    "EIP marked for release carries the do-not-delete tag: left allocated"
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Every EIP matching `filter`, page by page.
+    async fn eips_where(&self, filter: &[(String, String)]) -> Result<Vec<Eip>, Error> {
         let mut found = Vec::new();
         for page_number in 1u32.. {
+            let mut params = vec![param("RegionId", self.region)];
+            params.extend_from_slice(filter);
+            params.push(param("PageSize", EIP_PAGE_SIZE.to_string()));
+            params.push(param("PageNumber", page_number.to_string()));
             let answer = self
                 .api
-                .call(
-                    Service::Vpc,
-                    "DescribeEipAddresses",
-                    &[
-                        param("RegionId", self.region),
-                        param("AssociatedInstanceType", "NetworkInterface"),
-                        param("AssociatedInstanceId", nic),
-                        param("PageSize", EIP_PAGE_SIZE.to_string()),
-                        param("PageNumber", page_number.to_string()),
-                    ],
-                )
+                .call(Service::Vpc, "DescribeEipAddresses", &params)
                 .await
                 .map_err(|f| f.into_error("DescribeEipAddresses"))?;
             let page = answers::eips(&answer).map_err(|message| Error::Internal { message })?;
@@ -185,8 +278,32 @@ impl Deletion<'_> {
         Ok(eips.into_iter().find(|e| e.allocation_id == allocation_id))
     }
 
-    async fn release_eip(&self, eip: &Eip) -> Result<(), Error> {
+    /// Marks the EIP as the instance's (unless it is already), unbinds and releases it, and
+    /// confirms by a lookup that it is gone.
+    async fn release_eip(&self, eip: &Eip, instance_id: &str) -> Result<(), Error> {
         let id = eip.allocation_id.as_str();
+        if eip.tags.get(RELEASE_MARK).map(String::as_str) != Some(instance_id) {
+            // Before the unbind, which loses the last link from the EIP to the instance.
+            let answer = self
+                .api
+                .call(
+                    Service::Vpc,
+                    "TagResources",
+                    &[
+                        param("RegionId", self.region),
+                        param("ResourceType", "EIP"),
+                        param("ResourceId.1", id),
+                        param("Tag.1.Key", RELEASE_MARK),
+                        param("Tag.1.Value", instance_id),
+                    ],
+                )
+                .await;
+            match answer {
+                Ok(_) => {}
+                Err(Failure::NotFound { .. }) => return Ok(()),
+                Err(failure) => return Err(failure.into_error("TagResources")),
+            }
+        }
         if let Some((bound_to, kind)) = &eip.bound_to
             && eip.status != "Available"
         {
@@ -233,10 +350,13 @@ impl Deletion<'_> {
             Err(failure) => return Err(failure.into_error("ReleaseEipAddress")),
         }
         if !self.wait_for_eip(id, |eip| eip.is_none()).await? {
-            tracing::warn!(
-                allocation_id = id,
-                "VPC accepted the EIP release but still lists it"
-            );
+            // Gone is confirmed, never inferred: the next call finds it again by the mark.
+            return Err(Error::Unavailable {
+                message: format!(
+                    "VPC accepted the release of EIP {id} of {instance_id} but still lists it after {:?}",
+                    self.wait_timeout
+                ),
+            });
         }
         Ok(())
     }

@@ -538,3 +538,108 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
         DeleteOutcome::Deleted
     );
 }
+
+/// The release mark `TagResources` puts on a VM's EIP before unbinding it.
+const RELEASE_MARK: &str = "peerpods.io/released-with";
+
+/// A deletion whose `ReleaseEipAddress` failed after `UnassociateEipAddress` succeeded: the EIP
+/// is unbound (nothing links it to the instance any more) and still allocated.
+async fn delete_failing_after_the_unbind(
+    emulator: &AlibabaCloudEmulator,
+    provider: &AlibabaCloudProvider,
+    id: &str,
+    eip: &str,
+) {
+    emulator.fail_next_of("ReleaseEipAddress", 1, 500);
+    let first = provider.delete_instance(id).await;
+    assert!(
+        matches!(&first, Err(Error::Unavailable { .. })),
+        "{first:?}"
+    );
+    assert!(emulator.eip_exists(eip), "the failed release released it");
+    assert!(!emulator.eip_bound(eip), "the EIP was not unbound");
+    assert_eq!(
+        emulator.eip_tags(eip),
+        Some(vec![(RELEASE_MARK.to_owned(), id.to_owned())]),
+        "marked for its instance before the unbind"
+    );
+}
+
+#[tokio::test]
+async fn an_eip_unbound_but_not_released_is_found_by_its_mark_and_released_before_gone() {
+    let emulator = AlibabaCloudEmulator::start();
+    // One attempt per call, so the injected failure reaches the flow.
+    let (provider, _) = provider(&emulator, &[("ALIBABACLOUD_MAX_ATTEMPTS", "1")]);
+    let id = emulator.create_vm("pod-resume", &[]);
+    let eip = emulator.eip_of(&id).expect("the VM has an EIP");
+    delete_failing_after_the_unbind(&emulator, &provider, &id, &eip).await;
+    assert!(emulator.instance_exists(&id), "deleted before its EIP");
+
+    let outcome = provider.delete_instance(&id).await.expect("deleted");
+
+    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert!(!emulator.eip_exists(&eip), "the unbound EIP leaked");
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test]
+async fn a_marked_eip_of_an_instance_already_gone_is_released_before_gone() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(
+        &emulator,
+        &[
+            ("ALIBABACLOUD_MAX_ATTEMPTS", "1"),
+            ("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "0"),
+        ],
+    );
+    let id = emulator.create_vm("pod-gone", &[]);
+    let eip = emulator.eip_of(&id).expect("the VM has an EIP");
+    delete_failing_after_the_unbind(&emulator, &provider, &id, &eip).await;
+    // Released meanwhile by someone else (cloud-api-adaptor): its NICs went with it.
+    emulator.begin_release(&id, 0);
+
+    let outcome = provider.delete_instance(&id).await.expect("gone");
+
+    assert_eq!(outcome, DeleteOutcome::AlreadyGone);
+    assert!(!emulator.instance_exists(&id));
+    assert!(!emulator.eip_exists(&eip), "the unbound EIP leaked");
+    assert!(!emulator.vm_or_parts_exist(&id));
+}
+
+#[tokio::test]
+async fn an_operators_eip_on_the_vms_nic_survives_the_deletion() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[]);
+    let id = emulator.create_vm("pod-shared", &[]);
+    let caas = emulator.eip_of(&id).expect("the VM has an EIP");
+    let operators = emulator
+        .add_operator_eip(&id, "reserved egress address")
+        .expect("an add-on NIC");
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("deleted"),
+        DeleteOutcome::Deleted
+    );
+    assert!(
+        !emulator.eip_exists(&caas),
+        "cloud-api-adaptor's EIP leaked"
+    );
+    assert!(
+        emulator.eip_exists(&operators),
+        "the operator's EIP was released"
+    );
+    assert_eq!(
+        emulator.eip_tags(&operators),
+        Some(vec![]),
+        "the operator's EIP was marked"
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
+    // Not even the unbind: ECS unbinds it with the NIC; nothing of ours touched it.
+    assert!(
+        emulator
+            .params_of("UnassociateEipAddress")
+            .iter()
+            .all(|params| !params.iter().any(|(_, v)| *v == operators)),
+        "the operator's EIP was unbound by the backend"
+    );
+}
