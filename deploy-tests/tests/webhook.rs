@@ -351,3 +351,184 @@ async fn the_charts_webhook_mutates_a_peer_pod_through_its_helm_issued_ca_bundle
         .await
         .expect("a plain pod while the webhook is down");
 }
+
+fn parse<T: k8s_openapi::serde::de::DeserializeOwned>(doc: &str) -> T {
+    serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("{e}\n{doc}"))
+}
+
+/// The one object of `kind` in a manifest whose name contains `name`.
+fn object_of<T: k8s_openapi::serde::de::DeserializeOwned + kube::Resource>(
+    manifest: &str,
+    kind: &str,
+    name: &str,
+) -> T {
+    let mut found: Vec<T> = documents(manifest)
+        .iter()
+        .filter(|d| kind_of(d) == kind)
+        .map(|d| parse::<T>(d))
+        .filter(|o| o.meta().name.as_deref().is_some_and(|n| n.contains(name)))
+        .collect();
+    assert_eq!(found.len(), 1, "one {kind} named *{name}*");
+    found.remove(0)
+}
+
+fn first_container(deployment: &Deployment) -> k8s_openapi::api::core::v1::Container {
+    deployment
+        .spec
+        .template
+        .spec
+        .clone()
+        .expect("pod spec")
+        .containers[0]
+        .clone()
+}
+
+/// What the API server and the webhook see of the chart's webhook is what cloud-api-adaptor's chart renders, for
+/// every cloud: the configuration's webhook (name, path, rules, failure and reinvocation policy, side effects,
+/// review versions, the namespace selector with our namespace for theirs), the webhook's environment and where it
+/// reads its certificate. The only additions are the match condition on the runtime class and the explicit
+/// timeout (the API server's default, 10 s).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_charts_webhook_is_wired_as_caas_chart_wires_its_own() {
+    let ns = "confidential-containers-system";
+    let ours = render(
+        RELEASE,
+        ns,
+        &[
+            ALONGSIDE_VALUES,
+            DEV_VALUES,
+            "deploy/tests/values-our-webhook.yaml",
+        ],
+    )
+    .await;
+    let our_configuration: MutatingWebhookConfiguration =
+        object_of(&ours, "MutatingWebhookConfiguration", "peerpods-webhook");
+    let our_deployment: Deployment = object_of(&ours, "Deployment", "peerpods-webhook");
+    let our_hook = our_configuration.webhooks.clone().expect("webhooks")[0].clone();
+    let our_container = first_container(&our_deployment);
+    let our_env: BTreeMap<String, Option<String>> = our_container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+
+    let fixtures = testenv::repo_root().join("peer-pod-config-ctrl/tests/fixtures/caa-chart");
+    let mut clouds = 0;
+    for entry in std::fs::read_dir(&fixtures).expect("CAA chart fixtures") {
+        let path = entry.expect("fixture").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        clouds += 1;
+        let theirs = std::fs::read_to_string(&path).expect("fixture");
+        let cloud = path.display().to_string();
+        let configuration: MutatingWebhookConfiguration =
+            object_of(&theirs, "MutatingWebhookConfiguration", "peer-pods-webhook");
+        let mut hook = configuration.webhooks.expect("webhooks")[0].clone();
+        let their_service = hook
+            .client_config
+            .service
+            .clone()
+            .expect("service reference");
+        assert_eq!(
+            our_hook
+                .client_config
+                .service
+                .as_ref()
+                .and_then(|s| s.path.clone()),
+            their_service.path,
+            "{cloud}: path"
+        );
+        // Their namespace is the webhook's own, as ours is.
+        let selector = hook
+            .namespace_selector
+            .as_mut()
+            .expect("namespace selector");
+        for requirement in selector.match_expressions.iter_mut().flatten() {
+            for value in requirement.values.iter_mut().flatten() {
+                if *value == their_service.namespace {
+                    *value = ns.to_owned();
+                }
+            }
+            if let Some(values) = requirement.values.as_mut() {
+                values.sort();
+            }
+        }
+        let mut our_selector = our_hook
+            .namespace_selector
+            .clone()
+            .expect("namespace selector");
+        for requirement in our_selector.match_expressions.iter_mut().flatten() {
+            if let Some(values) = requirement.values.as_mut() {
+                values.sort();
+            }
+        }
+        assert_eq!(
+            Some(our_selector),
+            hook.namespace_selector,
+            "{cloud}: namespace selector"
+        );
+        assert_eq!(our_hook.name, hook.name, "{cloud}: name");
+        assert_eq!(our_hook.rules, hook.rules, "{cloud}: rules");
+        assert_eq!(
+            our_hook.failure_policy, hook.failure_policy,
+            "{cloud}: failurePolicy"
+        );
+        assert_eq!(
+            our_hook.reinvocation_policy, hook.reinvocation_policy,
+            "{cloud}: reinvocationPolicy"
+        );
+        assert_eq!(
+            our_hook.side_effects, hook.side_effects,
+            "{cloud}: sideEffects"
+        );
+        assert_eq!(
+            our_hook.admission_review_versions, hook.admission_review_versions,
+            "{cloud}: admissionReviewVersions"
+        );
+        assert_eq!(
+            hook.timeout_seconds, None,
+            "{cloud}: theirs has the default timeout"
+        );
+        assert_eq!(
+            our_hook.timeout_seconds,
+            Some(10),
+            "the API server's default"
+        );
+
+        let deployment: Deployment = object_of(
+            &theirs,
+            "Deployment",
+            "peer-pods-webhook-controller-manager",
+        );
+        let container = first_container(&deployment);
+        for var in container.env.clone().unwrap_or_default() {
+            assert_eq!(
+                our_env.get(&var.name),
+                Some(&var.value),
+                "{cloud}: {} as CAA's chart sets it",
+                var.name
+            );
+        }
+        let mount = |c: &k8s_openapi::api::core::v1::Container| {
+            c.volume_mounts
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .find(|m| m.name == "cert")
+                .map(|m| m.mount_path)
+        };
+        assert_eq!(
+            mount(&our_container),
+            mount(&container),
+            "{cloud}: certificate directory"
+        );
+    }
+    assert_eq!(clouds, 8, "the eight clouds of CAA's chart");
+    assert_eq!(
+        our_hook.match_conditions.expect("match conditions")[0].expression,
+        "has(object.spec.runtimeClassName) && object.spec.runtimeClassName == 'kata-remote'"
+    );
+}
