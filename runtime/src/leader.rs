@@ -93,6 +93,7 @@ impl LeaderConfig {
                 message: format!(
                     "lease duration ({duration}s) must be longer than the renewal margin ({grace}s), both at least 1s"
                 ),
+                source: None,
             });
         }
         let (margin, timeout) = (self.fence_margin(), self.call_timeout());
@@ -102,11 +103,13 @@ impl LeaderConfig {
                     "the fence margin ({margin:?}) must be above zero and shorter than the renewal margin ({grace}s), \
                      or the leader would stop before it renews"
                 ),
+                source: None,
             });
         }
         if timeout.is_zero() {
             return Err(Error::LeaderElection {
                 message: "the Lease call timeout must be above zero".into(),
+                source: None,
             });
         }
         Ok((duration, grace))
@@ -164,7 +167,8 @@ where
         }
     });
     let failed = |e: kube_lease_manager::LeaseManagerError| Error::LeaderElection {
-        message: format!("Lease {}/{}: {e}", config.namespace, config.lease_name),
+        message: format!("Lease {}/{}", config.namespace, config.lease_name),
+        source: Some(Box::new(e)),
     };
     let leading = 'standby: loop {
         set_ready("standby");
@@ -346,6 +350,7 @@ pub fn lease_client(
                 Ok(answer) => answer.map_err(tower::BoxError::from),
                 Err(_) => Err(tower::BoxError::from(Error::LeaderElection {
                     message: format!("Lease call got no answer within {timeout:?}"),
+                    source: None,
                 })),
             }
         }

@@ -80,7 +80,8 @@ pub fn init_with(
         .with(otel)
         .try_init()
         .map_err(|e| Error::Telemetry {
-            message: e.to_string(),
+            message: String::new(),
+            source: Some(Box::new(e)),
         })?;
     Ok(Telemetry { provider })
 }
@@ -92,7 +93,8 @@ fn tracer_provider(service_name: &'static str, endpoint: &str) -> Result<SdkTrac
         .with_endpoint(endpoint)
         .build()
         .map_err(|e| Error::Telemetry {
-            message: format!("OTLP exporter: {e}"),
+            message: "OTLP exporter".into(),
+            source: Some(Box::new(e)),
         })?;
     Ok(SdkTracerProvider::builder()
         .with_batch_exporter(exporter)

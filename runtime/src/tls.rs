@@ -139,6 +139,7 @@ impl TlsPolicy {
                 message: "TLS_CIPHER_SUITES may not be set when TLS_MIN_VERSION is VersionTLS13: \
                           TLS 1.3 cipher suites are not configurable"
                     .into(),
+                source: None,
             });
         }
         let mut tls12_suites = Vec::new();
@@ -161,6 +162,7 @@ impl TlsPolicy {
                         "TLS_CIPHER_SUITES: unknown cipher suite {name:?}; valid names: {}",
                         valid.join(", ")
                     ),
+                    source: None,
                 });
             }
         }
@@ -170,6 +172,7 @@ impl TlsPolicy {
                     "TLS_CIPHER_SUITES names no TLS 1.2 cipher suite this build implements (left out: {})",
                     left_out.join(", ")
                 ),
+                source: None,
             });
         }
         Ok((
@@ -207,7 +210,8 @@ impl TlsPolicy {
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(provider))
             .with_protocol_versions(versions)
             .map_err(|e| Error::Tls {
-                message: e.to_string(),
+                message: String::new(),
+                source: Some(Box::new(e)),
             })?
             .with_no_client_auth()
             .with_cert_resolver(resolver);
