@@ -110,6 +110,32 @@ pub struct Knobs {
     pub core_limit: u64,
     /// Deletions of an interface ARM refuses after its VM is gone (`NicReservedForAnotherVm`).
     pub nic_reservation: u32,
+    /// The next requests of `refuse_method` answered with this refusal, and how many.
+    pub refuse_next: u32,
+    pub refuse_method: &'static str,
+    pub refusal: Option<ArmRefusal>,
+}
+
+/// ARM's documented "busy" and throttling answers, each with its real status, code, message
+/// and headers (ARM's "Throttling Resource Manager requests" and Compute's "Troubleshooting API
+/// throttling errors"; the conflict codes of Compute and Network).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArmRefusal {
+    /// 429 `SubscriptionRequestsThrottled` (ARM's own subscription limit) with `Retry-After`.
+    SubscriptionThrottled { retry_after_secs: u64 },
+    /// 429 `OperationNotAllowed` with a `TooManyRequests` detail (Compute's throttling) and
+    /// `Retry-After`.
+    ComputeThrottled { retry_after_secs: u64 },
+    /// 409 `Conflict`: another operation is in progress on the resource.
+    Conflict,
+    /// 409 `AnotherOperationInProgress` (Network).
+    AnotherOperationInProgress,
+    /// 409 `OperationPreempted` (Compute: a more recent operation took over).
+    OperationPreempted,
+    /// 409 `OperationNotAllowed`: the VM is marked for deletion.
+    MarkedForDeletion,
+    /// 500 `RetryableError` (Compute).
+    RetryableError,
 }
 
 impl Default for Knobs {
@@ -126,6 +152,9 @@ impl Default for Knobs {
             vm_limit: 25,
             core_limit: 20,
             nic_reservation: 0,
+            refuse_next: 0,
+            refuse_method: "DELETE",
+            refusal: None,
         }
     }
 }
@@ -166,6 +195,64 @@ impl Reply {
             .headers
             .push(("retry-after", retry_after_secs.to_string()));
         reply
+    }
+
+    /// The answer of `refusal`.
+    pub fn refusal(refusal: ArmRefusal) -> Self {
+        let with_wait = |mut reply: Reply, secs: u64| {
+            reply.headers.push(("retry-after", secs.to_string()));
+            reply
+        };
+        match refusal {
+            ArmRefusal::SubscriptionThrottled { retry_after_secs } => with_wait(
+                Reply::arm_error(
+                    429,
+                    "SubscriptionRequestsThrottled",
+                    &format!(
+                        "Number of 'delete' requests for subscription '{SUBSCRIPTION_ID}' actor '{CLIENT_ID}' exceeded. Please try again after '{retry_after_secs}' seconds after the first request. The throttling window is set to '3600' seconds."
+                    ),
+                ),
+                retry_after_secs,
+            ),
+            ArmRefusal::ComputeThrottled { retry_after_secs } => {
+                let mut reply = Reply::arm_error(
+                    429,
+                    "OperationNotAllowed",
+                    "The server rejected the request because too many requests have been received for this subscription.",
+                );
+                if let Some(body) = reply.body.as_mut() {
+                    body["error"]["details"] = json!([{
+                        "code": "TooManyRequests",
+                        "target": "DeleteVMSubscriptionMaximum",
+                        "message": "{\"operationGroup\":\"DeleteVMSubscriptionMaximum\",\"startTime\":\"2026-01-01T00:00:00+00:00\",\"endTime\":\"2026-01-01T00:30:00+00:00\",\"allowedRequestCount\":1500,\"measuredRequestCount\":1502}"
+                    }]);
+                }
+                with_wait(reply, retry_after_secs)
+            }
+            ArmRefusal::Conflict => Reply::arm_error(
+                409,
+                "Conflict",
+                "The operation cannot be performed because another operation is in progress on the resource. Retry after that operation completes.",
+            ),
+            ArmRefusal::AnotherOperationInProgress => Reply::arm_error(
+                409,
+                "AnotherOperationInProgress",
+                "Another operation on this or dependent resource is in progress. To retrieve status of the operation use uri: https://management.azure.com/subscriptions/00000000-0000-0000-0000-000000000000/providers/Microsoft.Network/locations/eastus/operations/00000000-0000-0000-0000-000000000001?api-version=2024-05-01.",
+            ),
+            ArmRefusal::OperationPreempted => Reply::arm_error(
+                409,
+                "OperationPreempted",
+                "Operation execution has been preempted by a more recent operation.",
+            ),
+            ArmRefusal::MarkedForDeletion => Reply::arm_error(
+                409,
+                "OperationNotAllowed",
+                "Operation 'delete' is not allowed on VM since the VM is marked for deletion. You can only retry the Delete operation (or wait for an ongoing one to complete).",
+            ),
+            ArmRefusal::RetryableError => {
+                Reply::arm_error(500, "RetryableError", "A retryable error occurred.")
+            }
+        }
     }
 
     /// ARM's answer to a request its backend failed (`status`: a 5xx).
@@ -432,6 +519,12 @@ impl Cloud {
         if self.knobs.fail_next > 0 {
             self.knobs.fail_next -= 1;
             return Reply::server_error(self.knobs.fail_status);
+        }
+        if let (n @ 1.., Some(refusal)) = (self.knobs.refuse_next, self.knobs.refusal)
+            && method.eq_ignore_ascii_case(self.knobs.refuse_method)
+        {
+            self.knobs.refuse_next = n - 1;
+            return Reply::refusal(refusal);
         }
         let token = authorization.and_then(|a| a.strip_prefix("Bearer "));
         if !token.is_some_and(|t| self.tokens.contains(t)) {

@@ -20,8 +20,8 @@ use test_support::faults::{Fault, FaultLayer};
 use tokio::sync::oneshot;
 
 pub use cloud::{
-    CLIENT_ID, CLIENT_SECRET, FEDERATED_TOKEN, REGION, RESOURCE_GROUP, SUBSCRIPTION_ID, Seen,
-    TENANT_ID, VmOptions, VmParts,
+    ArmRefusal, CLIENT_ID, CLIENT_SECRET, FEDERATED_TOKEN, REGION, RESOURCE_GROUP, SUBSCRIPTION_ID,
+    Seen, TENANT_ID, VmOptions, VmParts,
 };
 
 use cloud::{Cloud, Reply};
@@ -169,6 +169,16 @@ impl AzureEmulator {
         let mut cloud = lock(&self.cloud);
         cloud.knobs.fail_next = count;
         cloud.knobs.fail_status = status;
+    }
+
+    /// The next `count` ARM requests of `method` (e.g. `DELETE`) are answered with ARM's
+    /// documented `refusal` (throttling or "another operation holds the resource"), its real
+    /// status, body and headers.
+    pub fn refuse_next(&self, method: &'static str, count: u32, refusal: ArmRefusal) {
+        let mut cloud = lock(&self.cloud);
+        cloud.knobs.refuse_next = count;
+        cloud.knobs.refuse_method = method;
+        cloud.knobs.refusal = Some(refusal);
     }
 
     /// The token endpoint refuses every credential (401 `invalid_client`).

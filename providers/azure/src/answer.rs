@@ -39,8 +39,53 @@ pub fn arm_error(
         Some(detail) => format!("{}: {}", detail.code, detail.message),
         None => String::from_utf8_lossy(&body[..body.len().min(512)]).into_owned(),
     };
+    let text = redactor.redact(&text);
+    let code = error_detail(body).map(|detail| detail.code);
+    if let Some(error) = busy_error(status, code.as_deref(), retry_after, operation, &text) {
+        return error;
+    }
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    status_error(status, retry_after, operation, &redactor.redact(&text))
+    status_error(status, retry_after, operation, &text)
+}
+
+/// ARM's codes, with 409 Conflict, for "another operation holds the resource": `Conflict`,
+/// Network's `AnotherOperationInProgress`, Compute's `OperationPreempted` (a more recent
+/// operation took over) and `OperationNotAllowed` (e.g. "not allowed since the VM is marked for
+/// deletion"). Each ends when that operation does, so the call is worth repeating.
+pub const CONFLICT_CODES: [&str; 4] = [
+    "Conflict",
+    "AnotherOperationInProgress",
+    "OperationPreempted",
+    "OperationNotAllowed",
+];
+
+/// Compute's code for a failure it says is worth repeating, whatever the status.
+pub const RETRYABLE_CODE: &str = "RetryableError";
+
+/// The retryable error for ARM's documented "busy, try again" answers (see [`CONFLICT_CODES`],
+/// [`RETRYABLE_CODE`]); `None` for any other answer. ARM's `Retry-After`, when sent, is named
+/// in the message. Throttling (429, whatever its code) is the status mapping's.
+fn busy_error(
+    status: u16,
+    code: Option<&str>,
+    retry_after: Option<Duration>,
+    operation: &str,
+    text: &str,
+) -> Option<Error> {
+    let code = code?;
+    let conflict = status == 409 && CONFLICT_CODES.iter().any(|c| c.eq_ignore_ascii_case(code));
+    let retryable = code.eq_ignore_ascii_case(RETRYABLE_CODE) && status != 429;
+    if !(conflict || retryable) {
+        return None;
+    }
+    let wait = retry_after.map_or_else(String::new, |wait| {
+        format!(" (ARM asks to wait {} s)", wait.as_secs())
+    });
+    Some(Error::Unavailable {
+        message: format!(
+            "{operation}: HTTP {status}: another operation holds the resource, try again{wait}: {text}"
+        ),
+    })
 }
 
 /// Where and how to follow a long-running operation ARM accepted with 201/202.
@@ -198,6 +243,53 @@ fn chain(error: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn arm(status: u16, code: &str, retry_after: Option<Duration>) -> Error {
+        let body = format!(r#"{{"error":{{"code":"{code}","message":"m"}}}}"#);
+        arm_error(
+            status,
+            retry_after,
+            "deleting VM v",
+            body.as_bytes(),
+            &Redactor::new(Vec::<String>::new()),
+        )
+    }
+
+    #[test]
+    fn arms_busy_answers_are_retryable_and_throttling_keeps_its_wait() {
+        for code in CONFLICT_CODES {
+            assert_eq!(arm(409, code, None).reason(), "CloudUnavailable", "{code}");
+        }
+        assert_eq!(
+            arm(500, "RetryableError", None).reason(),
+            "CloudUnavailable"
+        );
+        assert_eq!(
+            arm(409, "RetryableError", None).reason(),
+            "CloudUnavailable"
+        );
+        let e = arm(409, "Conflict", Some(Duration::from_secs(7)));
+        assert!(e.to_string().contains("wait 7 s"), "{e}");
+        // A conflict ARM does not say will end (a lock, a policy) is not retried.
+        assert_eq!(arm(409, "ScopeLocked", None).reason(), "Internal");
+        assert_eq!(
+            arm(409, "RequestDisallowedByPolicy", None).reason(),
+            "Internal"
+        );
+        // OperationNotAllowed outside a 409 (e.g. a 400 quota refusal) is not a conflict.
+        assert_eq!(arm(400, "OperationNotAllowed", None).reason(), "Internal");
+        for code in [
+            "TooManyRequests",
+            "SubscriptionRequestsThrottled",
+            "OperationNotAllowed",
+        ] {
+            let e = arm(429, code, Some(Duration::from_secs(17)));
+            assert!(
+                matches!(e, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(17)),
+                "{code}: {e:?}"
+            );
+        }
+    }
 
     #[test]
     fn arm_error_bodies_are_read_and_redacted() {
