@@ -22,4 +22,12 @@ pub mod examples {
     /// `ListInstanceNetworkInterfaceFloatingIps`): one floating IP.
     pub const VPC_LIST_NIC_FLOATING_IPS: &str =
         include_str!("../fixtures/examples/vpc_list_instance_network_interface_floating_ips.json");
+    /// A VPC 409 Conflict (the VPC error schema: `errors[]` of `code`, `message`, `more_info`,
+    /// `status_code`, `trace`): the instance's status does not allow the request yet. Serve it
+    /// with `answer_next_verbatim(route, 409, ..)`.
+    pub const VPC_ERROR_CONFLICT: &str = include_str!("../fixtures/vpc_error_conflict.json");
+    /// A Power Cloud 409 Conflict (the Power `Error` model: `code`, `description`, `error`,
+    /// `message`), which the Power API definition lists for deleting a PVM instance: the
+    /// instance is in a transitional state. Serve it with `answer_next_verbatim(route, 409, ..)`.
+    pub const POWER_ERROR_CONFLICT: &str = include_str!("../fixtures/power_error_conflict.json");
 }

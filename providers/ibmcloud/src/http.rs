@@ -34,12 +34,11 @@ impl Answer {
 
     /// The crate's error for this (non-success) answer.
     pub fn into_error(self, what: &str, http: &Http) -> Error {
-        status_error(
-            self.status,
-            self.retry_after,
-            what,
-            &http.cloud_message(&self.body),
-        )
+        let message = http.cloud_message(&self.body);
+        if let Some(error) = conflict_error(self.status, self.retry_after, what, &message) {
+            return error;
+        }
+        status_error(self.status, self.retry_after, what, &message)
     }
 
     /// The body as `T`, or an internal error naming the call.
@@ -48,6 +47,30 @@ impl Answer {
             message: format!("{what}: unreadable answer: {e}"),
         })
     }
+}
+
+/// IBM's 409 Conflict: the resource's status does not allow the request now (VPC: "You can't
+/// invoke certain instance actions if the status of your instance is in conflict with the
+/// action"; Power Virtual Server: an instance in a transitional state such as a capture, a
+/// resize or its creation). The status moves on, so the call is worth repeating: retryable,
+/// with IBM's `Retry-After` named when sent. `None` for any other status.
+pub fn conflict_error(
+    status: StatusCode,
+    retry_after: Option<Duration>,
+    what: &str,
+    message: &str,
+) -> Option<Error> {
+    if status != StatusCode::CONFLICT {
+        return None;
+    }
+    let wait = retry_after.map_or_else(String::new, |wait| {
+        format!(" (the cloud asks to wait {} s)", wait.as_secs())
+    });
+    Some(Error::Unavailable {
+        message: format!(
+            "{what}: HTTP 409: the resource's status does not allow it yet, try again{wait}: {message}"
+        ),
+    })
 }
 
 /// What to do after one attempt (pure).
@@ -251,6 +274,22 @@ impl Http {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conflict_is_retryable_and_names_the_clouds_wait() {
+        let e = conflict_error(
+            StatusCode::CONFLICT,
+            Some(Duration::from_secs(4)),
+            "deleting instance i",
+            "busy",
+        );
+        assert!(
+            matches!(&e, Some(Error::Unavailable { message }) if message.contains("wait 4 s")),
+            "{e:?}"
+        );
+        assert!(conflict_error(StatusCode::BAD_REQUEST, None, "op", "").is_none());
+        assert!(conflict_error(StatusCode::TOO_MANY_REQUESTS, None, "op", "").is_none());
+    }
 
     fn policy() -> CallPolicy {
         CallPolicy {
