@@ -515,10 +515,27 @@ fn is_connection_error(e: &VirtError) -> bool {
     ])
 }
 
+/// libvirt's answers that the domain (or the resource) is in a state that does not allow the
+/// call now (`virerror.h`): `VIR_ERR_OPERATION_INVALID` ("operation is not valid", e.g. a domain
+/// mid-transition), `VIR_ERR_RESOURCE_BUSY` ("resource is busy") and
+/// `VIR_ERR_OPERATION_TIMEOUT` (e.g. "cannot acquire state change lock": another job holds the
+/// domain). The state moves on, so the call is worth repeating.
+fn is_busy(e: &VirtError) -> bool {
+    e.code().is_any(vec![
+        ErrorNumber::OperationInvalid,
+        ErrorNumber::ResourceBusy,
+        ErrorNumber::OperationTimeout,
+    ])
+}
+
 fn map_error(e: &VirtError) -> Error {
     let message = format!("libvirt: {}", e.message());
-    if is_connection_error(e) || e.code().is(ErrorNumber::OperationTimeout) {
+    if is_connection_error(e) {
         Error::Unavailable { message }
+    } else if is_busy(e) {
+        Error::Unavailable {
+            message: format!("{message} (the domain is busy or mid-transition; try again)"),
+        }
     } else if e
         .code()
         .is_any(vec![ErrorNumber::AuthFailed, ErrorNumber::AccessDenied])
@@ -549,6 +566,31 @@ mod tests {
             );
             assert!(text.ends_with(r#"greater than zero, got "0""#), "{text}");
         }
+    }
+
+    /// A real `VIR_ERR_OPERATION_INVALID` from the libvirt library (its test driver: destroying a
+    /// domain that is not running) is retryable, not an internal error.
+    #[test]
+    fn a_domain_in_the_wrong_state_is_retryable() {
+        let conn = Connect::open(Some("test:///default")).expect("test driver");
+        let domain = conn
+            .lookup_domain_by_name("test")
+            .expect("its default domain");
+        if domain.is_active().expect("state") {
+            domain.destroy().expect("the running default domain stops");
+        }
+        let e = domain.destroy().expect_err("it is not running any more");
+        assert!(e.code().is(ErrorNumber::OperationInvalid), "{e}");
+        let mapped = map_error(&e);
+        assert!(
+            matches!(&mapped, Error::Unavailable { message } if message.contains("try again")),
+            "{mapped:?}"
+        );
+        // An error that is not about the domain's state stays what it was.
+        let missing = conn
+            .lookup_domain_by_name("no-such-domain")
+            .expect_err("unknown");
+        assert!(matches!(map_error(&missing), Error::Internal { .. }));
     }
 
     #[test]
