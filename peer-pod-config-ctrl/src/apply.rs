@@ -22,7 +22,7 @@ pub const APPLIED_HASH: &str = "confidentialcontainers.org/applied-hash";
 /// Put the hash of `desired` (without the annotation itself) into its annotations.
 pub fn stamp<K: Resource + Serialize>(mut desired: K) -> Result<K, Error> {
     desired.annotations_mut().remove(APPLIED_HASH);
-    let json = serde_json::to_vec(&desired).map_err(|e| Error::Serialize(e.to_string()))?;
+    let json = serde_json::to_vec(&desired).map_err(|e| Error::Serialize(e.into()))?;
     desired.annotations_mut().insert(
         APPLIED_HASH.into(),
         format!("{:016x}", crate::spread::fnv1a(&json)),
@@ -46,8 +46,8 @@ pub fn contains(current: &Value, desired: &Value) -> bool {
 
 /// Whether `current` already is what `desired` (stamped) asks for.
 pub fn up_to_date<K: Serialize>(current: &K, desired: &K) -> Result<bool, Error> {
-    let cur = serde_json::to_value(current).map_err(|e| Error::Serialize(e.to_string()))?;
-    let want = serde_json::to_value(desired).map_err(|e| Error::Serialize(e.to_string()))?;
+    let cur = serde_json::to_value(current).map_err(|e| Error::Serialize(e.into()))?;
+    let want = serde_json::to_value(desired).map_err(|e| Error::Serialize(e.into()))?;
     Ok(contains(&cur, &want))
 }
 

@@ -68,6 +68,7 @@ impl ProviderCapacity {
             .map_err(|status| Error::ProviderCapacity {
                 provider: provider.to_owned(),
                 message: format!("{:?}: {}", status.code(), status.message()),
+                source: Box::new(status),
             })?
             .into_inner();
         if let Ok(mut cache) = self.cache.lock() {

@@ -144,9 +144,10 @@ pub fn ensure(
     };
     let Some(problem) = problem else {
         // `problem` is None only when `existing` is Some.
-        return existing
-            .map(|cert| (cert, None))
-            .ok_or(Error::Certificate("no certificate".into()));
+        return existing.map(|cert| (cert, None)).ok_or(Error::Certificate {
+            message: "no certificate".into(),
+            source: None,
+        });
     };
     let mut issued = issue(dns_names, now)?;
     if let Some(previous_ca) = existing
@@ -170,7 +171,10 @@ fn still_valid_ca(bundle: &str, now: jiff::Timestamp) -> Option<String> {
 
 /// A new CA and a leaf for `dns_names`, both valid from a day before `now` for [`VALIDITY`].
 pub fn issue(dns_names: &[String], now: jiff::Timestamp) -> Result<ServingCert, Error> {
-    let fail = |e: rcgen::Error| Error::Certificate(e.to_string());
+    let fail = |e: rcgen::Error| Error::Certificate {
+        message: String::new(),
+        source: Some(Box::new(e)),
+    };
     let (from, until) = (
         day(now - jiff::SignedDuration::from_hours(24))?,
         day(now + VALIDITY)?,
@@ -220,8 +224,12 @@ pub fn issue(dns_names: &[String], now: jiff::Timestamp) -> Result<ServingCert, 
 /// rcgen takes calendar dates; day precision is plenty for certificates valid for a year.
 fn day(at: jiff::Timestamp) -> Result<(i32, u8, u8), Error> {
     let date = at.to_zoned(jiff::tz::TimeZone::UTC).date();
-    let month = u8::try_from(date.month()).map_err(|e| Error::Certificate(e.to_string()))?;
-    let day = u8::try_from(date.day()).map_err(|e| Error::Certificate(e.to_string()))?;
+    let out_of_range = |e: std::num::TryFromIntError| Error::Certificate {
+        message: String::new(),
+        source: Some(Box::new(e)),
+    };
+    let month = u8::try_from(date.month()).map_err(out_of_range)?;
+    let day = u8::try_from(date.day()).map_err(out_of_range)?;
     Ok((i32::from(date.year()), month, day))
 }
 

@@ -402,12 +402,12 @@ fn valid_label_value(value: &str) -> bool {
 /// The CRD as YAML, as committed in `deploy/crds/peerpodconfigs.yaml`.
 pub fn crd_yaml() -> Result<String, crate::Error> {
     use kube::CustomResourceExt;
-    let serialize = |e: serde_json::Error| crate::Error::Serialize(e.to_string());
+    let serialize = |e: serde_json::Error| crate::Error::Serialize(e.into());
     let mut crd = serde_json::to_value(PeerPodConfig::crd()).map_err(serialize)?;
     drop_unsigned_formats(&mut crd);
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
         serde_json::from_value(crd).map_err(serialize)?;
-    let yaml = serde_saphyr::to_string(&crd).map_err(|e| crate::Error::Serialize(e.to_string()))?;
+    let yaml = serde_saphyr::to_string(&crd).map_err(|e| crate::Error::Serialize(e.into()))?;
     Ok(format!(
         "# Generated from peer-pod-config-ctrl/src/crd.rs by `make manifests`. Do not edit.\n---\n{yaml}"
     ))

@@ -1,5 +1,18 @@
 //! The one error type of this crate. `reason()` is stable: it is used as a condition reason and a metric label.
 
+/// The error a variant wraps, kept as its `source()` so the chain is not lost.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// `message: cause`, the cause alone without a message, the message alone without a cause: the text each
+/// variant showed when it carried the cause as a string.
+fn with_cause(message: &str, source: &Option<Cause>) -> String {
+    match source {
+        Some(cause) if message.is_empty() => cause.to_string(),
+        Some(cause) => format!("{message}: {cause}"),
+        None => message.to_owned(),
+    }
+}
+
 /// What went wrong while keeping a PeerPodConfig true.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,17 +67,26 @@ pub enum Error {
     #[error("node cache is not ready yet")]
     NodeCacheNotReady,
 
-    /// Generating or reading the webhook serving certificate.
-    #[error("webhook certificate: {0}")]
-    Certificate(String),
+    /// Generating or reading the webhook serving certificate; `source` is the error that made it fail, if any.
+    #[error("webhook certificate: {}", with_cause(message, source))]
+    Certificate {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
-    /// Asking provider-service for free capacity.
+    /// Asking provider-service for free capacity; `message` is the answer's code and message.
     #[error("provider capacity for {provider}: {message}")]
-    ProviderCapacity { provider: String, message: String },
+    ProviderCapacity {
+        provider: String,
+        message: String,
+        #[source]
+        source: Cause,
+    },
 
     /// Turning an object into JSON or YAML.
     #[error("serializing: {0}")]
-    Serialize(String),
+    Serialize(#[source] Cause),
 
     /// The spec cannot be acted on (reported as the Invalid condition before this is ever returned).
     #[error("invalid spec: {0}")]
@@ -90,7 +112,7 @@ impl Error {
                 _ => "FinalizerFailed",
             },
             Self::NodeCacheNotReady => "NodeCacheNotReady",
-            Self::Certificate(_) => "CertificateFailed",
+            Self::Certificate { .. } => "CertificateFailed",
             Self::ProviderCapacity { .. } => "ProviderCapacityFailed",
             Self::Serialize(_) => "SerializeFailed",
             Self::InvalidSpec(_) => "InvalidSpec",
@@ -107,15 +129,45 @@ mod tests {
     fn reasons_are_distinct() {
         let errors = [
             Error::NodeCacheNotReady,
-            Error::Certificate(String::new()),
-            Error::Serialize(String::new()),
+            Error::Certificate {
+                message: String::new(),
+                source: None,
+            },
+            Error::Serialize(std::fmt::Error.into()),
             Error::MissingMetadata("name"),
             Error::ProviderCapacity {
                 provider: "aws".into(),
                 message: String::new(),
+                source: std::fmt::Error.into(),
             },
         ];
         let reasons: std::collections::BTreeSet<_> = errors.iter().map(Error::reason).collect();
         assert_eq!(reasons.len(), errors.len());
+    }
+
+    #[test]
+    fn wrapped_errors_are_the_source_and_the_texts_are_unchanged() {
+        use std::error::Error as _;
+        let json = serde_json::from_str::<u8>("x").unwrap_err();
+        let text = json.to_string();
+        let serialize = Error::Serialize(json.into());
+        assert_eq!(serialize.to_string(), format!("serializing: {text}"));
+        assert_eq!(serialize.source().map(ToString::to_string), Some(text));
+
+        let certificate = Error::Certificate {
+            message: String::new(),
+            source: Some(std::fmt::Error.into()),
+        };
+        assert_eq!(
+            certificate.to_string(),
+            format!("webhook certificate: {}", std::fmt::Error)
+        );
+        assert!(certificate.source().is_some());
+        let own = Error::Certificate {
+            message: "no certificate".into(),
+            source: None,
+        };
+        assert_eq!(own.to_string(), "webhook certificate: no certificate");
+        assert!(own.source().is_none());
     }
 }
