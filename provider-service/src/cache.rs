@@ -276,3 +276,87 @@ impl Cached {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use tokio::sync::Notify;
+
+    /// A backend whose capacity answers count up and, from the second call on, wait until
+    /// released: pure cache logic, no cloud.
+    struct Slow {
+        calls: AtomicU64,
+        release: Notify,
+    }
+
+    #[async_trait]
+    impl Provider for Slow {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, _: &str) -> Result<DeleteOutcome, Error> {
+            Ok(DeleteOutcome::Deleted)
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if n > 1 {
+                self.release.notified().await;
+            }
+            let mut capacity = Capacity::default();
+            capacity.instances.in_use = Some(n);
+            Ok(capacity)
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_refresh_in_flight_serves_the_last_good_answer() {
+        let slow = Arc::new(Slow {
+            calls: AtomicU64::new(0),
+            release: Notify::new(),
+        });
+        let cached = Arc::new(Cached::new(
+            slow.clone(),
+            CacheTimes {
+                // Every answer is stale at once: each call wants a refresh.
+                fresh_for: Duration::ZERO,
+                failure_for: Duration::ZERO,
+                stale_for: Duration::from_secs(3600),
+            },
+        ));
+        let first = cached.capacity().await.unwrap();
+        assert_eq!(first.instances.in_use, Some(1));
+
+        let refreshing = tokio::spawn({
+            let cached = cached.clone();
+            async move { cached.capacity().await }
+        });
+        while slow.calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        // Generous: without the stale answer this call waits for the refresh, which never ends
+        // until released below.
+        let meanwhile = tokio::time::timeout(Duration::from_secs(10), cached.capacity())
+            .await
+            .expect("answered while the refresh runs")
+            .unwrap();
+        assert_eq!(meanwhile.instances.in_use, Some(1), "the last good answer");
+        assert_eq!(slow.calls.load(Ordering::SeqCst), 2, "no second refresh");
+
+        slow.release.notify_one();
+        let refreshed = refreshing.await.unwrap().unwrap();
+        assert_eq!(refreshed.instances.in_use, Some(2));
+    }
+}
