@@ -8,11 +8,11 @@
 //!   never a panic.
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, GroupVersionKind, TypeMeta};
 
 use crate::Error;
-use crate::mutation::{self, Target};
+use crate::mutation::{self, PodView, Target};
 
 /// What became of one review (a metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +25,8 @@ pub enum Outcome {
     Invalid,
     /// Refused: the webhook failed to build its answer.
     Failed,
+    /// Not decided: the webhook was deciding as many as it may at once (HTTP 429, retried by the caller).
+    Shed,
 }
 
 impl Outcome {
@@ -34,6 +36,7 @@ impl Outcome {
             Outcome::Unchanged => "unchanged",
             Outcome::Invalid => "invalid",
             Outcome::Failed => "failed",
+            Outcome::Shed => "shed",
         }
     }
 }
@@ -43,52 +46,180 @@ const REVIEW_VERSIONS: [&str; 2] = ["admission.k8s.io/v1", "admission.k8s.io/v1b
 
 /// The answer to the AdmissionReview in `body`.
 pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<DynamicObject>) {
-    let request: AdmissionRequest<DynamicObject> = match serde_json::from_slice::<
-        AdmissionReview<DynamicObject>,
-    >(body)
-    .map_err(|e| e.to_string())
-    .and_then(|review| {
-        // The answer echoes the request's apiVersion and kind: one the API server does not send is
-        // refused rather than echoed.
-        let types = &review.types;
-        if types.kind != "AdmissionReview" || !REVIEW_VERSIONS.contains(&types.api_version.as_str())
-        {
-            return Err(format!(
-                "{} {} is not an AdmissionReview of {}",
-                types.api_version,
-                types.kind,
-                REVIEW_VERSIONS.join(" or ")
-            ));
-        }
-        review.try_into().map_err(|e| format!("{e}"))
-    }) {
-        Ok(request) => request,
-        Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
-    };
+    if let Some(head) = pod_creation(body) {
+        return review_pod_creation(body, &head, target);
+    }
+    let request: AdmissionRequest<DynamicObject> =
+        match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
+            .map_err(|e| e.to_string())
+            .and_then(|review| {
+                // The answer echoes the request's apiVersion and kind: one the API server does not send is
+                // refused rather than echoed.
+                let types = &review.types;
+                if !is_review_type(types) {
+                    return Err(format!(
+                        "{} {} is not an AdmissionReview of {}",
+                        types.api_version,
+                        types.kind,
+                        REVIEW_VERSIONS.join(" or ")
+                    ));
+                }
+                review.try_into().map_err(|e| format!("{e}"))
+            }) {
+            Ok(request) => request,
+            Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
+        };
     let allowed = AdmissionResponse::from(&request);
     let pod = match pod_created(&request) {
         Ok(Some(pod)) => pod,
         Ok(None) => return (Outcome::Unchanged, allowed.into_review()),
-        Err(error) => return refuse(&request, allowed, &error),
+        Err(error) => return refuse(&request_head(&request), allowed, &error),
     };
     let patch = match mutation::patch(&pod, target) {
         Ok(Some(patch)) => patch,
         Ok(None) => return (Outcome::Unchanged, allowed.into_review()),
-        Err(error) => return refuse(&request, allowed, &error),
+        Err(error) => return refuse(&request_head(&request), allowed, &error),
     };
+    answer_with_patch(&request_head(&request), allowed, patch)
+}
+
+fn is_review_type(types: &TypeMeta) -> bool {
+    types.kind == "AdmissionReview" && REVIEW_VERSIONS.contains(&types.api_version.as_str())
+}
+
+/// An AdmissionReview read without its objects: what is needed to tell a Pod's creation, to answer and to log.
+/// Reading it skips the objects without keeping any of them.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewHead {
+    api_version: String,
+    kind: String,
+    request: RequestHead,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestHead {
+    uid: String,
+    kind: GroupVersionKind,
+    operation: Operation,
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: String,
+    namespace: Option<String>,
+}
+
+/// Only the object of a review's request, parsed into the view the mutation reads.
+#[derive(serde::Deserialize)]
+struct ReviewObject {
+    request: RequestObject,
+}
+
+#[derive(serde::Deserialize)]
+struct RequestObject {
+    object: Option<PodView>,
+}
+
+/// The head of `body` when it is the creation of a Pod (not a subresource), the one request that carries a Pod
+/// to mutate; `None` for anything else, which the general path answers (and refuses as it always did when it
+/// cannot be read).
+fn pod_creation(body: &[u8]) -> Option<ReviewHead> {
+    let head: ReviewHead = serde_json::from_slice(body).ok()?;
+    let types = TypeMeta {
+        api_version: head.api_version.clone(),
+        kind: head.kind.clone(),
+    };
+    let request = &head.request;
+    let is_pod = request.kind.group.is_empty() && request.kind.kind == "Pod";
+    (is_review_type(&types)
+        && is_pod
+        && request.operation == Operation::Create
+        && request.sub_resource.is_none())
+    .then_some(head)
+}
+
+/// A Pod's creation, read straight into the view the mutation needs ([`PodView`]): the request's memory follows
+/// the containers' resources, not the size of everything else in the Pod.
+fn review_pod_creation(
+    body: &[u8],
+    head: &ReviewHead,
+    target: &Target,
+) -> (Outcome, AdmissionReview<DynamicObject>) {
+    let mut request = Head {
+        uid: &head.request.uid,
+        name: head.request.name.clone(),
+        namespace: head.request.namespace.as_deref().unwrap_or_default(),
+    };
+    let mut allowed = AdmissionResponse::invalid("");
+    allowed.types = TypeMeta {
+        api_version: head.api_version.clone(),
+        kind: head.kind.clone(),
+    };
+    allowed.uid = head.request.uid.clone();
+    allowed.allowed = true;
+    allowed.result = Default::default();
+    let pod = match serde_json::from_slice::<ReviewObject>(body) {
+        Ok(ReviewObject {
+            request: RequestObject { object: Some(pod) },
+        }) => pod,
+        Ok(_) => {
+            let error = Error::MalformedRequest("a create request without an object".into());
+            return refuse(&request, allowed, &error);
+        }
+        Err(e) => {
+            let error = Error::MalformedRequest(format!("the object is not a Pod: {e}"));
+            return refuse(&request, allowed, &error);
+        }
+    };
+    if request.name.is_empty()
+        && let Some(prefix) = &pod.metadata.generate_name
+    {
+        request.name = format!("{prefix}*");
+    }
+    match mutation::patch_view(&pod, target) {
+        Ok(Some(patch)) => {
+            drop(pod);
+            answer_with_patch(&request, allowed, patch)
+        }
+        Ok(None) => (Outcome::Unchanged, allowed.into_review()),
+        Err(error) => refuse(&request, allowed, &error),
+    }
+}
+
+/// What a refusal or a mutation logs about the request.
+struct Head<'a> {
+    uid: &'a str,
+    /// The pod's name, or its generateName prefix.
+    name: String,
+    namespace: &'a str,
+}
+
+fn request_head(request: &AdmissionRequest<DynamicObject>) -> Head<'_> {
+    Head {
+        uid: &request.uid,
+        name: pod_name(request),
+        namespace: request.namespace.as_deref().unwrap_or_default(),
+    }
+}
+
+fn answer_with_patch(
+    request: &Head<'_>,
+    allowed: AdmissionResponse,
+    patch: json_patch::Patch,
+) -> (Outcome, AdmissionReview<DynamicObject>) {
     let operations = patch.0.len();
     match allowed.clone().with_patch(patch) {
         Ok(response) => {
             tracing::info!(
-                namespace = request.namespace.as_deref().unwrap_or_default(),
-                pod = %pod_name(&request),
+                namespace = request.namespace,
+                pod = %request.name,
                 uid = %request.uid,
                 operations,
                 "peer pod: resources moved to VM-size annotations"
             );
             (Outcome::Mutated, response.into_review())
         }
-        Err(e) => refuse(&request, allowed, &Error::Patch(e.to_string())),
+        Err(e) => refuse(request, allowed, &Error::Patch(e.to_string())),
     }
 }
 
@@ -122,7 +253,7 @@ fn pod_created(request: &AdmissionRequest<DynamicObject>) -> Result<Option<Pod>,
 }
 
 fn refuse(
-    request: &AdmissionRequest<DynamicObject>,
+    request: &Head<'_>,
     allowed: AdmissionResponse,
     error: &Error,
 ) -> (Outcome, AdmissionReview<DynamicObject>) {
@@ -132,8 +263,8 @@ fn refuse(
         (Outcome::Failed, 500)
     };
     tracing::warn!(
-        namespace = request.namespace.as_deref().unwrap_or_default(),
-        pod = %pod_name(request),
+        namespace = request.namespace,
+        pod = %request.name,
         uid = %request.uid,
         reason = error.reason(),
         %error,

@@ -10,7 +10,7 @@ use crate::admission::Outcome;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
-    /// `mutated`, `unchanged`, `invalid` or `failed`.
+    /// `mutated`, `unchanged`, `invalid`, `failed` or `shed`.
     pub outcome: &'static str,
 }
 

@@ -25,6 +25,87 @@ use serde_json::Value;
 use crate::Error;
 use crate::quantity::Quantity;
 
+/// What the mutation reads of a Pod, and nothing else: its annotations, its runtime class and each container's
+/// and init container's resources. The webhook parses a created Pod straight into this from the request body,
+/// so a request's memory follows its containers' resources, not everything else the Pod carries (a full
+/// `k8s_openapi` `Container` takes about 2 KiB however little its JSON says; 90,000 one-line containers were
+/// hundreds of MiB). Each container is still read as a whole `Container` first, one at a time, so a container
+/// that is not one is refused as before.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodView {
+    #[serde(default)]
+    pub metadata: MetadataView,
+    pub spec: Option<SpecView>,
+}
+
+/// The annotations of a Pod's metadata (and its generateName, which the log names a created pod by).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataView {
+    pub annotations: Option<BTreeMap<String, String>>,
+    pub generate_name: Option<String>,
+}
+
+/// The runtime class and the containers' resources of a PodSpec.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SpecView {
+    pub runtime_class_name: Option<String>,
+    #[serde(default)]
+    pub containers: ContainerResources,
+    pub init_containers: Option<ContainerResources>,
+}
+
+/// The `resources` of each container of a list, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerResources(pub Vec<Option<ResourceRequirements>>);
+
+impl<'de> serde::Deserialize<'de> for ContainerResources {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Containers;
+        impl<'de> serde::de::Visitor<'de> for Containers {
+            type Value = ContainerResources;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of containers")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut resources = Vec::new();
+                // One whole Container at a time: checked as the Pod's, then all but its resources dropped.
+                while let Some(container) = seq.next_element::<Container>()? {
+                    resources.push(container.resources);
+                }
+                resources.shrink_to_fit();
+                Ok(ContainerResources(resources))
+            }
+        }
+        deserializer.deserialize_seq(Containers)
+    }
+}
+
+impl PodView {
+    /// The view of a whole Pod.
+    pub fn of(pod: &Pod) -> PodView {
+        let resources = |list: &[Container]| {
+            ContainerResources(list.iter().map(|c| c.resources.clone()).collect())
+        };
+        PodView {
+            metadata: MetadataView {
+                annotations: pod.metadata.annotations.clone(),
+                generate_name: pod.metadata.generate_name.clone(),
+            },
+            spec: pod.spec.as_ref().map(|spec| SpecView {
+                runtime_class_name: spec.runtime_class_name.clone(),
+                containers: resources(&spec.containers),
+                init_containers: spec.init_containers.as_deref().map(resources),
+            }),
+        }
+    }
+}
+
 /// Runtime class of peer pods unless configured otherwise.
 pub const DEFAULT_RUNTIME_CLASS: &str = "kata-remote";
 /// Extended resource counting peer-pod VMs unless configured otherwise.
@@ -64,6 +145,14 @@ impl Target {
             == Some(self.runtime_class.as_str())
     }
 
+    /// [`Target::selects`] on a [`PodView`].
+    pub fn selects_view(&self, pod: &PodView) -> bool {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.runtime_class_name.as_deref())
+            == Some(self.runtime_class.as_str())
+    }
+
     /// The resources of a peer pod's first container: one VM, requested and limited.
     pub fn vm_resources(&self) -> ResourceRequirements {
         let one = BTreeMap::from([(self.extended_resource.clone(), ApiQuantity("1".into()))]);
@@ -94,20 +183,27 @@ pub struct PodTotals {
 impl PodTotals {
     /// Sums the pod's requests and limits; an unparsable quantity is an error naming its field.
     pub fn of(pod: &Pod) -> Result<PodTotals, Error> {
+        PodTotals::of_view(&PodView::of(pod))
+    }
+
+    /// [`PodTotals::of`] on a [`PodView`].
+    pub fn of_view(pod: &PodView) -> Result<PodTotals, Error> {
         let Some(spec) = &pod.spec else {
             return Ok(PodTotals::default());
         };
         let mut totals = PodTotals::default();
         let lists = [
-            ("containers", spec.containers.as_slice()),
+            ("containers", spec.containers.0.as_slice()),
             (
                 "initContainers",
-                spec.init_containers.as_deref().unwrap_or(&[]),
+                spec.init_containers
+                    .as_ref()
+                    .map_or(&[][..], |l| l.0.as_slice()),
             ),
         ];
         for (list, containers) in lists {
-            for (index, container) in containers.iter().enumerate() {
-                let resources = container.resources.as_ref();
+            for (index, resources) in containers.iter().enumerate() {
+                let resources = resources.as_ref();
                 let requests = resources.and_then(|r| r.requests.as_ref());
                 let limits = resources.and_then(|r| r.limits.as_ref());
                 let at = format!("spec.{list}[{index}].resources");
@@ -194,36 +290,43 @@ fn preferred(request: Quantity, limit: Quantity) -> Option<Quantity> {
 ///
 /// Only the fields that change are patched, so fields this crate's Kubernetes types do not know survive.
 pub fn patch(pod: &Pod, target: &Target) -> Result<Option<Patch>, Error> {
-    if !target.selects(pod) {
+    patch_view(&PodView::of(pod), target)
+}
+
+/// [`patch`] on a [`PodView`], what the webhook parses a created Pod into.
+pub fn patch_view(pod: &PodView, target: &Target) -> Result<Option<Patch>, Error> {
+    if !target.selects_view(pod) {
         return Ok(None);
     }
     let Some(spec) = &pod.spec else {
         return Ok(None);
     };
     // A pod without containers is invalid; the API server's validation then says so better than we could.
-    if spec.containers.is_empty() {
+    if spec.containers.0.is_empty() {
         return Ok(None);
     }
-    let totals = PodTotals::of(pod)?;
+    let totals = PodTotals::of_view(pod)?;
     let mut operations = annotation_operations(pod, totals.annotations());
 
     let cleared = ResourceRequirements::default();
     let vm = target.vm_resources();
     let lists = [
-        ("containers", spec.containers.as_slice()),
+        ("containers", spec.containers.0.as_slice()),
         (
             "initContainers",
-            spec.init_containers.as_deref().unwrap_or(&[]),
+            spec.init_containers
+                .as_ref()
+                .map_or(&[][..], |l| l.0.as_slice()),
         ),
     ];
     for (list, containers) in lists {
-        for (index, container) in containers.iter().enumerate() {
+        for (index, resources) in containers.iter().enumerate() {
             let wanted = if list == "containers" && index == 0 {
                 &vm
             } else {
                 &cleared
             };
-            if !has_resources(container, wanted) {
+            if !has_resources(resources.as_ref(), wanted) {
                 let value =
                     serde_json::to_value(wanted).map_err(|e| Error::Patch(e.to_string()))?;
                 operations.push(add(&["spec", list, &index.to_string(), "resources"], value));
@@ -233,17 +336,13 @@ pub fn patch(pod: &Pod, target: &Target) -> Result<Option<Patch>, Error> {
     Ok((!operations.is_empty()).then_some(Patch(operations)))
 }
 
-fn has_resources(container: &Container, wanted: &ResourceRequirements) -> bool {
-    container
-        .resources
-        .as_ref()
-        .unwrap_or(&ResourceRequirements::default())
-        == wanted
+fn has_resources(resources: Option<&ResourceRequirements>, wanted: &ResourceRequirements) -> bool {
+    resources.unwrap_or(&ResourceRequirements::default()) == wanted
 }
 
 /// Sets each annotation that differs. `add` creates a member or replaces it; the map itself is added whole
 /// when the pod has none (a JSON patch cannot add below a missing parent).
-fn annotation_operations(pod: &Pod, wanted: BTreeMap<String, String>) -> Vec<PatchOperation> {
+fn annotation_operations(pod: &PodView, wanted: BTreeMap<String, String>) -> Vec<PatchOperation> {
     let current = pod.metadata.annotations.as_ref();
     let changed: BTreeMap<String, String> = wanted
         .into_iter()

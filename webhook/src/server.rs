@@ -9,14 +9,16 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use kube::core::DynamicObject;
 use kube::core::admission::AdmissionReview;
 use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::shutdown::CancellationToken;
 use prometheus_client::registry::Registry;
+use tokio::sync::Semaphore;
 
 use crate::Error;
 use crate::admission;
@@ -34,7 +36,23 @@ pub const CERT_POLL_INTERVAL: Duration = Duration::from_secs(5);
 /// Readiness component that is ready once a serving certificate is loaded.
 pub const READINESS_CERTIFICATE: &str = "certificate";
 /// Largest AdmissionReview read, as controller-runtime's webhook server: a Pod and its old version fit well.
-const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+pub const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
+/// Request bytes being read and decided at once, over all connections. Each admission takes its body's size
+/// (its `Content-Length`, at least [`ADMISSION_MIN_SHARE`]) from this budget before its body is read, and gives
+/// it back once its answer is encoded, so the memory admissions take together follows this budget (a decision
+/// takes a small multiple of its body: see `tests/memory.rs`), whatever the number or size of requests. One
+/// largest review fits with room for small ones beside it.
+pub const ADMISSION_BUDGET_BYTES: usize = 12 * 1024 * 1024;
+/// The least share of the budget an admission takes: it also bounds how many are decided at once (192).
+pub const ADMISSION_MIN_SHARE: usize = 64 * 1024;
+/// How long a request waits for its share before it is shed. Well within the API server's webhook timeout (10 s
+/// unless the configuration says otherwise), so the answer is the webhook's refusal, not the API server's
+/// time-out.
+pub const ADMISSION_WAIT: Duration = Duration::from_secs(5);
+/// How long reading a body may take once its share is held: a client sending slowly must not keep budget.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// `Retry-After` of a shed request, in seconds.
+const SHED_RETRY_AFTER_SECS: u64 = 1;
 
 /// Everything the webhook needs to run.
 #[derive(Debug, Clone)]
@@ -118,6 +136,7 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
         .with_state(AppState {
             target: Arc::new(options.target.clone()),
             metrics: metrics.clone(),
+            budget: Arc::new(Semaphore::new(ADMISSION_BUDGET_BYTES / 1024)),
         });
     tracing::info!(
         webhook = %webhook_addr,
@@ -161,14 +180,55 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
 struct AppState {
     target: Arc<Target>,
     metrics: Metrics,
+    /// [`ADMISSION_BUDGET_BYTES`], in KiB permits.
+    budget: Arc<Semaphore>,
 }
 
-/// Every answer is an AdmissionReview, a body that cannot be read (larger than [`MAX_REVIEW_BYTES`], cut off)
-/// included: the API server then reports the reason instead of an HTTP status.
-async fn mutate(
-    State(state): State<AppState>,
-    body: Result<Bytes, BytesRejection>,
-) -> axum::Json<AdmissionReview<DynamicObject>> {
+/// Every decided answer is an AdmissionReview, a body that cannot be read (larger than [`MAX_REVIEW_BYTES`],
+/// cut off) included: the API server then reports the reason instead of an HTTP status.
+///
+/// A request that finds no room in [`ADMISSION_BUDGET_BYTES`] within [`ADMISSION_WAIT`] is shed, before its body
+/// is read, with HTTP 429 and `Retry-After`: the API server's client retries that within the webhook's timeout,
+/// and otherwise, the configuration's `failurePolicy: Fail` refuses the Pod with the reason, which its creator
+/// retries. Allowing it instead would let a peer pod through unmutated (asking the node for its full size), and
+/// an AdmissionReview refusal would need the request's uid, that is reading the body the budget is there to
+/// bound.
+async fn mutate(State(state): State<AppState>, request: Request) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    // Larger than the limit: refused by the body's extractor without being read, so it needs no share.
+    let _share = match declared {
+        Some(length) if length > MAX_REVIEW_BYTES => None,
+        _ => match tokio::time::timeout(
+            ADMISSION_WAIT,
+            state.budget.clone().acquire_many_owned(share_kib(declared)),
+        )
+        .await
+        {
+            Ok(Ok(permit)) => Some(permit),
+            // Timed out; or closed, which never happens: the semaphore is never closed.
+            Ok(Err(_)) | Err(_) => {
+                drain(request.into_body()).await;
+                return shed(&state.metrics);
+            }
+        },
+    };
+    let body =
+        match tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(request, &state)).await {
+            Ok(body) => body,
+            Err(_) => {
+                let error = Error::MalformedRequest(format!(
+                    "the request body: not read within {} s",
+                    BODY_READ_TIMEOUT.as_secs()
+                ));
+                let (outcome, review) = admission::unreadable(&error, 408);
+                state.metrics.count(outcome);
+                return axum::Json(review).into_response();
+            }
+        };
     let (outcome, review) = match body {
         Ok(body) => admission::review(&body, &state.target),
         Err(rejection) => admission::unreadable(
@@ -177,7 +237,59 @@ async fn mutate(
         ),
     };
     state.metrics.count(outcome);
-    axum::Json(review)
+    // Encoded while the share is held: the answer (a patch per container) is part of what the share bounds.
+    axum::Json::<AdmissionReview<DynamicObject>>(review).into_response()
+}
+
+/// Reads `body` to its end (at most [`MAX_REVIEW_BYTES`], within [`BODY_READ_TIMEOUT`]) keeping nothing: a shed
+/// request's answer then reaches its client, which may still be writing the body, instead of a reset connection.
+async fn drain(mut body: axum::body::Body) {
+    use axum::body::HttpBody;
+    let read = async {
+        let mut read = 0usize;
+        while read <= MAX_REVIEW_BYTES {
+            match std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await {
+                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
+                Some(Err(_)) | None => return,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(BODY_READ_TIMEOUT, read).await;
+}
+
+/// The budget share of a request of `declared` bytes, in KiB: unknown (chunked) counts as the largest.
+fn share_kib(declared: Option<usize>) -> u32 {
+    let bytes = declared
+        .unwrap_or(MAX_REVIEW_BYTES)
+        .clamp(ADMISSION_MIN_SHARE, MAX_REVIEW_BYTES);
+    u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX)
+}
+
+/// HTTP 429 with `Retry-After` and a Kubernetes Status saying why.
+fn shed(metrics: &Metrics) -> Response {
+    metrics.count(admission::Outcome::Shed);
+    tracing::warn!(
+        budget_bytes = ADMISSION_BUDGET_BYTES,
+        wait_secs = ADMISSION_WAIT.as_secs(),
+        "shed an admission request: the webhook is deciding as many as it may at once"
+    );
+    let status = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": "TooManyRequests",
+        "code": 429,
+        "message": format!(
+            "the peer-pods webhook is deciding as many admissions as it may at once; retry in {SHED_RETRY_AFTER_SECS} s"
+        ),
+        "details": {"retryAfterSeconds": SHED_RETRY_AFTER_SECS},
+    });
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [(header::RETRY_AFTER, SHED_RETRY_AFTER_SECS.to_string())],
+        axum::Json(status),
+    )
+        .into_response()
 }
 
 /// The serving certificate and what `/readyz` says about it; a problem is logged when it first appears, not on
