@@ -18,10 +18,12 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
     EnvVarSource, HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource, SecretEnvSource,
-    SecretProjection, SecretVolumeSource, SecurityContext, Service, ServiceAccountTokenProjection,
-    ServicePort, ServiceSpec, Volume, VolumeMount, VolumeProjection,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
+    ResourceRequirements, SecretEnvSource, SecretProjection, SecretVolumeSource, SecurityContext,
+    Service, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeProjection,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
 };
@@ -492,6 +494,15 @@ pub fn secret_meta(config: &PeerPodConfig, namespace: &str) -> Result<ObjectMeta
     owned_meta(config, WEBHOOK_CERT_SECRET, namespace, WEBHOOK_SELECTOR)
 }
 
+/// CPU the webhook container requests: idle it uses next to none; a burst of admissions is short.
+pub const WEBHOOK_CPU_REQUEST: &str = "10m";
+/// Memory the webhook container requests: its resident set at rest with room for ordinary pods' admissions.
+pub const WEBHOOK_MEMORY_REQUEST: &str = "64Mi";
+/// The webhook container's memory limit: its worst case, every share of its admission budget taken by the
+/// largest reviews at once (peerpods-webhook's `ADMISSION_BUDGET_BYTES`, measured by its `tests/memory.rs`),
+/// with headroom. No CPU limit: throttling a webhook only turns load into API server time-outs.
+pub const WEBHOOK_MEMORY_LIMIT: &str = "320Mi";
+
 /// The peer-pods webhook Deployment. Non-root, read-only root filesystem, serving certificate from
 /// `webhook-server-cert`.
 pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Deployment, Error> {
@@ -543,6 +554,17 @@ pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Dep
         }]),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(probe("/healthz")),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".to_owned(), Quantity(WEBHOOK_CPU_REQUEST.into())),
+                ("memory".to_owned(), Quantity(WEBHOOK_MEMORY_REQUEST.into())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".to_owned(),
+                Quantity(WEBHOOK_MEMORY_LIMIT.into()),
+            )])),
+            ..ResourceRequirements::default()
+        }),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
@@ -855,6 +877,15 @@ pub(crate) mod tests {
         );
         let env = pod.containers[0].env.as_ref().unwrap();
         assert!(env.iter().any(|e| e.name == "POD_VM_INSTANCE_TYPE" && e.value.as_deref() == Some("t3.small")));
+        // Placed by its requests, capped by its memory limit (the webhook's worst case fits in it).
+        let resources = pod.containers[0].resources.as_ref().unwrap();
+        let requests = resources.requests.as_ref().unwrap();
+        assert_eq!(requests["cpu"].0, WEBHOOK_CPU_REQUEST);
+        assert_eq!(requests["memory"].0, WEBHOOK_MEMORY_REQUEST);
+        assert_eq!(
+            resources.limits.as_ref().unwrap()["memory"].0,
+            WEBHOOK_MEMORY_LIMIT
+        );
         assert!(labelled_for(&deployment.metadata, &config));
     }
 
