@@ -83,6 +83,12 @@ def fault_for(action, key, ids):
             injected["hang"] += 1
             return delay + faults.get("hang_secs", 600), ("503 Service Unavailable", "Unavailable",
                 "The server is overloaded and can't handle the request.")
+        refusal = faults.get("refuse")
+        if refusal and refusal.get("action") == action and refusal.get("times", 0) > 0:
+            refusal["times"] -= 1
+            injected["refused"] += 1
+            message = refusal["message"].replace("{id}", ids[0] if ids else "")
+            return delay, (refusal["status"], refusal["code"], message)
         hidden = set(faults.get("hidden_ids", ()))
         window = faults.get("invisible_for_secs", 0)
         now = time.monotonic()
@@ -180,6 +186,48 @@ pub struct Faults {
     pub access_key: Option<String>,
     /// Seed of the rates' random draws, so a run can be repeated.
     pub seed: u64,
+    /// One of EC2's documented error answers for the next calls of one action (after the
+    /// throttling, server-error and hang draws, before unknown instances).
+    pub refuse: Option<Ec2Refusal>,
+}
+
+/// An EC2 error answer (EC2 API reference, "Error codes") for the next `times` calls of
+/// `action`, with EC2's XML error body. `{id}` in `message` becomes the call's first
+/// `InstanceId.N`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Refusal {
+    pub action: String,
+    pub times: u32,
+    /// The HTTP status line, e.g. `400 Bad Request`.
+    pub status: String,
+    pub code: String,
+    pub message: String,
+}
+
+impl Ec2Refusal {
+    /// `IncorrectInstanceState` (400): "The instance is in an incorrect state for the requested
+    /// operation", e.g. a `TerminateInstances` of an instance in a transition.
+    pub fn incorrect_instance_state(action: &str, times: u32) -> Self {
+        Ec2Refusal {
+            action: action.to_owned(),
+            times,
+            status: "400 Bad Request".to_owned(),
+            code: "IncorrectInstanceState".to_owned(),
+            message: "The instance '{id}' is not in a state from which it can be terminated."
+                .to_owned(),
+        }
+    }
+
+    /// `RequestLimitExceeded` (503): EC2's throttling of an account's API requests.
+    pub fn request_limit_exceeded(action: &str, times: u32) -> Self {
+        Ec2Refusal {
+            action: action.to_owned(),
+            times,
+            status: "503 Service Unavailable".to_owned(),
+            code: "RequestLimitExceeded".to_owned(),
+            message: "Request limit exceeded.".to_owned(),
+        }
+    }
 }
 
 /// How many faults the layer answered since they were set.
@@ -189,6 +237,8 @@ pub struct Injected {
     pub server_errors: u64,
     pub throttled: u64,
     pub hangs: u64,
+    /// Answers of [`Faults::refuse`].
+    pub refused: u64,
 }
 
 pub struct Moto {
@@ -273,6 +323,13 @@ impl Moto {
             "hang_secs": if faults.hang_for.is_zero() { 600.0 } else { faults.hang_for.as_secs_f64() },
             "access_key": faults.access_key,
             "seed": faults.seed,
+            "refuse": faults.refuse.as_ref().map(|r| serde_json::json!({
+                "action": r.action,
+                "times": r.times,
+                "status": r.status,
+                "code": r.code,
+                "message": r.message,
+            })),
         });
         self.post("/peerpods-faults", &body.to_string());
     }
@@ -288,6 +345,7 @@ impl Moto {
             server_errors: count("server_error"),
             throttled: count("throttled"),
             hangs: count("hang"),
+            refused: count("refused"),
         }
     }
 

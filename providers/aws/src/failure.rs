@@ -27,7 +27,9 @@ pub enum Failure {
     Unavailable { detail: String },
     /// The credentials are missing, wrong, expired or lack the permission.
     PermissionDenied { code: String, message: String },
-    /// EC2 refuses the operation in the instance's current state (e.g. termination protection).
+    /// EC2 refuses the operation for this instance: termination protection
+    /// (`OperationNotPermitted`, until someone lifts it), or a state in transition
+    /// (`IncorrectInstanceState`, [`is_transitional_state`]: retryable once it settles).
     Refused { code: String, message: String },
     /// The instance exists but lacks this cluster's tag: it is not ours to delete.
     NotOwned { tag: String },
@@ -39,6 +41,13 @@ pub enum Failure {
     },
     /// Anything else: a bug on our side or an EC2 answer we do not understand.
     Internal { detail: String },
+}
+
+/// EC2's codes for "the instance is in an incorrect state for the requested operation" (EC2 API
+/// reference, "Error codes"): the state moves on (a pending or stopping instance), so the call
+/// is worth repeating, unlike termination protection.
+pub fn is_transitional_state(code: &str) -> bool {
+    matches!(code, "IncorrectInstanceState" | "IncorrectState")
 }
 
 /// Classifies an error answer of EC2 by its error code (and HTTP status when the code is unknown).
@@ -208,6 +217,12 @@ mod tests {
             classify_service_error(Some("OperationNotPermitted"), "protected", 400),
             Failure::Refused { .. }
         ));
+        // Id-specific like termination protection, but a state that moves on.
+        assert!(matches!(
+            classify_service_error(Some("IncorrectInstanceState"), "pending", 400),
+            Failure::Refused { ref code, .. } if is_transitional_state(code)
+        ));
+        assert!(!is_transitional_state("OperationNotPermitted"));
     }
 
     #[test]

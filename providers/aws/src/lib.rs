@@ -217,6 +217,14 @@ fn into_error(failure: Failure) -> Error {
         Failure::PermissionDenied { code, message } => Error::CloudPermissionDenied {
             message: format!("{code}: {message}"),
         },
+        // Id-specific (a batch splits per id on it), and for a state in transition retryable.
+        Failure::Refused { code, message } if failure::is_transitional_state(&code) => {
+            Error::Unavailable {
+                message: format!(
+                    "EC2: the instance is in a state that does not allow it yet, try again: {code}: {message}"
+                ),
+            }
+        }
         Failure::Refused { code, message } => Error::Internal {
             message: format!("EC2 refused the operation: {code}: {message}"),
         },
