@@ -327,6 +327,53 @@ pub fn held_delay(retry_in: Duration, draw: u64) -> Duration {
     wait + wait.mul_f64((draw % 1_000_001) as f64 / 1_000_000.0)
 }
 
+/// How often the Warning Event of a PeerPod that keeps failing the same way is repeated (one more occurrence of
+/// the same Event: a series update) while calls go out and fail: still failing shows, without a write per attempt.
+pub const EVENT_REPEAT: Duration = Duration::from_secs(10);
+
+/// When each PeerPod's failure Event was last published, for [`EVENT_REPEAT`].
+#[derive(Debug)]
+pub struct Reminders<K> {
+    last: Mutex<HashMap<K, Instant>>,
+}
+
+impl<K> Default for Reminders<K> {
+    fn default() -> Self {
+        Reminders {
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Eq + std::hash::Hash + Clone> Reminders<K> {
+    fn last(&self) -> std::sync::MutexGuard<'_, HashMap<K, Instant>> {
+        // Instants only; a poisoned lock still holds usable ones.
+        self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The Event for `key` was published now.
+    pub fn published(&self, key: &K, now: Instant) {
+        self.last().insert(key.clone(), now);
+    }
+
+    /// Whether the Event for `key` is due again (then it counts as published now).
+    pub fn due(&self, key: &K, now: Instant) -> bool {
+        let mut last = self.last();
+        match last.get(key) {
+            Some(at) if now.saturating_duration_since(*at) < EVENT_REPEAT => false,
+            _ => {
+                last.insert(key.clone(), now);
+                true
+            }
+        }
+    }
+
+    /// Keeps only the keys `keep` says still exist.
+    pub fn retain(&self, mut keep: impl FnMut(&K) -> bool) {
+        self.last().retain(|key, _| keep(key));
+    }
+}
+
 /// Whether the PeerPod's Cleaned condition already records a failure of `reason`: then a retry failing the same
 /// way writes nothing.
 pub fn same_failure_recorded(peerpod: &PeerPod, reason: &str) -> bool {
@@ -437,6 +484,19 @@ mod tests {
         );
         assert!(waits(&b.admit("azure", now)));
         assert_eq!(b.admit("aws", now), Admission::Go { probe: false });
+    }
+
+    #[test]
+    fn a_failure_event_repeats_at_most_every_event_repeat() {
+        let r = Reminders::default();
+        let t0 = Instant::now();
+        r.published(&"a", t0);
+        assert!(!r.due(&"a", t0 + Duration::from_secs(1)));
+        assert!(r.due(&"a", t0 + EVENT_REPEAT));
+        assert!(!r.due(&"a", t0 + EVENT_REPEAT + Duration::from_secs(1)));
+        assert!(r.due(&"b", t0), "never published: due");
+        r.retain(|k| *k == "b");
+        assert!(r.due(&"a", t0), "forgotten");
     }
 
     #[test]

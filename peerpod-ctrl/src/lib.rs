@@ -50,6 +50,7 @@ pub async fn run(
     metrics: metrics::Metrics,
     settings: Settings,
     health: Option<Health>,
+    drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
     let watchdog = health
@@ -81,6 +82,7 @@ pub async fn run(
         settings.reconciler,
         Some(store_tx),
         health,
+        drain,
     );
     // The scan ends early when it is disabled; the controller decides how long the term lasts.
     let scan = async move {
@@ -108,6 +110,9 @@ pub async fn run(
     }
 }
 
+/// How long a stopping controller (without leader election) lets its running reconciles finish.
+pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// Name of the reconcile loop's watchdog on `/healthz`.
 pub const RECONCILE_LOOP: &str = "loop/reconcile";
 
@@ -122,6 +127,7 @@ pub async fn run_until(
     shutdown: CancellationToken,
     health: Option<Health>,
 ) -> Result<(), Error> {
+    let drain = shutdown.clone();
     let work = || {
         run(
             client.clone(),
@@ -129,6 +135,7 @@ pub async fn run_until(
             metrics.clone(),
             settings.clone(),
             health.clone(),
+            drain.clone().cancelled_owned(),
         )
     };
     let readiness = health.as_ref().map(|h| h.readiness.clone());
@@ -138,9 +145,17 @@ pub async fn run_until(
             .map_err(|e| Error::LeaderElection(e.to_string())),
         None => {
             // Ready once the PeerPod watch has listed (see reconcile::run).
+            let work = work();
+            tokio::pin!(work);
             tokio::select! {
-                () = work() => {}
-                () = shutdown.cancelled() => {}
+                () = &mut work => {}
+                () = shutdown.cancelled() => {
+                    // Drain: the reconciles running finish (a VM deleted gets its finalizer released), bounded
+                    // below Kubernetes' default 30 s between SIGTERM and SIGKILL.
+                    if tokio::time::timeout(DRAIN_GRACE, work).await.is_err() {
+                        tracing::warn!("reconciles still running after {DRAIN_GRACE:?}; dropped");
+                    }
+                }
             }
             Ok(())
         }

@@ -54,6 +54,8 @@ pub struct Context {
     in_progress: Mutex<HashMap<ObjectRef<PeerPod>, InProgress>>,
     /// Holds DeleteInstance calls back while provider-service or a cloud is down (see `breaker`).
     breakers: Breakers,
+    /// When each failing PeerPod's Warning Event was last published.
+    reminders: breaker::Reminders<ObjectRef<PeerPod>>,
 }
 
 impl Context {
@@ -74,6 +76,7 @@ impl Context {
         self.failures.forget(key);
         self.deletion_seen().remove(key);
         self.in_progress().remove(key);
+        self.reminders.retain(|k| k != key);
     }
 
     /// After a re-list: forgets every object the new list did not bring back. Its Delete event was missed (the
@@ -82,6 +85,7 @@ impl Context {
         self.failures.retain(|key| listed(key));
         self.deletion_seen().retain(|key, _| listed(key));
         self.in_progress().retain(|key, _| listed(key));
+        self.reminders.retain(|key| listed(key));
     }
 }
 
@@ -93,8 +97,12 @@ pub struct ReconcilerSettings {
     pub backoff: Backoff,
 }
 
-/// Watches PeerPods in all namespaces and reconciles them until the future is dropped (leadership lost) or
-/// the watch ends.
+/// Watches PeerPods in all namespaces and reconciles them until the future is dropped (leadership lost), or
+/// `drain` completes and the reconciles running then have finished.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what one leadership term is made of, each passed on once by lib::run"
+)]
 pub async fn run(
     client: kube::Client,
     provider: Provider,
@@ -103,6 +111,7 @@ pub async fn run(
     settings: ReconcilerSettings,
     store_out: Option<tokio::sync::watch::Sender<Option<Store<PeerPod>>>>,
     health: Option<Health>,
+    drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let api: Api<PeerPod> = Api::all(client.clone());
     // Liveness and readiness follow this watch (peerpods_runtime::health); the heartbeat shows an idle one is
@@ -126,6 +135,7 @@ pub async fn run(
         deletion_seen: Mutex::default(),
         in_progress: Mutex::default(),
         breakers: Breakers::default(),
+        reminders: breaker::Reminders::default(),
     });
     if let Some(tx) = store_out {
         // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
@@ -161,6 +171,9 @@ pub async fn run(
         });
     let controller = Controller::for_stream(trigger, store)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // Once `drain` completes: no new reconcile starts, and the run ends when the running ones are done (a
+        // DeleteInstance answered is then also recorded and its finalizer released, not abandoned).
+        .graceful_shutdown_on(drain)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(error) = result {
@@ -680,19 +693,29 @@ async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error, cleanup
     }
     // One status write and one Event per change of failure class, not per attempt: a retry that fails the same
     // way has nothing new to say (the metric and the log count the attempts).
+    let key = ObjectRef::from_obj(peerpod);
+    let message = format!("Instance not deleted yet, finalizer kept: {error}");
     if breaker::same_failure_recorded(peerpod, error.reason()) {
-        debug!(
-            reason = error.reason(),
-            "failure already recorded on the PeerPod"
-        );
+        // The Event repeats (a series update, kube's aggregation) at most every breaker::EVENT_REPEAT.
+        if ctx.reminders.due(&key, Instant::now()) {
+            publish(
+                ctx,
+                peerpod,
+                EventType::Warning,
+                error.reason(),
+                "DeleteInstance",
+                message,
+            )
+            .await;
+        }
         return;
     }
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    let message = format!("Instance not deleted yet, finalizer kept: {error}");
     if let Err(e) = set_cleaned(&api, peerpod, false, error.reason(), &message).await {
         warn!(error = %e, "cannot record the failure in status");
     }
+    ctx.reminders.published(&key, Instant::now());
     publish(
         ctx,
         peerpod,

@@ -158,3 +158,83 @@ async fn an_outage_during_a_cleanup_costs_bounded_writes_and_every_peerpod_is_cl
     ctrl.stop().await;
     s.cleanup().await;
 }
+
+/// A TCP proxy on 127.0.0.1 that holds every chunk from the client for [`SLOW`] before passing it on, and says when
+/// the first one arrived: provider-service answering a DeleteInstance seconds after it was sent.
+struct SlowProxy {
+    addr: std::net::SocketAddr,
+    seen: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+const SLOW: Duration = Duration::from_millis(700);
+
+impl SlowProxy {
+    async fn start(target: std::net::SocketAddr) -> SlowProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(tokio::sync::Notify::new());
+        let notify = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((inbound, _)) = listener.accept().await {
+                let notify = notify.clone();
+                connections.spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(outbound) = tokio::net::TcpStream::connect(target).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = inbound.into_split();
+                    let (mut from_server, mut to_server) = outbound.into_split();
+                    let upstream = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while let Ok(n) = from_client.read(&mut buf).await {
+                            if n == 0 {
+                                break;
+                            }
+                            notify.notify_one();
+                            tokio::time::sleep(SLOW).await;
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    };
+                    let downstream = tokio::io::copy(&mut from_server, &mut to_client);
+                    let _ = tokio::join!(upstream, downstream);
+                });
+            }
+        });
+        SlowProxy { addr, seen, task }
+    }
+}
+
+impl Drop for SlowProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Stopped while a DeleteInstance is on its way, the controller drains: the reconcile in flight gets its answer,
+/// and releases the finalizer of the PeerPod whose VM it deleted, before the controller returns. Dropped instead,
+/// the VM would be gone and the PeerPod still held, until a next controller asked again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_controller_finishes_the_cleanup_in_flight() {
+    let s = Scenario::start("drain").await;
+    let provider = ProviderService::start(None).await;
+    let proxy = SlowProxy::start(provider.addr).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(proxy.addr)).await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("draining", None, "libvirt", &vm).await;
+    s.delete_peerpod("draining").await;
+    // The call is on its way (held by the proxy): stop the controller now.
+    proxy.seen.notified().await;
+    ctrl.stop().await;
+    assert_eq!(provider.delete_calls("libvirt"), 1, "the call got through");
+    assert!(!s.domain_exists(&vm));
+    // No controller runs any more: only the drained reconcile can have released it.
+    s.wait_peerpod_gone("draining", Duration::from_secs(10))
+        .await;
+    s.cleanup().await;
+}
