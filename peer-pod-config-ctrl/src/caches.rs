@@ -249,6 +249,46 @@ mod tests {
         );
     }
 
+    fn node(rv: &str, value: Option<&str>, owner: Option<&str>) -> Node {
+        let mut node = Node::default();
+        node.metadata.name = Some("n1".into());
+        node.metadata.resource_version = Some(rv.into());
+        node.metadata.annotations =
+            owner.map(|o| [(crate::nodes::CAA_OWNER_ANNOTATION.to_owned(), o.to_owned())].into());
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            capacity: value.map(|v| {
+                [(
+                    crate::objects::EXTENDED_RESOURCE.to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
+                )]
+                .into()
+            }),
+            ..Default::default()
+        });
+        node
+    }
+
+    #[test]
+    fn a_plan_right_after_a_patch_does_not_write_the_value_again() {
+        let desired = std::collections::BTreeMap::from([("n1".to_owned(), 3)]);
+        let stale = node("10", Some("2"), Some(crate::nodes::CAA_OWNER));
+        assert_eq!(
+            crate::nodes::plan([&stale], &desired).len(),
+            1,
+            "the cache alone asks for the patch"
+        );
+        let written = WrittenNodes::default();
+        written.remember(&node("11", Some("3"), Some(crate::nodes::CAA_OWNER)));
+        let seen = written.newest(&stale);
+        assert!(
+            crate::nodes::plan([&seen], &desired).is_empty(),
+            "the patch just made is what the plan sees"
+        );
+        // Someone else changed the node after our patch: the cache is newer, and right.
+        let changed = node("12", None, None);
+        assert_eq!(written.newest(&changed), changed);
+    }
+
     #[test]
     fn a_resource_version_that_is_no_number_trusts_the_cache() {
         let written = Written::default();
