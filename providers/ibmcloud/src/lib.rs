@@ -10,11 +10,13 @@
 //! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
 //! - `cloud`: `http` with `iam`'s tokens (a refused token exchanged once).
 //! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
+//! - `delete`: the delete steps both backends share (ownership check, confirmed gone).
 //! - `timestamps`: the APIs' date-times.
 //!
 //! [`Provider`]: peerpods_provider_core::Provider
 
 mod cloud;
+mod delete;
 mod http;
 mod iam;
 mod instance_id;

@@ -14,7 +14,7 @@ use crate::cloud::Cloud;
 use crate::http::Http;
 use crate::iam::{Iam, Token};
 use crate::settings::PowerVsSettings;
-use crate::{instance_id, tags, timestamps, wait};
+use crate::{delete, instance_id, tags, timestamps};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud-powervs";
@@ -212,14 +212,15 @@ impl Provider for PowerVsProvider {
             }
         };
         self.not_found.found(instance_id);
-        // Its user tags (from Global Tagging, by the CRN the lookup gave) on every
-        // configuration: an instance tagged do-not-delete is never deleted, and with a cluster
-        // tag another cluster's (or an untagged) one is not ours.
-        let tags = match &instance.crn {
-            Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
-            None => BTreeMap::new(),
-        };
-        self.owner.check(instance_id, &tags)?;
+        // Its user tags by the CRN the lookup gave.
+        delete::check_owner(
+            &self.cloud,
+            &self.settings.tagging_url,
+            &self.owner,
+            instance_id,
+            instance.crn.as_deref(),
+        )
+        .await?;
         let what = format!("deleting PowerVS instance {instance_id}");
         let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
         let answer = self
@@ -233,23 +234,12 @@ impl Provider for PowerVsProvider {
         }
         self.not_found
             .delete_accepted(instance_id, std::time::Instant::now());
-        let policy = self.cloud.http.policy();
-        let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
+        // The next call follows a deletion still running at the bound: the DELETE of an instance
+        // being deleted is accepted again.
+        delete::confirm_gone(self.cloud.http.policy(), &what, || async {
             self.instance(instance_id).await.map(|i| i.is_none())
         })
         .await?;
-        // Deleted only once a later lookup answers gone: a deletion still running at the bound
-        // is retryable, and the next call follows it (the DELETE of an instance being deleted
-        // is accepted again) until the lookup confirms it.
-        if !gone {
-            return Err(Error::Unavailable {
-                message: format!(
-                    "deleting PowerVS instance {instance_id}: still deleting after {} s; ask again in {} s to confirm it gone",
-                    policy.delete_timeout.as_secs(),
-                    policy.delete_poll.as_secs().max(1)
-                ),
-            });
-        }
         tracing::info!(instance_id, "PowerVS instance deleted and confirmed gone");
         Ok(DeleteOutcome::Deleted)
     }

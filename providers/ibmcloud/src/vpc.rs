@@ -14,7 +14,7 @@ use crate::cloud::Cloud;
 use crate::http::Http;
 use crate::iam::Iam;
 use crate::settings::VpcSettings;
-use crate::{instance_id, tags, timestamps, wait};
+use crate::{delete, instance_id, tags, timestamps};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud";
@@ -217,19 +217,20 @@ impl Provider for IbmCloudVpcProvider {
                 .answer(instance_id, std::time::Instant::now());
         };
         self.not_found.found(instance_id);
-        // Its user tags (from Global Tagging) on every configuration: an instance tagged
-        // do-not-delete is never deleted, and with a cluster tag another cluster's (or an
-        // untagged) one is not ours. The instance lookup above gave the CRN they are read by.
-        let tags = match &instance.crn {
-            Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
-            None => BTreeMap::new(),
-        };
-        self.owner.check(instance_id, &tags)?;
+        // Its user tags by the CRN the instance lookup above gave.
+        delete::check_owner(
+            &self.cloud,
+            &self.settings.tagging_url,
+            &self.owner,
+            instance_id,
+            instance.crn.as_deref(),
+        )
+        .await?;
         // Floating IPs bound to the instance are not released: cloud-api-adaptor creates none
         // (its ibmcloud provider), so one bound to a peer-pod VM is an operator's reservation.
         // Deleting the instance unbinds it, and it stays reserved for its owner.
+        let what = format!("deleting instance {instance_id}");
         if instance.status != "deleting" {
-            let what = format!("deleting instance {instance_id}");
             let url = self.url(&format!("/instances/{instance_id}"));
             let answer = self
                 .cloud
@@ -244,20 +245,10 @@ impl Provider for IbmCloudVpcProvider {
             .delete_accepted(instance_id, std::time::Instant::now());
         // Deleted only once a later lookup answers 404: the VPC deletes the network interfaces
         // and the boot volume (`delete_volume_on_instance_delete`) with the instance.
-        let policy = self.cloud.http.policy();
-        let gone = wait::until_gone(policy.delete_timeout, policy.delete_poll, || async {
+        delete::confirm_gone(self.cloud.http.policy(), &what, || async {
             self.instance(instance_id).await.map(|i| i.is_none())
         })
         .await?;
-        if !gone {
-            return Err(Error::Unavailable {
-                message: format!(
-                    "deleting instance {instance_id}: still deleting after {} s; ask again in {} s to confirm it gone",
-                    policy.delete_timeout.as_secs(),
-                    policy.delete_poll.as_secs().max(1)
-                ),
-            });
-        }
         tracing::info!(
             instance_id,
             "IBM Cloud VPC instance deleted and confirmed gone"
