@@ -164,13 +164,15 @@ async fn large_admissions_at_once_stay_within_the_budget_and_each_is_answered() 
     );
     drop(one);
 
-    // Many at once, each over its own connection.
-    let sends = (0..CONCURRENT).map(|i| {
-        let body = body.clone();
-        let ca = pair.ca.clone();
-        let addr = webhook.addr;
-        tokio::spawn(async move { post_tls(addr, &ca, WEBHOOK_PATH, &body).await })
-    });
+    // Many at once, each over its own connection (all spawned before any is awaited).
+    let sends: Vec<_> = (0..CONCURRENT)
+        .map(|_| {
+            let body = body.clone();
+            let ca = pair.ca.clone();
+            let addr = webhook.addr;
+            tokio::spawn(async move { post_tls(addr, &ca, WEBHOOK_PATH, &body).await })
+        })
+        .collect();
     let (mut mutated, mut shed) = (0, 0);
     for send in sends {
         let answer = send.await.unwrap().unwrap();
