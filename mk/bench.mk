@@ -14,6 +14,13 @@
 # bench/tests/fault_storm.rs, which make test runs; make bench is not part of make test.
 #
 #   make bench BENCH_SCENARIOS=fault_storm BENCH_FAULT_STORM=100 BENCH_FAULT_STORM_CLOUDS=aws,azure
+#
+# The idle scenario (idle) starts all three services in a cluster of BENCH_MEMORY_PEERPODS PeerPods (default
+# 10,000) and BENCH_MEMORY_NODES Nodes (default 1,000) that a PeerPodConfig selects, waits until every PeerPod is
+# reconciled and every node has its capacity, then reports each service's CPU (millicores, over 30 s at rest),
+# RSS and peak RSS: the figures the chart's requests and limits are checked against (deploy/README.md).
+#
+#   make bench BENCH_SCENARIOS=idle
 
 BENCH_ARGS ?=
 

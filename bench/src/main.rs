@@ -40,7 +40,8 @@ struct Cli {
     /// DeleteInstance calls timed each way (direct and through gRPC).
     #[arg(long, env = "BENCH_GRPC_CALLS", default_value_t = 1000)]
     grpc_calls: usize,
-    /// Scenarios to run, comma-separated: storm (with cloud_calls), memory, convergence, grpc, fault_storm.
+    /// Scenarios to run, comma-separated: storm (with cloud_calls), memory, convergence, grpc, fault_storm, load,
+    /// idle.
     #[arg(long, env = "BENCH_SCENARIOS", value_delimiter = ',', default_values_t = SCENARIOS.map(String::from))]
     scenarios: Vec<String>,
     /// Directory of the release binaries of provider-service, peerpod-ctrl and peer-pod-config-ctrl.

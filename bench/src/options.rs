@@ -4,13 +4,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// The scenarios a run can select. `cloud_calls` is measured during the storm, so it comes with it.
-pub const SCENARIOS: [&str; 6] = [
+pub const SCENARIOS: [&str; 7] = [
     "storm",
     "memory",
     "convergence",
     "grpc",
     "fault_storm",
     "load",
+    "idle",
 ];
 
 #[derive(Debug, Clone)]

@@ -137,6 +137,11 @@ impl Service {
         self.status_kib("VmHWM", crate::stats::peak_rss_kib)
     }
 
+    /// The service's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// Resident set size now (`VmRSS`), in KiB.
     pub fn rss_kib(&self) -> Result<u64, Error> {
         self.status_kib("VmRSS", crate::stats::rss_kib)

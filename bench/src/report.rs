@@ -74,6 +74,8 @@ pub struct Results {
     pub fault_storm: Outcome<Vec<crate::scenarios::fault_storm::CloudStorm>>,
     /// New clients beside 500 idle connections on both TLS ports; cleanup throughput under a capacity flood.
     pub load: Outcome<crate::scenarios::load::Load>,
+    /// CPU and RSS of the three services at rest with N PeerPods and M Nodes.
+    pub idle: Outcome<crate::scenarios::idle::Idle>,
 }
 
 #[derive(Debug, Serialize)]
@@ -172,6 +174,7 @@ impl Results {
             || self.grpc.failed()
             || self.fault_storm.failed()
             || self.load.failed()
+            || self.idle.failed()
             // A leaked VM or an early release is a failed run, whatever the figures.
             || matches!(&self.fault_storm, Outcome::Measured(clouds)
                 if clouds.iter().any(|c| c.leaked > 0 || c.released_early > 0))
@@ -263,6 +266,29 @@ impl Results {
                 );
             }
             other => add("memory", "", not_measured(other)),
+        }
+        match &self.idle {
+            Outcome::Measured(i) => {
+                add(
+                    "idle",
+                    "PeerPods / Nodes (selected)",
+                    format!("{} / {} ({})", i.peerpods, i.nodes, i.selected_nodes),
+                );
+                for s in &i.services {
+                    add(
+                        "idle",
+                        &format!("{} idle CPU / RSS / peak RSS (catch-up CPU)", s.name),
+                        format!(
+                            "{:.2}m / {} / {} ({:.1} s)",
+                            s.cpu_millicores,
+                            mib(s.rss_mib),
+                            mib(s.peak_rss_mib),
+                            s.catch_up_cpu_seconds
+                        ),
+                    );
+                }
+            }
+            other => add("idle", "", not_measured(other)),
         }
         match &self.cloud_calls {
             Outcome::Measured(c) => {
@@ -447,6 +473,7 @@ mod tests {
             grpc: Outcome::skipped("not selected"),
             fault_storm: Outcome::skipped("not selected"),
             load: Outcome::skipped("not selected"),
+            idle: Outcome::skipped("not selected"),
         };
         let json = results.to_json().expect("encodes");
         let keys: Vec<usize> = [

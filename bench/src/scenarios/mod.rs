@@ -4,6 +4,7 @@
 pub(crate) mod convergence;
 pub mod fault_storm;
 mod grpc;
+pub mod idle;
 pub mod load;
 mod memory;
 mod storm;
@@ -28,6 +29,7 @@ pub async fn run(options: &Options) -> Results {
         grpc: Outcome::skipped("not selected"),
         fault_storm: Outcome::skipped("not selected"),
         load: Outcome::skipped("not selected"),
+        idle: Outcome::skipped("not selected"),
     };
     // No cluster needed: provider-service and the webhook run in this process.
     if options.selected("load") {
@@ -36,7 +38,14 @@ pub async fn run(options: &Options) -> Results {
         );
         results.load = Outcome::from_result(load::run(options).await);
     }
-    let cluster_scenarios = ["grpc", "storm", "convergence", "memory", "fault_storm"];
+    let cluster_scenarios = [
+        "grpc",
+        "storm",
+        "convergence",
+        "memory",
+        "fault_storm",
+        "idle",
+    ];
     if !cluster_scenarios.iter().any(|s| options.selected(s)) {
         return results;
     }
@@ -62,6 +71,9 @@ pub async fn run(options: &Options) -> Results {
             }
             if options.selected("fault_storm") {
                 results.fault_storm = Outcome::from_error(&e);
+            }
+            if options.selected("idle") {
+                results.idle = Outcome::from_error(&e);
             }
             return results;
         }
@@ -97,6 +109,14 @@ pub async fn run(options: &Options) -> Results {
             options.memory_peerpods, options.memory_nodes
         );
         results.memory = Outcome::from_result(memory::run(options, &cluster).await);
+    }
+    // After memory: it tops the cluster's PeerPods up to the same N (memory's stay behind).
+    if options.selected("idle") {
+        eprintln!(
+            "bench: idle (CPU and RSS at rest of all three services; {} PeerPods / {} nodes)",
+            options.memory_peerpods, options.memory_nodes
+        );
+        results.idle = Outcome::from_result(idle::run(options, &cluster).await);
     }
     results
 }
