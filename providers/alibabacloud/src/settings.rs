@@ -161,10 +161,7 @@ fn typed<T>(
 ) -> Result<Option<T>, SettingsProblem> {
     got.map_err(|error| SettingsProblem {
         key,
-        reason: match error {
-            Error::Config { message, .. } => message,
-            other => other.to_string(),
-        },
+        reason: error.into_config_reason(),
     })
 }
 

@@ -78,6 +78,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// What a backend's own settings problem says about a key this error refused: a config error's message
+    /// (the key is the caller's to name), any other error's whole text.
+    pub fn into_config_reason(self) -> String {
+        match self {
+            Error::Config { message, .. } => message,
+            other => other.to_string(),
+        }
+    }
+
     /// Stable, low-cardinality name of the variant, for metric labels and logs.
     pub fn reason(&self) -> &'static str {
         match self {
