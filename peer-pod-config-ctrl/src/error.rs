@@ -1,17 +1,7 @@
 //! The one error type of this crate. `reason()` is stable: it is used as a condition reason and a metric label.
 
-/// The error a variant wraps, kept as its `source()` so the chain is not lost.
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-/// `message: cause`, the cause alone without a message, the message alone without a cause: the text each
-/// variant showed when it carried the cause as a string.
-fn with_cause(message: &str, source: &Option<Cause>) -> String {
-    match source {
-        Some(cause) if message.is_empty() => cause.to_string(),
-        Some(cause) => format!("{message}: {cause}"),
-        None => message.to_owned(),
-    }
-}
+pub use peerpods_runtime::Cause;
+use peerpods_runtime::with_cause;
 
 /// What went wrong while keeping a PeerPodConfig true.
 #[derive(Debug, thiserror::Error)]

@@ -4,8 +4,9 @@
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
 /// `message: cause`, the cause alone without a message, the message alone without a cause: the text each
-/// variant showed when it carried the cause as a string.
-fn with_cause(message: &str, source: &Option<Cause>) -> String {
+/// variant showed when it carried the cause as a string. For the error types of the crates built on this one
+/// too (`#[error("...: {}", with_cause(message, source))]`).
+pub fn with_cause(message: &str, source: &Option<Cause>) -> String {
     match source {
         Some(cause) if message.is_empty() => cause.to_string(),
         Some(cause) => format!("{message}: {cause}"),

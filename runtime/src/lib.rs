@@ -34,4 +34,4 @@ pub mod telemetry;
 pub mod tls;
 pub mod watch;
 
-pub use error::Error;
+pub use error::{Cause, Error, with_cause};
