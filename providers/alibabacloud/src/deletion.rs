@@ -379,3 +379,44 @@ impl Deletion<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerpods_provider_core::DO_NOT_DELETE_TAG;
+
+    fn eip(description: &str, tags: &[(&str, &str)]) -> Eip {
+        Eip {
+            allocation_id: "eip-2zeexample0001".into(),
+            status: "InUse".into(),
+            bound_to: Some(("eni-addon".into(), "NetworkInterface".into())),
+            description: description.into(),
+            tags: tags
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn only_caas_or_marked_eips_are_the_vms() {
+        let vm = "i-2zeexample0001";
+        assert!(owned_by(&eip(CAA_EIP_DESCRIPTION, &[]), vm));
+        assert!(owned_by(&eip("", &[(RELEASE_MARK, vm)]), vm));
+        // An operator's EIP on the VM's NIC, or one marked for another instance.
+        assert!(!owned_by(&eip("reserved egress address", &[]), vm));
+        assert!(!owned_by(
+            &eip("", &[(RELEASE_MARK, "i-2zeother00002")]),
+            vm
+        ));
+        // The do-not-delete tag wins over both.
+        assert!(!owned_by(
+            &eip(CAA_EIP_DESCRIPTION, &[(DO_NOT_DELETE_TAG, "true")]),
+            vm
+        ));
+        assert!(!owned_by(
+            &eip("", &[(RELEASE_MARK, vm), (DO_NOT_DELETE_TAG, "")]),
+            vm
+        ));
+    }
+}
