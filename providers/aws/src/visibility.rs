@@ -8,11 +8,9 @@
 //! from the first NotFound this process saw for the id; until then the caller is told to come
 //! back (retryable), not that the instance is gone, and no finalizer is released on a guess.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use peerpods_provider_core::DeleteOutcome;
+use peerpods_provider_core::{DeleteOutcome, NotFoundVerdict};
 
 use super::failure::Failure;
 
@@ -20,75 +18,33 @@ use super::failure::Failure;
 /// to about five minutes" for a new id to propagate.
 pub const DEFAULT_NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
 
-/// A first NotFound older than the window by this much is forgotten, so that ids asked about
-/// once never pile up; asked again later, such an id is judged afresh (a NotFound persisting
-/// that long is still gone once the window has passed again).
-const FORGET_AFTER: Duration = Duration::from_secs(3600);
+/// The setting that sets the window, named in the retryable answer.
+const SETTING: &str = "AWS_NOT_FOUND_WINDOW_SECS";
 
-/// What a NotFound for an id means now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
-    /// NotFound has persisted for the whole window (or the window is zero): the instance is gone.
-    Gone,
-    /// NotFound for `unknown_for` only, less than `window`: possibly a new instance EC2 does not
-    /// show everywhere yet.
-    NotYetVisible {
-        unknown_for: Duration,
-        window: Duration,
-    },
-}
-
-/// The first NotFound seen per instance id, shared by every deletion of this provider.
+/// The first NotFound seen per instance id, shared by every deletion of this provider: the
+/// shared rule of every backend ([`peerpods_provider_core::NotFoundWindow`]) with EC2's answer
+/// type. EC2 keeps a terminated instance visible (`terminated`) for about an hour, so a
+/// successful `TerminateInstances` answers for itself and only [`Self::found`] is needed.
 #[derive(Debug)]
-pub struct NotFoundWindow {
-    window: Duration,
-    first_not_found: Mutex<HashMap<String, Instant>>,
-}
+pub struct NotFoundWindow(peerpods_provider_core::NotFoundWindow);
 
 impl NotFoundWindow {
     pub fn new(window: Duration) -> Self {
-        NotFoundWindow {
-            window,
-            first_not_found: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// EC2 answered NotFound for `instance_id` at `now`.
-    pub fn not_found(&self, instance_id: &str, now: Instant) -> Verdict {
-        if self.window.is_zero() {
-            return Verdict::Gone;
-        }
-        let mut first = self
-            .first_not_found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let keep_for = self.window + FORGET_AFTER;
-        first.retain(|_, seen| now.saturating_duration_since(*seen) < keep_for);
-        let seen = *first.entry(instance_id.to_owned()).or_insert(now);
-        let unknown_for = now.saturating_duration_since(seen);
-        if unknown_for >= self.window {
-            Verdict::Gone
-        } else {
-            Verdict::NotYetVisible {
-                unknown_for,
-                window: self.window,
-            }
-        }
+        NotFoundWindow(peerpods_provider_core::NotFoundWindow::new(
+            "EC2", SETTING, window,
+        ))
     }
 
     /// EC2 answered for `instance_id`: whatever NotFound came before was its lag, not a verdict.
     pub fn found(&self, instance_id: &str) {
-        self.first_not_found
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(instance_id);
+        self.0.found(instance_id);
     }
 
     /// The caller's answer for an id EC2 just called unknown.
     pub fn answer(&self, instance_id: &str, now: Instant) -> Result<DeleteOutcome, Failure> {
-        match self.not_found(instance_id, now) {
-            Verdict::Gone => Ok(DeleteOutcome::AlreadyGone),
-            Verdict::NotYetVisible {
+        match self.0.not_found(instance_id, now) {
+            NotFoundVerdict::Gone => Ok(DeleteOutcome::AlreadyGone),
+            NotFoundVerdict::NotYetVisible {
                 unknown_for,
                 window,
             } => {
@@ -110,7 +66,7 @@ fn not_yet_visible(instance_id: &str, unknown_for: Duration, window: Duration) -
     format!(
         "instance {instance_id} is not yet visible to EC2 (InvalidInstanceID.NotFound for {}s): \
          EC2 is eventually consistent and a new instance can be unknown for a while, so it counts \
-         as gone only once NotFound persists for {}s (AWS_NOT_FOUND_WINDOW_SECS); try again",
+         as gone only once NotFound persists for {}s ({SETTING}); try again",
         unknown_for.as_secs(),
         window.as_secs()
     )
@@ -123,36 +79,25 @@ mod tests {
     const WINDOW: Duration = Duration::from_secs(300);
 
     #[test]
-    fn not_found_is_gone_only_once_it_persisted_for_the_window() {
+    fn not_yet_visible_is_a_retryable_answer_naming_the_id_and_the_setting() {
         let window = NotFoundWindow::new(WINDOW);
         let start = Instant::now();
+        let answer = window.answer("i-0000000a", start);
+        let Err(Failure::Unavailable { detail }) = answer else {
+            panic!("expected Unavailable, got {answer:?}");
+        };
+        assert!(detail.contains("i-0000000a"), "{detail}");
+        assert!(detail.contains("AWS_NOT_FOUND_WINDOW_SECS"), "{detail}");
+        assert!(detail.contains("not yet visible"), "{detail}");
+        // Persisting for the window, it is gone (the rule itself: provider-core's tests).
         assert_eq!(
-            window.not_found("i-0000000a", start),
-            Verdict::NotYetVisible {
-                unknown_for: Duration::ZERO,
-                window: WINDOW
-            }
+            window.answer("i-0000000a", start + WINDOW),
+            Ok(DeleteOutcome::AlreadyGone)
         );
+        let trusting = NotFoundWindow::new(Duration::ZERO);
         assert_eq!(
-            window.not_found("i-0000000a", start + Duration::from_secs(299)),
-            Verdict::NotYetVisible {
-                unknown_for: Duration::from_secs(299),
-                window: WINDOW
-            }
-        );
-        // Another id has a window of its own.
-        assert!(matches!(
-            window.not_found("i-0000000b", start + Duration::from_secs(299)),
-            Verdict::NotYetVisible { .. }
-        ));
-        assert_eq!(
-            window.not_found("i-0000000a", start + WINDOW),
-            Verdict::Gone
-        );
-        // Once gone, asking again stays gone.
-        assert_eq!(
-            window.not_found("i-0000000a", start + WINDOW + Duration::from_secs(1)),
-            Verdict::Gone
+            trusting.answer("i-0000000a", Instant::now()),
+            Ok(DeleteOutcome::AlreadyGone)
         );
     }
 
@@ -160,48 +105,11 @@ mod tests {
     fn an_instance_ec2_answers_for_starts_over() {
         let window = NotFoundWindow::new(WINDOW);
         let start = Instant::now();
-        let _ = window.not_found("i-0000000a", start);
+        let _ = window.answer("i-0000000a", start);
         window.found("i-0000000a");
         assert!(matches!(
-            window.not_found("i-0000000a", start + WINDOW),
-            Verdict::NotYetVisible { unknown_for, .. } if unknown_for == Duration::ZERO
+            window.answer("i-0000000a", start + WINDOW),
+            Err(Failure::Unavailable { .. })
         ));
-    }
-
-    #[test]
-    fn a_zero_window_trusts_not_found_at_once() {
-        let window = NotFoundWindow::new(Duration::ZERO);
-        assert_eq!(
-            window.not_found("i-0000000a", Instant::now()),
-            Verdict::Gone
-        );
-    }
-
-    #[test]
-    fn old_first_sightings_are_forgotten() {
-        let window = NotFoundWindow::new(WINDOW);
-        let start = Instant::now();
-        let _ = window.not_found("i-0000000a", start);
-        let later = start + WINDOW + FORGET_AFTER;
-        let _ = window.not_found("i-0000000b", later);
-        let first = window.first_not_found.lock().expect("lock");
-        assert!(!first.contains_key("i-0000000a"));
-        assert!(first.contains_key("i-0000000b"));
-    }
-
-    #[test]
-    fn not_yet_visible_is_a_retryable_answer_naming_the_id_and_the_setting() {
-        let window = NotFoundWindow::new(WINDOW);
-        let answer = window.answer("i-0000000a", Instant::now());
-        let Err(Failure::Unavailable { detail }) = answer else {
-            panic!("expected Unavailable, got {answer:?}");
-        };
-        assert!(detail.contains("i-0000000a"), "{detail}");
-        assert!(detail.contains("AWS_NOT_FOUND_WINDOW_SECS"), "{detail}");
-        let trusting = NotFoundWindow::new(Duration::ZERO);
-        assert_eq!(
-            trusting.answer("i-0000000a", Instant::now()),
-            Ok(DeleteOutcome::AlreadyGone)
-        );
     }
 }
