@@ -268,7 +268,8 @@ fn share_kib(declared: Option<usize>) -> u32 {
 /// HTTP 429 with `Retry-After` and a Kubernetes Status saying why.
 fn shed(metrics: &Metrics) -> Response {
     metrics.count(admission::Outcome::Shed);
-    tracing::warn!(
+    // Not a warning per request: a burst sheds hundreds, and the metric's `shed` outcome counts them.
+    tracing::debug!(
         budget_bytes = ADMISSION_BUDGET_BYTES,
         wait_secs = ADMISSION_WAIT.as_secs(),
         "shed an admission request: the webhook is deciding as many as it may at once"
@@ -349,5 +350,22 @@ impl CertificateWatch {
                 _ = ticker.tick() => self.check(),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_takes_its_size_from_the_budget_within_bounds() {
+        // At least the least share, so the number decided at once is bounded too.
+        assert_eq!(share_kib(Some(10)), 64);
+        assert_eq!(share_kib(Some(3 * 1024 * 1024)), 3 * 1024);
+        // Unknown (chunked) counts as the largest; one larger than the limit is refused unread and never asks.
+        assert_eq!(share_kib(None), 7 * 1024);
+        // One largest request fits, two do not.
+        let budget = u32::try_from(ADMISSION_BUDGET_BYTES / 1024).unwrap();
+        assert!(share_kib(None) <= budget && 2 * share_kib(None) > budget);
     }
 }
