@@ -163,8 +163,7 @@ pub fn crd()
 
 /// The CustomResourceDefinition as YAML, exactly as committed under `deploy/crds/peerpods.yaml`.
 pub fn crd_yaml() -> Result<String, Error> {
-    let yaml =
-        serde_saphyr::to_string(&crd()).map_err(|e| Error::CrdSerialization(e.to_string()))?;
+    let yaml = serde_saphyr::to_string(&crd()).map_err(|e| Error::CrdSerialization(e.into()))?;
     Ok(format!(
         "# Generated from peerpod-ctrl/src/crd.rs by `make manifests`; do not edit.\n{yaml}"
     ))

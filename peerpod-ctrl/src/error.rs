@@ -73,10 +73,10 @@ pub enum Error {
     Kube(#[from] kube::Error),
     /// The CustomResourceDefinition could not be rendered.
     #[error("cannot render the PeerPod CRD: {0}")]
-    CrdSerialization(String),
+    CrdSerialization(#[source] peerpods_runtime::Cause),
     /// The Lease could not be created or kept.
     #[error("leader election failed: {0}")]
-    LeaderElection(String),
+    LeaderElection(#[source] peerpods_runtime::Error),
     /// A setting makes no sense (for example a provider endpoint that is not a URI).
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -162,5 +162,20 @@ mod tests {
         assert_eq!(human_message(&exact), exact);
         assert_eq!(human_message("short"), "short");
         assert_eq!(human_message(""), "");
+    }
+
+    #[test]
+    fn wrapped_errors_are_the_source_and_the_texts_are_unchanged() {
+        use std::error::Error as _;
+        let lease = peerpods_runtime::Error::LeaderElection {
+            message: "the Lease call timeout must be above zero".into(),
+            source: None,
+        };
+        let text = lease.to_string();
+        let error = Error::LeaderElection(lease);
+        assert_eq!(error.to_string(), format!("leader election failed: {text}"));
+        assert_eq!(error.source().map(ToString::to_string), Some(text));
+        let crd = Error::CrdSerialization(std::fmt::Error.into());
+        assert!(crd.source().is_some(), "{crd}");
     }
 }

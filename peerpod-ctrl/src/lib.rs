@@ -142,7 +142,7 @@ pub async fn run_until(
     match leader {
         Some(config) => leader::run_while_leader(client.clone(), config, shutdown, readiness, work)
             .await
-            .map_err(|e| Error::LeaderElection(e.to_string())),
+            .map_err(Error::LeaderElection),
         None => {
             // Ready once the PeerPod watch has listed (see reconcile::run).
             let work = work();
