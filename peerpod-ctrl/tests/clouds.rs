@@ -224,3 +224,44 @@ async fn an_azure_delete_slower_than_the_callers_deadline_releases_only_once_eve
     ctrl.stop().await;
     s.cleanup().await;
 }
+
+/// The condition says who failed: with provider-service working and the cloud behind it answering every request
+/// with its 5xx, the reason is the cloud's (`CloudUnavailable`), not provider-service's; once the cloud answers
+/// again the VM is deleted and the PeerPod released.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_cloud_is_named_as_the_cloud_not_provider_service() {
+    use test_support::faults::Faults;
+
+    let s = Scenario::start("cloud-down").await;
+    let azure = peerpods_emulator_azure::AzureEmulator::start();
+    let provider =
+        ProviderService::start_with_config(&cloud::merged_config(&["azure"], azure.config())).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vm = azure.create_vm("podvm-cloud-down", &[]);
+    azure.set_faults(Faults {
+        server_error_rate: 1.0,
+        ..Faults::default()
+    });
+    s.create_peerpod("cloud-down", None, "azure", &vm).await;
+    s.delete_peerpod("cloud-down").await;
+
+    let held = s
+        .wait_peerpod("cloud-down", "condition CloudUnavailable", |p| {
+            p.cleaned_condition()
+                .is_some_and(|c| c.status == "False" && c.reason == "CloudUnavailable")
+        })
+        .await;
+    let message = &held.cleaned_condition().unwrap().message;
+    assert!(message.chars().count() <= 400, "{message}");
+    assert!(azure.vm_or_parts_exist(&vm));
+    assert!(
+        ctrl.metric(
+            "peerpod_ctrl_reconcile_errors_total",
+            &[("reason", "CloudUnavailable")]
+        ) >= 1
+    );
+
+    azure.set_faults(Faults::default());
+    s.wait_peerpod_gone("cloud-down", MINUTE * 2).await;
+    assert!(!azure.vm_or_parts_exist(&vm));
+}
