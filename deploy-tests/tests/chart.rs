@@ -27,7 +27,7 @@ use support::*;
 
 /// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
 /// rendered and linted, but neither kubeconform nor the API server can check them here.
-const FOREIGN_KINDS: [&str; 3] = ["Certificate", "Issuer", "ServiceMonitor"];
+const FOREIGN_KINDS: [&str; 4] = ["Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"];
 
 /// The values of a release on libvirt's test driver (no tags there, provider-service in development mode): the
 /// chart's defaults alone refuse to render without a cluster tag.
@@ -98,8 +98,8 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
         if case == "addons" {
             assert_eq!(
                 foreign.len(),
-                7,
-                "addons: 2 Issuers, 2 Certificates and 3 ServiceMonitors expected"
+                8,
+                "addons: 2 Issuers, 2 Certificates, 3 ServiceMonitors and a PrometheusRule expected"
             );
         } else {
             assert!(foreign.is_empty(), "{case}: unexpected add-on objects");
@@ -218,7 +218,10 @@ async fn values_schema_refuses_bad_values() {
         ("peerPodConfigCtrl.enabled=sometimes", "enabled"),
         ("webhook.enabled=sometimes", "enabled"),
         ("webhook.failurePolicy=Never", "failurePolicy"),
-        ("webhook.targetRuntimeClass=Kata_Remote", "targetRuntimeClass"),
+        (
+            "webhook.targetRuntimeClass=Kata_Remote",
+            "targetRuntimeClass",
+        ),
         ("unknownSetting=true", "unknownSetting"),
     ] {
         let (ok, _, err) = run(
