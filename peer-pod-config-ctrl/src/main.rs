@@ -192,7 +192,7 @@ mod tests {
             cli.provider.client_config().is_none(),
             "provider-service only when asked for"
         );
-        assert_eq!(cli.provider.provider_timeout, Duration::from_secs(60));
+        assert_eq!(cli.provider.provider_timeout, Duration::from_secs(90));
         assert_eq!(cli.namespace, "confidential-containers-system");
         assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
         let cli = Cli::try_parse_from(["peer-pod-config-ctrl", "--leader-elect"]).unwrap();

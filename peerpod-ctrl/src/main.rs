@@ -248,7 +248,7 @@ mod tests {
         let cli = Cli::try_parse_from(["peerpod-ctrl"]).unwrap();
         let provider = cli.provider.client_config().unwrap();
         assert_eq!(provider.endpoint, LOCAL_PROVIDER);
-        assert_eq!(provider.timeout, Some(Duration::from_secs(60)));
+        assert_eq!(provider.timeout, Some(Duration::from_secs(90)));
         assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
         assert!(cli.leader.config(COMPONENT, &cli.namespace).is_none());
         assert_eq!(
