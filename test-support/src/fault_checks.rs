@@ -197,3 +197,83 @@ pub async fn a_storm_ends_with_every_vm_gone(
     }
     emulator.set_faults(Faults::default());
 }
+
+/// The checks above as the fault suite of one cloud backend: one test per check, each with its
+/// own emulator, so what one check injects or counts never reaches another.
+///
+/// - `emulator`: a `fn() -> E` that starts the backend's emulator (`E:` [`CloudEmulator`]).
+/// - `provider`: an `async fn(&E, &[(&str, &str)]) -> P` that builds the backend (`P:`
+///   [`Provider`]) from the emulator's configuration with the given keys added or replaced.
+/// - `hang_config`: the keys that give the backend a short request deadline; left out, there is
+///   no hang check (for a backend whose client cannot be given one).
+/// - `not_shown_yet`: the name of the test of a VM the cloud does not show yet (with its doc
+///   comment, if any) and the keys it adds.
+#[macro_export]
+macro_rules! fault_suite {
+    (
+        emulator: $emulator:ident,
+        provider: $provider:ident,
+        $(hang_config: $hang_config:expr,)?
+        $(#[$not_shown_meta:meta])*
+        not_shown_yet: $not_shown:ident($not_shown_config:expr) $(,)?
+    ) => {
+        #[tokio::test(flavor = "multi_thread")]
+        async fn throttling_is_retryable() {
+            let emulator = $emulator();
+            let provider = $provider(&emulator, &[]).await;
+            $crate::fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled")
+                .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn server_errors_are_retried_then_unavailable() {
+            let emulator = $emulator();
+            let provider = $provider(&emulator, &[]).await;
+            $crate::fault_checks::server_errors_are_retried_then_unavailable(
+                &emulator,
+                &provider,
+                "podvm-5xx",
+            )
+            .await;
+        }
+
+        $(
+            #[tokio::test(flavor = "multi_thread")]
+            async fn a_hang_ends_at_the_deadline_as_unavailable() {
+                let emulator = $emulator();
+                let provider = $provider(&emulator, $hang_config).await;
+                $crate::fault_checks::a_hang_ends_at_the_deadline_as_unavailable(
+                    &emulator,
+                    &provider,
+                    "podvm-hang",
+                )
+                .await;
+            }
+        )?
+
+        #[tokio::test(flavor = "multi_thread")]
+        async fn slow_answers_and_long_operations_complete() {
+            let emulator = $emulator();
+            let provider = $provider(&emulator, &[]).await;
+            $crate::fault_checks::slow_answers_and_long_operations_complete(
+                &emulator,
+                &provider,
+                "podvm-slow",
+            )
+            .await;
+        }
+
+        $(#[$not_shown_meta])*
+        #[tokio::test(flavor = "multi_thread")]
+        async fn $not_shown() {
+            let emulator = $emulator();
+            let provider = $provider(&emulator, $not_shown_config).await;
+            $crate::fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
+                &emulator,
+                &provider,
+                "podvm-new",
+            )
+            .await;
+        }
+    };
+}

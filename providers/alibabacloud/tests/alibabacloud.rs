@@ -11,20 +11,11 @@ use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
 };
 use test_support::cloud::CloudEmulator;
+use test_support::fault_checks::with;
 
 /// The emulator's configuration with `extra` keys added or replaced.
 fn config(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> ProviderConfig {
-    let mut pairs: Vec<(String, String)> = emulator
-        .config()
-        .into_iter()
-        .filter(|(k, _)| !extra.iter().any(|(key, _)| key == k))
-        .collect();
-    pairs.extend(
-        extra
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    ProviderConfig::from_pairs(pairs)
+    ProviderConfig::from_pairs(with(emulator.config(), extra))
 }
 
 fn provider(

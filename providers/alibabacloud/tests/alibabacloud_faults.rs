@@ -6,7 +6,7 @@ use peerpods_emulator_alibabacloud::AlibabaCloudEmulator;
 use peerpods_provider_alibabacloud::AlibabaCloudProvider;
 use peerpods_provider_core::{CloudCalls, Provider, ProviderConfig};
 use test_support::cloud::CloudEmulator;
-use test_support::fault_checks::{self, with};
+use test_support::fault_checks::with;
 
 fn emulator() -> AlibabaCloudEmulator {
     AlibabaCloudEmulator::start()
@@ -17,49 +17,13 @@ async fn provider(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> Al
     AlibabaCloudProvider::from_config(&config, CloudCalls::default()).expect("provider")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn throttling_is_retryable() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn server_errors_are_retried_then_unavailable() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::server_errors_are_retried_then_unavailable(&emulator, &provider, "podvm-5xx")
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hang_ends_at_the_deadline_as_unavailable() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[("ALIBABACLOUD_REQUEST_TIMEOUT_MS", "500")]).await;
-    fault_checks::a_hang_ends_at_the_deadline_as_unavailable(&emulator, &provider, "podvm-hang")
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn slow_answers_and_long_operations_complete() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::slow_answers_and_long_operations_complete(&emulator, &provider, "podvm-slow")
-        .await;
-}
-
-/// ECS's documented eventual consistency: an instance `DescribeInstances` does not list yet,
-/// inside ALIBABACLOUD_NOT_FOUND_WINDOW_SECS, is retryable, not gone.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
-        &emulator,
-        &provider,
-        "podvm-new",
-    )
-    .await;
+test_support::fault_suite! {
+    emulator: emulator,
+    provider: provider,
+    hang_config: &[("ALIBABACLOUD_REQUEST_TIMEOUT_MS", "500")],
+    /// ECS's documented eventual consistency: an instance `DescribeInstances` does not list yet,
+    /// inside ALIBABACLOUD_NOT_FOUND_WINDOW_SECS, is retryable, not gone.
+    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
 }
 
 /// ECS accepted the deletion but still lists the instance when the wait bound ends (a slow

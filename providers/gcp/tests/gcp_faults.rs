@@ -8,7 +8,7 @@ use peerpods_emulator_gcp::GcpEmulator;
 use peerpods_provider_core::{CloudCalls, ProviderConfig};
 use peerpods_provider_gcp::GcpProvider;
 use test_support::cloud::CloudEmulator;
-use test_support::fault_checks::{self, with};
+use test_support::fault_checks::with;
 
 fn emulator() -> GcpEmulator {
     GcpEmulator::start().expect("emulator")
@@ -21,39 +21,10 @@ async fn provider(emulator: &GcpEmulator, extra: &[(&str, &str)]) -> GcpProvider
         .expect("provider")
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn throttling_is_retryable() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled").await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn server_errors_are_retried_then_unavailable() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::server_errors_are_retried_then_unavailable(&emulator, &provider, "podvm-5xx")
-        .await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn slow_answers_and_long_operations_complete() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::slow_answers_and_long_operations_complete(&emulator, &provider, "podvm-slow")
-        .await;
-}
-
-/// EC2-style eventual consistency on this cloud: a 404 inside GCP_NOT_FOUND_WINDOW_SECS of an
-/// instance this process never saw deleted is retryable, not gone.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
-    let emulator = emulator();
-    let provider = provider(&emulator, &[]).await;
-    fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
-        &emulator,
-        &provider,
-        "podvm-new",
-    )
-    .await;
+test_support::fault_suite! {
+    emulator: emulator,
+    provider: provider,
+    /// EC2-style eventual consistency on this cloud: a 404 inside GCP_NOT_FOUND_WINDOW_SECS of an
+    /// instance this process never saw deleted is retryable, not gone.
+    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
 }

@@ -4,12 +4,12 @@
 //! instantiated per backend: the checks and their settings are the same for both.
 
 /// The fault suite of one backend, by its emulator and provider types.
-macro_rules! fault_suite {
+macro_rules! backend_suite {
     ($backend:ident, $emulator:ty, $provider:ty) => {
         mod $backend {
             use peerpods_provider_core::{CloudCalls, ProviderConfig};
             use test_support::cloud::CloudEmulator;
-            use test_support::fault_checks::{self, with};
+            use test_support::fault_checks::with;
 
             fn emulator() -> $emulator {
                 <$emulator>::start().expect("emulator")
@@ -20,74 +20,25 @@ macro_rules! fault_suite {
                 <$provider>::from_config(&config, CloudCalls::default()).expect("provider")
             }
 
-            #[tokio::test(flavor = "multi_thread")]
-            async fn throttling_is_retryable() {
-                let emulator = emulator();
-                let provider = provider(&emulator, &[]).await;
-                fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled")
-                    .await;
-            }
-
-            #[tokio::test(flavor = "multi_thread")]
-            async fn server_errors_are_retried_then_unavailable() {
-                let emulator = emulator();
-                let provider = provider(&emulator, &[]).await;
-                fault_checks::server_errors_are_retried_then_unavailable(
-                    &emulator,
-                    &provider,
-                    "podvm-5xx",
-                )
-                .await;
-            }
-
-            #[tokio::test(flavor = "multi_thread")]
-            async fn a_hang_ends_at_the_deadline_as_unavailable() {
-                let emulator = emulator();
-                let provider = provider(&emulator, &[("IBMCLOUD_API_TIMEOUT_SECONDS", "1")]).await;
-                fault_checks::a_hang_ends_at_the_deadline_as_unavailable(
-                    &emulator,
-                    &provider,
-                    "podvm-hang",
-                )
-                .await;
-            }
-
-            #[tokio::test(flavor = "multi_thread")]
-            async fn slow_answers_and_long_operations_complete() {
-                let emulator = emulator();
-                let provider = provider(&emulator, &[]).await;
-                fault_checks::slow_answers_and_long_operations_complete(
-                    &emulator,
-                    &provider,
-                    "podvm-slow",
-                )
-                .await;
-            }
-
-            /// EC2-style eventual consistency on this cloud: a 404 inside the backend's NotFound window
-            /// (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, `POWERVS_NOT_FOUND_WINDOW_SECS`) of an instance this
-            /// process never saw deleted is retryable, not gone.
-            #[tokio::test(flavor = "multi_thread")]
-            async fn a_new_instance_the_cloud_does_not_show_yet_is_not_gone() {
-                let emulator = emulator();
-                let provider = provider(&emulator, &[]).await;
-                fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
-                    &emulator,
-                    &provider,
-                    "podvm-new",
-                )
-                .await;
+            test_support::fault_suite! {
+                emulator: emulator,
+                provider: provider,
+                hang_config: &[("IBMCLOUD_API_TIMEOUT_SECONDS", "1")],
+                /// EC2-style eventual consistency on this cloud: a 404 inside the backend's NotFound window
+                /// (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, `POWERVS_NOT_FOUND_WINDOW_SECS`) of an instance this
+                /// process never saw deleted is retryable, not gone.
+                not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
             }
         }
     };
 }
 
-fault_suite!(
+backend_suite!(
     vpc,
     peerpods_emulator_ibmcloud::VpcEmulator,
     peerpods_provider_ibmcloud::IbmCloudVpcProvider
 );
-fault_suite!(
+backend_suite!(
     powervs,
     peerpods_emulator_ibmcloud::PowerVsEmulator,
     peerpods_provider_ibmcloud::PowerVsProvider
