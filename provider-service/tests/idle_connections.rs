@@ -6,46 +6,15 @@
 
 mod common;
 
-use std::io::{ErrorKind, Read};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_proto::v1 as pb;
 use peerpods_provider_client::{ProviderClientConfig, connect};
-use tokio::net::TcpSocket;
+use test_support::idle_connections::{closed_by_server, hold_idle};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
-
-/// Idle connections held open, from this many loopback addresses (each under the per-peer
-/// handshake bound, so the listener has no reason to drop any: the new client must be served
-/// beside them, not instead of one).
-const IDLE: usize = 500;
-const IDLE_PEERS: usize = 10;
-
-/// Opens `IDLE` TCP connections to `addr` that never send a byte, as plain sockets to probe.
-async fn hold_idle(addr: SocketAddr) -> Vec<std::net::TcpStream> {
-    let mut idle = Vec::with_capacity(IDLE);
-    for i in 0..IDLE {
-        let socket = TcpSocket::new_v4().unwrap();
-        let source = Ipv4Addr::new(127, 0, 0, 2 + (i % IDLE_PEERS) as u8);
-        socket.bind(SocketAddr::from((source, 0))).unwrap();
-        idle.push(socket.connect(addr).await.unwrap().into_std().unwrap());
-    }
-    idle
-}
-
-/// How many of `idle` the server has closed (end of file or reset).
-fn closed_by_server(idle: &mut [std::net::TcpStream]) -> usize {
-    let mut closed = 0;
-    for socket in idle.iter_mut() {
-        let mut byte = [0u8; 1];
-        if !matches!(socket.read(&mut byte), Err(e) if e.kind() == ErrorKind::WouldBlock) {
-            closed += 1;
-        }
-    }
-    closed
-}
 
 /// A self-signed certificate for `localhost` as cert.pem/key.pem in `dir`; returns its PEM and DER.
 fn issue(dir: &std::path::Path) -> (String, Vec<u8>) {

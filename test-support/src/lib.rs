@@ -5,6 +5,7 @@
 //! - [`fault_checks`]: what every cloud backend's tests check against its emulator's fault layer.
 //! - [`faults`]: the fault layer of the cloud emulators (latency, hangs, 5xx, throttling, eventual
 //!   consistency, long-running operations).
+//! - [`idle_connections`]: idle TCP connections held open against a listener, and which of them it closed.
 //! - [`metrics`]: samples of a metrics scrape (Prometheus text or OpenMetrics), by name and labels.
 //! - [`moto`]: one moto server (the EC2 emulator from PyPI) per test binary, and helpers that arrange
 //!   and inspect its state with the real AWS SDK.
@@ -13,6 +14,7 @@ pub mod byom;
 pub mod cloud;
 pub mod fault_checks;
 pub mod faults;
+pub mod idle_connections;
 pub mod metrics;
 pub mod moto;
 
