@@ -42,25 +42,8 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
     let work = tempfile::tempdir().expect("temp dir");
     let kept_vm = uuid::Uuid::new_v4().to_string();
     let cleaned_vm = uuid::Uuid::new_v4().to_string();
-    let host = work.path().join("libvirt-host.xml");
-    std::fs::write(&host, libvirt_host(&[kept_vm.clone(), cleaned_vm.clone()])).expect("host");
-    let chart = work.path().join("caa-chart");
-    write_caa_chart(&chart, &format!("test://{}", host.display()));
-    let chart = chart.display().to_string();
-
     // CAA as its users run it today: upstream's peerpod-ctrl on, the PeerPod CRD from crds/ (no Helm metadata).
-    helm_ok(
-        cp,
-        &[
-            "install",
-            CAA_RELEASE,
-            &chart,
-            "--namespace",
-            CAA_NS,
-            "--create-namespace",
-        ],
-    )
-    .await;
+    let chart = install_caa(cp, work.path(), &[kept_vm.clone(), cleaned_vm.clone()]).await;
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     let crd = crds.get(PEERPODS_CRD).await.expect("CAA's PeerPod CRD");
     assert_eq!(
@@ -68,15 +51,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         (None, None),
         "Helm installs a crds/ directory without ownership metadata"
     );
-    testenv::wait_for("PeerPod CRD served", Duration::from_secs(30), || async {
-        let crd = crds.get(PEERPODS_CRD).await.ok()?;
-        crd.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    wait_established(&crds, PEERPODS_CRD).await;
 
     // A workload CAA already runs: its PeerPod, recorded with the RBAC of CAA's chart.
     let workloads = testenv::namespace(&admin, "workload").await;
@@ -183,22 +158,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         !ok && err.contains("\"cloud-api-adaptor\"") && err.contains("invalid ownership metadata"),
         "the chart's defaults installed beside CAA's chart: {err}"
     );
-    helm_ok(
-        cp,
-        &[
-            "install",
-            OUR_RELEASE,
-            CHART,
-            "--namespace",
-            CAA_NS,
-            "-f",
-            ALONGSIDE_VALUES,
-            // libvirt's test driver: provider-service in development mode.
-            "-f",
-            DEV_VALUES,
-        ],
-    )
-    .await;
+    install_ours(cp).await;
     let manifest = helm_ok(cp, &["get", "manifest", OUR_RELEASE, "--namespace", CAA_NS]).await;
     let config_ctrl: Vec<&str> = manifest
         .lines()

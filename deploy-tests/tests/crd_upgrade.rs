@@ -48,7 +48,7 @@ fn provider_column(crd: &CustomResourceDefinition) -> Option<String> {
         .additional_printer_columns
         .as_ref()?
         .iter()
-        .find(|c| c.name == "Provider")?
+        .find(|c| c.name == "Cloud")?
         .description
         .clone()
 }
@@ -183,20 +183,4 @@ async fn helm_upgrade_of_the_crd_chart_changes_the_crds_and_keeps_the_objects() 
             .expect("get")
             .is_some()
     );
-}
-
-async fn wait_established(crds: &Api<CustomResourceDefinition>, name: &str) {
-    testenv::wait_for(
-        &format!("CRD {name} Established"),
-        std::time::Duration::from_secs(30),
-        || async {
-            let crd = crds.get_opt(name).await.ok().flatten()?;
-            crd.status?
-                .conditions?
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        },
-    )
-    .await;
 }

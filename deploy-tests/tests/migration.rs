@@ -18,7 +18,7 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
-use support::CHART;
+use support::wait_established;
 
 /// docs/migrating.md, step 1, for Helm before 3.17: the ownership metadata `peerpods-crds` (in `default`) needs.
 const ADOPT_PATCH: &str = r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":"Helm"},"annotations":{"meta.helm.sh/release-name":"peerpods-crds","meta.helm.sh/release-namespace":"default"}}}"#;
@@ -47,25 +47,9 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
     let deleted_by_upstream = uuid::Uuid::new_v4().to_string();
     let later_vm = uuid::Uuid::new_v4().to_string();
     let on_host: Vec<String> = [&live_vms[..], &doomed_vms[..], &[later_vm.clone()][..]].concat();
-    let host = work.path().join("libvirt-host.xml");
-    std::fs::write(&host, libvirt_host(&on_host)).expect("host");
-    let chart = work.path().join("caa-chart");
-    write_caa_chart(&chart, &format!("test://{}", host.display()));
-    let chart = chart.display().to_string();
 
     // Before: CAA's chart as its users run it, upstream's peerpod-ctrl included.
-    helm_ok(
-        cp,
-        &[
-            "install",
-            CAA_RELEASE,
-            &chart,
-            "--namespace",
-            CAA_NS,
-            "--create-namespace",
-        ],
-    )
-    .await;
+    let chart = install_caa(cp, work.path(), &on_host).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
     let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
     assert!(
@@ -83,15 +67,7 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
             .is_some()
     );
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    testenv::wait_for("PeerPod CRD served", Duration::from_secs(30), || async {
-        let crd = crds.get(PEERPODS_CRD).await.ok()?;
-        crd.status?
-            .conditions?
-            .iter()
-            .any(|c| c.type_ == "Established" && c.status == "True")
-            .then_some(())
-    })
-    .await;
+    wait_established(&crds, PEERPODS_CRD).await;
 
     // The workloads: CAA (its chart's ServiceAccount and RBAC) records each VM in a PeerPod owned by its Pod.
     let workloads = testenv::namespace(&admin, "workload").await;
@@ -203,21 +179,7 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
         "upstream's controller keeps no RBAC"
     );
     // 3. Ours, beside CAA's chart.
-    helm_ok(
-        cp,
-        &[
-            "install",
-            OUR_RELEASE,
-            CHART,
-            "--namespace",
-            CAA_NS,
-            "-f",
-            ALONGSIDE_VALUES,
-            "-f",
-            DEV_VALUES,
-        ],
-    )
-    .await;
+    install_ours(cp).await;
     let mut ours = Ours::prepare(cp, work.path()).await;
 
     // peerpod-ctrl before provider-service answers (its Pods still starting): with no VM deleted, no PeerPod is

@@ -168,6 +168,51 @@ pub fn write_caa_chart(dir: &Path, libvirt_uri: &str) {
     }
 }
 
+/// CAA's chart as its users run it today (upstream's peerpod-ctrl on, the PeerPod CRD from `crds/` without Helm
+/// metadata), written under `work` with libvirt pointed at a test host holding `vms`, and installed as
+/// [`CAA_RELEASE`] in [`CAA_NS`]. Returns the chart's directory, for the upgrades that follow.
+pub async fn install_caa(cp: &testenv::ControlPlane, work: &Path, vms: &[String]) -> String {
+    let host = work.join("libvirt-host.xml");
+    std::fs::write(&host, libvirt_host(vms)).expect("host");
+    let chart = work.join("caa-chart");
+    write_caa_chart(&chart, &format!("test://{}", host.display()));
+    let chart = chart.display().to_string();
+    helm_ok(
+        cp,
+        &[
+            "install",
+            CAA_RELEASE,
+            &chart,
+            "--namespace",
+            CAA_NS,
+            "--create-namespace",
+        ],
+    )
+    .await;
+    chart
+}
+
+/// Our chart as docs/alongside-caa.md installs it: in CAA's namespace with `examples/alongside-caa.yaml`, and
+/// libvirt's test driver behind provider-service in development mode.
+pub async fn install_ours(cp: &testenv::ControlPlane) {
+    helm_ok(
+        cp,
+        &[
+            "install",
+            OUR_RELEASE,
+            CHART,
+            "--namespace",
+            CAA_NS,
+            "-f",
+            ALONGSIDE_VALUES,
+            // libvirt's test driver: provider-service in development mode.
+            "-f",
+            DEV_VALUES,
+        ],
+    )
+    .await;
+}
+
 /// Runs helm against control plane `cp`; returns (success, stdout, stderr).
 pub async fn helm(cp: &testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
     let kubeconfig = cp.kubeconfig_path().display().to_string();

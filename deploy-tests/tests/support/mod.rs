@@ -187,6 +187,28 @@ pub async fn write_schemas(client: &kube::Client, dir: &Path, strict: bool) -> S
     format!("{}/{}", dir.display(), schemas::LOCATION_TEMPLATE)
 }
 
+/// Waits until the API server serves CRD `name` (its Established condition is True).
+pub async fn wait_established(
+    crds: &kube::Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    >,
+    name: &str,
+) {
+    testenv::wait_for(
+        &format!("CRD {name} Established"),
+        Duration::from_secs(30),
+        || async {
+            let crd = crds.get_opt(name).await.ok().flatten()?;
+            crd.status?
+                .conditions?
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// Waits until the API server's OpenAPI document describes `kind` of `group` (CRD schemas are published a
 /// moment after the CRD is Established).
 pub async fn wait_for_openapi_kind(client: &kube::Client, group: &str, kind: &str) {
