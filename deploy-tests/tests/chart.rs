@@ -15,7 +15,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use deploy_tests::rbac;
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
@@ -362,16 +361,6 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {
     matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
 }
 
-fn secret_files(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-    secret
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, ByteString(v))| (k, v))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_credentials() {
     let cp = control_plane();
@@ -490,21 +479,9 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     // provider-service: its volumes laid out as a kubelet would (read as the admin: provider-service itself
     // reads only the mounted files, and the chart lets it read nothing else).
     let ps_dir = work.path().join("provider-service");
-    let cm_name = volume(&ps_deploy, "config")
-        .config_map
-        .as_ref()
-        .map(|c| c.name.clone())
-        .expect("config volume");
-    let secret_name = volume(&ps_deploy, "credentials")
-        .secret
-        .as_ref()
-        .and_then(|s| s.secret_name.clone())
-        .expect("credentials volume");
-    let tls_name = volume(&ps_deploy, "tls")
-        .secret
-        .as_ref()
-        .and_then(|s| s.secret_name.clone())
-        .expect("tls volume");
+    let cm_name = config_map_of(&ps_deploy, "config");
+    let secret_name = secret_of(&ps_deploy, "credentials");
+    let tls_name = secret_of(&ps_deploy, "tls");
     let own_cm = config_maps
         .get(&cm_name)
         .await
@@ -536,12 +513,14 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let grpc_port = free_port();
     let ps_admin: std::net::SocketAddr =
         format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let mut ps_env = container_env(&ps_deploy, "provider-service-0");
-    relocate(&mut ps_env, "/etc/peerpods", &ps_dir.join("etc/peerpods"));
-    ps_env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
-    ps_env.insert("ADMIN_LISTEN".into(), ps_admin.to_string());
-    ps_env.insert("HOME".into(), work.path().display().to_string());
-    ps_env.insert("KUBECONFIG".into(), ps_kubeconfig.display().to_string());
+    let ps_env = provider_service_env(
+        &ps_deploy,
+        &ps_dir,
+        grpc_port,
+        ps_admin,
+        work.path(),
+        &ps_kubeconfig,
+    );
     let mut provider = Service::start(
         "provider-service",
         &service_binary("provider-service"),

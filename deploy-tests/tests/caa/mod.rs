@@ -13,7 +13,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, PostParams};
@@ -248,16 +247,6 @@ pub fn libvirt_host(vms: &[String]) -> String {
     xml
 }
 
-fn files_of(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
-    secret
-        .data
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, ByteString(v))| (k, v))
-        .collect()
-}
-
 fn service_account_of(d: &Deployment) -> String {
     d.spec
         .template
@@ -351,21 +340,9 @@ impl Ours {
         let ps_dir = work.join("provider-service");
         let mounted =
             |name: &str| ps_dir.join(mount_path(&ps_deploy, name).trim_start_matches('/'));
-        let cm_name = volume(&ps_deploy, "config")
-            .config_map
-            .as_ref()
-            .map(|c| c.name.clone())
-            .expect("config volume");
-        let secret_name = volume(&ps_deploy, "credentials")
-            .secret
-            .as_ref()
-            .and_then(|s| s.secret_name.clone())
-            .expect("credentials volume");
-        let tls_name = volume(&ps_deploy, "tls")
-            .secret
-            .as_ref()
-            .and_then(|s| s.secret_name.clone())
-            .expect("tls volume");
+        let cm_name = config_map_of(&ps_deploy, "config");
+        let secret_name = secret_of(&ps_deploy, "credentials");
+        let tls_name = secret_of(&ps_deploy, "tls");
         let cm = config_maps.get(&cm_name).await.expect("peer-pods-cm");
         mount_files(
             &mounted("config"),
@@ -376,9 +353,9 @@ impl Ours {
                 .collect(),
         );
         let credentials = secrets.get(&secret_name).await.expect("peer-pods-secret");
-        mount_files(&mounted("credentials"), &files_of(&credentials));
+        mount_files(&mounted("credentials"), &secret_files(&credentials));
         let tls = secrets.get(&tls_name).await.expect("TLS Secret");
-        mount_files(&mounted("tls"), &files_of(&tls));
+        mount_files(&mounted("tls"), &secret_files(&tls));
         let ps_token =
             testenv::service_account_token(&admin, CAA_NS, &service_account_of(&ps_deploy), &[])
                 .await;
@@ -387,12 +364,14 @@ impl Ours {
         let grpc_port = free_port();
         let provider_admin: SocketAddr =
             format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let mut ps_env = container_env(&ps_deploy, "provider-service-0");
-        relocate(&mut ps_env, "/etc/peerpods", &ps_dir.join("etc/peerpods"));
-        ps_env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
-        ps_env.insert("ADMIN_LISTEN".into(), provider_admin.to_string());
-        ps_env.insert("HOME".into(), work.display().to_string());
-        ps_env.insert("KUBECONFIG".into(), ps_kubeconfig.display().to_string());
+        let ps_env = provider_service_env(
+            &ps_deploy,
+            &ps_dir,
+            grpc_port,
+            provider_admin,
+            work,
+            &ps_kubeconfig,
+        );
 
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
         let dir = work.join("peerpod-ctrl-0");
@@ -412,7 +391,7 @@ impl Ours {
         let sa = service_account_of(&pc_deploy);
         let provider_token =
             testenv::service_account_token(&admin, CAA_NS, &sa, &[&audience]).await;
-        let ca = files_of(&secrets.get(&ca_secret).await.expect("CA Secret"))
+        let ca = secret_files(&secrets.get(&ca_secret).await.expect("CA Secret"))
             .remove("ca.crt")
             .expect("ca.crt");
         let mount = dir.join("mount");

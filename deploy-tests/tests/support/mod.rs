@@ -10,8 +10,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use deploy_tests::{rbac, schemas};
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{EnvVar, Volume};
+use k8s_openapi::api::core::v1::{EnvVar, Secret, Volume};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -363,6 +364,54 @@ pub fn container_env(deployment: &Deployment, pod_name: &str) -> BTreeMap<String
 }
 
 /// A volume of a chart Deployment's Pod, by name.
+/// The ConfigMap behind `deployment`'s volume `name`.
+pub fn config_map_of(deployment: &Deployment, name: &str) -> String {
+    volume(deployment, name)
+        .config_map
+        .as_ref()
+        .map(|c| c.name.clone())
+        .unwrap_or_else(|| panic!("{name} volume"))
+}
+
+/// The Secret behind `deployment`'s volume `name`.
+pub fn secret_of(deployment: &Deployment, name: &str) -> String {
+    volume(deployment, name)
+        .secret
+        .as_ref()
+        .and_then(|s| s.secret_name.clone())
+        .unwrap_or_else(|| panic!("{name} volume"))
+}
+
+/// A Secret's keys as the files a kubelet mounts.
+pub fn secret_files(secret: &Secret) -> BTreeMap<String, Vec<u8>> {
+    secret
+        .data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, ByteString(v))| (k, v))
+        .collect()
+}
+
+/// provider-service's environment from its Deployment, run here: its /etc/peerpods under `dir`, gRPC on
+/// 127.0.0.1:`grpc_port`, the admin port on `admin`, `home` as HOME and the API server through `kubeconfig`.
+pub fn provider_service_env(
+    deployment: &Deployment,
+    dir: &Path,
+    grpc_port: u16,
+    admin: SocketAddr,
+    home: &Path,
+    kubeconfig: &Path,
+) -> BTreeMap<String, String> {
+    let mut env = container_env(deployment, "provider-service-0");
+    relocate(&mut env, "/etc/peerpods", &dir.join("etc/peerpods"));
+    env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
+    env.insert("ADMIN_LISTEN".into(), admin.to_string());
+    env.insert("HOME".into(), home.display().to_string());
+    env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+    env
+}
+
 pub fn volume<'a>(deployment: &'a Deployment, name: &str) -> &'a Volume {
     deployment
         .spec
