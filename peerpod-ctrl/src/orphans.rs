@@ -77,6 +77,21 @@ pub struct ScanReport {
     pub refused: Vec<(String, DeletionRefused)>,
 }
 
+/// The PeerPod cache of this leadership term once its first list is complete (before that a scan would only see
+/// part of the PeerPods); `None` when the term ends first.
+pub(crate) async fn complete_store(
+    store: &mut tokio::sync::watch::Receiver<Option<Store<PeerPod>>>,
+) -> Option<Store<PeerPod>> {
+    let store = loop {
+        if let Some(store) = store.borrow_and_update().clone() {
+            break store;
+        }
+        store.changed().await.ok()?;
+    };
+    store.wait_until_ready().await.ok()?;
+    Some(store)
+}
+
 /// The orphan scanner of one leadership term.
 pub struct Scanner {
     pub provider: Provider,
@@ -93,17 +108,9 @@ impl Scanner {
             info!("no --cluster-tag: orphan VM scan disabled");
             return;
         }
-        let store = loop {
-            if let Some(store) = store.borrow_and_update().clone() {
-                break store;
-            }
-            if store.changed().await.is_err() {
-                return;
-            }
-        };
-        if store.wait_until_ready().await.is_err() {
+        let Some(store) = complete_store(&mut store).await else {
             return;
-        }
+        };
         let mut ticker = tokio::time::interval(self.settings.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

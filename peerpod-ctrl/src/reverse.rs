@@ -165,18 +165,9 @@ impl ReverseScanner {
             info!("--reverse-scan-interval 0: reverse collection disabled");
             return;
         }
-        let store = loop {
-            if let Some(store) = store.borrow_and_update().clone() {
-                break store;
-            }
-            if store.changed().await.is_err() {
-                return;
-            }
-        };
-        // Before the first list completes the cache is partial; a scan would only be noise.
-        if store.wait_until_ready().await.is_err() {
+        let Some(store) = crate::orphans::complete_store(&mut store).await else {
             return;
-        }
+        };
         let mut ticker = tokio::time::interval(self.settings.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
