@@ -35,35 +35,73 @@ pub async fn run(options: &Options, cluster: &Cluster) -> (Outcome<Storm>, Outco
     }
 }
 
+/// One storm's parts: `options.storm` instances in moto, provider-service and peerpod-ctrl on them, and a
+/// PeerPod being deleted for each in namespace `bench-<name>`, every one already seen by the controller.
+struct StormRun {
+    moto: Moto,
+    ec2: aws_sdk_ec2::Client,
+    provider: Service,
+    provider_addr: std::net::SocketAddr,
+    config: Option<tempfile::TempDir>,
+    ctrl: Service,
+    ns: String,
+}
+
+impl StormRun {
+    async fn start(options: &Options, cluster: &Cluster, name: &str) -> Result<StormRun, Error> {
+        let n = options.storm;
+        let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+        let ec2 = moto.client();
+        let instance_ids = moto::run_instances(&ec2, n).await?;
+        let (provider, provider_addr, config) =
+            super::start_provider(options, name, Some(&moto)).await?;
+        let ctrl = super::start_peerpod_ctrl(options, name, cluster, provider_addr).await?;
+        let ns = format!("bench-{name}");
+        cluster.namespace(&ns).await?;
+        cluster
+            .create_peerpods(&ns, name, "aws", &instance_ids, true)
+            .await?;
+        // Let the controller see every PeerPod before the clock starts, so the figure is the cleanup, not the
+        // sync.
+        let _ = wait_until(
+            &format!("peerpod-ctrl to see the {name} scenario's PeerPods"),
+            Duration::from_secs(60),
+            POLL,
+            || async {
+                let text = ctrl.metrics().await?;
+                let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
+                Ok((reconciles >= n as f64).then_some(()))
+            },
+        )
+        .await;
+        Ok(StormRun {
+            moto,
+            ec2,
+            provider,
+            provider_addr,
+            config,
+            ctrl,
+            ns,
+        })
+    }
+}
+
 async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCalls), Error> {
     let n = options.storm;
     // The floor first, while no controller runs that could release a finalizer itself.
     let floor = floor(options, cluster).await?;
 
-    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
-    let ec2 = moto.client();
-    let instance_ids = moto::run_instances(&ec2, n).await?;
-    let (provider, provider_addr, _config) =
-        super::start_provider(options, "storm", Some(&moto)).await?;
-    let ctrl = super::start_peerpod_ctrl(options, "storm", cluster, provider_addr).await?;
-
-    let ns = "bench-storm";
-    cluster.namespace(ns).await?;
-    cluster
-        .create_peerpods(ns, "storm", "aws", &instance_ids, true)
-        .await?;
-    // Let the controller see every PeerPod before the clock starts, so the figure is the cleanup, not the sync.
-    let _ = wait_until(
-        "peerpod-ctrl to see the storm's PeerPods",
-        Duration::from_secs(60),
-        POLL,
-        || async {
-            let text = ctrl.metrics().await?;
-            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
-            Ok((reconciles >= n as f64).then_some(()))
-        },
-    )
-    .await;
+    let StormRun {
+        moto,
+        ec2,
+        provider,
+        // Kept to the end: provider-service reads its configuration from this directory.
+        config: _config,
+        ctrl,
+        ns,
+        ..
+    } = StormRun::start(options, cluster, "storm").await?;
+    let ns = ns.as_str();
 
     let before = Scrape::parse(&provider.metrics().await?)?;
     let requests_before = moto.provider_requests().await?;
@@ -154,28 +192,17 @@ struct OutageWrites {
 /// The storm again, with provider-service stopped from the delete on for [`OUTAGE`] (see the module doc).
 async fn outage(options: &Options, cluster: &Cluster) -> Result<OutageWrites, Error> {
     let n = options.storm;
-    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
-    let ec2 = moto.client();
-    let instance_ids = moto::run_instances(&ec2, n).await?;
-    let (provider, provider_addr, config) =
-        super::start_provider(options, "outage", Some(&moto)).await?;
-    let ctrl = super::start_peerpod_ctrl(options, "outage", cluster, provider_addr).await?;
-    let ns = "bench-outage";
-    cluster.namespace(ns).await?;
-    cluster
-        .create_peerpods(ns, "outage", "aws", &instance_ids, true)
-        .await?;
-    let _ = wait_until(
-        "peerpod-ctrl to see the outage's PeerPods",
-        Duration::from_secs(60),
-        POLL,
-        || async {
-            let text = ctrl.metrics().await?;
-            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
-            Ok((reconciles >= n as f64).then_some(()))
-        },
-    )
-    .await;
+    let StormRun {
+        // Kept to the end: dropping it stops moto.
+        moto: _moto,
+        ec2,
+        provider,
+        provider_addr,
+        config,
+        ctrl,
+        ns,
+    } = StormRun::start(options, cluster, "outage").await?;
+    let ns = ns.as_str();
     provider.stop().await;
     let writes_before = controller_writes(cluster).await?;
     let api = cluster.peerpods(ns);
