@@ -336,6 +336,10 @@ pub async fn run(
     let readiness = health.as_ref().map(|h| h.readiness.clone());
     match leader {
         Some(lease) => {
+            let lease = peerpods_runtime::leader::LeaderConfig {
+                drain_grace: SHUTDOWN_GRACE,
+                ..lease
+            };
             peerpods_runtime::leader::run_while_leader(
                 client.clone(),
                 lease,

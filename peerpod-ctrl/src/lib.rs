@@ -110,8 +110,9 @@ pub async fn run(
     }
 }
 
-/// How long a stopping controller (without leader election) lets its running reconciles finish.
-pub const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a stopping controller lets its running reconciles finish: the same with leader election
+/// ([`LeaderConfig::drain_grace`]'s default) and without.
+pub use peerpods_runtime::leader::DRAIN_GRACE;
 
 /// Name of the reconcile loop's watchdog on `/healthz`.
 pub const RECONCILE_LOOP: &str = "loop/reconcile";

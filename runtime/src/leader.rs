@@ -2,8 +2,8 @@
 //!
 //! [`run_while_leader`] runs the caller's work only while this process holds the Lease: the work future is
 //! started on every acquisition and dropped the moment the Lease is lost, so in-flight reconciles stop at
-//! their next await point. On shutdown the Lease is released so the other replica takes over at once
-//! instead of waiting for it to expire.
+//! their next await point. On shutdown the running term drains (bounded by [`LeaderConfig::drain_grace`]),
+//! then the Lease is released so the other replica takes over at once instead of waiting for it to expire.
 //!
 //! Fencing: a replica cut off from the API server cannot learn that it lost the Lease, so it does not wait to
 //! be told. Every Lease call goes through a client of its own ([`lease_client`]) that gives up after
@@ -33,6 +33,9 @@ use tracing::{info, warn};
 use crate::Error;
 use crate::admin::Readiness;
 
+/// Default [`LeaderConfig::drain_grace`]: below Kubernetes' default 30 s between SIGTERM and SIGKILL.
+pub const DRAIN_GRACE: Duration = Duration::from_secs(20);
+
 /// Which Lease to compete for, and as whom.
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
@@ -53,6 +56,10 @@ pub struct LeaderConfig {
     /// Longest wait for one Lease API call (read, renew, release). A renewal that takes longer than the fence
     /// margin lands too late anyway. [default: half of `renew_before`]
     pub call_timeout: Option<Duration>,
+    /// On shutdown while leading, how long the running term may finish its work (the work sees the shutdown
+    /// itself and stops starting new things) before the Lease is released. The Lease is held and renewed, and the
+    /// fence still applies, while it drains. Keep it below the Pod's termination grace period.
+    pub drain_grace: Duration,
 }
 
 impl LeaderConfig {
@@ -70,6 +77,7 @@ impl LeaderConfig {
             renew_before: Duration::from_secs(5),
             fence_margin: None,
             call_timeout: None,
+            drain_grace: DRAIN_GRACE,
         }
     }
 
@@ -227,6 +235,7 @@ where
                 }
             }
             let term = work();
+            tokio::pin!(term);
             tokio::select! {
                 // The fence is checked first: past it, nothing else may run.
                 biased;
@@ -237,7 +246,7 @@ where
                         "no Lease renewal confirmed in time; stopped work before the Lease can expire"
                     );
                 }
-                () = term => warn!("work ended while leading; starting it again"),
+                () = &mut term => warn!("work ended while leading; starting it again"),
                 // While leading, changed() renews the Lease and returns only when it is lost.
                 changed = manager.changed() => {
                     match changed {
@@ -246,7 +255,30 @@ where
                     }
                     continue 'standby;
                 }
-                () = shutdown.cancelled() => break 'standby manager,
+                () = shutdown.cancelled() => {
+                    // Drain: the work has seen the shutdown too and stops starting new things; what it runs now
+                    // (a VM deleted whose finalizer is not yet released) finishes under the same Lease, renewed
+                    // and fenced as before, then the Lease is released for a quick handover.
+                    tokio::select! {
+                        biased;
+                        () = fenced(&mut fence) => {
+                            warn!(identity = %config.identity, "no Lease renewal confirmed while draining; stopped work");
+                        }
+                        () = &mut term => info!(identity = %config.identity, "work drained"),
+                        changed = manager.changed() => {
+                            match changed {
+                                Ok(_) => warn!(identity = %config.identity, "lost the Lease while draining; stopped work"),
+                                Err(e) => warn!(error = %e, "cannot renew the Lease while draining; stopped work"),
+                            }
+                            // Not ours any more: nothing to release.
+                            return Ok(());
+                        }
+                        () = tokio::time::sleep(config.drain_grace) => {
+                            warn!(grace = ?config.drain_grace, "work still running after the drain grace; dropped");
+                        }
+                    }
+                    break 'standby manager;
+                }
             }
         }
     };

@@ -203,3 +203,122 @@ async fn a_lease_call_to_a_black_holed_api_server_gives_up_instead_of_hanging() 
         started.elapsed().as_secs_f64()
     );
 }
+
+/// A leader told to stop lets its running work finish, still holding the Lease, and releases the Lease only then:
+/// a reconcile that deleted a VM releases its finalizer instead of being dropped half-way. Work that does not
+/// finish is dropped after the drain grace.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopping_leader_drains_its_work_under_the_lease_then_releases_it() {
+    let client = testenv::shared().client().await;
+    let ns = testenv::namespace(&client, "drain").await;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = |lease: Option<Lease>| lease.and_then(|l| l.spec?.holder_identity);
+    let config = LeaderConfig {
+        lease_duration: Duration::from_secs(4),
+        renew_before: Duration::from_secs(2),
+        drain_grace: MINUTE,
+        ..LeaderConfig::new("drained", ns.clone(), "replica-a")
+    };
+
+    // The work, like a controller's, sees the shutdown itself, finishes what it runs, and notes who held the
+    // Lease when it finished.
+    let stop = CancellationToken::new();
+    let finished = Arc::new(Mutex::new(None::<Option<String>>));
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let leader = tokio::spawn(run_while_leader(
+        client.clone(),
+        config,
+        stop.clone(),
+        None,
+        {
+            let (stop, leases, finished, started) = (
+                stop.clone(),
+                leases.clone(),
+                finished.clone(),
+                started.clone(),
+            );
+            move || {
+                let (stop, leases, finished, started) = (
+                    stop.clone(),
+                    leases.clone(),
+                    finished.clone(),
+                    started.clone(),
+                );
+                async move {
+                    started.store(true, std::sync::atomic::Ordering::SeqCst);
+                    stop.cancelled().await;
+                    // The last step of a running reconcile: one more API round trip.
+                    let lease = leases.get_opt("drained").await.expect("read the Lease");
+                    *finished.lock().expect("finished") = Some(holder(lease));
+                }
+            }
+        },
+    ));
+    testenv::wait_for("replica-a to lead", MINUTE, || async {
+        started
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await;
+
+    stop.cancel();
+    tokio::time::timeout(MINUTE, leader)
+        .await
+        .expect("the leader stops once drained")
+        .expect("leader task")
+        .expect("leader ends cleanly");
+    assert_eq!(
+        *finished.lock().expect("finished"),
+        Some(Some("replica-a".to_string())),
+        "the running work finished, and did so while replica-a still held the Lease"
+    );
+    let after = holder(leases.get_opt("drained").await.expect("read the Lease"));
+    assert_ne!(
+        after.as_deref(),
+        Some("replica-a"),
+        "the Lease is released after the drain"
+    );
+
+    // Work that never finishes is dropped after the grace, and the Lease released all the same.
+    let stop = CancellationToken::new();
+    let config = LeaderConfig {
+        lease_duration: Duration::from_secs(4),
+        renew_before: Duration::from_secs(2),
+        drain_grace: Duration::from_secs(1),
+        ..LeaderConfig::new("stuck", ns.clone(), "replica-a")
+    };
+    let terms = Terms::default();
+    let leader = tokio::spawn(run_while_leader(
+        client.clone(),
+        config,
+        stop.clone(),
+        None,
+        {
+            let terms = terms.clone();
+            move || terms.work()
+        },
+    ));
+    testenv::wait_for("replica-a to lead the second Lease", MINUTE, || async {
+        (!terms.snapshot().is_empty()).then_some(())
+    })
+    .await;
+    stop.cancel();
+    tokio::time::timeout(MINUTE, leader)
+        .await
+        .expect("a stuck drain is bounded by its grace")
+        .expect("leader task")
+        .expect("leader ends cleanly");
+    assert!(
+        terms
+            .snapshot()
+            .iter()
+            .all(|(_, stopped)| stopped.is_some()),
+        "the stuck work was dropped"
+    );
+    let after = holder(leases.get_opt("stuck").await.expect("read the Lease"));
+    assert_ne!(
+        after.as_deref(),
+        Some("replica-a"),
+        "released after the grace"
+    );
+}
