@@ -21,8 +21,6 @@ use crate::failure::{self, Failure};
 
 /// Attempts per call, the first included: a transient failure is retried three times.
 pub const MAX_ATTEMPTS: u32 = 4;
-/// How long one HTTP attempt may take.
-const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Page size asked of `instances.list` (Compute Engine's maximum).
 const PAGE_SIZE: u32 = 500;
 
@@ -43,6 +41,8 @@ pub struct Target {
     pub zone: String,
     pub region: String,
     pub endpoint: Option<String>,
+    /// How long one HTTP attempt may take.
+    pub attempt_timeout: Duration,
 }
 
 impl Compute {
@@ -64,7 +64,7 @@ impl Compute {
                             .with_scaling(2.0)
                             .clamp(),
                     )
-                    .with_attempt_timeout(ATTEMPT_TIMEOUT);
+                    .with_attempt_timeout(target.attempt_timeout);
                 if let Some(endpoint) = &target.endpoint {
                     builder = builder.with_endpoint(endpoint.clone());
                 }

@@ -78,11 +78,14 @@ impl GcpProvider {
     /// Builds the provider from the `GCP_*` keys of `config`, counting its Compute Engine calls
     /// in `calls`. Makes no call to Google.
     pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = GcpSettings::from_lookup(
+        let mut settings = GcpSettings::from_lookup(
             |key| config.get(key).map(str::to_owned),
             |path| std::fs::read_to_string(path),
         )
         .map_err(config_error)?;
+        if let Some(timeout) = config.positive_duration_ms(settings::REQUEST_TIMEOUT)? {
+            settings.request_timeout = timeout;
+        }
         let owner = OwnerTag::from_config(config)?;
         let not_found = NotFoundWindow::from_config(
             config,
@@ -109,6 +112,7 @@ impl GcpProvider {
             zone: settings.zone,
             region: settings.region,
             endpoint: settings.compute_endpoint,
+            attempt_timeout: settings.request_timeout,
         };
         let compute = Compute::connect(target, built.credentials, redactor, calls)
             .await

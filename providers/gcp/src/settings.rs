@@ -2,6 +2,8 @@
 //! [`GcpSettings`]. Pure: the caller supplies the lookup, so nothing here reads the environment
 //! or the network. A problem names the key, never its value.
 
+use std::time::Duration;
+
 use peerpods_provider_core::SecretString;
 
 /// cloud-api-adaptor's project key (`-gcp-project-id`).
@@ -18,6 +20,11 @@ pub const CREDENTIALS_FILE: &str = "GOOGLE_APPLICATION_CREDENTIALS";
 /// Endpoint override of the Compute Engine API (private or sovereign clouds, emulators):
 /// the scheme and host the `/compute/v1/...` paths are appended to. Not a cloud-api-adaptor key.
 pub const COMPUTE_ENDPOINT: &str = "GCP_COMPUTE_ENDPOINT";
+/// How long one HTTP attempt to Compute Engine may take, in milliseconds; a hung attempt ends
+/// there and is retried like a 5xx. Not a cloud-api-adaptor key.
+pub const REQUEST_TIMEOUT: &str = "GCP_REQUEST_TIMEOUT_MS";
+/// [`REQUEST_TIMEOUT`] when unset: ample for any single Compute Engine answer.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the backend's Google credentials come from.
 pub enum CredentialSource {
@@ -49,6 +56,8 @@ pub struct GcpSettings {
     pub credentials: CredentialSource,
     /// `None`: Google's public endpoint.
     pub compute_endpoint: Option<String>,
+    /// The bound of one HTTP attempt ([`REQUEST_TIMEOUT`]).
+    pub request_timeout: Duration,
 }
 
 /// A configuration problem: which key, and why (never the value).
@@ -123,6 +132,8 @@ impl GcpSettings {
             region,
             credentials,
             compute_endpoint,
+            // Typed numbers are read from the `ProviderConfig` by `GcpProvider::from_config`.
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
         })
     }
 }

@@ -493,6 +493,29 @@ async fn a_missing_or_broken_key_is_a_config_error_naming_it_without_any_request
 }
 
 #[tokio::test]
+async fn a_request_timeout_that_is_not_a_positive_number_of_milliseconds_is_a_config_error() {
+    let emulator = emulator();
+    for value in ["0", "30s", "-1"] {
+        let mut config = emulator.config();
+        config.push(("GCP_REQUEST_TIMEOUT_MS".into(), value.into()));
+        let error =
+            GcpProvider::from_config(&ProviderConfig::from_pairs(config), CloudCalls::default())
+                .await
+                .expect_err(value);
+        assert!(
+            matches!(&error, Error::Config { key, .. } if key == "GCP_REQUEST_TIMEOUT_MS"),
+            "{value}: {error:?}"
+        );
+    }
+    let mut config = emulator.config();
+    config.push(("GCP_REQUEST_TIMEOUT_MS".into(), "500".into()));
+    GcpProvider::from_config(&ProviderConfig::from_pairs(config), CloudCalls::default())
+        .await
+        .expect("a timeout of 500 ms");
+    assert_eq!(emulator.requests(), 0);
+}
+
+#[tokio::test]
 async fn health_is_one_authenticated_region_read() {
     let emulator = emulator();
     let (gcp, calls) = provider(&emulator).await;

@@ -1,8 +1,8 @@
 //! The GCP backend against the emulator's fault layer (`test_support::faults`): throttling,
 //! 5xx, hangs, slow answers and long deletions, and an instance the cloud does not show yet, each
-//! classified as the caller needs it (see `test_support::fault_checks`). No hang check here: the
-//! Compute Engine client gives each attempt a fixed 30 s and makes four, so a hung cloud ends
-//! the call after about two minutes, longer than a test should wait.
+//! classified as the caller needs it (see `test_support::fault_checks`). The hang check gives
+//! each attempt 500 ms (`GCP_REQUEST_TIMEOUT_MS`); at the default 30 s the client's four attempts
+//! would outlast the check's patience.
 
 use peerpods_emulator_gcp::GcpEmulator;
 use peerpods_provider_core::{CloudCalls, ProviderConfig};
@@ -24,6 +24,7 @@ async fn provider(emulator: &GcpEmulator, extra: &[(&str, &str)]) -> GcpProvider
 test_support::fault_suite! {
     emulator: emulator,
     provider: provider,
+    hang_config: &[("GCP_REQUEST_TIMEOUT_MS", "500")],
     /// EC2-style eventual consistency on this cloud: a 404 inside GCP_NOT_FOUND_WINDOW_SECS of an
     /// instance this process never saw deleted is retryable, not gone.
     not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
