@@ -61,6 +61,26 @@ fn answer(status: StatusCode, body: Value, extra: &[(&'static str, String)]) -> 
     response
 }
 
+/// A failure of the server with `status`: 503 as ECS's temporary failure, any other as its
+/// internal error.
+fn server_failure(account: &Account, status: u16) -> Response {
+    if status == 503 {
+        error(
+            account,
+            503,
+            "ServiceUnavailable",
+            "The request has failed due to a temporary failure of the server.",
+        )
+    } else {
+        error(
+            account,
+            status,
+            "InternalError",
+            "The request processing has failed due to some unknown error, exception or failure.",
+        )
+    }
+}
+
 /// An error in the shape of the API reference: `RequestId`, `HostId`, `Code`, `Message`,
 /// `Recommend`.
 fn error(account: &Account, status: u16, code: &str, message: &str) -> Response {
@@ -151,21 +171,7 @@ fn serve(
             account.fail.0 -= 1;
             account.fail.1
         };
-        return if status == 503 {
-            error(
-                account,
-                503,
-                "ServiceUnavailable",
-                "The request has failed due to a temporary failure of the server.",
-            )
-        } else {
-            error(
-                account,
-                status,
-                "InternalError",
-                "The request processing has failed due to some unknown error, exception or failure.",
-            )
-        };
+        return server_failure(account, status);
     }
 
     // A failure of one action only (e.g. `ReleaseEipAddress` after `UnassociateEipAddress`
@@ -175,21 +181,7 @@ fn serve(
     {
         *left -= 1;
         let status = *status;
-        return if status == 503 {
-            error(
-                account,
-                503,
-                "ServiceUnavailable",
-                "The request has failed due to a temporary failure of the server.",
-            )
-        } else {
-            error(
-                account,
-                status,
-                "InternalError",
-                "The request processing has failed due to some unknown error, exception or failure.",
-            )
-        };
+        return server_failure(account, status);
     }
 
     // A documented "try again later" answer of one action.

@@ -38,6 +38,9 @@ pub struct Eip {
 
 /// The description cloud-api-adaptor gives every EIP it allocates (`AllocateEipAddress`).
 pub const CAA_EIP_DESCRIPTION: &str = "Peerpod External Network EIP";
+/// The first two octets of the addresses of cloud-api-adaptor's EIPs, and of the operator's.
+const CAA_EIP_RANGE: &str = "47.95";
+const OPERATOR_EIP_RANGE: &str = "47.96";
 
 /// The documented "try again later" answers of the ECS and VPC APIs (their error references),
 /// each with its real status, `Code` and `Message`.
@@ -153,19 +156,7 @@ impl State {
     /// mode on one secondary ENI); `None` without an add-on NIC.
     pub fn add_eip(&mut self, instance_id: &str) -> Option<String> {
         let nic = self.instances.get(instance_id)?.addon_nic.clone()?;
-        let allocation = self.next_id("eip");
-        let n = self.counter;
-        self.eips.insert(
-            allocation.clone(),
-            Eip {
-                ip: format!("47.95.{}.{}", (n / 256) % 256, n % 256),
-                status: "InUse".into(),
-                bound_to: Some((nic, "NetworkInterface".into())),
-                settling: 0,
-                description: CAA_EIP_DESCRIPTION.into(),
-                tags: Vec::new(),
-            },
-        );
+        let allocation = self.bind_new_eip(CAA_EIP_RANGE, nic, CAA_EIP_DESCRIPTION);
         self.parts
             .entry(instance_id.to_owned())
             .or_default()
@@ -178,12 +169,18 @@ impl State {
     /// add-on NIC.
     pub fn add_operator_eip(&mut self, instance_id: &str, description: &str) -> Option<String> {
         let nic = self.instances.get(instance_id)?.addon_nic.clone()?;
+        Some(self.bind_new_eip(OPERATOR_EIP_RANGE, nic, description))
+    }
+
+    /// Allocates an EIP with an address in `range` (its first two octets) and binds it to `nic`.
+    /// Returns its allocation id.
+    fn bind_new_eip(&mut self, range: &str, nic: String, description: &str) -> String {
         let allocation = self.next_id("eip");
         let n = self.counter;
         self.eips.insert(
             allocation.clone(),
             Eip {
-                ip: format!("47.96.{}.{}", (n / 256) % 256, n % 256),
+                ip: format!("{range}.{}.{}", (n / 256) % 256, n % 256),
                 status: "InUse".into(),
                 bound_to: Some((nic, "NetworkInterface".into())),
                 settling: 0,
@@ -191,7 +188,7 @@ impl State {
                 tags: Vec::new(),
             },
         );
-        Some(allocation)
+        allocation
     }
 
     /// An id in ECS's style: a region prefix and lowercase letters and digits.
@@ -222,19 +219,7 @@ impl State {
         let (addon_nic, eip) = if with_eip {
             let nic = self.next_id("eni");
             self.nics.insert(nic.clone());
-            let allocation = self.next_id("eip");
-            let n = self.counter;
-            self.eips.insert(
-                allocation.clone(),
-                Eip {
-                    ip: format!("47.95.{}.{}", (n / 256) % 256, n % 256),
-                    status: "InUse".into(),
-                    bound_to: Some((nic.clone(), "NetworkInterface".into())),
-                    settling: 0,
-                    description: CAA_EIP_DESCRIPTION.into(),
-                    tags: Vec::new(),
-                },
-            );
+            let allocation = self.bind_new_eip(CAA_EIP_RANGE, nic.clone(), CAA_EIP_DESCRIPTION);
             (Some(nic), Some(allocation))
         } else {
             (None, None)
