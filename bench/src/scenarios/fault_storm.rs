@@ -38,8 +38,7 @@ pub const CLOUDS: [&str; 6] = [
 
 /// How long a hung request is held: longer than any client deadline, so it always ends at the client's.
 const HANG: Duration = Duration::from_secs(600);
-/// provider-service's own deadline for one cloud request where the backend lets it be set; GCP's client gives
-/// each attempt a fixed 30 s.
+/// provider-service's own deadline for one cloud request (one attempt on GCP), set on every cloud.
 const REQUEST_TIMEOUT_SECS: u64 = 5;
 /// The access key provider-service signs with on moto: only its calls get faults.
 const AWS_PROVIDER_KEY: &str = "AKIDSTORMPROVIDER";
@@ -110,6 +109,7 @@ impl Cloud {
             ("AWS_ACCESS_KEY_ID", AWS_PROVIDER_KEY),
             ("AWS_OPERATION_TIMEOUT_MS", &timeout_ms),
             ("AZURE_REQUEST_TIMEOUT_MS", &timeout_ms),
+            ("GCP_REQUEST_TIMEOUT_MS", &timeout_ms),
             ("IBMCLOUD_API_TIMEOUT_SECONDS", &timeout_s),
             ("ALIBABACLOUD_REQUEST_TIMEOUT_MS", &timeout_ms),
         ];
