@@ -25,7 +25,7 @@ use azure_identity::{
     ClientAssertionCredentialOptions, ClientSecretCredential, ClientSecretCredentialOptions,
     WorkloadIdentityCredential, WorkloadIdentityCredentialOptions,
 };
-use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor};
+use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor, attempt_result};
 
 use crate::answer::{self, same_origin};
 use crate::settings::{AzureSettings, Credentials};
@@ -74,8 +74,10 @@ impl Answer {
 #[derive(Clone, Copy, Debug)]
 struct Operation(&'static str);
 
-/// Counts each HTTP attempt (retries included) in `CloudCalls`: a 2xx/3xx answer is `ok`, 429
-/// `throttled`, anything else or no answer `error`.
+/// Counts each HTTP attempt (the pipeline's retries included) in `CloudCalls`, twice: as a call
+/// (a 2xx/3xx answer is `ok`, 429 `throttled`, anything else or no answer `error`) and as an
+/// attempt (`cloud_api_attempts`, see [`CloudCalls::record_attempt`]). It runs once per try,
+/// right above the transport, so every request ARM or Entra ID received passes it.
 #[derive(Debug)]
 struct CountCalls {
     calls: CloudCalls,
@@ -104,6 +106,15 @@ impl Policy for CountCalls {
         };
         self.calls
             .record_timed(PROVIDER, operation, label, started.elapsed());
+        // By status alone: ARM and Entra ID throttle with 429 whatever the error code, and ARM's
+        // retryable "busy" answers (409 and its kin, `answer::CONFLICT_CODES`) refuse this
+        // request, not its rate (`client_error`). An `Err` here is the transport's: no answer.
+        let status = result.as_ref().ok().map(|r| u16::from(r.status()));
+        let attempt = attempt_result(status);
+        self.calls.record_attempt(PROVIDER, operation, attempt);
+        if attempt != "ok" {
+            tracing::debug!(operation, result = attempt, status, "Azure attempt failed");
+        }
         result
     }
 }
