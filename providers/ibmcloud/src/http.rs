@@ -1,5 +1,5 @@
-//! Every HTTP call of both backends: bounded, retried on 5xx and lost answers, counted, and
-//! turned into the crate's error with secrets redacted.
+//! Every HTTP call of both backends: bounded, retried on 5xx and lost answers, counted (each
+//! attempt too, in `cloud_api_attempts`), and turned into the crate's error with secrets redacted.
 //!
 //! IBM has no official Rust SDK, so the backends speak IBM's documented REST APIs (VPC, Power
 //! Cloud, IAM identity, Global Tagging) through `reqwest`, with rustls and ring.
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_provider_core::http::{retry_after, status_error, transport_error};
-use peerpods_provider_core::{CloudCalls, Error, Redactor};
+use peerpods_provider_core::{CloudCalls, Error, Redactor, attempt_result};
 use reqwest::StatusCode;
 
 use crate::settings::CallPolicy;
@@ -245,12 +245,17 @@ impl Http {
                 status.map_or("error", result_label),
                 started.elapsed(),
             );
+            // Every attempt, classified by its status: IBM's APIs (VPC, Power Cloud, IAM,
+            // Global Tagging) throttle with 429; an answer whose body was cut is no answer.
+            let result = attempt_result(status.map(|s| s.as_u16()));
+            self.calls.record_attempt(self.provider, operation, result);
             match (next_step(status, attempt, &self.policy), outcome) {
                 (Next::Retry(wait), outcome) => {
                     tracing::debug!(
                         provider = self.provider,
                         operation,
                         attempt,
+                        result,
                         status = status.map(|s| s.as_u16()),
                         error = outcome.err().map(|e| self.redactor.redact(&e.to_string())),
                         "retrying an IBM Cloud call"
