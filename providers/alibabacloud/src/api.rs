@@ -3,12 +3,15 @@
 //! No official Alibaba Cloud SDK for Rust exists, so this is reqwest (rustls with ring) and the
 //! documented RPC API: `POST https://<endpoint>/?<parameters>` with the action and version in
 //! `x-acs-*` headers, signed with V3 (see `signature`). Every HTTP attempt is counted in
-//! [`CloudCalls`] by action and result; a failure becomes a [`Failure`] with secrets removed.
+//! [`CloudCalls`] by action and result, as a call and as an attempt (`cloud_api_attempts`); a
+//! failure becomes a [`Failure`] with secrets removed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor, http as cloud_http};
+use peerpods_provider_core::{
+    CloudCalls, Error, ExposeSecret, Redactor, attempt_result, http as cloud_http,
+};
 use reqwest::header::RETRY_AFTER;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
@@ -117,7 +120,24 @@ impl Api {
         params: &[(String, String)],
     ) -> Result<Value, Failure> {
         let started = std::time::Instant::now();
-        let result = self.send(service, action, params).await;
+        // `attempt`: the `cloud_api_attempts` result, `None` when nothing was sent.
+        let (result, attempt) = match self.request(service, action, params) {
+            Err(failure) => (Err(failure), None),
+            Ok(request) => match self.send(request, action).await {
+                Err(failure) => (Err(failure), Some("transport_error")),
+                Ok(answer) => {
+                    let status = answer.status.as_u16();
+                    let result = self.read(action, answer);
+                    // Throttling as `classify` reads it (a `Throttling*` code whatever the
+                    // status, or 429); anything else by its status.
+                    let attempt = match &result {
+                        Err(Failure::Error(Error::Throttled { .. })) => "throttled",
+                        _ => attempt_result(Some(status)),
+                    };
+                    (result, Some(attempt))
+                }
+            },
+        };
         let label = match &result {
             Ok(_) => RESULT_OK,
             Err(Failure::Error(Error::Throttled { .. })) => RESULT_THROTTLED,
@@ -125,15 +145,19 @@ impl Api {
         };
         self.calls
             .record_timed(NAME, action, label, started.elapsed());
+        if let Some(attempt) = attempt {
+            self.calls.record_attempt(NAME, action, attempt);
+        }
         result
     }
 
-    async fn send(
+    /// The signed request of one attempt; a failure here sends nothing.
+    fn request(
         &self,
         service: Service,
         action: &'static str,
         params: &[(String, String)],
-    ) -> Result<Value, Failure> {
+    ) -> Result<reqwest::RequestBuilder, Failure> {
         let endpoint = match service {
             Service::Ecs => &self.ecs_endpoint,
             Service::Vpc => &self.vpc_endpoint,
@@ -180,10 +204,19 @@ impl Api {
         for (name, value) in headers.iter().filter(|(name, _)| *name != "host") {
             request = request.header(*name, value);
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| Failure::Error(self.redacted(cloud_http::transport_error(action, &e))))?;
+        Ok(request)
+    }
+
+    /// Sends one attempt; a failure is no answer (connect, TLS, timeout, a cut body).
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        action: &'static str,
+    ) -> Result<Answered, Failure> {
+        let no_answer = |e: reqwest::Error| {
+            Failure::Error(self.redacted(cloud_http::transport_error(action, &e)))
+        };
+        let response = request.send().await.map_err(no_answer)?;
         let status = response.status();
         let retry_after = cloud_http::retry_after(
             response
@@ -192,10 +225,21 @@ impl Api {
                 .and_then(|v| v.to_str().ok()),
             jiff::Timestamp::now(),
         );
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| Failure::Error(self.redacted(cloud_http::transport_error(action, &e))))?;
+        let body = response.bytes().await.map_err(no_answer)?.to_vec();
+        Ok(Answered {
+            status,
+            retry_after,
+            body,
+        })
+    }
+
+    /// What the cloud's answer means: its JSON, or the classified failure.
+    fn read(&self, action: &'static str, answer: Answered) -> Result<Value, Failure> {
+        let Answered {
+            status,
+            retry_after,
+            body,
+        } = answer;
         let json: Option<Value> = serde_json::from_slice(&body).ok();
         if status.is_success() {
             return json.ok_or_else(|| {
@@ -244,6 +288,13 @@ impl Api {
             other => other,
         }
     }
+}
+
+/// One answer of the cloud, whatever its status.
+struct Answered {
+    status: reqwest::StatusCode,
+    retry_after: Option<Duration>,
+    body: Vec<u8>,
 }
 
 /// `x-acs-date`: UTC, ISO 8601 to the second, e.g. `2023-10-26T10:22:32Z`.
