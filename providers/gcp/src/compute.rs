@@ -1,6 +1,7 @@
 //! Every Compute Engine call, through the official client: bounded (attempt timeout, a retry
 //! policy for transient failures with the SDK's exponential backoff), counted per HTTP attempt
-//! in [`CloudCalls`], and reduced to [`Failure`] on error.
+//! in [`CloudCalls`] (calls, and attempts classified in `cloud_api_attempts`), and reduced to
+//! [`Failure`] on error.
 
 use std::future::Future;
 use std::time::Duration;
@@ -207,13 +208,19 @@ impl Compute {
         // The time of every attempt the SDK made, since its retries happen inside the call.
         self.calls
             .record_timed(NAME, operation, label, started.elapsed());
+        // A failed attempt was counted by the retry policy, which sees each one; a call ends
+        // well only in the attempt that succeeded.
+        if result.is_ok() {
+            self.calls.record_attempt(NAME, operation, "ok");
+        }
         result
     }
 }
 
 /// The SDK retry policy of one call: transient failures ([`failure::sdk_error_is_transient`])
 /// are retried up to [`MAX_ATTEMPTS`] attempts in all, and each retried attempt is counted as
-/// one failed call.
+/// one failed call. The SDK hands it every failed attempt, the last included, so each is
+/// counted here in `cloud_api_attempts` as the cloud answered it ([`failure::attempt_result`]).
 #[derive(Debug)]
 struct CountingRetry {
     operation: &'static str,
@@ -222,6 +229,15 @@ struct CountingRetry {
 
 impl RetryPolicy for CountingRetry {
     fn on_error(&self, state: &RetryState, error: GaxError) -> RetryResult {
+        if let Some(result) = failure::attempt_result(&error) {
+            self.calls.record_attempt(NAME, self.operation, result);
+            tracing::debug!(
+                operation = self.operation,
+                result,
+                attempt = state.attempt_count,
+                "Compute Engine attempt failed"
+            );
+        }
         if !failure::sdk_error_is_transient(&error) {
             return RetryResult::Permanent(error);
         }

@@ -51,19 +51,7 @@ pub struct CredentialsFailure {
 impl Failure {
     /// Reads the SDK's error; cloud texts pass through `redactor`.
     pub fn from_sdk(error: &GaxError, redactor: &Redactor) -> Self {
-        let reasons = error
-            .status()
-            .map(|status| {
-                status
-                    .details
-                    .iter()
-                    .filter_map(|detail| match detail {
-                        StatusDetails::ErrorInfo(info) => Some(info.reason.clone()),
-                        _ => None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let reasons = reasons(error);
         let message = match error.status() {
             Some(status) => status.message.clone(),
             None => error_chain(error),
@@ -98,11 +86,7 @@ impl Failure {
 
     /// The cloud refused the call for its rate (429, or a 403 that says so in its reason).
     pub fn is_rate_limited(&self) -> bool {
-        self.status == Some(429)
-            || self
-                .reasons
-                .iter()
-                .any(|r| RATE_LIMIT_REASONS.contains(&r.as_str()))
+        rate_limited(self.status, &self.reasons)
     }
 
     /// The crate error for this failure; `operation` says what was being done.
@@ -151,6 +135,54 @@ impl Failure {
             },
         }
     }
+}
+
+/// The `reason`s of an answer's `ErrorInfo` details (see [`Failure::reasons`]).
+fn reasons(error: &GaxError) -> Vec<String> {
+    error
+        .status()
+        .map(|status| {
+            status
+                .details
+                .iter()
+                .filter_map(|detail| match detail {
+                    StatusDetails::ErrorInfo(info) => Some(info.reason.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `cloud_api_attempts` result of one failed attempt: `throttled` when Compute Engine
+/// refused it for its rate as [`Failure::is_rate_limited`] reads it (403 `rateLimitExceeded`
+/// included), otherwise by its status (none: no answer). `None` when no request was sent: the
+/// credentials produced no token, or the request could not be serialized.
+pub fn attempt_result(error: &GaxError) -> Option<&'static str> {
+    if error.is_authentication() || error.is_serialization() {
+        return None;
+    }
+    Some(answered_attempt_result(
+        error.http_status_code(),
+        &reasons(error),
+    ))
+}
+
+/// [`attempt_result`] of an answer with `status` (`None`: no answer) and `reasons`.
+pub fn answered_attempt_result(status: Option<u16>, reasons: &[String]) -> &'static str {
+    if rate_limited(status, reasons) {
+        "throttled"
+    } else {
+        peerpods_provider_core::attempt_result(status)
+    }
+}
+
+/// See [`Failure::is_rate_limited`].
+fn rate_limited(status: Option<u16>, reasons: &[String]) -> bool {
+    status == Some(429)
+        || reasons
+            .iter()
+            .any(|r| RATE_LIMIT_REASONS.contains(&r.as_str()))
 }
 
 /// How long until Compute Engine refills a rate quota: its quotas are per minute and refill at
@@ -218,6 +250,23 @@ mod tests {
             message: "cloud text".into(),
             credentials: None,
         }
+    }
+
+    #[test]
+    fn attempts_are_classified_by_what_the_cloud_said() {
+        let reasons = |r: &[&str]| r.iter().map(|r| (*r).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            answered_attempt_result(Some(403), &reasons(&["rateLimitExceeded"])),
+            "throttled"
+        );
+        assert_eq!(answered_attempt_result(Some(429), &[]), "throttled");
+        assert_eq!(
+            answered_attempt_result(Some(403), &reasons(&["forbidden"])),
+            "client_error"
+        );
+        assert_eq!(answered_attempt_result(Some(503), &[]), "server_error");
+        assert_eq!(answered_attempt_result(Some(200), &[]), "ok");
+        assert_eq!(answered_attempt_result(None, &[]), "transport_error");
     }
 
     #[test]
