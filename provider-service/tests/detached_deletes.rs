@@ -77,8 +77,10 @@ impl Azure {
             .arm_requests_matching("DELETE", &format!("/virtualMachines/{name}"))
     }
 
-    async fn serve(&self, settings: DeleteSettings, shutdown: &CancellationToken) -> Running {
-        start_with(
+    /// provider-service on this emulator with `settings`, and the token that shuts it down.
+    async fn serve(&self, settings: DeleteSettings) -> (CancellationToken, Running) {
+        let shutdown = CancellationToken::new();
+        let running = start_with(
             Options {
                 grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
                 admin: None,
@@ -92,7 +94,8 @@ impl Azure {
             shutdown.clone(),
         )
         .await
-        .unwrap()
+        .unwrap();
+        (shutdown, running)
     }
 }
 
@@ -100,6 +103,25 @@ async fn client(running: &Running) -> ProviderServiceClient<tonic::transport::Ch
     ProviderServiceClient::connect(format!("http://{}", running.grpc_addr))
         .await
         .unwrap()
+}
+
+/// Shuts provider-service down and waits until it has stopped.
+async fn stop(shutdown: CancellationToken, running: Running) {
+    shutdown.cancel();
+    running.wait().await.unwrap();
+}
+
+/// The answer to a delete of `instance_id` by a caller that accepts IN_PROGRESS and waits at most
+/// `deadline`.
+async fn answered(
+    grpc: &mut ProviderServiceClient<tonic::transport::Channel>,
+    instance_id: &str,
+    deadline: Duration,
+) -> pb::DeleteInstanceResponse {
+    grpc.delete_instance(delete(instance_id, true, deadline))
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 fn delete(
@@ -121,8 +143,7 @@ fn delete(
 async fn a_delete_outlives_its_callers_deadline_and_cancellation_and_is_answered_in_progress_meanwhile()
  {
     let azure = Azure::start();
-    let shutdown = CancellationToken::new();
-    let running = azure.serve(DeleteSettings::default(), &shutdown).await;
+    let (shutdown, running) = azure.serve(DeleteSettings::default()).await;
     let mut grpc = client(&running).await;
     let (id, parts) = azure.vm("podvm-slow");
 
@@ -136,11 +157,7 @@ async fn a_delete_outlives_its_callers_deadline_and_cancellation_and_is_answered
 
     // A caller whose deadline (1 s) is shorter than the delete hears "in progress" before it, with
     // retry advice, and joins the running delete instead of starting another.
-    let answer = grpc
-        .delete_instance(delete(&id, true, Duration::from_secs(1)))
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = answered(&mut grpc, &id, Duration::from_secs(1)).await;
     assert_eq!(answer.result(), pb::DeleteResult::InProgress);
     assert_eq!(
         answer.retry_after,
@@ -172,21 +189,15 @@ async fn a_delete_outlives_its_callers_deadline_and_cancellation_and_is_answered
     assert_eq!(azure.vm_deletes("podvm-slow"), 1, "one cloud delete");
     assert_eq!(running.deletes.in_flight(), 0);
     // Asked again, a fresh lookup confirms the end.
-    let again = grpc
-        .delete_instance(delete(&id, true, Duration::from_secs(10)))
-        .await
-        .unwrap()
-        .into_inner();
+    let again = answered(&mut grpc, &id, Duration::from_secs(10)).await;
     assert_eq!(again.result(), pb::DeleteResult::AlreadyGone);
-    shutdown.cancel();
-    running.wait().await.unwrap();
+    stop(shutdown, running).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_concurrent_calls_cause_one_cloud_delete() {
     let azure = Azure::start();
-    let shutdown = CancellationToken::new();
-    let running = azure.serve(DeleteSettings::default(), &shutdown).await;
+    let (shutdown, running) = azure.serve(DeleteSettings::default()).await;
     let (mut first, mut second) = (client(&running).await, client(&running).await);
     let (id, parts) = azure.vm("podvm-twice");
 
@@ -206,23 +217,17 @@ async fn two_concurrent_calls_cause_one_cloud_delete() {
         ),
         1
     );
-    shutdown.cancel();
-    running.wait().await.unwrap();
+    stop(shutdown, running).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn shutdown_turns_not_ready_refuses_new_deletes_and_waits_for_the_one_in_flight() {
     let azure = Azure::start();
-    let shutdown = CancellationToken::new();
-    let running = azure.serve(DeleteSettings::default(), &shutdown).await;
+    let (shutdown, running) = azure.serve(DeleteSettings::default()).await;
     let mut grpc = client(&running).await;
     let (id, parts) = azure.vm("podvm-draining");
 
-    let answer = grpc
-        .delete_instance(delete(&id, true, Duration::from_millis(500)))
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = answered(&mut grpc, &id, Duration::from_millis(500)).await;
     assert_eq!(answer.result(), pb::DeleteResult::InProgress);
     assert_eq!(running.deletes.in_flight(), 1);
     assert!(running.readiness.is_ready());
@@ -264,19 +269,14 @@ async fn the_drain_ends_at_its_grace_period() {
     let azure = Azure::start();
     // A deletion far longer than the grace period.
     azure.emulator.set_operation_polls(1000, 1);
-    let shutdown = CancellationToken::new();
     let settings = DeleteSettings {
         drain_grace: Duration::from_secs(2),
         ..DeleteSettings::default()
     };
-    let running = azure.serve(settings, &shutdown).await;
+    let (shutdown, running) = azure.serve(settings).await;
     let mut grpc = client(&running).await;
     let (id, _parts) = azure.vm("podvm-endless");
-    let answer = grpc
-        .delete_instance(delete(&id, true, Duration::from_millis(500)))
-        .await
-        .unwrap()
-        .into_inner();
+    let answer = answered(&mut grpc, &id, Duration::from_millis(500)).await;
     assert_eq!(answer.result(), pb::DeleteResult::InProgress);
     shutdown.cancel();
     let deletes = running.deletes.clone();
