@@ -70,6 +70,7 @@ impl Cli {
             tls_min_version: self.tls_min_version,
             tls_cipher_suites: self.tls_cipher_suites.clone(),
             target: Target::new(&self.target_runtime_class, &self.pod_vm_extended_resource),
+            admission: peerpods_webhook::server::AdmissionLimits::default(),
         }
     }
 }

@@ -50,7 +50,7 @@ pub const ADMISSION_MIN_SHARE: usize = 64 * 1024;
 /// time-out.
 pub const ADMISSION_WAIT: Duration = Duration::from_secs(5);
 /// How long reading a body may take once its share is held: a client sending slowly must not keep budget.
-const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `Retry-After` of a shed request, in seconds.
 const SHED_RETRY_AFTER_SECS: u64 = 1;
 
@@ -69,6 +69,29 @@ pub struct Options {
     pub tls_cipher_suites: Vec<String>,
     /// Which pods are peer pods and what they request instead.
     pub target: Target,
+    /// How much admission work is taken on at once.
+    pub admission: AdmissionLimits,
+}
+
+/// How much admission work the webhook takes on at once, and how long a request may wait for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Request bytes read and decided at once ([`ADMISSION_BUDGET_BYTES`]).
+    pub budget_bytes: usize,
+    /// How long a request waits for its share before it is shed ([`ADMISSION_WAIT`]).
+    pub wait: Duration,
+    /// How long reading a body may take once its share is held ([`BODY_READ_TIMEOUT`]).
+    pub body_read_timeout: Duration,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        AdmissionLimits {
+            budget_bytes: ADMISSION_BUDGET_BYTES,
+            wait: ADMISSION_WAIT,
+            body_read_timeout: BODY_READ_TIMEOUT,
+        }
+    }
 }
 
 /// A started webhook.
@@ -136,7 +159,8 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
         .with_state(AppState {
             target: Arc::new(options.target.clone()),
             metrics: metrics.clone(),
-            budget: Arc::new(Semaphore::new(ADMISSION_BUDGET_BYTES / 1024)),
+            budget: Arc::new(Semaphore::new(options.admission.budget_bytes / 1024)),
+            limits: options.admission,
         });
     tracing::info!(
         webhook = %webhook_addr,
@@ -180,14 +204,15 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
 struct AppState {
     target: Arc<Target>,
     metrics: Metrics,
-    /// [`ADMISSION_BUDGET_BYTES`], in KiB permits.
+    /// [`AdmissionLimits::budget_bytes`], in KiB permits.
     budget: Arc<Semaphore>,
+    limits: AdmissionLimits,
 }
 
 /// Every decided answer is an AdmissionReview, a body that cannot be read (larger than [`MAX_REVIEW_BYTES`],
 /// cut off) included: the API server then reports the reason instead of an HTTP status.
 ///
-/// A request that finds no room in [`ADMISSION_BUDGET_BYTES`] within [`ADMISSION_WAIT`] is shed, before its body
+/// A request that finds no room in the budget within [`AdmissionLimits::wait`] is shed, before its body
 /// is read, with HTTP 429 and `Retry-After`: the API server's client retries that within the webhook's timeout,
 /// and otherwise, the configuration's `failurePolicy: Fail` refuses the Pod with the reason, which its creator
 /// retries. Allowing it instead would let a peer pod through unmutated (asking the node for its full size), and
@@ -203,7 +228,7 @@ async fn mutate(State(state): State<AppState>, request: Request) -> Response {
     let _share = match declared {
         Some(length) if length > MAX_REVIEW_BYTES => None,
         _ => match tokio::time::timeout(
-            ADMISSION_WAIT,
+            state.limits.wait,
             state.budget.clone().acquire_many_owned(share_kib(declared)),
         )
         .await
@@ -211,24 +236,28 @@ async fn mutate(State(state): State<AppState>, request: Request) -> Response {
             Ok(Ok(permit)) => Some(permit),
             // Timed out; or closed, which never happens: the semaphore is never closed.
             Ok(Err(_)) | Err(_) => {
-                drain(request.into_body()).await;
-                return shed(&state.metrics);
+                drain(request.into_body(), state.limits.body_read_timeout).await;
+                return shed(&state.metrics, &state.limits);
             }
         },
     };
-    let body =
-        match tokio::time::timeout(BODY_READ_TIMEOUT, Bytes::from_request(request, &state)).await {
-            Ok(body) => body,
-            Err(_) => {
-                let error = Error::MalformedRequest(format!(
-                    "the request body: not read within {} s",
-                    BODY_READ_TIMEOUT.as_secs()
-                ));
-                let (outcome, review) = admission::unreadable(&error, 408);
-                state.metrics.count(outcome);
-                return axum::Json(review).into_response();
-            }
-        };
+    let body = match tokio::time::timeout(
+        state.limits.body_read_timeout,
+        Bytes::from_request(request, &state),
+    )
+    .await
+    {
+        Ok(body) => body,
+        Err(_) => {
+            let error = Error::MalformedRequest(format!(
+                "the request body: not read within {} s",
+                state.limits.body_read_timeout.as_secs()
+            ));
+            let (outcome, review) = admission::unreadable(&error, 408);
+            state.metrics.count(outcome);
+            return axum::Json(review).into_response();
+        }
+    };
     let (outcome, review) = match body {
         Ok(body) => admission::review(&body, &state.target),
         Err(rejection) => admission::unreadable(
@@ -241,9 +270,9 @@ async fn mutate(State(state): State<AppState>, request: Request) -> Response {
     axum::Json::<AdmissionReview<DynamicObject>>(review).into_response()
 }
 
-/// Reads `body` to its end (at most [`MAX_REVIEW_BYTES`], within [`BODY_READ_TIMEOUT`]) keeping nothing: a shed
+/// Reads `body` to its end (at most [`MAX_REVIEW_BYTES`], `within` the body read timeout) keeping nothing: a shed
 /// request's answer then reaches its client, which may still be writing the body, instead of a reset connection.
-async fn drain(mut body: axum::body::Body) {
+async fn drain(mut body: axum::body::Body, within: Duration) {
     use axum::body::HttpBody;
     let read = async {
         let mut read = 0usize;
@@ -254,7 +283,7 @@ async fn drain(mut body: axum::body::Body) {
             }
         }
     };
-    let _ = tokio::time::timeout(BODY_READ_TIMEOUT, read).await;
+    let _ = tokio::time::timeout(within, read).await;
 }
 
 /// The budget share of a request of `declared` bytes, in KiB: unknown (chunked) counts as the largest.
@@ -266,12 +295,12 @@ fn share_kib(declared: Option<usize>) -> u32 {
 }
 
 /// HTTP 429 with `Retry-After` and a Kubernetes Status saying why.
-fn shed(metrics: &Metrics) -> Response {
+fn shed(metrics: &Metrics, limits: &AdmissionLimits) -> Response {
     metrics.count(admission::Outcome::Shed);
     // Not a warning per request: a burst sheds hundreds, and the metric's `shed` outcome counts them.
     tracing::debug!(
-        budget_bytes = ADMISSION_BUDGET_BYTES,
-        wait_secs = ADMISSION_WAIT.as_secs(),
+        budget_bytes = limits.budget_bytes,
+        wait_ms = limits.wait.as_millis(),
         "shed an admission request: the webhook is deciding as many as it may at once"
     );
     let status = serde_json::json!({

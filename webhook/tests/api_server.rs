@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::api::{Api, DeleteParams, PostParams};
 use peerpods_webhook::mutation::{GPUS_ANNOTATION, MEMORY_ANNOTATION, Target, VCPUS_ANNOTATION};
 use serde_json::json;
-use support::{Pair, Webhook, eventually};
+use support::{Pair, Webhook, connect_tls, eventually, post_tls};
 
 fn runtime_class(name: &str, handler: &str) -> RuntimeClass {
     RuntimeClass {
@@ -205,5 +205,138 @@ async fn the_api_server_stores_peer_pods_mutated_and_other_pods_as_they_are() {
             .await
             .unwrap();
     }
+    webhook.stop().await;
+}
+
+/// A webhook out of admission budget sheds the API server's call with HTTP 429 and `Retry-After` (see
+/// `server::mutate`); the API server retries it within the configuration's timeout, so the Pod is created, and
+/// mutated, once the budget frees, instead of being refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shed_admission_is_retried_by_the_api_server_and_the_pod_is_mutated() {
+    use peerpods_webhook::metrics::OutcomeLabels;
+    use peerpods_webhook::server::{AdmissionLimits, WEBHOOK_PATH};
+    use std::time::Duration;
+    use tokio::io::AsyncWriteExt;
+
+    let client = testenv::shared().client().await;
+    let ns = testenv::namespace(&client, "webhook-shed").await;
+    let peer_class = format!("{ns}-kata-remote");
+    let classes: Api<RuntimeClass> = Api::all(client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &runtime_class(&peer_class, "kata-remote"),
+        )
+        .await
+        .unwrap();
+
+    // A budget one admission fills, a short wait for it, and bodies that may take long: a connection that sent
+    // only its headers keeps the whole budget for as long as the test holds it open.
+    let pair = Pair::issue();
+    let webhook = Webhook::start_with(
+        Target::new(&peer_class, "kata.peerpods.io/vm"),
+        Some(&pair),
+        AdmissionLimits {
+            budget_bytes: peerpods_webhook::server::ADMISSION_MIN_SHARE,
+            wait: Duration::from_secs(1),
+            body_read_timeout: Duration::from_secs(600),
+        },
+    )
+    .await;
+    let shed = || {
+        webhook
+            .running
+            .as_ref()
+            .unwrap()
+            .metrics
+            .reviews
+            .get_or_create(&OutcomeLabels { outcome: "shed" })
+            .get()
+    };
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let mut config = configuration(&ns, &ns, webhook.url(), &pair.ca);
+    // The most the API server allows: the whole call, its retries included, must end within it.
+    config.webhooks.as_mut().unwrap()[0].timeout_seconds = Some(30);
+    configurations
+        .create(&PostParams::default(), &config)
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually("the webhook configuration in effect", || async {
+        let created = pods
+            .create(&dry_run, &pod("probe", &peer_class))
+            .await
+            .ok()?;
+        annotations(&created)
+            .contains_key(VCPUS_ANNOTATION)
+            .then_some(())
+    })
+    .await;
+
+    // Hold the budget, and see that a direct request is now shed.
+    let mut holder = connect_tls(webhook.webhook_addr, &pair.ca, "127.0.0.1")
+        .await
+        .unwrap();
+    holder
+        .write_all(
+            format!(
+                "POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+                 Content-Length: 1000\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    holder.flush().await.unwrap();
+    eventually("the budget held", || async {
+        let answer = post_tls(webhook.webhook_addr, &pair.ca, WEBHOOK_PATH, b"{}")
+            .await
+            .unwrap();
+        (answer.status == 429).then_some(())
+    })
+    .await;
+    let shed_before = shed();
+
+    // The API server's call is shed too; once the budget frees, its retry is answered.
+    let create = tokio::spawn({
+        let pods = pods.clone();
+        let peer_class = peer_class.clone();
+        async move {
+            pods.create(&PostParams::default(), &pod("peer", &peer_class))
+                .await
+        }
+    });
+    eventually("the API server's call shed", || async {
+        (shed() > shed_before).then_some(())
+    })
+    .await;
+    drop(holder);
+
+    let created = tokio::time::timeout(Duration::from_secs(60), create)
+        .await
+        .expect("the create ends within the webhook timeout")
+        .unwrap()
+        .expect("the Pod is created after the API server retried the shed call");
+    assert_eq!(
+        annotations(&created)
+            .get(VCPUS_ANNOTATION)
+            .map(String::as_str),
+        Some("3"),
+        "and mutated: {:?}",
+        annotations(&created)
+    );
+
+    configurations
+        .delete(&ns, &DeleteParams::default())
+        .await
+        .unwrap();
+    classes
+        .delete(&peer_class, &DeleteParams::default())
+        .await
+        .unwrap();
     webhook.stop().await;
 }

@@ -114,6 +114,7 @@ async fn tls_cipher_suites_refuses_the_others() {
             // rcgen's keys are ECDSA P-256.
             tls_cipher_suites: vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256".to_owned()],
             target: Target::new("", ""),
+            admission: peerpods_webhook::server::AdmissionLimits::default(),
         },
         stop.clone(),
     )

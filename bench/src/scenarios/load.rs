@@ -127,6 +127,7 @@ async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortL
             tls_min_version: peerpods_webhook::tls::TlsVersion::Tls12,
             tls_cipher_suites: Vec::new(),
             target: Target::new("", ""),
+            admission: peerpods_webhook::server::AdmissionLimits::default(),
         },
         stop.clone(),
     )

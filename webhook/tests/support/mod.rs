@@ -67,6 +67,20 @@ pub struct Webhook {
 impl Webhook {
     /// Starts the webhook for `target`, with `pair` in its certificate directory (or none yet).
     pub async fn start(target: Target, pair: Option<&Pair>) -> Webhook {
+        Webhook::start_with(
+            target,
+            pair,
+            peerpods_webhook::server::AdmissionLimits::default(),
+        )
+        .await
+    }
+
+    /// [`Webhook::start`] with `admission` limits of the test's choosing.
+    pub async fn start_with(
+        target: Target,
+        pair: Option<&Pair>,
+        admission: peerpods_webhook::server::AdmissionLimits,
+    ) -> Webhook {
         let cert_dir = tempfile::tempdir().unwrap();
         if let Some(pair) = pair {
             pair.write_to(cert_dir.path());
@@ -80,6 +94,7 @@ impl Webhook {
             tls_min_version: TlsVersion::Tls12,
             tls_cipher_suites: Vec::new(),
             target,
+            admission,
         };
         let running = server::start(options, stop.clone()).await.unwrap();
         Webhook {
@@ -219,6 +234,24 @@ pub async fn post_tls_as(
     path: &str,
     body: &[u8],
 ) -> Result<Response, String> {
+    let mut tls = connect_tls(addr, ca, server_name).await?;
+    tls.write_all(&request("POST", path, body))
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    // The server closes after answering (Connection: close); rustls reports a close without close_notify as an
+    // error, after the bytes.
+    let _ = tls.read_to_end(&mut raw).await;
+    Ok(response(&raw))
+}
+
+/// A TLS connection to `addr` verifying the server as `server_name`, trusting only `ca` (PEM); `Err` when the
+/// handshake fails.
+pub async fn connect_tls(
+    addr: SocketAddr,
+    ca: &str,
+    server_name: &str,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
@@ -232,18 +265,10 @@ pub async fn post_tls_as(
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let tcp = TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from(server_name.to_owned()).unwrap();
-    let mut tls = connector
+    connector
         .connect(name, tcp)
         .await
-        .map_err(|e| e.to_string())?;
-    tls.write_all(&request("POST", path, body))
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    // The server closes after answering (Connection: close); rustls reports a close without close_notify as an
-    // error, after the bytes.
-    let _ = tls.read_to_end(&mut raw).await;
-    Ok(response(&raw))
+        .map_err(|e| e.to_string())
 }
 
 /// Polls `check` until it returns `Some`, for up to 20 s.
