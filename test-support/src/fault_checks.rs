@@ -4,15 +4,20 @@
 //! cloud failing with 5xx is retried and then [`Error::Unavailable`], a hung request ends at the
 //! backend's own deadline as [`Error::Unavailable`], and once the faults stop the same delete
 //! ends with the VM and its parts gone. None of them is ever an answer that the VM is gone while
-//! it still exists.
+//! it still exists. And every request the backend sent is counted in `cloud_api_attempts`,
+//! classified as the cloud answered it.
 #![allow(clippy::unwrap_used)] // test support: a failed check ends the test with its message
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use peerpods_provider_core::{DeleteOutcome, Error, Provider};
+/// What a suite's provider counts its calls in (named here for [`fault_suite!`]'s expansion).
+pub use peerpods_provider_core::CloudCalls;
+use peerpods_provider_core::{ATTEMPT_RESULTS, DeleteOutcome, Error, Provider};
 
 use crate::cloud::CloudEmulator;
 use crate::faults::Faults;
+use crate::metrics::Scrape;
 
 /// The longest any one check waits for the backend: generous, and far below a hang (600 s).
 pub const PATIENCE: Duration = Duration::from_secs(120);
@@ -198,12 +203,87 @@ pub async fn a_storm_ends_with_every_vm_gone(
     emulator.set_faults(Faults::default());
 }
 
+/// Attempts of `provider` in the `cloud_api_attempts` exposition of `calls`, by result (every
+/// operation summed), read as a scrape would read them.
+pub fn attempts_by_result(calls: &CloudCalls, provider: &str) -> BTreeMap<String, u64> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    calls.register(registry.sub_registry_with_prefix("provider_service"));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let scrape = Scrape::parse(&text).unwrap();
+    let mut by_result = BTreeMap::new();
+    for sample in scrape
+        .samples("provider_service_cloud_api_attempts_total")
+        .filter(|s| s.label("provider") == provider)
+    {
+        *by_result
+            .entry(sample.label("result").to_owned())
+            .or_default() += sample.value as u64;
+    }
+    by_result
+}
+
+/// Throttling and 5xx at a rate (the storm's, without hangs), asked again until every VM is gone:
+/// each HTTP attempt the backend sent, its client's own retries included, is counted in
+/// `cloud_api_attempts` and classified by what the cloud answered. The attempts counted
+/// `throttled` and `server_error` are exactly the throttling answers and 5xx the fault layer
+/// injected, and no fewer attempts are counted than requests reached the layer (requests it
+/// spares, such as token requests, come on top). `provider` must count its calls in `calls`.
+pub async fn every_attempt_is_counted_as_the_cloud_answered(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+    calls: &CloudCalls,
+    names: &[&str],
+) {
+    let ids: Vec<String> = names.iter().map(|n| emulator.create_vm(n, &[])).collect();
+    emulator.set_faults(Faults {
+        throttle_rate: 0.10,
+        server_error_rate: 0.20,
+        seed: 23,
+        ..Faults::default()
+    });
+    for id in &ids {
+        delete_until_gone(emulator, provider, id).await;
+    }
+    let injected = emulator.injected();
+    emulator.set_faults(Faults::default());
+    let cloud = emulator.provider();
+    let counted = attempts_by_result(calls, cloud);
+    let of = |result: &str| counted.get(result).copied().unwrap_or(0);
+    println!("{cloud}: attempts counted {counted:?}; the fault layer injected {injected:?}");
+    assert!(
+        injected.throttled > 0 && injected.server_errors > 0,
+        "{cloud}: both faults occurred ({injected:?})"
+    );
+    assert_eq!(
+        of("throttled"),
+        injected.throttled,
+        "{cloud}: every throttling answer is a throttled attempt: {counted:?} against {injected:?}"
+    );
+    assert_eq!(
+        of("server_error"),
+        injected.server_errors,
+        "{cloud}: every 5xx is a server_error attempt: {counted:?} against {injected:?}"
+    );
+    assert!(
+        counted.values().sum::<u64>() >= injected.requests,
+        "{cloud}: every request is an attempt: {counted:?} against {injected:?}"
+    );
+    assert!(
+        counted
+            .keys()
+            .all(|result| ATTEMPT_RESULTS.contains(&result.as_str())),
+        "{cloud}: results outside ATTEMPT_RESULTS: {counted:?}"
+    );
+}
+
 /// The checks above as the fault suite of one cloud backend: one test per check, each with its
 /// own emulator, so what one check injects or counts never reaches another.
 ///
 /// - `emulator`: a `fn() -> E` that starts the backend's emulator (`E:` [`CloudEmulator`]).
-/// - `provider`: an `async fn(&E, &[(&str, &str)]) -> P` that builds the backend (`P:`
-///   [`Provider`]) from the emulator's configuration with the given keys added or replaced.
+/// - `provider`: an `async fn(&E, &[(&str, &str)], CloudCalls) -> P` that builds the backend
+///   (`P:` [`Provider`]) from the emulator's configuration with the given keys added or
+///   replaced, counting its calls in the given [`CloudCalls`].
 /// - `hang_config`: the keys that give the backend a short request deadline; left out, there is
 ///   no hang check (for a backend whose client cannot be given one).
 /// - `not_shown_yet`: the name of the test of a VM the cloud does not show yet (with its doc
@@ -220,7 +300,12 @@ macro_rules! fault_suite {
         #[tokio::test(flavor = "multi_thread")]
         async fn throttling_is_retryable() {
             let emulator = $emulator();
-            let provider = $provider(&emulator, &[]).await;
+            let provider = $provider(
+                &emulator,
+                &[],
+                $crate::fault_checks::CloudCalls::default(),
+            )
+            .await;
             $crate::fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled")
                 .await;
         }
@@ -228,7 +313,12 @@ macro_rules! fault_suite {
         #[tokio::test(flavor = "multi_thread")]
         async fn server_errors_are_retried_then_unavailable() {
             let emulator = $emulator();
-            let provider = $provider(&emulator, &[]).await;
+            let provider = $provider(
+                &emulator,
+                &[],
+                $crate::fault_checks::CloudCalls::default(),
+            )
+            .await;
             $crate::fault_checks::server_errors_are_retried_then_unavailable(
                 &emulator,
                 &provider,
@@ -241,7 +331,12 @@ macro_rules! fault_suite {
             #[tokio::test(flavor = "multi_thread")]
             async fn a_hang_ends_at_the_deadline_as_unavailable() {
                 let emulator = $emulator();
-                let provider = $provider(&emulator, $hang_config).await;
+                let provider = $provider(
+                    &emulator,
+                    $hang_config,
+                    $crate::fault_checks::CloudCalls::default(),
+                )
+                .await;
                 $crate::fault_checks::a_hang_ends_at_the_deadline_as_unavailable(
                     &emulator,
                     &provider,
@@ -254,7 +349,12 @@ macro_rules! fault_suite {
         #[tokio::test(flavor = "multi_thread")]
         async fn slow_answers_and_long_operations_complete() {
             let emulator = $emulator();
-            let provider = $provider(&emulator, &[]).await;
+            let provider = $provider(
+                &emulator,
+                &[],
+                $crate::fault_checks::CloudCalls::default(),
+            )
+            .await;
             $crate::fault_checks::slow_answers_and_long_operations_complete(
                 &emulator,
                 &provider,
@@ -263,11 +363,30 @@ macro_rules! fault_suite {
             .await;
         }
 
+        #[tokio::test(flavor = "multi_thread")]
+        async fn every_attempt_is_counted_as_the_cloud_answered() {
+            let emulator = $emulator();
+            let calls = $crate::fault_checks::CloudCalls::default();
+            let provider = $provider(&emulator, &[], calls.clone()).await;
+            $crate::fault_checks::every_attempt_is_counted_as_the_cloud_answered(
+                &emulator,
+                &provider,
+                &calls,
+                &["podvm-counted-1", "podvm-counted-2", "podvm-counted-3"],
+            )
+            .await;
+        }
+
         $(#[$not_shown_meta])*
         #[tokio::test(flavor = "multi_thread")]
         async fn $not_shown() {
             let emulator = $emulator();
-            let provider = $provider(&emulator, $not_shown_config).await;
+            let provider = $provider(
+                &emulator,
+                $not_shown_config,
+                $crate::fault_checks::CloudCalls::default(),
+            )
+            .await;
             $crate::fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
                 &emulator,
                 &provider,

@@ -12,9 +12,13 @@ fn emulator() -> AlibabaCloudEmulator {
     AlibabaCloudEmulator::start()
 }
 
-async fn provider(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> AlibabaCloudProvider {
+async fn provider(
+    emulator: &AlibabaCloudEmulator,
+    extra: &[(&str, &str)],
+    calls: CloudCalls,
+) -> AlibabaCloudProvider {
     let config = ProviderConfig::from_pairs(with(emulator.config(), extra));
-    AlibabaCloudProvider::from_config(&config, CloudCalls::default()).expect("provider")
+    AlibabaCloudProvider::from_config(&config, calls).expect("provider")
 }
 
 test_support::fault_suite! {
@@ -32,7 +36,12 @@ test_support::fault_suite! {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_accepted_release_still_listed_at_the_bound_is_unavailable_not_deleted() {
     let emulator = emulator();
-    let provider = provider(&emulator, &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")]).await;
+    let provider = provider(
+        &emulator,
+        &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")],
+        CloudCalls::default(),
+    )
+    .await;
     let id = emulator.create_vm("podvm-slow-release", &[]);
     emulator.set_release_polls(1_000_000);
 

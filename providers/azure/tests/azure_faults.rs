@@ -12,9 +12,13 @@ fn emulator() -> AzureEmulator {
     AzureEmulator::start()
 }
 
-async fn provider(emulator: &AzureEmulator, extra: &[(&str, &str)]) -> AzureProvider {
+async fn provider(
+    emulator: &AzureEmulator,
+    extra: &[(&str, &str)],
+    calls: CloudCalls,
+) -> AzureProvider {
     let config = ProviderConfig::from_pairs(with(emulator.config(), extra));
-    AzureProvider::from_config(&config, CloudCalls::default()).expect("provider")
+    AzureProvider::from_config(&config, calls).expect("provider")
 }
 
 test_support::fault_suite! {

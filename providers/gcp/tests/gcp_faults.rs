@@ -14,9 +14,13 @@ fn emulator() -> GcpEmulator {
     GcpEmulator::start().expect("emulator")
 }
 
-async fn provider(emulator: &GcpEmulator, extra: &[(&str, &str)]) -> GcpProvider {
+async fn provider(
+    emulator: &GcpEmulator,
+    extra: &[(&str, &str)],
+    calls: CloudCalls,
+) -> GcpProvider {
     let config = ProviderConfig::from_pairs(with(emulator.config(), extra));
-    GcpProvider::from_config(&config, CloudCalls::default())
+    GcpProvider::from_config(&config, calls)
         .await
         .expect("provider")
 }

@@ -15,9 +15,13 @@ macro_rules! backend_suite {
                 <$emulator>::start().expect("emulator")
             }
 
-            async fn provider(emulator: &$emulator, extra: &[(&str, &str)]) -> $provider {
+            async fn provider(
+                emulator: &$emulator,
+                extra: &[(&str, &str)],
+                calls: CloudCalls,
+            ) -> $provider {
                 let config = ProviderConfig::from_pairs(with(emulator.config(), extra));
-                <$provider>::from_config(&config, CloudCalls::default()).expect("provider")
+                <$provider>::from_config(&config, calls).expect("provider")
             }
 
             test_support::fault_suite! {
