@@ -20,6 +20,10 @@
 //! stuck calls cannot grow the pool); remote connections send keepalives (every
 //! [`KEEPALIVE_INTERVAL_SECS`] s, closed after [`KEEPALIVE_COUNT`] unanswered), so libvirt itself
 //! notices a dead host and ends the calls stuck on it.
+//!
+//! Each attempt (a connect and call; the reconnect is a second one) is counted in
+//! `cloud_api_attempts` as libvirt's HTTP-speaking peers count theirs: `ok`, `transport_error`
+//! (no connection, a broken one, no answer in time) or `client_error` (libvirt refused the call).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -131,6 +135,8 @@ impl LibvirtProvider {
         let conn = self.conn.clone();
         let calls = self.calls.clone();
         let blocking = self.blocking.clone();
+        let attempts = Arc::new(Attempts::new(self.calls.clone(), op_name));
+        let thread_attempts = attempts.clone();
         let call = async move {
             let slot = blocking
                 .acquire_owned()
@@ -141,7 +147,7 @@ impl LibvirtProvider {
             let joined = tokio::task::spawn_blocking(move || {
                 // Held until libvirt returns, even after the caller gave up (see the module doc).
                 let _slot = slot;
-                run_with_conn(&conn, &uri, &calls, op_name, &op)
+                run_with_conn(&conn, &uri, &calls, &thread_attempts, op_name, &op)
             })
             .await;
             joined.map_err(|e| Error::Internal {
@@ -156,6 +162,7 @@ impl LibvirtProvider {
                     *guard = None;
                 }
                 self.calls.record(NAME, op_name, "error");
+                attempts.abandon();
                 tracing::warn!(
                     op = op_name,
                     timeout = ?self.call_timeout,
@@ -178,6 +185,7 @@ fn run_with_conn<T, F>(
     conn: &Mutex<Option<Connect>>,
     uri: &str,
     calls: &CloudCalls,
+    attempts: &Attempts,
     op_name: &'static str,
     op: &F,
 ) -> Result<T, Error>
@@ -186,22 +194,31 @@ where
 {
     let mut last = None;
     for _attempt in 0..2 {
+        if !attempts.start() {
+            // The caller stopped waiting (and dropped the connection): nobody wants the answer.
+            return Err(Error::Unavailable {
+                message: format!("libvirt call {op_name} abandoned by its caller"),
+            });
+        }
         // Connecting counts: a reconnect is part of what the call waited for.
         let started = std::time::Instant::now();
         let c = match connection(conn, uri) {
             Ok(c) => c,
             Err(e) => {
                 calls.record_timed(NAME, op_name, "error", started.elapsed());
+                attempts.end(TRANSPORT_ERROR);
                 return Err(e);
             }
         };
         match op(&c) {
             Ok(v) => {
                 calls.record_timed(NAME, op_name, "ok", started.elapsed());
+                attempts.end("ok");
                 return Ok(v);
             }
             Err(e) if is_connection_error(&e) => {
                 calls.record_timed(NAME, op_name, "error", started.elapsed());
+                attempts.end(TRANSPORT_ERROR);
                 tracing::warn!(error = %e.message(), "libvirt connection broken, reconnecting");
                 if let Ok(mut guard) = conn.lock() {
                     *guard = None;
@@ -210,6 +227,8 @@ where
             }
             Err(e) => {
                 calls.record_timed(NAME, op_name, "error", started.elapsed());
+                // libvirt answered and refused (no such domain, busy, denied, ...).
+                attempts.end("client_error");
                 return Err(map_error(&e));
             }
         }
@@ -220,6 +239,68 @@ where
         },
         |e| map_error(&e),
     ))
+}
+
+/// The `cloud_api_attempts` result of an attempt libvirt did not answer: no connection, a
+/// broken one, or no answer before `LIBVIRT_CALL_TIMEOUT_SECS`.
+const TRANSPORT_ERROR: &str = "transport_error";
+
+/// The attempts of one call (each connect-and-call on the blocking thread), each counted once in
+/// `cloud_api_attempts`: by the thread when libvirt answers, or as `transport_error` by the
+/// caller that stopped waiting for the one in flight, since a thread stuck in libvirt may never
+/// come back to count it.
+struct Attempts {
+    calls: CloudCalls,
+    op_name: &'static str,
+    state: Mutex<AttemptState>,
+}
+
+#[derive(Default)]
+struct AttemptState {
+    in_flight: bool,
+    abandoned: bool,
+}
+
+impl Attempts {
+    fn new(calls: CloudCalls, op_name: &'static str) -> Self {
+        Attempts {
+            calls,
+            op_name,
+            state: Mutex::default(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, AttemptState> {
+        // The state stays consistent whatever panicked while holding it: two booleans.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// An attempt begins; `false` when the caller has given up, so none should.
+    fn start(&self) -> bool {
+        let mut state = self.state();
+        state.in_flight = !state.abandoned;
+        state.in_flight
+    }
+
+    /// The attempt in flight ended with `result`, unless the caller already counted it.
+    fn end(&self, result: &'static str) {
+        let mut state = self.state();
+        if std::mem::take(&mut state.in_flight) {
+            self.calls.record_attempt(NAME, self.op_name, result);
+        }
+    }
+
+    /// The caller stopped waiting: the attempt in flight, if any, got no answer in time.
+    fn abandon(&self) {
+        let mut state = self.state();
+        state.abandoned = true;
+        if std::mem::take(&mut state.in_flight) {
+            self.calls
+                .record_attempt(NAME, self.op_name, TRANSPORT_ERROR);
+        }
+    }
 }
 
 /// The shared connection, opened when missing or dead. The lock is never held while libvirt is
