@@ -69,6 +69,20 @@ pub fn classify(error: &kube::Error, operation: &str, redactor: &Redactor) -> Fa
     }
 }
 
+/// The `cloud_api_attempts` result of one try that failed with `error`: the API server's status
+/// (429 is `throttled`), `transport_error` for no answer or an unreadable one; `None` when no
+/// request went out (it could not be built, or no credentials for it).
+pub fn attempt_result(error: &kube::Error) -> Option<&'static str> {
+    match error {
+        kube::Error::Api(status) => Some(peerpods_provider_core::attempt_result(Some(status.code))),
+        kube::Error::HyperError(_)
+        | kube::Error::Service(_)
+        | kube::Error::SerdeError(_)
+        | kube::Error::FromUtf8(_) => Some("transport_error"),
+        _ => None,
+    }
+}
+
 /// The error for a call that did not answer within its time.
 pub fn timed_out(operation: &str, after: Duration) -> Failure {
     Failure::Transient(Error::Unavailable {
@@ -103,6 +117,27 @@ mod tests {
 
     fn none() -> Redactor {
         Redactor::default()
+    }
+
+    #[test]
+    fn tries_are_classified_by_the_api_servers_answer() {
+        assert_eq!(
+            attempt_result(&api(429, "TooManyRequests", "slow down")),
+            Some("throttled")
+        );
+        assert_eq!(
+            attempt_result(&api(503, "ServiceUnavailable", "")),
+            Some("server_error")
+        );
+        assert_eq!(
+            attempt_result(&api(404, "NotFound", "")),
+            Some("client_error")
+        );
+        let unreadable = serde_json::from_str::<u8>("x").unwrap_err();
+        assert_eq!(
+            attempt_result(&kube::Error::SerdeError(unreadable)),
+            Some("transport_error")
+        );
     }
 
     #[test]

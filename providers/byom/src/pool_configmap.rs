@@ -1,5 +1,6 @@
 //! Every Kubernetes API call of this backend: reading and replacing the pool ConfigMap, each
-//! bounded in time, retried on outages, counted in `CloudCalls`.
+//! bounded in time, retried on outages, counted in `CloudCalls` (each try also as an attempt in
+//! `cloud_api_attempts`, classified as the HTTP clouds' are).
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor};
 use tokio::sync::OnceCell;
 
 use crate::NAME;
-use crate::failure::{Failure, classify, timed_out};
+use crate::failure::{Failure, attempt_result, classify, timed_out};
 
 /// Operation names in `provider_service_cloud_api_calls_total`.
 pub const GET_CONFIGMAP: &str = "GetConfigMap";
@@ -123,10 +124,19 @@ impl PoolConfigMap {
             let failure = match tokio::time::timeout(CALL_TIMEOUT, attempt()).await {
                 Ok(Ok(value)) => {
                     self.calls.record_timed(NAME, name, "ok", started.elapsed());
+                    self.calls.record_attempt(NAME, name, "ok");
                     return Ok(value);
                 }
-                Ok(Err(error)) => classify(&error, operation, &self.redactor()),
-                Err(_) => timed_out(operation, CALL_TIMEOUT),
+                Ok(Err(error)) => {
+                    if let Some(result) = attempt_result(&error) {
+                        self.calls.record_attempt(NAME, name, result);
+                    }
+                    classify(&error, operation, &self.redactor())
+                }
+                Err(_) => {
+                    self.calls.record_attempt(NAME, name, "transport_error");
+                    timed_out(operation, CALL_TIMEOUT)
+                }
             };
             self.calls
                 .record_timed(NAME, name, failure.result_label(), started.elapsed());

@@ -55,6 +55,7 @@ async fn throttling_is_reported_with_the_servers_wait_without_retrying() {
     );
     assert_eq!(fake.requests(), 1, "a 429 goes back to the caller at once");
     assert_eq!(calls.count("byom", GET_CONFIGMAP, "throttled"), 1);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "throttled"), 1);
     assert_eq!(
         provider.delete_instance("10.0.0.2").await.unwrap(),
         DeleteOutcome::Deleted
@@ -76,6 +77,10 @@ async fn outages_are_retried_then_the_release_succeeds() {
     assert_eq!(calls.count("byom", GET_CONFIGMAP, "error"), 2);
     assert_eq!(calls.count("byom", GET_CONFIGMAP, "ok"), 1);
     assert_eq!(calls.count("byom", REPLACE_CONFIGMAP, "ok"), 1);
+    // Each request the API server answered is an attempt, classified by its status.
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "server_error"), 2);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 1);
+    assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "ok"), 1);
     let state: serde_json::Value =
         serde_json::from_str(fake.data()[STATE_KEY].as_str().unwrap()).unwrap();
     assert_eq!(state["allocatedIPs"], json!({}));
@@ -99,6 +104,7 @@ async fn a_lasting_outage_is_unavailable_after_a_bounded_number_of_tries() {
     assert!(error.to_string().contains("HTTP 503"), "{error}");
     assert_eq!(fake.requests(), 3);
     assert_eq!(calls.count("byom", GET_CONFIGMAP, "error"), 3);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "server_error"), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -120,6 +126,8 @@ async fn an_outage_during_the_update_is_retried_too() {
     assert_eq!(outcome.unwrap(), DeleteOutcome::Deleted);
     assert_eq!(calls.count("byom", REPLACE_CONFIGMAP, "error"), 1);
     assert_eq!(calls.count("byom", REPLACE_CONFIGMAP, "ok"), 1);
+    assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "server_error"), 1);
+    assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "ok"), 1);
 }
 
 #[test]
