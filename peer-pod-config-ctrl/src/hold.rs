@@ -10,9 +10,10 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams};
 use kube::core::GroupVersionKind;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
+use peerpods_runtime::status::apply_status;
 
 use crate::Error;
 use crate::crd::PeerPodConfig;
@@ -103,30 +104,22 @@ pub async fn write(client: &Client, config: &PeerPodConfig, message: &str) -> Re
     let name = config.name_any();
     let api: Api<PeerPodConfig> =
         Api::namespaced(client.clone(), &config.namespace().unwrap_or_default());
-    let body = serde_json::json!({
-        "apiVersion": PeerPodConfig::api_version(&()),
-        "kind": PeerPodConfig::kind(&()),
-        "status": {
-            "conditions": [Condition {
-                type_: DELETION_HELD.into(),
-                status: "True".into(),
-                reason: "PeerPodsRunning".into(),
-                message: message.into(),
-                observed_generation: config.metadata.generation,
-                last_transition_time: condition(config)
-                    .filter(|c| c.status == "True")
-                    .map(|c| c.last_transition_time.clone())
-                    .unwrap_or_else(|| Time(jiff::Timestamp::now())),
-            }]
-        }
+    let status = serde_json::json!({
+        "conditions": [Condition {
+            type_: DELETION_HELD.into(),
+            status: "True".into(),
+            reason: "PeerPodsRunning".into(),
+            message: message.into(),
+            observed_generation: config.metadata.generation,
+            last_transition_time: condition(config)
+                .filter(|c| c.status == "True")
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| Time(jiff::Timestamp::now())),
+        }]
     });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(HOLD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|source| Error::Status { name, source })?;
+    apply_status(&api, &name, HOLD_MANAGER, &status, None)
+        .await
+        .map_err(|source| Error::Status { name, source })?;
     Ok(true)
 }
 

@@ -8,18 +8,19 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use peerpods_runtime::backoff::{self, Backoff, Failures};
+use peerpods_runtime::status::apply_status;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::capacity::{ProviderCapacity, free_instances};
 use crate::cert::{self, ServingCert};
-use crate::crd::{PeerPodConfig, PeerPodConfigStatus};
+use crate::crd::PeerPodConfig;
 use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
@@ -398,24 +399,11 @@ async fn write_status(
     let name = config.name_any();
     let api: Api<PeerPodConfig> =
         Api::namespaced(ctx.client.clone(), &config.namespace().unwrap_or_default());
-    let body = serde_json::json!({
-        "apiVersion": PeerPodConfig::api_version(&()),
-        "kind": PeerPodConfig::kind(&()),
-        "status": status_body(&next),
-    });
-    api.patch_status(
-        &name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|source| Error::Status { name, source })?;
+    apply_status(&api, &name, FIELD_MANAGER, &next, None)
+        .await
+        .map_err(|source| Error::Status { name, source })?;
     ctx.metrics.status_writes.inc();
     Ok(())
-}
-
-fn status_body(status: &PeerPodConfigStatus) -> serde_json::Value {
-    serde_json::to_value(status).unwrap_or_default()
 }
 
 /// Deletion: remove node capacity and the webhook configuration (cluster-scoped, so no owner reference can

@@ -114,6 +114,10 @@ pub async fn run(
 /// ([`LeaderConfig::drain_grace`]'s default) and without.
 pub use peerpods_runtime::leader::DRAIN_GRACE;
 
+/// The field manager of the status the reconciler applies: `status.cleand`, the Cleaned condition, the state
+/// and its reason. Reverse collection writes under a manager of its own ([`reverse::FIELD_MANAGER`]).
+pub const FIELD_MANAGER: &str = "peerpod-ctrl";
+
 /// Name of the reconcile loop's watchdog on `/healthz`.
 pub const RECONCILE_LOOP: &str = "loop/reconcile";
 

@@ -23,10 +23,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use peerpods_runtime::backoff::{self, Backoff, Failures};
 use peerpods_runtime::health::{self, Health};
+use peerpods_runtime::status::apply_status;
 use peerpods_runtime::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::Error;
 use crate::breaker::{self, Breakers};
 use crate::cache::Cache;
 use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
@@ -34,6 +34,7 @@ use crate::decide::{self, Hold, InProgress, Plan};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
 use crate::provider::{About, DeleteAnswer, Deleted, Provider};
+use crate::{Error, FIELD_MANAGER};
 
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
 pub struct Context {
@@ -640,19 +641,16 @@ async fn set_condition(
         Some(c) if c.status == status_value => c.last_transition_time.clone(),
         _ => Time(jiff::Timestamp::now()),
     };
-    let mut conditions: Vec<Condition> = old_status
-        .conditions
-        .into_iter()
-        .filter(|c| c.type_ != CONDITION_CLEANED)
-        .collect();
-    conditions.push(Condition {
+    // Only the Cleaned condition: the conditions are a map keyed by type, so the API server keeps every other
+    // one (reverse collection's InstancePresent, another manager's) as the live object has it.
+    let conditions = vec![Condition {
         type_: CONDITION_CLEANED.to_string(),
         status: status_value.to_string(),
         reason: reason.to_string(),
         message: message.to_string(),
         observed_generation: generation,
         last_transition_time,
-    });
+    }];
     // The words `kubectl get` shows follow the condition, so every writer of it keeps them in step.
     let status = PeerPodStatus {
         cleand: cleaned,
@@ -662,15 +660,10 @@ async fn set_condition(
         reason: Some(reason.to_string()),
         last_attempt_time: Some(Time(jiff::Timestamp::now())),
     };
-    let patch = serde_json::json!({ "status": status });
-    match api
-        .patch_status(
-            &peerpod.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
+    // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with reverse collection's
+    // field manager, the later write of the two wins by design, and PeerPods written by versions that
+    // merge-patched their status have these fields under that older Update manager.
+    match apply_status(api, &peerpod.name_any(), FIELD_MANAGER, &status, None).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
         Err(e) => Err(e.into()),

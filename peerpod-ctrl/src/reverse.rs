@@ -13,19 +13,20 @@
 //! Nothing is deleted: the PeerPod belongs to its Pod and to cloud-api-adaptor. If the VM shows up again the
 //! condition turns `True` (reason `InstanceFound`) and the state back to `Live`.
 //!
-//! Status is written with a merge patch carrying the cached `resourceVersion`, so a write that would land on
-//! a PeerPod changed meanwhile (for example one just being deleted, whose cleanup condition the reconciler
-//! writes) fails with a conflict and is skipped until the next scan.
+//! Status is written by server-side apply under [`FIELD_MANAGER`], carrying the cached `resourceVersion`, so
+//! a write that would land on a PeerPod changed meanwhile (for example one just being deleted, whose cleanup
+//! condition the reconciler writes) fails with a conflict and is skipped until the next scan.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
+use peerpods_runtime::status::apply_status;
 use tracing::{info, warn};
 
 use crate::crd::{PeerPod, PeerPodState};
@@ -38,6 +39,10 @@ pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
 pub const REASON_NOT_FOUND: &str = "InstanceNotFound";
 /// Condition and Event reason: a VM reported missing is listed again.
 pub const REASON_FOUND: &str = "InstanceFound";
+/// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::FIELD_MANAGER`]):
+/// an apply removes the fields its manager owned and no longer sends, so one manager for both writers would
+/// have each write drop the other's condition (and `cleand`).
+pub const FIELD_MANAGER: &str = "peerpod-ctrl-reverse-collection";
 
 /// Settings of the reverse scan.
 #[derive(Debug, Clone)]
@@ -288,45 +293,41 @@ impl ReverseScanner {
     /// Writes the condition, the state and the reason; false when nothing was written (conflict, gone).
     async fn write(&self, peerpod: &PeerPod, present: bool, reason: &str, message: &str) -> bool {
         let now = Time(jiff::Timestamp::now());
-        let status = peerpod.status.clone().unwrap_or_default();
-        let mut conditions: Vec<Condition> = status
-            .conditions
-            .into_iter()
-            .filter(|c| c.type_ != CONDITION_INSTANCE_PRESENT)
-            .collect();
-        conditions.push(Condition {
-            type_: CONDITION_INSTANCE_PRESENT.to_string(),
-            status: if present { "True" } else { "False" }.to_string(),
-            reason: reason.to_string(),
-            message: message.to_string(),
-            observed_generation: peerpod.metadata.generation,
-            last_transition_time: now.clone(),
-        });
         let state = if present {
             PeerPodState::Live
         } else {
             PeerPodState::InstanceMissing
         };
-        let patch = serde_json::json!({
-            "metadata": { "resourceVersion": peerpod.resource_version() },
-            "status": {
-                "conditions": conditions,
-                "state": state,
-                "reason": reason,
-                "lastAttemptTime": now,
-            }
+        // Only InstancePresent among the conditions: they are a map keyed by type, so the API server keeps the
+        // others as the live object has them. No `cleand`: it is the reconciler's.
+        let status = serde_json::json!({
+            "conditions": [Condition {
+                type_: CONDITION_INSTANCE_PRESENT.to_string(),
+                status: if present { "True" } else { "False" }.to_string(),
+                reason: reason.to_string(),
+                message: message.to_string(),
+                observed_generation: peerpod.metadata.generation,
+                last_transition_time: now.clone(),
+            }],
+            "state": state,
+            "reason": reason,
+            "lastAttemptTime": now,
         });
         let api: Api<PeerPod> = Api::namespaced(
             self.client.clone(),
             &peerpod.namespace().unwrap_or_default(),
         );
-        match api
-            .patch_status(
-                &peerpod.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
+        // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with the reconciler's field
+        // manager; the resourceVersion precondition, not a conflict on them, keeps this write off a PeerPod the
+        // reconciler wrote since the scan's copy.
+        match apply_status(
+            &api,
+            &peerpod.name_any(),
+            FIELD_MANAGER,
+            &status,
+            peerpod.resource_version().as_deref(),
+        )
+        .await
         {
             Ok(_) => true,
             Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => false,

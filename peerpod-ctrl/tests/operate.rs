@@ -284,6 +284,17 @@ async fn a_live_peerpod_whose_vm_vanished_is_reported_and_nothing_is_deleted() {
         serde_json::to_value(p.status.as_ref().expect("status").state).expect("json"),
         "InstanceMissing"
     );
+    // Applied under reverse collection's own field manager: the InstancePresent condition and the state.
+    let applied = support::applied_status_fields(&p, peerpod_ctrl::reverse::FIELD_MANAGER)
+        .expect("reverse collection applied the status");
+    assert!(
+        applied["f:conditions"]
+            .get(r#"k:{"type":"InstancePresent"}"#)
+            .is_some()
+            && applied.get("f:state").is_some()
+            && applied.get("f:cleand").is_none(),
+        "{applied:#}"
+    );
     assert!(
         p.metadata.deletion_timestamp.is_none(),
         "nothing is deleted"

@@ -7,11 +7,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
 use peerpods_runtime::leader::LeaderConfig;
-use support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
+use peerpods_runtime::status::apply_status;
+use support::{
+    Controller, ControllerOptions, ProviderService, Scenario, applied_status_fields, unused_addr,
+};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -309,6 +312,121 @@ async fn another_finalizer_survives_the_release() {
     assert_eq!(
         cleaned(&released),
         Some(("True".into(), "InstanceDeleted".into()))
+    );
+    ctrl.stop().await;
+    s.cleanup().await;
+}
+
+/// Status is written by server-side apply: `managedFields` name peerpod-ctrl's field manager as the owner of
+/// what it wrote and of nothing else, and a condition another manager applied stays as it was (the conditions
+/// are a map keyed by type). A merge patch would show as an Update and rewrite the whole list.
+#[tokio::test(flavor = "multi_thread")]
+async fn status_is_applied_under_our_field_manager_and_other_conditions_stay() {
+    let s = Scenario::start("applied").await;
+    let provider = ProviderService::start(None).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vm = s.define_domain(false);
+    // Another party's finalizer keeps the PeerPod, and with it the status written, after the release.
+    let finalizers = vec![FINALIZER.to_string(), "example.com/hold".to_string()];
+    let created = s
+        .create_peerpod_with("applied", None, "libvirt", &vm, finalizers)
+        .await;
+    // Another party's condition, applied under its own field manager before the cleanup.
+    let audited = serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPod",
+        "status": {"conditions": [{
+            "type": "Audited",
+            "status": "True",
+            "reason": "Checked",
+            "message": "seen by the auditor",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }]},
+    });
+    s.peerpods()
+        .patch_status(
+            "applied",
+            &PatchParams::apply("example-auditor"),
+            &Patch::Apply(&audited),
+        )
+        .await
+        .expect("the auditor applies its condition");
+
+    s.delete_peerpod("applied").await;
+    let released = s
+        .wait_peerpod("applied", "our finalizer released", |p| {
+            !p.finalizers().contains(&FINALIZER.to_string())
+        })
+        .await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(
+        cleaned(&released),
+        Some(("True".into(), "InstanceDeleted".into()))
+    );
+    let audited = released
+        .status
+        .as_ref()
+        .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Audited"))
+        .expect("the auditor's condition stays");
+    assert_eq!(
+        (
+            audited.status.as_str(),
+            audited.reason.as_str(),
+            audited.message.as_str()
+        ),
+        ("True", "Checked", "seen by the auditor")
+    );
+
+    let ours = applied_status_fields(&released, peerpod_ctrl::FIELD_MANAGER)
+        .expect("peerpod-ctrl applied the status");
+    for field in [
+        "f:cleand",
+        "f:state",
+        "f:reason",
+        "f:lastAttemptTime",
+        "f:observedGeneration",
+    ] {
+        assert!(ours.get(field).is_some(), "{field} is ours: {ours:#}");
+    }
+    assert!(
+        ours["f:conditions"]
+            .get(r#"k:{"type":"Cleaned"}"#)
+            .is_some(),
+        "the Cleaned condition is ours: {ours:#}"
+    );
+    assert!(
+        ours["f:conditions"]
+            .get(r#"k:{"type":"Audited"}"#)
+            .is_none(),
+        "the auditor's condition is not ours: {ours:#}"
+    );
+    let theirs =
+        applied_status_fields(&released, "example-auditor").expect("the auditor's entry stays");
+    assert!(
+        theirs["f:conditions"]
+            .get(r#"k:{"type":"Audited"}"#)
+            .is_some(),
+        "the auditor still owns its condition: {theirs:#}"
+    );
+
+    // The precondition reverse collection relies on: an apply carrying an older resourceVersion is refused.
+    let stale = created.resource_version().expect("resourceVersion");
+    let refused = apply_status(
+        &s.peerpods(),
+        "applied",
+        peerpod_ctrl::reverse::FIELD_MANAGER,
+        &serde_json::json!({"reason": "Stale"}),
+        Some(&stale),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(status)) if status.is_conflict()),
+        "{refused:?}"
+    );
+    let now = s.peerpods().get("applied").await.expect("still held");
+    assert_eq!(
+        now.status.and_then(|st| st.reason).as_deref(),
+        Some("InstanceDeleted")
     );
     ctrl.stop().await;
     s.cleanup().await;

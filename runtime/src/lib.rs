@@ -10,13 +10,14 @@
 //! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
 //! - [`watch`]: backoff for a failing watch that only progress resets.
 //! - [`leader`]: leader election on a Lease; work runs only while leading.
+//! - [`status`]: a controller's status writes, by server-side apply under a field manager per writer.
 //! - [`tls`]: the TLS listener of the services' ports (handshakes never block accepting) and the TLS version
 //!   and cipher settings upstream's webhook takes from its environment.
 //! - [`Error`]: the one error type, with a stable `reason()`.
 //!
 //! The feature `controller` (on by default) adds what only a controller needs: [`leader`] (and with it the Lease
-//! manager), the `peerpods_leader` gauge ([`metrics`]) and [`binary`]. The webhook and provider-service turn it
-//! off. The provider-service client is the `peerpods-provider-client` crate.
+//! manager), the `peerpods_leader` gauge ([`metrics`]), [`status`] and [`binary`]. The webhook and
+//! provider-service turn it off. The provider-service client is the `peerpods-provider-client` crate.
 
 pub mod admin;
 pub mod args;
@@ -30,6 +31,8 @@ pub mod leader;
 #[cfg(feature = "controller")]
 pub mod metrics;
 pub mod shutdown;
+#[cfg(feature = "controller")]
+pub mod status;
 pub mod telemetry;
 pub mod tls;
 pub mod watch;

@@ -512,3 +512,21 @@ impl Controller {
         count_metric(&self.registry, name, labels)
     }
 }
+
+/// The fields of the status subresource `manager` owns by server-side apply (its `managedFields` entry with
+/// operation Apply), as the API server records them under `f:status` in `fieldsV1` (`f:state`,
+/// `f:conditions` with one `k:{"type":"..."}` per condition). None when `manager` never applied the status.
+pub fn applied_status_fields(p: &PeerPod, manager: &str) -> Option<serde_json::Value> {
+    p.metadata
+        .managed_fields
+        .as_ref()?
+        .iter()
+        .find(|entry| {
+            entry.manager.as_deref() == Some(manager)
+                && entry.operation.as_deref() == Some("Apply")
+                && entry.subresource.as_deref() == Some("status")
+        })?
+        .fields_v1
+        .as_ref()
+        .map(|fields| fields.0["f:status"].clone())
+}
