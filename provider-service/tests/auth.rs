@@ -11,26 +11,6 @@ use provider_service::auth::Caller;
 
 const AUDIENCE: &str = "provider-service";
 
-fn config_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    common::write_config(
-        dir.path(),
-        &[
-            ("CLOUD_PROVIDER", "libvirt"),
-            ("LIBVIRT_URI", "test:///default"),
-        ],
-    );
-    dir
-}
-
-fn with_token(token: &str) -> tonic::Request<pb::ListProvidersRequest> {
-    let mut request = tonic::Request::new(pb::ListProvidersRequest {});
-    request
-        .metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn only_allowed_service_accounts_with_our_audience_get_in() {
     let cp = testenv::shared();
@@ -40,19 +20,10 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
         namespace: ns.clone(),
         name: "peerpod-ctrl".into(),
     };
-    let dir = config_dir();
-    let server = common::start(
-        dir.path(),
-        common::Options {
-            auth: common::CallerAuth::TokenReview {
-                client: Some(admin.clone()),
-                audience: AUDIENCE.into(),
-                grants: vec![allowed.clone().into()],
-            },
-            ..common::Options::development()
-        },
-    )
-    .await;
+    let dir = common::libvirt_config_dir();
+    let server =
+        common::start_with_token_review(dir.path(), &admin, AUDIENCE, vec![allowed.clone().into()])
+            .await;
     let mut client = ProviderServiceClient::new(server.channel().await);
 
     // No token.
@@ -64,7 +35,7 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
 
     // Not a token at all.
     let status = client
-        .list_providers(with_token("garbage"))
+        .list_providers(common::list_providers_with_token("garbage"))
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
@@ -72,7 +43,7 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
     // A valid token of a ServiceAccount that is not in the allow-list.
     let intruder = testenv::service_account_token(&admin, &ns, "intruder", &[AUDIENCE]).await;
     let status = client
-        .list_providers(with_token(&intruder))
+        .list_providers(common::list_providers_with_token(&intruder))
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::PermissionDenied, "{status:?}");
@@ -86,7 +57,7 @@ async fn only_allowed_service_accounts_with_our_audience_get_in() {
     let elsewhere =
         testenv::service_account_token(&admin, &ns, "peerpod-ctrl", &["some-other-service"]).await;
     let status = client
-        .list_providers(with_token(&elsewhere))
+        .list_providers(common::list_providers_with_token(&elsewhere))
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
@@ -156,19 +127,8 @@ async fn callers_may_call_only_their_methods() {
     .iter()
     .map(|g| g.parse().unwrap())
     .collect();
-    let dir = config_dir();
-    let server = common::start(
-        dir.path(),
-        common::Options {
-            auth: common::CallerAuth::TokenReview {
-                client: Some(admin.clone()),
-                audience: AUDIENCE.into(),
-                grants,
-            },
-            ..common::Options::development()
-        },
-    )
-    .await;
+    let dir = common::libvirt_config_dir();
+    let server = common::start_with_token_review(dir.path(), &admin, AUDIENCE, grants).await;
     let channel = server.channel().await;
 
     let delete = |token: &str| {
@@ -254,7 +214,10 @@ async fn callers_may_call_only_their_methods() {
     client.delete_instance(delete(&caa)).await.unwrap();
     let refused = client.list_instances(list(&caa)).await.unwrap_err();
     assert_refused(refused, "caa", "ListInstances");
-    client.list_providers(with_token(&caa)).await.unwrap();
+    client
+        .list_providers(common::list_providers_with_token(&caa))
+        .await
+        .unwrap();
 
     // Refused methods are counted apart from refused callers.
     let refused = server

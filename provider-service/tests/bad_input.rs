@@ -9,18 +9,6 @@ use std::collections::HashMap;
 use peerpods_proto::v1 as pb;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn config_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    common::write_config(
-        dir.path(),
-        &[
-            ("CLOUD_PROVIDER", "libvirt"),
-            ("LIBVIRT_URI", "test:///default"),
-        ],
-    );
-    dir
-}
-
 fn delete(provider: &str, id: &str) -> pb::DeleteInstanceRequest {
     pb::DeleteInstanceRequest {
         cloud_provider: provider.into(),
@@ -34,7 +22,7 @@ const SOME_UUID: &str = "0b2e8b53-6f6e-4a4e-9d2b-3b1c2f1a0d4e";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_requests_get_precise_statuses() {
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let long = "x".repeat(5000);
@@ -144,7 +132,7 @@ fn reason(status: &tonic::Status) -> String {
 /// A message far above the limit is refused before it is decoded.
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_messages_are_refused() {
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let status = client
@@ -169,7 +157,7 @@ struct NotARequest {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn undecodable_messages_and_garbage_bytes_do_not_stop_the_server() {
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
 
     let mut grpc = tonic::client::Grpc::new(server.channel().await);

@@ -16,18 +16,6 @@ static LIBVIRT: Mutex<()> = Mutex::const_new(());
 
 const POOL: &str = "default-pool";
 
-fn config_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    common::write_config(
-        dir.path(),
-        &[
-            ("CLOUD_PROVIDER", "libvirt"),
-            ("LIBVIRT_URI", "test:///default"),
-        ],
-    );
-    dir
-}
-
 /// A persistent, running domain with one file-backed volume in the test pool and the given tags.
 /// Returns its UUID and the volume path.
 fn define_domain(conn: &Connect, tags: &[(&str, &str)]) -> (String, String) {
@@ -75,7 +63,7 @@ async fn delete_running_domain_removes_volume_and_definition() {
     let _serial = LIBVIRT.lock().await;
     let conn = Connect::open(Some("test:///default")).unwrap();
     let (uuid, path) = define_domain(&conn, &[]);
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
@@ -112,7 +100,7 @@ async fn delete_running_domain_removes_volume_and_definition() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_uuid_is_already_gone_and_malformed_is_invalid() {
     let _serial = LIBVIRT.lock().await;
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
@@ -152,7 +140,7 @@ async fn list_instances_matches_metadata_tags_only() {
     let cluster = uuid::Uuid::new_v4().to_string();
     let (tagged, _) = define_domain(&conn, &[("cluster", &cluster), ("role", "peerpod")]);
     let (other, _) = define_domain(&conn, &[("cluster", "someone-else")]);
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
 
@@ -211,7 +199,7 @@ async fn capacity_comes_from_the_host_and_defined_domains() {
     let _serial = LIBVIRT.lock().await;
     let conn = Connect::open(Some("test:///default")).unwrap();
     let node = conn.node_info().unwrap();
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let ask = || pb::GetCapacityRequest {
@@ -258,7 +246,7 @@ async fn capacity_comes_from_the_host_and_defined_domains() {
 #[tokio::test(flavor = "multi_thread")]
 async fn list_providers_reports_libvirt_healthy() {
     let _serial = LIBVIRT.lock().await;
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(dir.path(), common::Options::development()).await;
     let mut client = server.client().await;
     let providers = client

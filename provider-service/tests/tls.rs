@@ -18,18 +18,6 @@ fn issue(dir: &std::path::Path) -> String {
     cert.pem()
 }
 
-fn config_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    common::write_config(
-        dir.path(),
-        &[
-            ("CLOUD_PROVIDER", "libvirt"),
-            ("LIBVIRT_URI", "test:///default"),
-        ],
-    );
-    dir
-}
-
 async fn list_with_ca(url: &str, ca: &str, dir: &std::path::Path) -> Result<(), tonic::Status> {
     let ca_file = dir.join(format!("ca-{}.pem", uuid::Uuid::new_v4()));
     std::fs::write(&ca_file, ca).unwrap();
@@ -50,7 +38,7 @@ async fn list_with_ca(url: &str, ca: &str, dir: &std::path::Path) -> Result<(), 
 async fn tls_with_certificate_rotation() {
     let certs = tempfile::tempdir().unwrap();
     let first_ca = issue(certs.path());
-    let dir = config_dir();
+    let dir = common::libvirt_config_dir();
     let server = common::start(
         dir.path(),
         common::Options {

@@ -6,7 +6,6 @@
 mod common;
 
 use futures::StreamExt;
-use peerpods_proto::v1 as pb;
 use peerpods_proto::v1::provider_service_client::ProviderServiceClient;
 use provider_service::auth::Caller;
 use provider_service::metrics::ResultLabels;
@@ -14,14 +13,6 @@ use provider_service::metrics::ResultLabels;
 const AUDIENCE: &str = "provider-service";
 /// Garbage tokens sent: more than the 4096 entries the whole cache held before.
 const GARBAGE: usize = 4200;
-
-fn with_token(token: &str) -> tonic::Request<pb::ListProvidersRequest> {
-    let mut request = tonic::Request::new(pb::ListProvidersRequest {});
-    request
-        .metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    request
-}
 
 fn reviews(server: &common::TestServer, result: &'static str) -> u64 {
     server
@@ -40,33 +31,17 @@ async fn one_review_per_token_and_garbage_evicts_no_good_caller() {
         namespace: ns.clone(),
         name: "cloud-api-adaptor".into(),
     };
-    let dir = tempfile::tempdir().unwrap();
-    common::write_config(
-        dir.path(),
-        &[
-            ("CLOUD_PROVIDER", "libvirt"),
-            ("LIBVIRT_URI", "test:///default"),
-        ],
-    );
-    let server = common::start(
-        dir.path(),
-        common::Options {
-            auth: common::CallerAuth::TokenReview {
-                client: Some(admin.clone()),
-                audience: AUDIENCE.into(),
-                grants: vec![caller.clone().into()],
-            },
-            ..common::Options::development()
-        },
-    )
-    .await;
+    let dir = common::libvirt_config_dir();
+    let server =
+        common::start_with_token_review(dir.path(), &admin, AUDIENCE, vec![caller.clone().into()])
+            .await;
     let client = ProviderServiceClient::new(server.channel().await);
     let token = testenv::service_account_token(&admin, &ns, "cloud-api-adaptor", &[AUDIENCE]).await;
 
     // Fifty concurrent calls with one token nobody reviewed yet.
     let calls = (0..50).map(|_| {
         let mut client = client.clone();
-        let request = with_token(&token);
+        let request = common::list_providers_with_token(&token);
         async move { client.list_providers(request).await }
     });
     for answer in futures::future::join_all(calls).await {
@@ -84,7 +59,7 @@ async fn one_review_per_token_and_garbage_evicts_no_good_caller() {
             let mut client = client.clone();
             async move {
                 client
-                    .list_providers(with_token(&format!("garbage-{i}")))
+                    .list_providers(common::list_providers_with_token(&format!("garbage-{i}")))
                     .await
             }
         })
@@ -102,7 +77,7 @@ async fn one_review_per_token_and_garbage_evicts_no_good_caller() {
     // The good caller is still cached: no second review.
     client
         .clone()
-        .list_providers(with_token(&token))
+        .list_providers(common::list_providers_with_token(&token))
         .await
         .expect("still let in");
     assert_eq!(

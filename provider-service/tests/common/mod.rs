@@ -64,6 +64,54 @@ impl Options {
     }
 }
 
+/// A fresh config directory holding `pairs` (see [`write_config`]).
+pub fn config_dir(pairs: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), pairs);
+    dir
+}
+
+/// A fresh config directory for libvirt's test driver (`test:///default`, development mode only).
+pub fn libvirt_config_dir() -> tempfile::TempDir {
+    config_dir(&[
+        ("CLOUD_PROVIDER", "libvirt"),
+        ("LIBVIRT_URI", "test:///default"),
+    ])
+}
+
+/// A ListProviders request carrying `token` as its bearer token.
+pub fn list_providers_with_token(
+    token: &str,
+) -> tonic::Request<peerpods_proto::v1::ListProvidersRequest> {
+    let mut request = tonic::Request::new(peerpods_proto::v1::ListProvidersRequest {});
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+/// provider-service in development mode on `config_dir`, letting in the callers of `grants` whose tokens the
+/// API server behind `admin` reviews as issued for `audience`.
+pub async fn start_with_token_review(
+    config_dir: &Path,
+    admin: &kube::Client,
+    audience: &str,
+    grants: Vec<provider_service::auth::Grant>,
+) -> TestServer {
+    start(
+        config_dir,
+        Options {
+            auth: CallerAuth::TokenReview {
+                client: Some(admin.clone()),
+                audience: audience.into(),
+                grants,
+            },
+            ..Options::development()
+        },
+    )
+    .await
+}
+
 /// Writes each key as a file, atomically (a temporary file renamed into place), as the kubelet updates a
 /// mounted ConfigMap: a reload that polls in between never sees a truncated file, which would read as an empty
 /// value (= the default) and switch to a config the test never meant.
