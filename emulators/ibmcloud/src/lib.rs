@@ -1,11 +1,13 @@
 //! A local emulator of the IBM Cloud endpoints provider-service's `ibmcloud` and
-//! `ibmcloud-powervs` backends call, for tests: [`VpcEmulator`] (IAM, VPC API, Global Tagging)
+//! `ibmcloud-powervs` backends call, for tests: [`VpcEmulator`] (IAM, VPC API, Global Tagging,
+//! Global Search)
 //! and [`PowerVsEmulator`] (IAM, Power Cloud API, Global Tagging). Each is an axum server on
 //! 127.0.0.1, on its own thread, stopped when dropped; answers are built from the fixtures in
 //! `fixtures/` (see the README for their sources).
 
 mod common;
 mod powervs;
+mod search;
 mod vpc;
 
 pub use common::{ACCOUNT_ID, API_KEY, IbmEmulator, Knobs};

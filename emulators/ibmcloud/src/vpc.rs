@@ -1,8 +1,10 @@
 //! The IBM Cloud VPC emulator: IAM's token endpoint, the VPC API endpoints the backend calls
-//! (instances, their network interfaces' floating IPs, floating IPs) and Global Tagging.
+//! (instances, their network interfaces' floating IPs, floating IPs), Global Tagging and Global
+//! Search (`POST /v3/resources/search`, see [`crate::search`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -18,6 +20,7 @@ use crate::common::{
     iam_token, injected, layer_fault, lock, no_content, request_line, tag_list, url_decode_form,
     uuid_like, verbatim,
 };
+use crate::search;
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
 const INSTANCE_COLLECTION: &str = include_str!("../fixtures/vpc_instance_collection.json");
@@ -41,6 +44,8 @@ struct VpcInstance {
     status: String,
     /// After a DELETE: how many more GETs still show `deleting`.
     deleting_polls_left: u32,
+    /// When it was created (Global Search shows it only `search_lag` later).
+    created: Instant,
 }
 
 struct FloatingIp {
@@ -63,6 +68,12 @@ struct VpcState {
     /// User tags by CRN (Global Tagging).
     tags: BTreeMap<String, Vec<String>>,
     deleting_polls: u32,
+    /// Instances of other regions: the regional VPC API never shows them, Global Search (which
+    /// is global) does.
+    other_regions: Vec<search::Document>,
+    /// How long after its creation an instance stays missing from Global Search.
+    search_lag: Duration,
+    cursors: search::Cursors,
 }
 
 /// A running VPC emulator on 127.0.0.1.
@@ -77,6 +88,7 @@ impl VpcEmulator {
     pub fn start() -> std::io::Result<Self> {
         let state: Shared<VpcState> = Arc::new(Mutex::new(VpcState {
             deleting_polls: 2,
+            search_lag: search::lag_from_env(),
             ..VpcState::default()
         }));
         let faults = Arc::new(FaultLayer::from_env());
@@ -101,6 +113,32 @@ impl VpcEmulator {
     pub fn trust_profile(&self, profile_id: &str, cr_token: &str) {
         lock(&self.state).knobs.trusted_profile =
             Some((profile_id.to_owned(), cr_token.to_owned()));
+    }
+
+    /// Global Search's eventual consistency: an instance created less than `lag` ago is missing
+    /// from search results (default 0, or `PEERPODS_EMULATOR_SEARCH_LAG_SECS`).
+    pub fn set_search_lag(&self, lag: Duration) {
+        lock(&self.state).search_lag = lag;
+    }
+
+    /// An instance of another region's VPC (`zone`, e.g. `eu-de-1`) with `tags`: only Global
+    /// Search sees it. Returns its id.
+    pub fn create_vm_in_zone(&self, name: &str, tags: &[(&str, &str)], zone: &str) -> String {
+        let mut state = lock(&self.state);
+        state.seq += 1;
+        let id = format!("07k7_{}", uuid_like(state.seq, 0x9c41_02de));
+        let crn = format!("crn:v1:bluemix:public:is:{zone}:a/{ACCOUNT_ID}::instance:{id}");
+        let document = search::Document {
+            crn,
+            name: name.to_owned(),
+            family: "is".into(),
+            kind: "instance".into(),
+            region: search::region_of_zone(zone),
+            tags: tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
+            creation_date: None,
+        };
+        state.other_regions.push(document);
+        id
     }
 
     /// How many GETs an instance stays `deleting` after its DELETE (default 2).
@@ -144,6 +182,7 @@ impl VpcEmulator {
                 memory_gib,
                 status: "running".into(),
                 deleting_polls_left: 0,
+                created: Instant::now(),
             },
         );
         id
@@ -222,6 +261,7 @@ impl CloudEmulator for VpcEmulator {
             ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
             ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
             ("IBMCLOUD_TAGGING_ENDPOINT", url.clone()),
+            ("IBMCLOUD_SEARCH_ENDPOINT", url.clone()),
             ("IBMCLOUD_ZONE", ZONE.to_owned()),
             ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
             ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
@@ -311,6 +351,9 @@ async fn handle(
         }
         return match (&method, path.as_slice()) {
             (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
+            (&Method::POST, ["v3", "resources", "search"]) => {
+                search_resources(&mut state, &query, &body)
+            }
             _ => not_found(uri.path(), "route not found"),
         };
     }
@@ -433,6 +476,52 @@ fn list_instances(state: &VpcState, query: &BTreeMap<String, String>) -> Respons
         }
     }
     answer(StatusCode::OK, &body)
+}
+
+/// What Global Search indexes of this account: the region's instances (once `search_lag` has
+/// passed since their creation) with their user tags, its floating IPs, and the instances of
+/// other regions.
+fn search_documents(state: &VpcState) -> Vec<search::Document> {
+    let region = search::region_of_zone(ZONE);
+    let instances = state
+        .instances
+        .iter()
+        .filter(|(_, i)| i.created.elapsed() >= state.search_lag)
+        .map(|(_, i)| search::Document {
+            crn: i.crn.clone(),
+            name: i.name.clone(),
+            family: "is".into(),
+            kind: "instance".into(),
+            region: region.clone(),
+            tags: state.tags.get(&i.crn).cloned().unwrap_or_default(),
+            creation_date: Some(i.created_at.clone()),
+        });
+    let floating_ips = state.floating_ips.iter().map(|(id, ip)| search::Document {
+        crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::floating-ip:{id}"),
+        name: ip.name.clone(),
+        family: "is".into(),
+        kind: "floating-ip".into(),
+        region: region.clone(),
+        tags: Vec::new(),
+        creation_date: None,
+    });
+    instances
+        .chain(floating_ips)
+        .chain(state.other_regions.iter().cloned())
+        .collect()
+}
+
+/// `POST /v3/resources/search`.
+fn search_resources(
+    state: &mut VpcState,
+    query: &BTreeMap<String, String>,
+    body: &[u8],
+) -> Response {
+    let documents = search_documents(state);
+    match search::answer(&mut state.cursors, &documents, query, body) {
+        Ok(page) => answer(StatusCode::OK, &page),
+        Err(message) => bad_request(&message),
+    }
 }
 
 fn get_instance(state: &mut VpcState, id: &str) -> Response {
