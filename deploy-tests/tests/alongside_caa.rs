@@ -8,13 +8,11 @@
 mod caa;
 mod support;
 
-use std::time::Duration;
-
 use caa::*;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DynamicObject};
 use support::*;
 
 fn helm_owner(crd: &CustomResourceDefinition) -> (Option<String>, Option<String>) {
@@ -61,41 +59,16 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
     let live_peerpod = caa_records_vm(&caa, &live, &kept_vm).await;
 
     // 1. CAA's cleanup controller off, so only ours acts on PeerPods.
-    helm_ok(
-        cp,
-        &[
-            "upgrade",
-            CAA_RELEASE,
-            &chart,
-            "--namespace",
-            CAA_NS,
-            "--reuse-values",
-            "--set",
-            "resourceCtrl.enabled=false",
-        ],
-    )
-    .await;
+    turn_off_upstream_controller(cp, &chart).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
     assert!(
-        deployments
-            .get_opt("peerpodctrl-controller-manager")
-            .await
-            .expect("get")
-            .is_none(),
+        !exists(&deployments, "peerpodctrl-controller-manager").await,
         "resourceCtrl.enabled=false removes upstream's peerpod-ctrl"
     );
 
     // 2. The CRDs: Helm will not adopt CAA's PeerPod CRD by itself; with --take-ownership it does, and the
     //    CRD becomes ours (our schema and columns) with every PeerPod kept.
-    let crd_install = [
-        "upgrade",
-        "--install",
-        "peerpods-crds",
-        CRD_CHART,
-        "--namespace",
-        "default",
-    ];
-    let (ok, _, err) = helm(cp, &crd_install).await;
+    let (ok, _, err) = helm(cp, &INSTALL_CRDS).await;
     assert!(
         !ok && err.contains("invalid ownership metadata"),
         "peerpods-crds installed over CAA's CRD without taking it over: {err}"
@@ -104,7 +77,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         printer_columns(&crds.get(PEERPODS_CRD).await.expect("CRD")).is_empty(),
         "the refused install left CAA's CRD alone"
     );
-    helm_ok(cp, &[&crd_install[..], &["--take-ownership"][..]].concat()).await;
+    helm_ok(cp, &[&INSTALL_CRDS[..], &["--take-ownership"][..]].concat()).await;
     let crd = crds.get(PEERPODS_CRD).await.expect("PeerPod CRD");
     assert_eq!(
         helm_owner(&crd),
@@ -122,20 +95,13 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         printer_columns(&crd)
     );
     assert!(
-        crds.get_opt("peerpodconfigs.confidentialcontainers.org")
-            .await
-            .expect("get")
-            .is_some(),
+        exists(&crds, "peerpodconfigs.confidentialcontainers.org").await,
         "peerpods-crds installs the CRD CAA's chart lacks"
     );
     let peerpods: Api<DynamicObject> =
         Api::namespaced_with(admin.clone(), &workloads, &peerpod_resource());
     assert!(
-        peerpods
-            .get_opt(&live_peerpod)
-            .await
-            .expect("get")
-            .is_some(),
+        exists(&peerpods, &live_peerpod).await,
         "the PeerPod made before the CRD changed hands is kept"
     );
 
@@ -168,20 +134,10 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         config_ctrl.is_empty(),
         "peerPodConfigCtrl.enabled=false still renders: {config_ctrl:?}"
     );
-    assert!(
-        deployments
-            .get_opt(&format!("{OUR_RELEASE}-peer-pod-config-ctrl"))
-            .await
-            .expect("get")
-            .is_none()
-    );
+    assert!(!exists(&deployments, &format!("{OUR_RELEASE}-peer-pod-config-ctrl")).await);
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CAA_NS);
     assert!(
-        accounts
-            .get_opt("peer-pods-webhook")
-            .await
-            .expect("get")
-            .is_none(),
+        !exists(&accounts, "peer-pods-webhook").await,
         "no webhook ServiceAccount without peer-pod-config-ctrl"
     );
 
@@ -196,17 +152,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
     // The cleanup story: CAA (still caa_client: its ServiceAccount is CAA's chart's) records a VM; the Pod goes;
     // the garbage collector deletes the PeerPod; our peerpod-ctrl deletes the VM and releases the finalizer.
     let caa = caa_client(cp).await;
-    let doomed = workload_pod(&pods, "doomed").await;
-    let doomed_peerpod = caa_records_vm(&caa, &doomed, &cleaned_vm).await;
-    pods.delete("doomed", &DeleteParams::background())
-        .await
-        .expect("delete Pod");
-    testenv::wait_for(
-        &format!("PeerPod {doomed_peerpod} cleaned up and gone"),
-        Duration::from_secs(120),
-        || async { matches!(peerpods.get_opt(&doomed_peerpod).await, Ok(None)).then_some(()) },
-    )
-    .await;
+    caa_vm_cleaned_up(&caa, &pods, &peerpods, "doomed", &cleaned_vm).await;
     let vms = ours.vms().await;
     assert!(!vms.contains(&cleaned_vm), "VM {cleaned_vm} left: {vms:?}");
     assert!(vms.contains(&kept_vm), "the live Pod's VM went: {vms:?}");
@@ -220,11 +166,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         "one delete, of the deleted Pod's VM, by our peerpod-ctrl"
     );
     assert!(
-        peerpods
-            .get_opt(&live_peerpod)
-            .await
-            .expect("get")
-            .is_some(),
+        exists(&peerpods, &live_peerpod).await,
         "the live Pod's PeerPod stays"
     );
 }

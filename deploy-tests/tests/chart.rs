@@ -21,7 +21,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use peerpods_proto::v1::{GetCapacityRequest, ListInstancesRequest};
-use peerpods_provider_client::{ProviderClientConfig, connect};
 use support::*;
 
 /// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
@@ -279,20 +278,9 @@ async fn default_values_fail_without_a_cluster_tag() {
     let cp = control_plane();
     let client = cp.client().await;
     let ns = testenv::namespace(&client, "no-cluster-tag").await;
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
-    let (ok, _, err) = run(
-        &tool("helm"),
-        &[
-            "install",
-            "x",
-            CHART,
-            "--skip-crds",
-            "--namespace",
-            &ns,
-            "--kubeconfig",
-            &kubeconfig,
-        ],
-        None,
+    let (ok, _, err) = helm(
+        cp,
+        &["install", "x", CHART, "--skip-crds", "--namespace", &ns],
     )
     .await;
     assert!(!ok && err.contains("no cluster tag"), "helm install: {err}");
@@ -333,14 +321,6 @@ async fn default_values_fail_without_a_cluster_tag() {
     }
 }
 
-/// A libvirt test-driver host with one peer-pod VM; provider-service opens it as `test:///<file>`.
-fn libvirt_host(uuid: &str) -> String {
-    format!(
-        "<node>\n  <domain type='test'>\n    <name>peerpod-vm</name>\n    <uuid>{uuid}</uuid>\n    \
-         <memory>1048576</memory>\n    <vcpu>1</vcpu>\n    <os><type>hvm</type></os>\n  </domain>\n</node>\n"
-    )
-}
-
 async fn sa_client(
     cp: &testenv::ControlPlane,
     admin: &kube::Client,
@@ -369,14 +349,13 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let release = ns.clone();
     let fullname = format!("{release}-peerpods");
     let work = tempfile::tempdir().expect("temp dir");
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
 
     // helm install, as a user would (no --wait: the local control plane has no kubelet to run Pods).
     let installed = {
         let _crds = CRDS.lock().await;
         let started = Instant::now();
-        run_ok(
-            &tool("helm"),
+        helm_ok(
+            cp,
             &[
                 "install",
                 &release,
@@ -385,10 +364,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
                 DEV_VALUES,
                 "--namespace",
                 &ns,
-                "--kubeconfig",
-                &kubeconfig,
             ],
-            None,
         )
         .await;
         started.elapsed()
@@ -404,7 +380,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     // The operator's provider configuration: libvirt's test driver with one VM.
     let vm = uuid::Uuid::new_v4().to_string();
     let host = work.path().join("libvirt-host.xml");
-    std::fs::write(&host, libvirt_host(&vm)).expect("libvirt host file");
+    std::fs::write(&host, libvirt_host(std::slice::from_ref(&vm))).expect("libvirt host file");
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("peer-pods-cm".into());
@@ -428,8 +404,8 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     // An upgrade keeps provider-service's certificate (and so the CA every client trusts).
     let tls_secret = format!("{fullname}-provider-service-tls");
     let issued = secrets.get(&tls_secret).await.expect("TLS Secret").data;
-    run_ok(
-        &tool("helm"),
+    helm_ok(
+        cp,
         &[
             "upgrade",
             &release,
@@ -438,10 +414,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             DEV_VALUES,
             "--namespace",
             &ns,
-            "--kubeconfig",
-            &kubeconfig,
         ],
-        None,
     )
     .await;
     let kept = secrets.get(&tls_secret).await.expect("TLS Secret").data;
@@ -451,76 +424,22 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     );
 
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let ps_deploy = deployments
-        .get(&format!("{fullname}-provider-service"))
-        .await
-        .expect("provider-service Deployment");
-    let pc_deploy = deployments
-        .get(&format!("{fullname}-peerpod-ctrl"))
-        .await
-        .expect("peerpod-ctrl Deployment");
-    let cc_deploy = deployments
-        .get(&format!("{fullname}-peer-pod-config-ctrl"))
-        .await
-        .expect("peer-pod-config-ctrl Deployment");
-    let sa_of = |d: &Deployment| {
-        d.spec
-            .template
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.clone())
-            .expect("serviceAccountName")
-    };
-    let (_, ps_client) = sa_client(cp, &admin, &ns, &sa_of(&ps_deploy)).await;
-    let (_, pc_client) = sa_client(cp, &admin, &ns, &sa_of(&pc_deploy)).await;
-    let (_, cc_client) = sa_client(cp, &admin, &ns, &sa_of(&cc_deploy)).await;
+    let ps_deploy = deployment_of(&deployments, &fullname, "provider-service").await;
+    let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
+    let cc_deploy = deployment_of(&deployments, &fullname, "peer-pod-config-ctrl").await;
+    let (_, ps_client) = sa_client(cp, &admin, &ns, &service_account_of(&ps_deploy)).await;
+    let (_, pc_client) = sa_client(cp, &admin, &ns, &service_account_of(&pc_deploy)).await;
+    let (_, cc_client) = sa_client(cp, &admin, &ns, &service_account_of(&cc_deploy)).await;
     let (_, caa_client) = sa_client(cp, &admin, &ns, "cloud-api-adaptor").await;
 
-    // provider-service: its volumes laid out as a kubelet would (read as the admin: provider-service itself
-    // reads only the mounted files, and the chart lets it read nothing else).
-    let ps_dir = work.path().join("provider-service");
-    let cm_name = config_map_of(&ps_deploy, "config");
-    let secret_name = secret_of(&ps_deploy, "credentials");
-    let tls_name = secret_of(&ps_deploy, "tls");
-    let own_cm = config_maps
-        .get(&cm_name)
-        .await
-        .expect("peer-pods-cm for the config volume");
-    let own_secret = secrets
-        .get(&secret_name)
-        .await
-        .expect("peer-pods-secret for the credentials volume");
-    let tls = secrets
-        .get(&tls_name)
-        .await
-        .expect("TLS Secret from the chart");
-    let mounted = |name: &str| ps_dir.join(mount_path(&ps_deploy, name).trim_start_matches('/'));
-    mount_files(
-        &mounted("config"),
-        &own_cm
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.into_bytes()))
-            .collect(),
-    );
-    mount_files(&mounted("credentials"), &secret_files(&own_secret));
-    mount_files(&mounted("tls"), &secret_files(&tls));
-    let ps_kubeconfig = work.path().join("provider-service.kubeconfig");
-    // The service's own token: the RBAC check below counts its requests, not the test's.
-    let ps_token = testenv::service_account_token(&admin, &ns, &sa_of(&ps_deploy), &[]).await;
-    token_kubeconfig(cp, &ps_kubeconfig, &ps_token);
-    let grpc_port = free_port();
-    let ps_admin: std::net::SocketAddr =
-        format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-    let ps_env = provider_service_env(
-        &ps_deploy,
-        &ps_dir,
+    // provider-service: its volumes laid out as a kubelet would; its own token, as the RBAC check below
+    // counts its requests, not the test's.
+    let ProviderServiceLayout {
+        env: ps_env,
         grpc_port,
-        ps_admin,
-        work.path(),
-        &ps_kubeconfig,
-    );
+        admin: ps_admin,
+        token: ps_token,
+    } = lay_out_provider_service(cp, &admin, &ns, &ps_deploy, work.path()).await;
     let mut provider = Service::start(
         "provider-service",
         &service_binary("provider-service"),
@@ -535,79 +454,39 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let start_controller =
         async |name: &str, replica: u32, deployment: &Deployment, client_for_api: &str| {
             let pod = format!("{name}-{replica}");
-            let dir = work.path().join(&pod);
-            let projected = volume(deployment, "provider-service")
-                .projected
-                .clone()
-                .expect("projected volume");
-            let sources = projected.sources.unwrap_or_default();
-            let audience = sources
-                .iter()
-                .find_map(|s| s.service_account_token.as_ref())
-                .and_then(|t| t.audience.clone())
-                .expect("token audience");
-            let ca_secret = sources
-                .iter()
-                .find_map(|s| s.secret.as_ref())
-                .map(|s| s.name.clone())
-                .expect("CA secret");
-            let sa = sa_of(deployment);
-            let provider_token =
-                testenv::service_account_token(&admin, &ns, &sa, &[&audience]).await;
-            let ca = secrets.get(&ca_secret).await.expect("CA Secret");
-            let mount = dir.join("mount");
-            mount_files(
-                &mount,
-                &BTreeMap::from([
-                    ("token".to_string(), provider_token.into_bytes()),
-                    (
-                        "ca.crt".to_string(),
-                        secret_files(&ca).remove("ca.crt").expect("ca.crt"),
-                    ),
-                ]),
-            );
-            let kubeconfig = dir.join("kubeconfig");
-            token_kubeconfig(cp, &kubeconfig, client_for_api);
-            let admin_addr: std::net::SocketAddr =
-                format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-            let mut env = container_env(deployment, &pod);
-            relocate(
-                &mut env,
-                &mount_path(deployment, "provider-service"),
-                &mount,
-            );
-            let endpoint = env
-                .get("PROVIDER_ENDPOINT")
-                .cloned()
-                .expect("PROVIDER_ENDPOINT");
-            let host = endpoint
-                .trim_start_matches("https://")
-                .rsplit_once(':')
-                .map(|(h, _)| h.to_string())
-                .expect("https endpoint");
-            env.insert(
-                "PROVIDER_ENDPOINT".into(),
-                format!("https://127.0.0.1:{grpc_port}"),
-            );
-            env.insert("PROVIDER_SERVER_NAME".into(), host);
-            env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
-            env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+            let ControllerLayout {
+                env,
+                admin: admin_addr,
+                ..
+            } = lay_out_controller(
+                cp,
+                &admin,
+                &ns,
+                deployment,
+                &pod,
+                client_for_api,
+                grpc_port,
+                work.path(),
+            )
+            .await;
             let mut service =
                 Service::start(&pod, &service_binary(name), &env, admin_addr, work.path());
             service.wait_ready().await;
             (service, env)
         };
-    let pc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&pc_deploy), &[]).await;
+    let pc_api_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&pc_deploy), &[]).await;
     let (peerpod_ctrl, pc_env) =
         start_controller("peerpod-ctrl", 0, &pc_deploy, &pc_api_token).await;
-    let cc_api_token = testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
+    let cc_api_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&cc_deploy), &[]).await;
     let (config_ctrl, _) =
         start_controller("peer-pod-config-ctrl", 0, &cc_deploy, &cc_api_token).await;
     // Each controller's second replica gets a token of its own, so the audit log tells its requests apart.
     let pc_standby_token =
-        testenv::service_account_token(&admin, &ns, &sa_of(&pc_deploy), &[]).await;
+        testenv::service_account_token(&admin, &ns, &service_account_of(&pc_deploy), &[]).await;
     let cc_follower_token =
-        testenv::service_account_token(&admin, &ns, &sa_of(&cc_deploy), &[]).await;
+        testenv::service_account_token(&admin, &ns, &service_account_of(&cc_deploy), &[]).await;
     let pc_standby_credential = testenv::credential_id(&admin, &pc_standby_token).await;
     let cc_follower_credential = testenv::credential_id(&admin, &cc_follower_token).await;
     // The credentials our services run with, as the API server names them in its audit log.
@@ -676,14 +555,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let token_file = work.path().join(format!("caller-token-{call}"));
         std::fs::write(&token_file, token).expect("token file");
-        connect(&ProviderClientConfig {
-            endpoint: format!("https://127.0.0.1:{grpc_port}"),
-            ca_file: Some(ca_file.clone()),
-            tls_server_name: Some(server_name.clone()),
-            token_file: Some(token_file),
-            timeout: Some(Duration::from_secs(10)),
-        })
-        .expect("provider client")
+        provider_client(grpc_port, &ca_file, &server_name, &token_file)
     };
     let list_vms = async |token: &str| {
         caller(token)
@@ -731,17 +603,8 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     // Pod; the Pod is deleted; the garbage collector deletes the PeerPod; peerpod-ctrl deletes the VM through
     // provider-service and releases the finalizer.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "workload"},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
-    }))
-    .expect("Pod");
-    let pod = pods
-        .create(&PostParams::default(), &pod)
-        .await
-        .expect("create Pod");
-    let gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod");
-    let resource = ApiResource::from_gvk_with_plural(&gvk, "peerpods");
+    let pod = workload_pod(&pods, "workload").await;
+    let resource = peerpod_resource();
     let peerpod: DynamicObject = serde_json::from_value(serde_json::json!({
         "apiVersion": "confidentialcontainers.org/v1alpha1",
         "kind": "PeerPod",
@@ -763,12 +626,11 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await
         .expect("delete Pod");
     let peerpods: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
-    testenv::wait_for(
+    wait_gone(
         "PeerPod gone (VM deleted, finalizer released)",
+        &peerpods,
+        "workload-resource-x7k2p",
         Duration::from_secs(60),
-        || async {
-            matches!(peerpods.get_opt("workload-resource-x7k2p").await, Ok(None)).then_some(())
-        },
     )
     .await;
     let vms = list_vms(&peerpod_ctrl_token)
@@ -860,15 +722,13 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
             caa_env[key]
         );
     }
-    let mut caa = connect(&ProviderClientConfig {
-        // The Service name resolves in a cluster; here provider-service listens on loopback.
-        endpoint: format!("https://127.0.0.1:{grpc_port}"),
-        ca_file: Some(mount.join("ca.crt")),
-        tls_server_name: Some(server_name.clone()),
-        token_file: Some(mount.join("token")),
-        timeout: Some(Duration::from_secs(10)),
-    })
-    .expect("CAA's client");
+    // The Service name resolves in a cluster; here provider-service listens on loopback.
+    let mut caa = provider_client(
+        grpc_port,
+        &mount.join("ca.crt"),
+        &server_name,
+        &mount.join("token"),
+    );
     caa.get_capacity(GetCapacityRequest {
         cloud_provider: "libvirt".into(),
     })
@@ -917,20 +777,15 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .create(&PostParams::default(), &newer)
         .await
         .expect("CAA creates the second PeerPod");
-    testenv::wait_for(
+    wait_gone(
         "the older PeerPod of the Pod deleted and cleaned up",
+        &peerpods,
+        "retried-resource-aaaaa",
         Duration::from_secs(60),
-        || async {
-            matches!(peerpods.get_opt("retried-resource-aaaaa").await, Ok(None)).then_some(())
-        },
     )
     .await;
     assert!(
-        peerpods
-            .get_opt("retried-resource-bbbbb")
-            .await
-            .expect("get")
-            .is_some(),
+        exists(&peerpods, "retried-resource-bbbbb").await,
         "the newer PeerPod stays"
     );
 
@@ -954,22 +809,14 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await
         .expect("delete Pod");
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
-    testenv::wait_for(
+    testenv::wait_for_event(
         "a repeated Warning Event about the PeerPod's cleanup",
+        &events,
         Duration::from_secs(60),
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                        == Some("flaky-resource-ccccc")
-                        && e.type_.as_deref() == Some("Warning")
-                        && e.series.as_ref().is_some_and(|s| s.count >= 2)
-                })
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("flaky-resource-ccccc")
+                && e.type_.as_deref() == Some("Warning")
+                && e.series.as_ref().is_some_and(|s| s.count >= 2)
         },
     )
     .await;
@@ -998,10 +845,11 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await
         .expect("delete Pod");
     for name in ["flaky-resource-ccccc", "retried-resource-bbbbb"] {
-        testenv::wait_for(
+        wait_gone(
             &format!("PeerPod {name} cleaned up"),
+            &peerpods,
+            name,
             Duration::from_secs(120),
-            || async { matches!(peerpods.get_opt(name).await, Ok(None)).then_some(()) },
         )
         .await;
     }
@@ -1037,7 +885,11 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         "provider-service listed Secrets"
     );
     assert!(
-        forbidden(credentials(&ps_client).get(&tls_name).await),
+        forbidden(
+            credentials(&ps_client)
+                .get(&secret_of(&ps_deploy, "tls"))
+                .await
+        ),
         "provider-service read its serving certificate through the API"
     );
     assert!(
@@ -1088,19 +940,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
          path needs them:\n  {}",
         unused.join("\n  ")
     );
-    run_ok(
-        &tool("helm"),
-        &[
-            "uninstall",
-            &release,
-            "--namespace",
-            &ns,
-            "--kubeconfig",
-            &kubeconfig,
-        ],
-        None,
-    )
-    .await;
+    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
 }
 
 /// Waits until the API server's audit log shows an allowed watch on the Lease `lease` in `ns`, made with
@@ -1128,18 +968,6 @@ async fn lease_watch_seen(cp: &testenv::ControlPlane, credential: &str, ns: &str
         },
     )
     .await;
-}
-
-/// A Pod of a workload (it never runs: the local control plane has no kubelet).
-async fn workload_pod(pods: &Api<Pod>, name: &str) -> Pod {
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
-    }))
-    .expect("Pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create Pod")
 }
 
 /// A PeerPod as cloud-api-adaptor records a VM: owned by the Pod, with its finalizer.
@@ -1198,20 +1026,13 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
         .expect("change the limit");
     capacity("the worker advertises the new limit", |v| v == Some("1")).await;
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), ns);
-    testenv::wait_for(
+    testenv::wait_for_event(
         "one CapacityChanged Event, counted twice",
+        &events,
         Duration::from_secs(30),
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("CapacityChanged")
-                        && e.series.as_ref().is_some_and(|s| s.count >= 2)
-                })
+        |e| {
+            e.reason.as_deref() == Some("CapacityChanged")
+                && e.series.as_ref().is_some_and(|s| s.count >= 2)
         },
     )
     .await;
@@ -1219,10 +1040,11 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
         .delete("peerpodconfig", &DeleteParams::default())
         .await
         .expect("delete PeerPodConfig");
-    testenv::wait_for(
+    wait_gone(
         "the PeerPodConfig cleaned up and gone",
+        &configs,
+        "peerpodconfig",
         Duration::from_secs(60),
-        || async { matches!(configs.get_opt("peerpodconfig").await, Ok(None)).then_some(()) },
     )
     .await;
     capacity("no peer-pod VMs advertised any more", |v| {
@@ -1232,11 +1054,11 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
     let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(admin.clone());
     assert!(
-        webhooks
-            .get_opt("peer-pods-webhook-mutating-webhook-configuration")
-            .await
-            .expect("get")
-            .is_none(),
+        !exists(
+            &webhooks,
+            "peer-pods-webhook-mutating-webhook-configuration"
+        )
+        .await,
         "the webhook configuration was removed"
     );
     nodes

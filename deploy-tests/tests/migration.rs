@@ -18,7 +18,9 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
-use support::wait_established;
+use support::{
+    exists, helm_ok, kubectl_ok, peerpod_resource, wait_established, wait_gone, workload_pod,
+};
 
 /// docs/migrating.md, step 1, for Helm before 3.17: the ownership metadata `peerpods-crds` (in `default`) needs.
 const ADOPT_PATCH: &str = r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":"Helm"},"annotations":{"meta.helm.sh/release-name":"peerpods-crds","meta.helm.sh/release-namespace":"default"}}}"#;
@@ -52,20 +54,8 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
     let chart = install_caa(cp, work.path(), &on_host).await;
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
     let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
-    assert!(
-        deployments
-            .get_opt("peerpodctrl-controller-manager")
-            .await
-            .expect("get")
-            .is_some()
-    );
-    assert!(
-        cluster_roles
-            .get_opt("peerpodctrl-manager-role")
-            .await
-            .expect("get")
-            .is_some()
-    );
+    assert!(exists(&deployments, "peerpodctrl-controller-manager").await);
+    assert!(exists(&cluster_roles, "peerpodctrl-manager-role").await);
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     wait_established(&crds, PEERPODS_CRD).await;
 
@@ -122,33 +112,9 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
         ],
     )
     .await;
-    helm_ok(
-        cp,
-        &[
-            "upgrade",
-            "--install",
-            "peerpods-crds",
-            CRD_CHART,
-            "--namespace",
-            "default",
-        ],
-    )
-    .await;
+    helm_ok(cp, &INSTALL_CRDS).await;
     // 2. Upstream's controller off, and gone before ours starts.
-    helm_ok(
-        cp,
-        &[
-            "upgrade",
-            CAA_RELEASE,
-            &chart,
-            "--namespace",
-            CAA_NS,
-            "--reuse-values",
-            "--set",
-            "resourceCtrl.enabled=false",
-        ],
-    )
-    .await;
+    turn_off_upstream_controller(cp, &chart).await;
     kubectl_ok(
         cp,
         &[
@@ -163,19 +129,9 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
         ],
     )
     .await;
+    assert!(!exists(&deployments, "peerpodctrl-controller-manager").await);
     assert!(
-        deployments
-            .get_opt("peerpodctrl-controller-manager")
-            .await
-            .expect("get")
-            .is_none()
-    );
-    assert!(
-        cluster_roles
-            .get_opt("peerpodctrl-manager-role")
-            .await
-            .expect("get")
-            .is_none(),
+        !exists(&cluster_roles, "peerpodctrl-manager-role").await,
         "upstream's controller keeps no RBAC"
     );
     // 3. Ours, beside CAA's chart.
@@ -188,23 +144,16 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
     // then every terminating PeerPod must still be there with its finalizer.
     ours.start_peerpod_ctrl().await;
     let events: Api<Event> = Api::namespaced(admin.clone(), &workloads);
-    testenv::wait_for(
+    testenv::wait_for_event(
         "a Warning Event about a terminating PeerPod",
+        &events,
         Duration::from_secs(60),
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.regarding
-                            .as_ref()
-                            .and_then(|r| r.name.as_ref())
-                            .is_some_and(|n| terminating.contains(n))
-                })
+        |e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_ref())
+                    .is_some_and(|n| terminating.contains(n))
         },
     )
     .await;
@@ -219,27 +168,18 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
     // provider-service up: every terminating PeerPod is cleaned up.
     ours.start_provider().await;
     for name in &terminating {
-        testenv::wait_for(
+        wait_gone(
             &format!("PeerPod {name} cleaned up and gone"),
+            &peerpods,
+            name,
             Duration::from_secs(120),
-            || async { matches!(peerpods.get_opt(name).await, Ok(None)).then_some(()) },
         )
         .await;
     }
 
     // CAA goes on as before: a new VM, its Pod deleted, cleaned up by ours.
     let caa = caa_client(cp).await;
-    let later = workload_pod(&pods, "later").await;
-    let later_peerpod = caa_records_vm(&caa, &later, &later_vm).await;
-    pods.delete("later", &DeleteParams::background())
-        .await
-        .expect("delete Pod");
-    testenv::wait_for(
-        &format!("PeerPod {later_peerpod} cleaned up and gone"),
-        Duration::from_secs(120),
-        || async { matches!(peerpods.get_opt(&later_peerpod).await, Ok(None)).then_some(()) },
-    )
-    .await;
+    caa_vm_cleaned_up(&caa, &pods, &peerpods, "later", &later_vm).await;
 
     // No PeerPod lost: exactly the live ones remain, untouched.
     let remaining = peerpods

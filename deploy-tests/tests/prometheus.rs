@@ -17,7 +17,6 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use support::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const RELEASE: &str = "peerpods";
@@ -25,18 +24,6 @@ const RELEASE: &str = "peerpods";
 /// 900 s and 5 min, are what promtool's tests check).
 const OVERRIDES: &str = "prometheusRule:\n  enabled: true\n  cleanupStuckAfterSeconds: 5\n  \
                          for:\n    PeerPodCleanupStuck: 5s\ngrafanaDashboards:\n  enabled: true\n";
-
-/// GET `path_and_query` on `addr` (HTTP/1.0, so the body is neither chunked nor kept alive): status and body.
-async fn http_get(addr: SocketAddr, path_and_query: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1.to_owned();
-    Some((status, body))
-}
 
 /// Percent-encodes a query parameter's value.
 fn encode(value: &str) -> String {

@@ -33,13 +33,6 @@ const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 const VCPUS: &str = "io.katacontainers.config.hypervisor.default_vcpus";
 const MEMORY: &str = "io.katacontainers.config.hypervisor.default_memory";
 
-async fn helm_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
-    let mut all = args.to_vec();
-    all.extend(["--kubeconfig", &kubeconfig]);
-    run_ok(&tool("helm"), &all, None).await
-}
-
 /// A pod asking for 1-2 CPUs and 1-2Gi; `runtime_class` None: the cluster's default runtime.
 fn pod(name: &str, runtime_class: Option<&str>) -> Pod {
     serde_json::from_value(json!({
@@ -60,6 +53,23 @@ fn size_annotations(pod: &Pod) -> BTreeMap<String, String> {
     let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
     annotations.retain(|k, _| k.starts_with("io.katacontainers."));
     annotations
+}
+
+/// Waits until a peer pod created in `pods` (a dry run) comes back mutated: the API server has taken up the
+/// webhook configuration as it now is.
+async fn wait_mutated(pods: &Api<Pod>, what: &str) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    testenv::wait_for(what, Duration::from_secs(60), || async {
+        let created = pods
+            .create(&dry_run, &pod("probe", Some("kata-remote")))
+            .await
+            .ok()?;
+        (!size_annotations(&created).is_empty()).then_some(())
+    })
+    .await;
 }
 
 fn first_container_resources(pod: &Pod) -> serde_json::Value {
@@ -239,18 +249,7 @@ async fn the_charts_webhook_mutates_a_peer_pod_through_its_helm_issued_ca_bundle
         ..PostParams::default()
     };
     // The API server takes up a new configuration within moments; dry-run creates show when.
-    testenv::wait_for(
-        "the chart's webhook configuration in effect",
-        Duration::from_secs(60),
-        || async {
-            let created = pods
-                .create(&dry_run, &pod("probe", Some("kata-remote")))
-                .await
-                .ok()?;
-            (!size_annotations(&created).is_empty()).then_some(())
-        },
-    )
-    .await;
+    wait_mutated(&pods, "the chart's webhook configuration in effect").await;
 
     pods.create(&PostParams::default(), &pod("peer", Some("kata-remote")))
         .await
@@ -325,18 +324,7 @@ async fn the_charts_webhook_mutates_a_peer_pod_through_its_helm_issued_ca_bundle
     )
     .await;
     set_bundle(secret_key(&secret, "ca.crt")).await;
-    testenv::wait_for(
-        "a peer pod mutated again with the chart's bundle",
-        Duration::from_secs(60),
-        || async {
-            let created = pods
-                .create(&dry_run, &pod("probe", Some("kata-remote")))
-                .await
-                .ok()?;
-            (!size_annotations(&created).is_empty()).then_some(())
-        },
-    )
-    .await;
+    wait_mutated(&pods, "a peer pod mutated again with the chart's bundle").await;
 
     // failurePolicy Fail, limited to peer pods: with the webhook down a peer pod is refused, any other admitted.
     webhook.terminate().await;

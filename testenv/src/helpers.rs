@@ -6,9 +6,10 @@ use k8s_openapi::api::authentication::v1::{
     TokenRequest, TokenRequestSpec, TokenReview, TokenReviewSpec,
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 /// The repository root (this crate lives in `<root>/testenv`).
 pub fn repo_root() -> PathBuf {
@@ -93,6 +94,28 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Polls the Events of `events` every 100 ms until one matches `check`, and returns it.
+///
+/// # Panics
+/// After `timeout`, naming `what` was awaited.
+pub async fn wait_for_event(
+    what: &str,
+    events: &Api<Event>,
+    timeout: Duration,
+    check: impl Fn(&Event) -> bool,
+) -> Event {
+    wait_for(what, timeout, || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| check(e))
+    })
+    .await
 }
 
 /// How the API server names the credential `token` is (its user extra [`crate::audit::CREDENTIAL_ID`], e.g.

@@ -25,4 +25,5 @@ pub use controlplane::{ControlPlane, Options, binary_path, shared};
 pub use error::Error;
 pub use helpers::{
     apply_crds, credential_id, namespace, repo_root, service_account_token, wait_for,
+    wait_for_event,
 };

@@ -14,12 +14,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use peerpods_proto::v1::ListInstancesRequest;
-use peerpods_provider_client::{ProviderClientConfig, connect};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
@@ -86,11 +83,6 @@ spec:
     subresources:
       status: {}
 ";
-
-pub fn peerpod_resource() -> ApiResource {
-    let gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod");
-    ApiResource::from_gvk_with_plural(&gvk, "peerpods")
-}
 
 /// Writes CAA's chart to `dir`, its peer-pods-cm pointing libvirt at `libvirt_uri` (as its
 /// `providerConfigs.libvirt.LIBVIRT_URI` does).
@@ -191,6 +183,36 @@ pub async fn install_caa(cp: &testenv::ControlPlane, work: &Path, vms: &[String]
     chart
 }
 
+/// `helm upgrade --install` of `peerpods-crds` (in `default`), as docs/alongside-caa.md and docs/migrating.md
+/// take the PeerPod CRD over.
+pub const INSTALL_CRDS: [&str; 6] = [
+    "upgrade",
+    "--install",
+    "peerpods-crds",
+    CRD_CHART,
+    "--namespace",
+    "default",
+];
+
+/// CAA's release (its chart in `chart`) upgraded with its cleanup controller off (`resourceCtrl.enabled=false`),
+/// so only ours acts on PeerPods.
+pub async fn turn_off_upstream_controller(cp: &testenv::ControlPlane, chart: &str) {
+    helm_ok(
+        cp,
+        &[
+            "upgrade",
+            CAA_RELEASE,
+            chart,
+            "--namespace",
+            CAA_NS,
+            "--reuse-values",
+            "--set",
+            "resourceCtrl.enabled=false",
+        ],
+    )
+    .await;
+}
+
 /// Our chart as docs/alongside-caa.md installs it: in CAA's namespace with `examples/alongside-caa.yaml`, and
 /// libvirt's test driver behind provider-service in development mode.
 pub async fn install_ours(cp: &testenv::ControlPlane) {
@@ -210,50 +232,6 @@ pub async fn install_ours(cp: &testenv::ControlPlane) {
         ],
     )
     .await;
-}
-
-/// Runs helm against control plane `cp`; returns (success, stdout, stderr).
-pub async fn helm(cp: &testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
-    let mut all: Vec<&str> = args.to_vec();
-    all.extend(["--kubeconfig", &kubeconfig]);
-    run(&tool("helm"), &all, None).await
-}
-
-pub async fn helm_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
-    let (ok, out, err) = helm(cp, args).await;
-    assert!(ok, "helm {} failed:\n{err}\n{out}", args.join(" "));
-    out
-}
-
-/// Runs kubectl against control plane `cp`, which must succeed.
-pub async fn kubectl_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
-    let kubeconfig = cp.kubeconfig_path().display().to_string();
-    let mut all: Vec<&str> = vec!["--kubeconfig", &kubeconfig];
-    all.extend(args);
-    run_ok(&tool("kubectl"), &all, None).await
-}
-
-/// A libvirt test-driver host with one running domain per UUID.
-pub fn libvirt_host(vms: &[String]) -> String {
-    let mut xml = String::from("<node>\n");
-    for (i, uuid) in vms.iter().enumerate() {
-        xml.push_str(&format!(
-            "  <domain type='test'>\n    <name>podvm-{i}</name>\n    <uuid>{uuid}</uuid>\n    \
-             <memory>1048576</memory>\n    <vcpu>1</vcpu>\n    <os><type>hvm</type></os>\n  </domain>\n"
-        ));
-    }
-    xml.push_str("</node>\n");
-    xml
-}
-
-fn service_account_of(d: &Deployment) -> String {
-    d.spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.service_account_name.clone())
-        .expect("serviceAccountName")
 }
 
 /// Our release's provider-service and peerpod-ctrl, running out of cluster as the chart's ServiceAccounts with
@@ -314,16 +292,8 @@ impl Ours {
         let admin = cp.client().await;
         let fullname = OUR_RELEASE.to_owned();
         let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
-        let ps_deploy = deployments
-            .get(&format!("{fullname}-provider-service"))
-            .await
-            .expect("provider-service Deployment");
-        let pc_deploy = deployments
-            .get(&format!("{fullname}-peerpod-ctrl"))
-            .await
-            .expect("peerpod-ctrl Deployment");
-        let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), CAA_NS);
-        let secrets: Api<Secret> = Api::namespaced(admin.clone(), CAA_NS);
+        let ps_deploy = deployment_of(&deployments, &fullname, "provider-service").await;
+        let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
         let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CAA_NS);
         for sa in [
             service_account_of(&ps_deploy),
@@ -337,131 +307,56 @@ impl Ours {
 
         // provider-service: peer-pods-cm and peer-pods-secret (CAA's chart's) and its certificate, mounted as a
         // kubelet would.
-        let ps_dir = work.join("provider-service");
-        let mounted =
-            |name: &str| ps_dir.join(mount_path(&ps_deploy, name).trim_start_matches('/'));
-        let cm_name = config_map_of(&ps_deploy, "config");
-        let secret_name = secret_of(&ps_deploy, "credentials");
-        let tls_name = secret_of(&ps_deploy, "tls");
-        let cm = config_maps.get(&cm_name).await.expect("peer-pods-cm");
-        mount_files(
-            &mounted("config"),
-            &cm.data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.into_bytes()))
-                .collect(),
-        );
-        let credentials = secrets.get(&secret_name).await.expect("peer-pods-secret");
-        mount_files(&mounted("credentials"), &secret_files(&credentials));
-        let tls = secrets.get(&tls_name).await.expect("TLS Secret");
-        mount_files(&mounted("tls"), &secret_files(&tls));
-        let ps_token =
-            testenv::service_account_token(&admin, CAA_NS, &service_account_of(&ps_deploy), &[])
-                .await;
-        let ps_kubeconfig = work.join("provider-service.kubeconfig");
-        token_kubeconfig(cp, &ps_kubeconfig, &ps_token);
-        let grpc_port = free_port();
-        let provider_admin: SocketAddr =
-            format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let ps_env = provider_service_env(
-            &ps_deploy,
-            &ps_dir,
-            grpc_port,
-            provider_admin,
-            work,
-            &ps_kubeconfig,
-        );
-
+        let provider = lay_out_provider_service(cp, &admin, CAA_NS, &ps_deploy, work).await;
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
-        let dir = work.join("peerpod-ctrl-0");
-        let sources = volume(&pc_deploy, "provider-service")
-            .projected
-            .clone()
-            .and_then(|p| p.sources)
-            .expect("projected volume");
-        let audience = sources
-            .iter()
-            .find_map(|s| s.service_account_token.as_ref()?.audience.clone())
-            .expect("token audience");
-        let ca_secret = sources
-            .iter()
-            .find_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
-            .expect("CA Secret");
         let sa = service_account_of(&pc_deploy);
-        let provider_token =
-            testenv::service_account_token(&admin, CAA_NS, &sa, &[&audience]).await;
-        let ca = secret_files(&secrets.get(&ca_secret).await.expect("CA Secret"))
-            .remove("ca.crt")
-            .expect("ca.crt");
-        let mount = dir.join("mount");
-        mount_files(
-            &mount,
-            &BTreeMap::from([
-                ("token".to_owned(), provider_token.into_bytes()),
-                ("ca.crt".to_owned(), ca),
-            ]),
-        );
         let api_token = testenv::service_account_token(&admin, CAA_NS, &sa, &[]).await;
-        let kubeconfig = dir.join("kubeconfig");
-        token_kubeconfig(cp, &kubeconfig, &api_token);
-        let pc_admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
-        let mut env = container_env(&pc_deploy, "peerpod-ctrl-0");
-        relocate(
-            &mut env,
-            &mount_path(&pc_deploy, "provider-service"),
-            &mount,
-        );
-        let server_name = env["PROVIDER_ENDPOINT"]
-            .trim_start_matches("https://")
-            .rsplit_once(':')
-            .map(|(h, _)| h.to_owned())
-            .expect("https endpoint");
-        env.insert(
-            "PROVIDER_ENDPOINT".into(),
-            format!("https://127.0.0.1:{grpc_port}"),
-        );
-        env.insert("PROVIDER_SERVER_NAME".into(), server_name.clone());
-        env.insert("ADMIN_LISTEN".into(), pc_admin.to_string());
-        env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+        let controller = lay_out_controller(
+            cp,
+            &admin,
+            CAA_NS,
+            &pc_deploy,
+            "peerpod-ctrl-0",
+            &api_token,
+            provider.grpc_port,
+            work,
+        )
+        .await;
         Ours {
             provider: None,
             peerpod_ctrl: None,
-            provider_admin,
-            pc_admin,
-            ps_env,
-            pc_env: env,
+            provider_admin: provider.admin,
+            pc_admin: controller.admin,
+            ps_env: provider.env,
+            pc_env: controller.env,
             work: work.to_path_buf(),
-            grpc_port,
-            ca_file: mount.join("ca.crt"),
-            token_file: mount.join("token"),
-            server_name,
+            grpc_port: provider.grpc_port,
+            ca_file: controller.mount.join("ca.crt"),
+            token_file: controller.mount.join("token"),
+            server_name: controller.server_name,
             peerpod_ctrl_caller: format!("{CAA_NS}/{sa}"),
         }
     }
 
     /// The VMs libvirt holds, asked through provider-service as peerpod-ctrl (its orphan scan's call).
     pub async fn vms(&self) -> Vec<String> {
-        let mut client = connect(&ProviderClientConfig {
-            endpoint: format!("https://127.0.0.1:{}", self.grpc_port),
-            ca_file: Some(self.ca_file.clone()),
-            tls_server_name: Some(self.server_name.clone()),
-            token_file: Some(self.token_file.clone()),
-            timeout: Some(Duration::from_secs(10)),
+        provider_client(
+            self.grpc_port,
+            &self.ca_file,
+            &self.server_name,
+            &self.token_file,
+        )
+        .list_instances(ListInstancesRequest {
+            cloud_provider: "libvirt".into(),
+            tag_selector: Default::default(),
         })
-        .expect("provider client");
-        client
-            .list_instances(ListInstancesRequest {
-                cloud_provider: "libvirt".into(),
-                tag_selector: Default::default(),
-            })
-            .await
-            .expect("ListInstances")
-            .into_inner()
-            .instances
-            .into_iter()
-            .map(|i| i.instance_id)
-            .collect()
+        .await
+        .expect("ListInstances")
+        .into_inner()
+        .instances
+        .into_iter()
+        .map(|i| i.instance_id)
+        .collect()
     }
 
     /// What each delete provider-service ran against the cloud came to, from its JSON log: (instance id,
@@ -494,7 +389,7 @@ impl Ours {
     /// provider-service's `/metrics`: the sum of the samples of `metric` whose labels include every one of
     /// `labels`.
     pub async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
-        let text = http_get(self.provider_admin, "/metrics")
+        let (_, text) = http_get(self.provider_admin, "/metrics")
             .await
             .expect("provider-service /metrics");
         text.lines()
@@ -507,29 +402,6 @@ impl Ours {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
-}
-
-/// The body of GET `path` on `addr`.
-pub async fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let (_, body) = response.split_once("\r\n\r\n")?;
-    Some(body.to_owned())
-}
-
-/// A Pod of a workload (it never runs: there is no kubelet).
-pub async fn workload_pod(pods: &Api<Pod>, name: &str) -> Pod {
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
-    }))
-    .expect("Pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create Pod")
 }
 
 /// CAA records the VM of `pod` in a PeerPod, with the body it POSTs (fixture), as the client `caa` (its
@@ -556,6 +428,31 @@ pub async fn caa_records_vm(caa: &kube::Client, pod: &Pod, vm: &str) -> String {
         .await
         .unwrap_or_else(|e| panic!("CAA's ServiceAccount creates PeerPod {name}: {e}"));
     name
+}
+
+/// The cleanup story as CAA lives it: CAA (client `caa`) records `vm` for a new Pod `name` in `pods`; the Pod is
+/// deleted; the garbage collector deletes the PeerPod and our peerpod-ctrl cleans it up (waited for in
+/// `peerpods`). Returns the PeerPod's name.
+pub async fn caa_vm_cleaned_up(
+    caa: &kube::Client,
+    pods: &Api<Pod>,
+    peerpods: &Api<DynamicObject>,
+    name: &str,
+    vm: &str,
+) -> String {
+    let pod = workload_pod(pods, name).await;
+    let peerpod = caa_records_vm(caa, &pod, vm).await;
+    pods.delete(name, &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    wait_gone(
+        &format!("PeerPod {peerpod} cleaned up and gone"),
+        peerpods,
+        &peerpod,
+        Duration::from_secs(120),
+    )
+    .await;
+    peerpod
 }
 
 /// A client acting as CAA's ServiceAccount (`cloud-api-adaptor` in CAA's namespace, made by CAA's chart: it must

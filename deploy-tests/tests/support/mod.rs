@@ -12,7 +12,9 @@ use std::time::Duration;
 use deploy_tests::{rbac, schemas};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{EnvVar, Secret, Volume};
+use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Pod, Secret, Volume};
+use kube::api::{Api, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -246,14 +248,22 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// HTTP status of GET `path` on `addr`, if it answers.
-pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+/// GET `path` on `addr` (HTTP/1.0, so the body is neither chunked nor kept alive): status and body, if it
+/// answers.
+pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_owned();
+    Some((status, body))
+}
+
+/// HTTP status of GET `path` on `addr`, if it answers.
+pub async fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    http_get(addr, path).await.map(|(status, _)| status)
 }
 
 /// A service binary running as a child process, stopped (and its log shown) when dropped.
@@ -456,4 +466,271 @@ pub fn mount_files(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
     for (key, bytes) in files {
         std::fs::write(dir.join(key), bytes).expect("writing mounted file");
     }
+}
+
+/// Runs helm against control plane `cp`; returns (success, stdout, stderr).
+pub async fn helm(cp: &testenv::ControlPlane, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["--kubeconfig", &kubeconfig]);
+    run(&tool("helm"), &all, None).await
+}
+
+/// Like [`helm`], but it must succeed; returns stdout.
+pub async fn helm_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
+    let (ok, out, err) = helm(cp, args).await;
+    assert!(ok, "helm {} failed:\n{err}\n{out}", args.join(" "));
+    out
+}
+
+/// Runs kubectl against control plane `cp`, which must succeed.
+pub async fn kubectl_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let mut all: Vec<&str> = vec!["--kubeconfig", &kubeconfig];
+    all.extend(args);
+    run_ok(&tool("kubectl"), &all, None).await
+}
+
+/// The chart's Deployment of `component` (`provider-service`, `peerpod-ctrl`, ...) in a release whose full name
+/// is `fullname`.
+pub async fn deployment_of(
+    deployments: &Api<Deployment>,
+    fullname: &str,
+    component: &str,
+) -> Deployment {
+    deployments
+        .get(&format!("{fullname}-{component}"))
+        .await
+        .unwrap_or_else(|e| panic!("{component} Deployment: {e}"))
+}
+
+/// The ServiceAccount a chart Deployment's Pods run as.
+pub fn service_account_of(deployment: &Deployment) -> String {
+    deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .expect("serviceAccountName")
+}
+
+/// The PeerPod API.
+pub fn peerpod_resource() -> ApiResource {
+    let gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod");
+    ApiResource::from_gvk_with_plural(&gvk, "peerpods")
+}
+
+/// A libvirt test-driver host with one running domain per UUID; provider-service opens it as
+/// `test:///<file>`.
+pub fn libvirt_host(vms: &[String]) -> String {
+    let mut xml = String::from("<node>\n");
+    for (i, uuid) in vms.iter().enumerate() {
+        xml.push_str(&format!(
+            "  <domain type='test'>\n    <name>podvm-{i}</name>\n    <uuid>{uuid}</uuid>\n    \
+             <memory>1048576</memory>\n    <vcpu>1</vcpu>\n    <os><type>hvm</type></os>\n  </domain>\n"
+        ));
+    }
+    xml.push_str("</node>\n");
+    xml
+}
+
+/// A Pod of a workload (it never runs: the local control plane has no kubelet).
+pub async fn workload_pod(pods: &Api<Pod>, name: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": "registry.example/app"}]}
+    }))
+    .expect("Pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create Pod")
+}
+
+/// Whether object `name` exists.
+pub async fn exists<K>(api: &Api<K>, name: &str) -> bool
+where
+    K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.expect("get").is_some()
+}
+
+/// Waits (up to `within`) until object `name` is gone; `what` says what that means, for the failure.
+pub async fn wait_gone<K>(what: &str, api: &Api<K>, name: &str, within: Duration)
+where
+    K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    testenv::wait_for(what, within, || async {
+        matches!(api.get_opt(name).await, Ok(None)).then_some(())
+    })
+    .await;
+}
+
+/// provider-service of a chart release, laid out to run here by [`lay_out_provider_service`].
+pub struct ProviderServiceLayout {
+    /// Its environment (see [`provider_service_env`]).
+    pub env: BTreeMap<String, String>,
+    /// Its gRPC port on 127.0.0.1.
+    pub grpc_port: u16,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// The token of its own ServiceAccount it reaches the API server with.
+    pub token: String,
+}
+
+/// provider-service's volumes of `deployment` (in `ns`) laid out under `<work>/provider-service` as a kubelet
+/// would: peer-pods-cm, peer-pods-secret and its TLS Secret, read as the admin (provider-service itself reads
+/// only the mounted files, and the chart lets it read nothing else). It reaches the API server with its own
+/// ServiceAccount's token (so the audit log tells its requests apart), gRPC and admin on free ports.
+pub async fn lay_out_provider_service(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    deployment: &Deployment,
+    work: &Path,
+) -> ProviderServiceLayout {
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let dir = work.join("provider-service");
+    let mounted = |name: &str| dir.join(mount_path(deployment, name).trim_start_matches('/'));
+    let cm = config_maps
+        .get(&config_map_of(deployment, "config"))
+        .await
+        .expect("peer-pods-cm for the config volume");
+    mount_files(
+        &mounted("config"),
+        &cm.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes()))
+            .collect(),
+    );
+    let credentials = secrets
+        .get(&secret_of(deployment, "credentials"))
+        .await
+        .expect("peer-pods-secret for the credentials volume");
+    mount_files(&mounted("credentials"), &secret_files(&credentials));
+    let tls = secrets
+        .get(&secret_of(deployment, "tls"))
+        .await
+        .expect("TLS Secret from the chart");
+    mount_files(&mounted("tls"), &secret_files(&tls));
+    let token =
+        testenv::service_account_token(admin, ns, &service_account_of(deployment), &[]).await;
+    let kubeconfig = work.join("provider-service.kubeconfig");
+    token_kubeconfig(cp, &kubeconfig, &token);
+    let grpc_port = free_port();
+    let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let env = provider_service_env(deployment, &dir, grpc_port, admin_addr, work, &kubeconfig);
+    ProviderServiceLayout {
+        env,
+        grpc_port,
+        admin: admin_addr,
+        token,
+    }
+}
+
+/// A controller replica (Pod `pod`) of a chart Deployment, laid out to run here by [`lay_out_controller`].
+pub struct ControllerLayout {
+    /// Its environment.
+    pub env: BTreeMap<String, String>,
+    /// Its admin address.
+    pub admin: SocketAddr,
+    /// Where its projected `provider-service` volume is mounted: `token` and `ca.crt`.
+    pub mount: PathBuf,
+    /// The name provider-service's certificate is verified under (the chart's Service's).
+    pub server_name: String,
+}
+
+/// Controller replica `pod` of `deployment` (in `ns`) laid out under `<work>/<pod>`: the chart's environment,
+/// its projected `provider-service` volume as a kubelet mounts it (a token of its ServiceAccount for that
+/// volume's audience, the CA from the chart's Secret), the API server through a kubeconfig with `api_token`,
+/// and provider-service on 127.0.0.1:`grpc_port`, verified under the chart's Service name.
+#[allow(clippy::too_many_arguments)]
+pub async fn lay_out_controller(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    deployment: &Deployment,
+    pod: &str,
+    api_token: &str,
+    grpc_port: u16,
+    work: &Path,
+) -> ControllerLayout {
+    let dir = work.join(pod);
+    let sources = volume(deployment, "provider-service")
+        .projected
+        .clone()
+        .and_then(|p| p.sources)
+        .expect("projected volume");
+    let audience = sources
+        .iter()
+        .find_map(|s| s.service_account_token.as_ref()?.audience.clone())
+        .expect("token audience");
+    let ca_secret = sources
+        .iter()
+        .find_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
+        .expect("CA Secret");
+    let provider_token =
+        testenv::service_account_token(admin, ns, &service_account_of(deployment), &[&audience])
+            .await;
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), ns);
+    let ca = secret_files(&secrets.get(&ca_secret).await.expect("CA Secret"))
+        .remove("ca.crt")
+        .expect("ca.crt");
+    let mount = dir.join("mount");
+    mount_files(
+        &mount,
+        &BTreeMap::from([
+            ("token".to_owned(), provider_token.into_bytes()),
+            ("ca.crt".to_owned(), ca),
+        ]),
+    );
+    let kubeconfig = dir.join("kubeconfig");
+    token_kubeconfig(cp, &kubeconfig, api_token);
+    let admin_addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+    let mut env = container_env(deployment, pod);
+    relocate(
+        &mut env,
+        &mount_path(deployment, "provider-service"),
+        &mount,
+    );
+    let server_name = env
+        .get("PROVIDER_ENDPOINT")
+        .expect("PROVIDER_ENDPOINT")
+        .trim_start_matches("https://")
+        .rsplit_once(':')
+        .map(|(h, _)| h.to_owned())
+        .expect("https endpoint");
+    env.insert(
+        "PROVIDER_ENDPOINT".into(),
+        format!("https://127.0.0.1:{grpc_port}"),
+    );
+    env.insert("PROVIDER_SERVER_NAME".into(), server_name.clone());
+    env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
+    env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+    ControllerLayout {
+        env,
+        admin: admin_addr,
+        mount,
+        server_name,
+    }
+}
+
+/// A provider-service client on 127.0.0.1:`grpc_port` that trusts `ca_file`, verifies the certificate under
+/// `server_name` and sends the token in `token_file`.
+pub fn provider_client(
+    grpc_port: u16,
+    ca_file: &Path,
+    server_name: &str,
+    token_file: &Path,
+) -> peerpods_provider_client::ProviderClient {
+    peerpods_provider_client::connect(&peerpods_provider_client::ProviderClientConfig {
+        endpoint: format!("https://127.0.0.1:{grpc_port}"),
+        ca_file: Some(ca_file.to_path_buf()),
+        tls_server_name: Some(server_name.to_owned()),
+        token_file: Some(token_file.to_path_buf()),
+        timeout: Some(Duration::from_secs(10)),
+    })
+    .expect("provider client")
 }
