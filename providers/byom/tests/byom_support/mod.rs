@@ -1,9 +1,9 @@
-//! A byom pool on the local control plane, written the way cloud-api-adaptor writes it, and a
+//! A byom pool on the local control plane, written the way cloud-api-adaptor writes it, a
 //! Kubernetes client that counts its requests and can run a competing write just before the
-//! first update it forwards.
+//! first update it forwards, and the provider behind a fault layer in front of the real API server.
 #![allow(dead_code)]
 
-pub mod fake_apiserver;
+pub mod api_faults;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -40,6 +40,28 @@ pub async fn provider(pool: &Pool, calls: &CloudCalls) -> ByomProvider {
     let kube_config = testenv::shared().config().await.expect("kube config");
     ByomProvider::with_kube_config(&config(pool, &[]), kube_config, calls.clone())
         .expect("provider")
+}
+
+/// The provider as provider-service builds it (a client without kube's own retries), reaching
+/// the control plane through a fault layer the test scripts.
+pub async fn provider_behind_faults(
+    pool: &Pool,
+    extra: &[(&str, &str)],
+    calls: &CloudCalls,
+) -> (ByomProvider, api_faults::ApiFaults) {
+    let faults = api_faults::ApiFaults::new(admin_without_retries().await);
+    let provider =
+        ByomProvider::with_client(&config(pool, extra), faults.client(&pool.ns), calls.clone())
+            .expect("provider");
+    (provider, faults)
+}
+
+/// An admin client of the control plane that, like the one the provider builds for itself, does
+/// not retry on its own.
+pub async fn admin_without_retries() -> Client {
+    let mut kube_config = testenv::shared().config().await.expect("kube config");
+    kube_config.default_retry = false;
+    Client::try_from(kube_config).expect("client")
 }
 
 type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
