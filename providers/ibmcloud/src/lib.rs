@@ -10,6 +10,7 @@
 //! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
 //! - `cloud`: `http` with `iam`'s tokens (a refused token exchanged once).
 //! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
+//! - `search`: the VPC instances of a region with their tags, by Global Search queries.
 //! - `delete`: the delete steps both backends share (ownership check, confirmed gone).
 //! - `timestamps`: the APIs' date-times.
 //!
@@ -21,6 +22,7 @@ mod http;
 mod iam;
 mod instance_id;
 mod powervs;
+mod search;
 mod settings;
 mod tags;
 mod timestamps;

@@ -10,6 +10,8 @@ use peerpods_provider_core::{Error, ExposeSecret, ProviderConfig, SecretString};
 pub const DEFAULT_IAM_ENDPOINT: &str = "https://iam.cloud.ibm.com/identity/token";
 /// The Global Tagging API's public endpoint (the default of IBM's Go SDK, which CAA uses).
 pub const DEFAULT_TAGGING_ENDPOINT: &str = "https://tags.global-search-tagging.cloud.ibm.com";
+/// The Global Search API's public endpoint (`DefaultServiceURL` of IBM's Go SDK `globalsearchv2`).
+pub const DEFAULT_SEARCH_ENDPOINT: &str = "https://api.global-search-tagging.cloud.ibm.com";
 
 /// cloud-api-adaptor's default of its `-cr-token-filename` flag: the projected service
 /// account token a trusted profile is assumed with.
@@ -103,6 +105,12 @@ pub struct VpcSettings {
     pub vpc_url: String,
     /// `IBMCLOUD_TAGGING_ENDPOINT` (ours): Global Tagging API base URL.
     pub tagging_url: String,
+    /// `IBMCLOUD_SEARCH_ENDPOINT` (ours): Global Search API base URL, which lists instances.
+    pub search_url: String,
+    /// The VPC region (`us-south`): of `IBMCLOUD_ZONE`, else of a regional
+    /// `IBMCLOUD_VPC_ENDPOINT`. Global Search is global, so listing filters by it; `None` when
+    /// neither names one (listing then fails with a configuration error, deleting still works).
+    pub region: Option<String>,
     pub policy: CallPolicy,
 }
 
@@ -138,10 +146,20 @@ impl VpcSettings {
                 }
             },
         };
+        let region = match config.get("IBMCLOUD_ZONE") {
+            Some(zone) => region_of_zone(zone),
+            None => region_of_vpc_url(&vpc_url),
+        };
+        let search_url = match config.get("IBMCLOUD_SEARCH_ENDPOINT") {
+            Some(url) => endpoint("IBMCLOUD_SEARCH_ENDPOINT", url)?,
+            None => DEFAULT_SEARCH_ENDPOINT.to_owned(),
+        };
         Ok(VpcSettings {
             iam: iam_settings(config)?,
             vpc_url,
             tagging_url: tagging_url(config)?,
+            search_url,
+            region,
             policy: call_policy(config)?,
         })
     }
@@ -271,6 +289,11 @@ pub fn iam_token_url(endpoint: &str) -> String {
 
 /// The regional VPC endpoint of a zone (`us-south-1` → region `us-south`).
 pub fn vpc_url_of_zone(zone: &str) -> Option<String> {
+    region_of_zone(zone).map(|region| format!("https://{region}.iaas.cloud.ibm.com/v1"))
+}
+
+/// The VPC region of a zone: `us-south-1` → `us-south`.
+pub fn region_of_zone(zone: &str) -> Option<String> {
     let (region, number) = zone.rsplit_once('-')?;
     let valid = !region.is_empty()
         && !number.is_empty()
@@ -278,7 +301,21 @@ pub fn vpc_url_of_zone(zone: &str) -> Option<String> {
         && region
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    valid.then(|| format!("https://{region}.iaas.cloud.ibm.com/v1"))
+    valid.then(|| region.to_owned())
+}
+
+/// The region of a regional VPC endpoint, public (`https://us-south.iaas.cloud.ibm.com/v1`) or
+/// private (`https://us-south.private.iaas.cloud.ibm.com/v1`); `None` for any other host.
+pub fn region_of_vpc_url(url: &str) -> Option<String> {
+    let host = reqwest::Url::parse(url).ok()?.host_str()?.to_owned();
+    let region = host
+        .strip_suffix(".private.iaas.cloud.ibm.com")
+        .or_else(|| host.strip_suffix(".iaas.cloud.ibm.com"))?;
+    let valid = !region.is_empty()
+        && region
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    valid.then(|| region.to_owned())
 }
 
 /// The Power Virtual Server region of a zone, per the endpoint table of IBM's Power Cloud API
@@ -355,9 +392,50 @@ mod tests {
         assert_eq!(s.vpc_url, "https://eu-de.iaas.cloud.ibm.com/v1");
         assert_eq!(s.iam.token_url, DEFAULT_IAM_ENDPOINT);
         assert_eq!(s.tagging_url, DEFAULT_TAGGING_ENDPOINT);
+        assert_eq!(s.search_url, DEFAULT_SEARCH_ENDPOINT);
+        assert_eq!(s.region.as_deref(), Some("eu-de"));
         assert_eq!(s.iam.secrets(), vec!["k-123456".to_owned()]);
         assert!(!format!("{s:?}").contains("k-123456"));
         assert_eq!(vpc_url_of_zone("nozone"), None);
+    }
+
+    #[test]
+    fn the_region_comes_from_the_zone_else_from_a_regional_endpoint() {
+        let s = VpcSettings::from_config(&config(&[
+            ("IBMCLOUD_API_KEY", "k-123456"),
+            (
+                "IBMCLOUD_VPC_ENDPOINT",
+                "https://jp-tok.private.iaas.cloud.ibm.com/v1/",
+            ),
+            ("IBMCLOUD_SEARCH_ENDPOINT", "http://127.0.0.1:9/"),
+        ]))
+        .expect("valid");
+        assert_eq!(s.region.as_deref(), Some("jp-tok"));
+        assert_eq!(s.search_url, "http://127.0.0.1:9");
+        assert_eq!(
+            region_of_vpc_url("https://us-east.iaas.cloud.ibm.com/v1").as_deref(),
+            Some("us-east")
+        );
+        assert_eq!(region_of_vpc_url("http://127.0.0.1:8080/v1"), None);
+        let s = VpcSettings::from_config(&config(&[
+            ("IBMCLOUD_API_KEY", "k-123456"),
+            ("IBMCLOUD_VPC_ENDPOINT", "http://127.0.0.1:8080/v1"),
+            ("IBMCLOUD_ZONE", "br-sao-3"),
+        ]))
+        .expect("valid");
+        assert_eq!(s.region.as_deref(), Some("br-sao"), "the zone wins");
+        let error = VpcSettings::from_config(&config(&[
+            ("IBMCLOUD_API_KEY", "k-123456"),
+            ("IBMCLOUD_ZONE", "us-south-1"),
+            (
+                "IBMCLOUD_SEARCH_ENDPOINT",
+                "api.global-search-tagging.cloud.ibm.com",
+            ),
+        ]))
+        .expect_err("scheme");
+        assert!(
+            matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_SEARCH_ENDPOINT")
+        );
     }
 
     #[test]

@@ -1,7 +1,5 @@
-//! The IBM Cloud VPC backend (`ibmcloud`): VPC API v1 (`/v1/instances`, `/v1/floating_ips`)
-//! and Global Tagging for tags.
-
-use std::collections::BTreeMap;
+//! The IBM Cloud VPC backend (`ibmcloud`): VPC API v1 (`/v1/instances`), Global Tagging for
+//! one instance's tags, Global Search to list instances with their tags.
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
@@ -14,7 +12,7 @@ use crate::cloud::Cloud;
 use crate::http::Http;
 use crate::iam::Iam;
 use crate::settings::VpcSettings;
-use crate::{delete, instance_id, tags, timestamps};
+use crate::{delete, instance_id, search};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud";
@@ -44,13 +42,10 @@ pub const NOT_FOUND_WINDOW_SETTING: &str = "IBMCLOUD_NOT_FOUND_WINDOW_SECS";
 
 #[derive(Deserialize)]
 struct VpcInstance {
-    id: String,
     #[serde(default)]
     crn: Option<String>,
     #[serde(default)]
     status: String,
-    #[serde(default)]
-    created_at: Option<String>,
     #[serde(default)]
     vcpu: Option<Vcpu>,
     /// GiB.
@@ -260,27 +255,16 @@ impl Provider for IbmCloudVpcProvider {
         Ok(capacity_of(&self.all_instances().await?))
     }
 
+    /// One Global Search query (a request per page of 1000) for the region's instances with
+    /// the selector's tags, rather than a Global Tagging call per instance of the region.
     async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
-        let mut found = Vec::new();
-        for instance in self.all_instances().await? {
-            if instance.status == "deleting" {
-                continue;
-            }
-            let tags: BTreeMap<String, String> = match &instance.crn {
-                Some(crn) => tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?,
-                None => BTreeMap::new(),
-            };
-            let listed = Instance {
-                id: instance.id,
-                created: instance.created_at.as_deref().and_then(timestamps::parse),
-                tags,
-            };
-            if listed.matches(selector) {
-                found.push(listed);
-            }
-        }
-        found.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(found)
+        let Some(region) = self.settings.region.as_deref() else {
+            return Err(Error::Config {
+                key: "IBMCLOUD_ZONE".into(),
+                message: "listing instances needs the VPC region: set IBMCLOUD_ZONE (e.g. us-south-1) or a regional IBMCLOUD_VPC_ENDPOINT".into(),
+            });
+        };
+        search::instances(&self.cloud, &self.settings.search_url, region, selector).await
     }
 
     async fn health(&self) -> Health {
@@ -316,10 +300,8 @@ mod tests {
 
     fn instance(vcpus: Option<u64>, memory: Option<u64>) -> VpcInstance {
         VpcInstance {
-            id: "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0".into(),
             crn: None,
             status: "running".into(),
-            created_at: None,
             vcpu: vcpus.map(|count| Vcpu { count: Some(count) }),
             memory,
         }
