@@ -28,7 +28,7 @@ impl Cluster {
     pub async fn start() -> Result<Cluster, Error> {
         let control_plane = tokio::task::spawn_blocking(testenv::ControlPlane::start)
             .await
-            .map_err(|e| Error::Setup(format!("starting the control plane: {e}")))??;
+            .map_err(|e| Error::setup_from("starting the control plane", e))??;
         let client = kube::Client::try_from(control_plane.config().await?)?;
         for crds in [
             "deploy/crds/peerpods.yaml",
@@ -38,7 +38,7 @@ impl Cluster {
             // testenv's helper panics on failure (it is made for tests); a task turns that into an error.
             tokio::spawn(async move { testenv::apply_crds(&client, crds).await })
                 .await
-                .map_err(|e| Error::Setup(format!("applying {crds}: {e}")))?;
+                .map_err(|e| Error::setup_from(format!("applying {crds}"), e))?;
         }
         Ok(Cluster {
             control_plane,
@@ -201,7 +201,7 @@ impl Cluster {
     pub async fn apiserver_metrics(&self) -> Result<String, Error> {
         let request = http::Request::get("/metrics")
             .body(Vec::new())
-            .map_err(|e| Error::Setup(format!("building GET /metrics: {e}")))?;
+            .map_err(|e| Error::setup_from("building GET /metrics", e))?;
         Ok(self.client.request_text(request).await?)
     }
 }

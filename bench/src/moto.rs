@@ -95,10 +95,11 @@ impl Moto {
             .spawn()
             .map_err(|e| Error::Start {
                 name: "moto".into(),
-                message: format!("{}: {e}", python.display()),
+                message: python.display().to_string(),
+                source: Some(e.into()),
             })?;
         let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
-            return Err(Error::Setup("moto started without pipes".into()));
+            return Err(Error::setup("moto started without pipes"));
         };
         let mut lines = BufReader::new(stdout).lines();
         let first = lines
@@ -131,9 +132,9 @@ impl Moto {
             .next_line()
             .await
             .map_err(|e| Error::io("reading moto's request counts", e))?
-            .ok_or_else(|| Error::Setup("moto stopped before answering".into()))?;
+            .ok_or_else(|| Error::setup("moto stopped before answering"))?;
         let mut by_key: BTreeMap<String, BTreeMap<String, u64>> = serde_json::from_str(&line)
-            .map_err(|e| Error::Setup(format!("moto's request counts {line:?}: {e}")))?;
+            .map_err(|e| Error::setup_from(format!("moto's request counts {line:?}"), e))?;
         Ok(by_key.remove(PROVIDER_ACCESS_KEY_ID).unwrap_or_default())
     }
 
@@ -191,12 +192,7 @@ pub async fn run_instances(
             .max_count(chunk)
             .send()
             .await
-            .map_err(|e| {
-                Error::Ec2(format!(
-                    "RunInstances: {}",
-                    aws_sdk_ec2::error::DisplayErrorContext(&e)
-                ))
-            })?;
+            .map_err(|e| Error::ec2_from("RunInstances", e))?;
         ids.extend(
             output
                 .instances()
@@ -218,12 +214,7 @@ pub async fn live_instances(client: &aws_sdk_ec2::Client) -> Result<usize, Error
             .max_results(1000)
             .send()
             .await
-            .map_err(|e| {
-                Error::Ec2(format!(
-                    "DescribeInstances: {}",
-                    aws_sdk_ec2::error::DisplayErrorContext(&e)
-                ))
-            })?;
+            .map_err(|e| Error::ec2_from("DescribeInstances", e))?;
         live += page
             .reservations()
             .iter()

@@ -85,7 +85,8 @@ impl Service {
             .spawn()
             .map_err(|e| Error::Start {
                 name: spec.name.into(),
-                message: format!("{}: {e}", spec.program.display()),
+                message: spec.program.display().to_string(),
+                source: Some(e.into()),
             })?;
         let mut service = Service {
             name: spec.name.into(),
@@ -125,7 +126,7 @@ impl Service {
     pub async fn metrics(&self) -> Result<String, Error> {
         match http_get(self.admin, "/metrics").await? {
             (200, body) => Ok(body),
-            (code, body) => Err(Error::Setup(format!(
+            (code, body) => Err(Error::setup(format!(
                 "{} /metrics answered {code}: {body}",
                 self.name
             ))),
@@ -157,7 +158,7 @@ impl Service {
         let path = format!("/proc/{pid}/status");
         let status =
             std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {path}"), e))?;
-        read(&status).ok_or_else(|| Error::Setup(format!("no {field} in {path}")))
+        read(&status).ok_or_else(|| Error::setup(format!("no {field} in {path}")))
     }
 
     /// Stops the service as Kubernetes would (SIGTERM, then SIGKILL after a grace period).

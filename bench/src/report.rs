@@ -469,7 +469,7 @@ mod tests {
                 what: "moto".into(),
                 hint: "make moto".into(),
             })),
-            convergence: Outcome::from_result(Err(Error::Setup("broken".into()))),
+            convergence: Outcome::from_result(Err(Error::setup("broken"))),
             grpc: Outcome::skipped("not selected"),
             fault_storm: Outcome::skipped("not selected"),
             load: Outcome::skipped("not selected"),

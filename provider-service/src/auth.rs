@@ -206,19 +206,23 @@ enum CachedVerdict {
     Allowed(Caller),
     Unauthenticated(String),
     NotAllowed(String),
-    /// The API server did not answer; shared by the callers of one review, never kept.
-    Unavailable(String),
+    /// The API server did not answer (what failed, and why); shared by the callers of one review, never
+    /// kept.
+    Unavailable(String, Option<crate::error::Cause>),
 }
 
 impl CachedVerdict {
-    fn of(verdict: &Verdict) -> Self {
+    fn of(verdict: Verdict) -> Self {
         match verdict {
-            Ok(c) => CachedVerdict::Allowed(c.clone()),
-            Err(Error::Unauthenticated { message }) => {
-                CachedVerdict::Unauthenticated(message.clone())
+            Ok(c) => CachedVerdict::Allowed(c),
+            Err(Error::Unauthenticated { message }) => CachedVerdict::Unauthenticated(message),
+            Err(Error::CallerNotAllowed { caller }) => CachedVerdict::NotAllowed(caller),
+            Err(Error::AuthUnavailable { message, source }) => {
+                CachedVerdict::Unavailable(message, source)
             }
-            Err(Error::CallerNotAllowed { caller }) => CachedVerdict::NotAllowed(caller.clone()),
-            Err(other) => CachedVerdict::Unavailable(other.to_string()),
+            Err(other) => {
+                CachedVerdict::Unavailable(String::new(), Some(std::sync::Arc::new(other)))
+            }
         }
     }
 
@@ -227,7 +231,9 @@ impl CachedVerdict {
             CachedVerdict::Allowed(c) => Ok(c),
             CachedVerdict::Unauthenticated(message) => Err(Error::Unauthenticated { message }),
             CachedVerdict::NotAllowed(caller) => Err(Error::CallerNotAllowed { caller }),
-            CachedVerdict::Unavailable(message) => Err(Error::AuthUnavailable { message }),
+            CachedVerdict::Unavailable(message, source) => {
+                Err(Error::AuthUnavailable { message, source })
+            }
         }
     }
 }
@@ -291,7 +297,7 @@ impl TokenReviewer {
                 if let Some(v) = self.cached(&key) {
                     return v;
                 }
-                let verdict = CachedVerdict::of(&self.review(token).await);
+                let verdict = CachedVerdict::of(self.review(token).await);
                 self.keep(key, &verdict);
                 verdict
             })
@@ -309,7 +315,7 @@ impl TokenReviewer {
             CachedVerdict::Unauthenticated(_) | CachedVerdict::NotAllowed(_) => {
                 (&self.refused, DENY_TTL)
             }
-            CachedVerdict::Unavailable(_) => return,
+            CachedVerdict::Unavailable(..) => return,
         };
         if let Ok(mut map) = map.lock() {
             map.insert(key, Instant::now() + ttl, verdict.clone());
@@ -345,7 +351,8 @@ impl TokenReviewer {
             Err(e) => {
                 self.count("error");
                 return Err(Error::AuthUnavailable {
-                    message: format!("TokenReview failed: {e}"),
+                    message: "TokenReview failed".into(),
+                    source: Some(std::sync::Arc::new(e)),
                 });
             }
         };
@@ -509,6 +516,32 @@ mod tests {
         assert!("peerpod-ctrl".parse::<Caller>().is_err());
         assert!("a/b/c".parse::<Caller>().is_err());
         assert!("/b".parse::<Caller>().is_err());
+    }
+
+    /// One review's failure answers every caller waiting on it: each gets the same text and the cause.
+    #[test]
+    fn an_unanswered_review_keeps_its_cause_for_every_caller() {
+        use std::error::Error as _;
+        let failed: Verdict = Err(Error::AuthUnavailable {
+            message: "TokenReview failed".into(),
+            source: Some(std::sync::Arc::new(std::io::Error::other(
+                "connection refused",
+            ))),
+        });
+        let shared = CachedVerdict::of(failed);
+        for verdict in [shared.clone().verdict(), shared.verdict()] {
+            let Err(e) = verdict else {
+                panic!("an unanswered review allows nobody");
+            };
+            assert_eq!(
+                e.to_string(),
+                "cannot verify the caller's token now: TokenReview failed: connection refused"
+            );
+            assert_eq!(
+                e.source().map(ToString::to_string).as_deref(),
+                Some("connection refused")
+            );
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! [`Error::reason`] is a stable label for logs, metrics and `google.rpc.ErrorInfo`.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use tonic::{Code, Status};
 use tonic_types::{ErrorDetails, StatusExt};
@@ -12,6 +13,20 @@ pub use peerpods_provider_core::Error as ProviderError;
 
 /// `ErrorInfo.domain` of every error detail this service sends.
 pub const ERROR_DOMAIN: &str = "provider.peerpods.io";
+
+/// The error a variant wraps, kept as its `source()`. Shared: one token review's failure answers every
+/// caller waiting on that review.
+pub type Cause = Arc<dyn std::error::Error + Send + Sync>;
+
+/// `message: cause`, the cause alone without a message, the message alone without a cause: the text the
+/// variant showed when it carried the cause only as a string.
+fn with_cause(message: &str, source: &Option<Cause>) -> String {
+    match source {
+        Some(cause) if message.is_empty() => cause.to_string(),
+        Some(cause) => format!("{message}: {cause}"),
+        None => message.to_owned(),
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -30,8 +45,15 @@ pub enum Error {
     Unauthenticated { message: String },
 
     /// The caller's token cannot be checked now (the Kubernetes API does not answer).
-    #[error("cannot verify the caller's token now: {message}")]
-    AuthUnavailable { message: String },
+    #[error(
+        "cannot verify the caller's token now: {}",
+        with_cause(message, source)
+    )]
+    AuthUnavailable {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 
     /// The caller is authenticated but not in the allow-list.
     #[error("caller {caller} is not allowed")]
@@ -45,8 +67,21 @@ pub enum Error {
     },
 
     /// The gRPC port's certificate or key cannot be loaded.
-    #[error("tls: {message}")]
-    Tls { message: String },
+    #[error("tls: {}", with_cause(message, source))]
+    Tls {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+
+    /// The server itself failed (its task, its listener's address, gRPC reflection, the gRPC server):
+    /// this service's fault, reported as a provider's [`ProviderError::Internal`] is.
+    #[error("internal: {context}: {source}")]
+    Internal {
+        context: String,
+        #[source]
+        source: Cause,
+    },
 
     /// The service is shutting down: it finishes the deletes it runs but starts no new one.
     #[error("provider-service is shutting down; ask another replica or again later")]
@@ -72,6 +107,7 @@ impl Error {
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
             Error::MethodNotAllowed { .. } => "MethodNotAllowed",
             Error::Tls { .. } => "Tls",
+            Error::Internal { .. } => "Internal",
             Error::ShuttingDown => "ShuttingDown",
             Error::DeleteInProgress { .. } => "DeleteInProgress",
         }
@@ -82,6 +118,7 @@ impl Error {
         matches!(
             self,
             Error::Tls { .. }
+                | Error::Internal { .. }
                 | Error::Provider(ProviderError::Internal { .. } | ProviderError::Io { .. })
         )
     }
@@ -91,6 +128,28 @@ impl Error {
         Error::Provider(ProviderError::Internal {
             message: message.into(),
         })
+    }
+
+    /// An [`Error::Internal`]: `context` says what failed, `source` why.
+    pub fn internal_from(
+        context: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Internal {
+            context: context.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// An [`Error::Tls`] for `source`; `message` says which part (empty: the cause says it all).
+    pub fn tls(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Tls {
+            message: message.into(),
+            source: Some(Arc::new(source)),
+        }
     }
 
     /// Shorthand for a [`ProviderError::Io`].
@@ -108,7 +167,7 @@ pub fn status(e: &Error) -> Status {
         Error::AuthUnavailable { .. } => Code::Unavailable,
         Error::CallerNotAllowed { .. } | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
         Error::Unauthenticated { .. } => Code::Unauthenticated,
-        Error::Tls { .. } => Code::Internal,
+        Error::Tls { .. } | Error::Internal { .. } => Code::Internal,
         Error::ShuttingDown | Error::DeleteInProgress { .. } => Code::Unavailable,
     };
     let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
@@ -137,5 +196,50 @@ fn provider_code(e: &ProviderError) -> Code {
         ProviderError::CloudPermissionDenied { .. } => Code::PermissionDenied,
         // Anything else a backend reports (its own TLS set-up, I/O, internal trouble) is ours.
         _ => Code::Internal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_wrapped_error_is_the_source_and_the_text_is_unchanged() {
+        let cause = || std::io::Error::other("bad PEM");
+        let tls = Error::tls("key file", cause());
+        assert_eq!(tls.to_string(), "tls: key file: bad PEM");
+        assert_eq!(
+            tls.source().map(ToString::to_string).as_deref(),
+            Some("bad PEM")
+        );
+        let whole = Error::tls("", cause());
+        assert_eq!(whole.to_string(), "tls: bad PEM");
+        let alone = Error::Tls {
+            message: "certificate file holds no certificate".into(),
+            source: None,
+        };
+        assert_eq!(
+            alone.to_string(),
+            "tls: certificate file holds no certificate"
+        );
+        assert!(alone.source().is_none());
+
+        let internal = Error::internal_from("gRPC server", cause());
+        assert_eq!(internal.to_string(), "internal: gRPC server: bad PEM");
+        assert_eq!(internal.reason(), "Internal");
+        assert!(internal.is_internal());
+        assert_eq!(status(&internal).code(), Code::Internal);
+        assert!(internal.source().is_some());
+
+        let review = Error::AuthUnavailable {
+            message: "TokenReview failed".into(),
+            source: Some(Arc::new(cause())),
+        };
+        assert_eq!(
+            review.to_string(),
+            "cannot verify the caller's token now: TokenReview failed: bad PEM"
+        );
+        assert!(review.source().is_some());
     }
 }

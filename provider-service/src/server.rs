@@ -70,7 +70,7 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
             .register_encoded_file_descriptor_set(tonic_types::pb::FILE_DESCRIPTOR_SET)
     };
     let reflection_error =
-        |e: tonic_reflection::server::Error| Error::internal(format!("reflection: {e}"));
+        |e: tonic_reflection::server::Error| Error::internal_from("reflection", e);
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
     let router = Server::builder()
@@ -140,7 +140,7 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
         }
     };
     server.readiness.set(READINESS_GRPC, false, "shutting down");
-    served.map_err(|e| Error::internal(format!("gRPC server: {e}")))
+    served.map_err(|e| Error::internal_from("gRPC server", e))
 }
 
 /// TCP keepalive of accepted connections: a caller that vanished without a FIN is noticed.

@@ -93,7 +93,7 @@ impl Running {
     pub async fn wait(self) -> Result<(), Error> {
         self.task
             .await
-            .map_err(|e| Error::internal(format!("provider-service task: {e}")))?
+            .map_err(|e| Error::internal_from("provider-service task", e))?
     }
 }
 
@@ -167,7 +167,8 @@ pub async fn start_with(
                 None => kube::Client::try_default()
                     .await
                     .map_err(|e| Error::AuthUnavailable {
-                        message: format!("no Kubernetes client for TokenReview: {e}"),
+                        message: "no Kubernetes client for TokenReview".into(),
+                        source: Some(std::sync::Arc::new(e)),
                     })?,
             };
             Some(Arc::new(TokenReviewer::new(
@@ -190,7 +191,7 @@ pub async fn start_with(
     let admin_addr = match &admin {
         Some(a) => Some(
             a.local_addr()
-                .map_err(|e| Error::internal(format!("admin address: {e}")))?,
+                .map_err(|e| Error::internal_from("admin address", e))?,
         ),
         None => None,
     };

@@ -106,9 +106,7 @@ impl ReloadingCert {
     ) -> Result<Arc<rustls::ServerConfig>, Error> {
         policy
             .server_config(self.clone(), &[b"h2"])
-            .map_err(|e| Error::Tls {
-                message: e.to_string(),
-            })
+            .map_err(|e| Error::tls("", e))
     }
 }
 
@@ -127,25 +125,21 @@ fn read_pair(cert: &Path, key: &Path) -> Result<(Vec<u8>, Vec<u8>), Error> {
 fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, Error> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Tls {
-            message: format!("certificate file: {e}"),
-        })?;
+        .map_err(|e| Error::tls("certificate file", e))?;
     if chain.is_empty() {
         return Err(Error::Tls {
             message: "certificate file holds no certificate".into(),
+            source: None,
         });
     }
     // Never echo key material: only say what kind of problem it is.
-    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| Error::Tls {
-        message: format!("key file: {e}"),
-    })?;
-    let signing = rustls::crypto::ring::sign::any_supported_type(&key).map_err(|e| Error::Tls {
-        message: format!("key file: {e}"),
-    })?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| Error::tls("key file", e))?;
+    let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+        .map_err(|e| Error::tls("key file", e))?;
     let certified = CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|e| Error::Tls {
-        message: format!("certificate and key do not match: {e}"),
-    })?;
+    certified
+        .keys_match()
+        .map_err(|e| Error::tls("certificate and key do not match", e))?;
     Ok(Arc::new(certified))
 }
 

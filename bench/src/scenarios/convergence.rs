@@ -40,7 +40,7 @@ const CONTROLLER_WRITES: [&str; 3] = [
 pub async fn run(options: &Options, cluster: &Cluster) -> Result<Convergence, Error> {
     let m = options.convergence_nodes;
     let from_total =
-        u32::try_from(m).map_err(|_| Error::Setup(format!("{m} nodes is too many")))?;
+        u32::try_from(m).map_err(|_| Error::setup(format!("{m} nodes is too many")))?;
     // Two and a half VMs per node: the shares differ by one, so the spread itself is exercised.
     let to_total = from_total.saturating_mul(5) / 2;
     cluster.namespace(NAMESPACE).await?;
@@ -50,7 +50,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Convergence, Er
         "limit": from_total,
         "nodeSelector": {LABEL: "yes"},
     }))
-    .map_err(|e| Error::Setup(format!("PeerPodConfig spec: {e}")))?;
+    .map_err(|e| Error::setup_from("PeerPodConfig spec", e))?;
     let configs: Api<PeerPodConfig> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     configs
         .create(&PostParams::default(), &PeerPodConfig::new("bench", spec))

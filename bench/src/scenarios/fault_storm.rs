@@ -79,7 +79,8 @@ enum Cloud {
 
 impl Cloud {
     fn start(name: &str) -> Result<Cloud, Error> {
-        let setup = |e: std::io::Error| Error::Setup(format!("starting the {name} emulator: {e}"));
+        let setup =
+            |e: std::io::Error| Error::setup_from(format!("starting the {name} emulator"), e);
         Ok(match name {
             "aws" => Cloud::Aws(test_support::moto::moto().client()),
             "azure" => Cloud::Emulator(Box::new(peerpods_emulator_azure::AzureEmulator::start())),
@@ -95,7 +96,7 @@ impl Cloud {
             "alibabacloud" => Cloud::Emulator(Box::new(
                 peerpods_emulator_alibabacloud::AlibabaCloudEmulator::start(),
             )),
-            other => return Err(Error::Setup(format!("no emulator for cloud {other:?}"))),
+            other => return Err(Error::setup(format!("no emulator for cloud {other:?}"))),
         })
     }
 
@@ -158,7 +159,7 @@ impl Cloud {
                     .instance_ids(id)
                     .send()
                     .await
-                    .map_err(|e| Error::Ec2(format!("DescribeInstances {id}: {e}")))?;
+                    .map_err(|e| Error::ec2_from(format!("DescribeInstances {id}"), e))?;
                 let state = answer
                     .reservations()
                     .iter()

@@ -45,12 +45,12 @@ const CALLER: &str = "cloud-api-adaptor";
 
 pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let libvirt =
-        Connect::open(Some(URI)).map_err(|e| Error::Libvirt(format!("open {URI}: {e}")))?;
+        Connect::open(Some(URI)).map_err(|e| Error::libvirt_from(format!("open {URI}"), e))?;
     // libvirt's test driver is accepted in development mode only.
     let config = ProviderConfig::from_pairs([("CLOUD_PROVIDER", "libvirt"), ("LIBVIRT_URI", URI)])
         .for_development(true);
     let direct = LibvirtProvider::from_config(&config, Metrics::default().cloud)
-        .map_err(|e| Error::Provider(e.to_string()))?;
+        .map_err(|e| Error::provider_from("", e))?;
 
     let files =
         tempfile::tempdir().map_err(|e| Error::io("creating a directory for TLS files", e))?;
@@ -67,12 +67,12 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
             testenv::service_account_token(&client, CALLER_NAMESPACE, CALLER, &[AUDIENCE]).await
         })
         .await
-        .map_err(|e| Error::Setup(format!("minting a ServiceAccount token: {e}")))?
+        .map_err(|e| Error::setup_from("minting a ServiceAccount token", e))?
     };
     write(&files.path().join("token"), token.as_bytes())?;
     let grant: Grant = format!("{CALLER_NAMESPACE}/{CALLER}=DeleteInstance+GetCapacity")
         .parse()
-        .map_err(Error::Setup)?;
+        .map_err(Error::setup)?;
 
     // provider-service as main.rs starts it, in this process (it shares the test driver's domains).
     let shutdown = CancellationToken::new();
@@ -93,7 +93,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
         shutdown.clone(),
     )
     .await
-    .map_err(|e| Error::Provider(e.to_string()))?;
+    .map_err(|e| Error::provider_from("", e))?;
     let addr = server.grpc_addr;
     let client_config = ProviderClientConfig {
         endpoint: format!("https://{addr}"),
@@ -104,11 +104,11 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     };
     let measured = match connect(&client_config) {
         Ok(client) => measure(options.grpc_calls, &libvirt, &direct, client).await,
-        Err(e) => Err(Error::Grpc(e.to_string())),
+        Err(e) => Err(Error::grpc_from("", e)),
     };
     let go = match &measured {
         Ok(_) => go_client(options.grpc_calls, &client_config).await,
-        Err(_) => Err(Error::Setup("the Rust client failed first".into())),
+        Err(_) => Err(Error::setup("the Rust client failed first")),
     };
     shutdown.cancel();
     let _ = server.wait().await;
@@ -140,7 +140,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
 /// A CA and a serving certificate it signs for [`SERVER_NAME`]: `ca.crt`, `tls.crt`, `tls.key` in `dir`.
 fn issue_certificates(dir: &Path) -> Result<(), Error> {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let fail = |e: rcgen::Error| Error::Setup(format!("issuing the bench certificate: {e}"));
+    let fail = |e: rcgen::Error| Error::setup_from("issuing the bench certificate", e);
     let ca_key = KeyPair::generate().map_err(fail)?;
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(fail)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
@@ -207,14 +207,14 @@ async fn go_client(calls: usize, config: &ProviderClientConfig) -> Result<GoFigu
         })?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
-        return Err(Error::Grpc(format!(
+        return Err(Error::grpc(format!(
             "Go client benchmark failed:\n{text}{}",
             String::from_utf8_lossy(&output.stderr)
         )));
     }
     let metric = |unit: &str| {
         go_bench_metric(&text, unit)
-            .ok_or_else(|| Error::Grpc(format!("no {unit} in the Go benchmark output:\n{text}")))
+            .ok_or_else(|| Error::grpc(format!("no {unit} in the Go benchmark output:\n{text}")))
     };
     Ok(GoFigures {
         check_p50_us: metric("check-p50-us")?,
@@ -249,14 +249,14 @@ async fn measure(
         let started = Instant::now();
         direct
             .validate_instance_id(&uuid)
-            .map_err(|e| Error::Provider(e.to_string()))?;
+            .map_err(|e| Error::provider_from("", e))?;
         let outcome = direct
             .delete_instance(&uuid)
             .await
-            .map_err(|e| Error::Provider(e.to_string()))?;
+            .map_err(|e| Error::provider_from("", e))?;
         let took = started.elapsed();
         if outcome != DeleteOutcome::Deleted {
-            return Err(Error::Provider(format!(
+            return Err(Error::provider(format!(
                 "direct delete of {uuid}: {outcome:?}"
             )));
         }
@@ -272,10 +272,10 @@ async fn measure(
         let answer = client
             .delete_instance(request)
             .await
-            .map_err(|e| Error::Grpc(format!("DeleteInstance {uuid_grpc}: {e}")))?;
+            .map_err(|e| Error::grpc_from(format!("DeleteInstance {uuid_grpc}"), e))?;
         let took_grpc = started.elapsed();
         if answer.get_ref().result != DeleteResult::Deleted as i32 {
-            return Err(Error::Grpc(format!(
+            return Err(Error::grpc(format!(
                 "DeleteInstance {uuid_grpc}: result {}",
                 answer.get_ref().result
             )));
@@ -297,10 +297,10 @@ fn define_domain(libvirt: &Connect) -> Result<String, Error> {
     );
     let domain = libvirt
         .define_domain_xml(&xml)
-        .map_err(|e| Error::Libvirt(format!("define {uuid}: {e}")))?;
+        .map_err(|e| Error::libvirt_from(format!("define {uuid}"), e))?;
     domain
         .create()
-        .map_err(|e| Error::Libvirt(format!("start {uuid}: {e}")))?;
+        .map_err(|e| Error::libvirt_from(format!("start {uuid}"), e))?;
     Ok(uuid)
 }
 

@@ -72,7 +72,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Idle, Error> {
         "limit": total,
         "nodeSelector": {LABEL: "yes"},
     }))
-    .map_err(|e| Error::Setup(format!("PeerPodConfig spec: {e}")))?;
+    .map_err(|e| Error::setup_from("PeerPodConfig spec", e))?;
     let configs: Api<PeerPodConfig> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     configs
         .create(&PostParams::default(), &PeerPodConfig::new("bench", spec))
@@ -150,11 +150,11 @@ where
 fn cpu_ticks(service: &Service) -> Result<u64, Error> {
     let pid = service
         .pid()
-        .ok_or_else(|| Error::Setup("a service is gone".into()))?;
+        .ok_or_else(|| Error::setup("a service is gone"))?;
     let path = format!("/proc/{pid}/stat");
     let stat =
         std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {path}"), e))?;
-    parse_cpu_ticks(&stat).ok_or_else(|| Error::Setup(format!("no utime/stime in {path}")))
+    parse_cpu_ticks(&stat).ok_or_else(|| Error::setup(format!("no utime/stime in {path}")))
 }
 
 /// utime + stime of a `/proc/<pid>/stat` line. The command name (field 2) may hold spaces and parentheses, so

@@ -97,7 +97,7 @@ pub async fn run(options: &Options) -> Result<Load, Error> {
 /// A self-signed certificate for 127.0.0.1 and localhost, written for both servers (and as the clients' CA file);
 /// returns its DER.
 fn issue_certificate(dir: &Path) -> Result<Vec<u8>, Error> {
-    let setup = |e: rcgen::Error| Error::Setup(format!("issuing a certificate: {e}"));
+    let setup = |e: rcgen::Error| Error::setup_from("issuing a certificate", e);
     let key = rcgen::KeyPair::generate().map_err(setup)?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
         .map_err(setup)?
@@ -132,7 +132,7 @@ async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortL
         stop.clone(),
     )
     .await
-    .map_err(|e| Error::Setup(format!("starting the webhook: {e}")))?;
+    .map_err(|e| Error::setup_from("starting the webhook", e))?;
 
     let config_dir = files.join("config");
     std::fs::create_dir_all(&config_dir)
@@ -157,7 +157,7 @@ async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortL
         stop.clone(),
     )
     .await
-    .map_err(|e| Error::Provider(e.to_string()))?;
+    .map_err(|e| Error::provider_from("", e))?;
 
     let webhook_call = {
         let addr = webhook.webhook_addr;
@@ -238,12 +238,12 @@ async fn admission_round_trip(addr: SocketAddr, ca_der: Vec<u8>) -> Result<(), E
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from(ca_der))
-        .map_err(|e| Error::Setup(format!("CA: {e}")))?;
+        .map_err(|e| Error::setup_from("CA", e))?;
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| Error::Setup(e.to_string()))?
+    .map_err(|e| Error::setup_from("", e))?
     .with_root_certificates(roots)
     .with_no_client_auth();
     let tcp = tokio::net::TcpStream::connect(addr)
@@ -251,7 +251,7 @@ async fn admission_round_trip(addr: SocketAddr, ca_der: Vec<u8>) -> Result<(), E
         .map_err(|e| Error::io("connecting to the webhook", e))?;
     tcp.set_nodelay(true)
         .map_err(|e| Error::io("TCP_NODELAY", e))?;
-    let name = ServerName::try_from("127.0.0.1").map_err(|e| Error::Setup(e.to_string()))?;
+    let name = ServerName::try_from("127.0.0.1").map_err(|e| Error::setup_from("", e))?;
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(name, tcp)
         .await
@@ -284,7 +284,7 @@ async fn admission_round_trip(addr: SocketAddr, ca_der: Vec<u8>) -> Result<(), E
     if answer.starts_with(b"HTTP/1.1 200") {
         Ok(())
     } else {
-        Err(Error::Setup(format!(
+        Err(Error::setup(format!(
             "the webhook answered {:?}",
             String::from_utf8_lossy(&answer[..answer.len().min(80)])
         )))
@@ -301,12 +301,12 @@ async fn list_providers_round_trip(
         tls_server_name: Some("localhost".into()),
         ..Default::default()
     })
-    .map_err(|e| Error::Grpc(e.to_string()))?;
+    .map_err(|e| Error::grpc_from("", e))?;
     client
         .list_providers(peerpods_proto::v1::ListProvidersRequest {})
         .await
         .map(|_| ())
-        .map_err(|e| Error::Grpc(e.to_string()))
+        .map_err(|e| Error::grpc_from("", e))
 }
 
 async fn capacity_flood(options: &Options) -> Result<Load, Error> {
@@ -332,7 +332,7 @@ async fn capacity_flood(options: &Options) -> Result<Load, Error> {
         stop.clone(),
     )
     .await
-    .map_err(|e| Error::Provider(e.to_string()))?;
+    .map_err(|e| Error::provider_from("", e))?;
     let endpoint = format!("http://{}", provider.grpc_addr);
     let ec2 = moto.client();
 
@@ -353,7 +353,7 @@ async fn capacity_flood(options: &Options) -> Result<Load, Error> {
             endpoint: endpoint.clone(),
             ..Default::default()
         })
-        .map_err(|e| Error::Grpc(e.to_string()))?;
+        .map_err(|e| Error::grpc_from("", e))?;
         for poller in 0..POLLERS / POLL_CONNECTIONS {
             let mut client = client.clone();
             let (polling, answered, refused, failed) = (
@@ -442,7 +442,7 @@ async fn cleanup(endpoint: &str, ids: &[String]) -> Result<Duration, Error> {
         endpoint: endpoint.to_owned(),
         ..Default::default()
     })
-    .map_err(|e| Error::Grpc(e.to_string()))?;
+    .map_err(|e| Error::grpc_from("", e))?;
     let started = Instant::now();
     let answers: Vec<Result<(), Error>> = futures::stream::iter(ids.iter().cloned())
         .map(|id| {
@@ -456,12 +456,12 @@ async fn cleanup(endpoint: &str, ids: &[String]) -> Result<Duration, Error> {
                         accept_in_progress: false,
                     })
                     .await
-                    .map_err(|e| Error::Grpc(format!("DeleteInstance {id}: {e}")))?
+                    .map_err(|e| Error::grpc_from(format!("DeleteInstance {id}"), e))?
                     .into_inner();
                 if answer.result() == DeleteResult::Deleted {
                     Ok(())
                 } else {
-                    Err(Error::Grpc(format!(
+                    Err(Error::grpc(format!(
                         "DeleteInstance {id}: {:?}",
                         answer.result()
                     )))

@@ -35,7 +35,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Memory, Error> 
         "limit": total,
         "nodeSelector": {LABEL: "yes"},
     }))
-    .map_err(|e| Error::Setup(format!("PeerPodConfig spec: {e}")))?;
+    .map_err(|e| Error::setup_from("PeerPodConfig spec", e))?;
     let configs: Api<PeerPodConfig> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     configs
         .create(&PostParams::default(), &PeerPodConfig::new("bench", spec))
