@@ -266,10 +266,10 @@ pub fn answer(
                 "tags",
                 "creation_date",
             ] {
-                if all || fields.iter().any(|f| f == name) {
-                    if let Some(value) = d.field(name) {
-                        item.insert(name.into(), value);
-                    }
+                if (all || fields.iter().any(|f| f == name))
+                    && let Some(value) = d.field(name)
+                {
+                    item.insert(name.into(), value);
                 }
             }
             Value::Object(item)
