@@ -157,9 +157,7 @@ async fn a_refusal_by_the_cluster_tag_guard_says_so() {
     use test_support::moto;
 
     let s = Scenario::start("guard").await;
-    let _moto_serial = moto::SERIAL.lock().await;
-    moto::moto().reset();
-    let ec2 = moto::moto().client();
+    let (_moto_serial, ec2) = moto::alone().await;
     let foreign = moto::run_instances(&ec2, 1, &[]).await.remove(0);
     let tag = format!("{}={}", support::TAG_KEY, support::TAG_VALUE);
     let provider = ProviderService::start_with_config(
@@ -207,23 +205,13 @@ async fn orphan_events_land_in_the_controllers_namespace() {
     options.orphan_grace = Duration::ZERO;
     options.namespace = s.ns.clone();
     let ctrl = Controller::start(s.client.clone(), options).await;
-    let events: Api<Event> = Api::namespaced(s.client.clone(), &s.ns);
     let related = format!("libvirt/{orphan}");
-    testenv::wait_for(
+    s.wait_event(
+        &s.ns,
         "the orphan Event in the controller's namespace",
-        MINUTE,
-        || async {
-            events
-                .list(&ListParams::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("OrphanInstanceFound")
-                        && e.related.as_ref().and_then(|r| r.name.as_deref())
-                            == Some(related.as_str())
-                })
+        |e| {
+            e.reason.as_deref() == Some("OrphanInstanceFound")
+                && e.related.as_ref().and_then(|r| r.name.as_deref()) == Some(related.as_str())
         },
     )
     .await;

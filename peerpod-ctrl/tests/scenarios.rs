@@ -517,16 +517,12 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     use test_support::moto;
 
     let s = Scenario::start("orphans").await;
-    let _moto_serial = moto::SERIAL.lock().await;
-    moto::moto().reset();
-    let ec2 = moto::moto().client();
+    let (_moto_serial, ec2) = moto::alone().await;
     let aws_orphan = moto::run_instances(&ec2, 1, &[(support::TAG_KEY, support::TAG_VALUE)])
         .await
         .remove(0);
     let aws_foreign = moto::run_instances(&ec2, 1, &[]).await.remove(0);
-    let mut clouds = moto::moto().config(&[]);
-    clouds.retain(|(k, _)| k != "CLOUD_PROVIDER");
-    clouds.push(("CLOUD_PROVIDER".into(), "libvirt,aws".into()));
+    let clouds = moto::moto().config(&[("CLOUD_PROVIDER", "libvirt,aws")]);
     let provider = ProviderService::start_with_config(&clouds).await;
     let untracked = s.define_domain(true);
     let untracked_too = s.define_domain(true);
@@ -546,28 +542,19 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     })
     .await;
     // One Event per orphan VM, each naming its VM (note and related object), not one Event for both.
-    let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(s.client.clone(), "default");
     let everyone = [
         ("libvirt", &untracked),
         ("libvirt", &untracked_too),
         ("aws", &aws_orphan),
     ];
     for (cloud, vm) in everyone {
-        let found = testenv::wait_for("an Event per orphan VM", MINUTE, || async {
-            namespace_events
-                .list(&Default::default())
-                .await
-                .ok()?
-                .items
-                .into_iter()
-                .find(|e| {
-                    e.reason.as_deref() == Some("OrphanInstanceFound")
-                        && e.related.as_ref().and_then(|r| r.name.clone())
-                            == Some(format!("{cloud}/{vm}"))
-                })
-        })
-        .await;
+        let found = s
+            .wait_event("default", "an Event per orphan VM", |e| {
+                e.reason.as_deref() == Some("OrphanInstanceFound")
+                    && e.related.as_ref().and_then(|r| r.name.clone())
+                        == Some(format!("{cloud}/{vm}"))
+            })
+            .await;
         let note = found.note.unwrap_or_default();
         assert!(note.contains(vm.as_str()), "{note}");
         for (_, other) in everyone.iter().filter(|(_, o)| o != &vm) {
@@ -1186,18 +1173,11 @@ async fn an_orphan_scan_over_its_cap_deletes_nothing_and_says_why() {
         ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "libvirt")]) >= 3,
         "they are still reported"
     );
-    let namespace_events: Api<k8s_openapi::api::events::v1::Event> =
-        Api::namespaced(s.client.clone(), "default");
-    let refused = testenv::wait_for("an Event saying why", MINUTE, || async {
-        namespace_events
-            .list(&Default::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("OrphanDeleteCapExceeded"))
-    })
-    .await;
+    let refused = s
+        .wait_event("default", "an Event saying why", |e| {
+            e.reason.as_deref() == Some("OrphanDeleteCapExceeded")
+        })
+        .await;
     let note = refused.note.unwrap_or_default();
     assert!(
         note.contains("look orphaned") && note.contains("at most 2"),
@@ -1270,15 +1250,11 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
     use test_support::moto;
 
     let s = Scenario::start("tagged-hold").await;
-    let _moto_serial = moto::SERIAL.lock().await;
-    moto::moto().reset();
-    let ec2 = moto::moto().client();
+    let (_moto_serial, ec2) = moto::alone().await;
     let protected = moto::run_instances(&ec2, 1, &[("peerpods.io/do-not-delete", "true")])
         .await
         .remove(0);
-    let mut clouds = moto::moto().config(&[]);
-    clouds.retain(|(k, _)| k != "CLOUD_PROVIDER");
-    clouds.push(("CLOUD_PROVIDER".into(), "libvirt,aws".into()));
+    let clouds = moto::moto().config(&[("CLOUD_PROVIDER", "libvirt,aws")]);
     let provider = ProviderService::start_with_config(&clouds).await;
     let mut options = ControllerOptions::new(provider.addr);
     options.retry_cap = Duration::from_secs(300);

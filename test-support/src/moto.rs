@@ -441,6 +441,14 @@ pub fn config_for(endpoint: &str, extra: &[(&str, &str)]) -> Vec<(String, String
 /// no test sees another's instances.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// This test binary's moto to one test, emptied: the [`SERIAL`] guard (held for the whole test)
+/// and a client for arranging and inspecting moto's state.
+pub async fn alone() -> (tokio::sync::MutexGuard<'static, ()>, aws_sdk_ec2::Client) {
+    let serial = SERIAL.lock().await;
+    moto().reset();
+    (serial, moto().client())
+}
+
 /// Launches `count` running instances with `tags` and returns their ids.
 pub async fn run_instances(
     client: &aws_sdk_ec2::Client,

@@ -197,6 +197,17 @@ impl Scenario {
             .collect()
     }
 
+    /// Waits until an Event in namespace `ns` matches `check` and returns it.
+    pub async fn wait_event(
+        &self,
+        ns: &str,
+        what: &str,
+        check: impl Fn(&k8s_openapi::api::events::v1::Event) -> bool,
+    ) -> k8s_openapi::api::events::v1::Event {
+        let events = Api::namespaced(self.client.clone(), ns);
+        testenv::wait_for_event(what, &events, Duration::from_secs(60), check).await
+    }
+
     /// Removes every finalizer left in the namespace (scenarios that keep finalizers on purpose) and deletes
     /// the namespace, so the next scenario's controller has nothing of ours to look at.
     pub async fn cleanup(self) {
