@@ -24,4 +24,31 @@ pub enum Error {
     /// A metrics scrape that is neither Prometheus text nor OpenMetrics text.
     #[error("metrics text does not parse at line {line}: {text:?}")]
     MetricsText { line: usize, text: String },
+
+    /// moto's Python cannot be run: moto is not installed where it is looked for.
+    #[error(
+        "cannot run {} ({source}); `make moto` installs moto[ec2,server] into the venv",
+        python.display()
+    )]
+    MotoMissing {
+        python: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// moto's Python ran, but the server did not print its port.
+    #[error("moto did not start (printed {printed:?}); its log {}:\n{log}", log_path.display())]
+    MotoStart {
+        printed: String,
+        log_path: std::path::PathBuf,
+        log: String,
+    },
+
+    /// A file or pipe of the moto server could not be used.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
 }

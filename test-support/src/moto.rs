@@ -1,5 +1,7 @@
 //! moto, the EC2 emulator from PyPI, for the tests of any crate: one server per test binary, on
-//! 127.0.0.1 and a port the OS picks, and helpers that drive it with the real AWS SDK.
+//! 127.0.0.1 and a port the OS picks, and helpers that drive it with the real AWS SDK. The bench
+//! starts servers of its own ([`Moto::start`]); a moto that cannot be started is an error saying how
+//! to install it ([`shared`]), a panic only for the tests ([`moto`]).
 //!
 //! moto runs inside a small Python wrapper that reads its stdin until EOF and then stops the
 //! server. The test process holds the write end of that pipe for its whole life, so the server
@@ -15,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -258,10 +260,10 @@ fn python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/venv/bin/python")
 }
 
-/// The moto server of this test binary, started on first use with `env` set for it.
+/// The moto server of this test binary, started on first use with `env` set for it. Panics when moto
+/// cannot be started, with [`shared`]'s error (how to install it): for tests.
 pub fn moto_with_env(env: &[(&str, &str)]) -> &'static Moto {
-    static MOTO: OnceLock<Moto> = OnceLock::new();
-    MOTO.get_or_init(|| start(env))
+    shared(env).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The moto server of this test binary.
@@ -269,38 +271,67 @@ pub fn moto() -> &'static Moto {
     moto_with_env(&[])
 }
 
-fn start(env: &[(&str, &str)]) -> Moto {
-    let python = python();
-    let log_path = std::env::temp_dir().join(format!("moto-{}.log", std::process::id()));
-    let log = std::fs::File::create(&log_path).expect("create moto log file");
-    let mut child = Command::new(&python)
-        .args(["-c", WRAPPER])
-        .envs(env.iter().copied())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run {} ({e}); `make moto` installs moto[ec2,server] into the venv",
-                python.display()
-            )
-        });
-    let stdout = child.stdout.take().expect("moto stdout");
-    let mut first_line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut first_line)
-        .expect("read moto port");
-    let port: u16 = first_line.trim().parse().unwrap_or_else(|_| {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        panic!("moto did not start (printed {first_line:?}); its log:\n{log}")
-    });
-    let stdin = child.stdin.take().expect("moto stdin");
-    Moto {
-        endpoint: format!("http://127.0.0.1:{port}"),
-        port,
-        _stdin: Mutex::new(stdin),
-        _child: Mutex::new(child),
+/// The moto server of this process, started on first use with `env` set for it (the Python of
+/// `MOTO_PYTHON`, else the venv `make moto` fills), or why it could not be started. A failed start is
+/// not retried: every later caller gets the same error.
+pub fn shared(env: &[(&str, &str)]) -> Result<&'static Moto, &'static crate::Error> {
+    static MOTO: OnceLock<Result<Moto, crate::Error>> = OnceLock::new();
+    MOTO.get_or_init(|| {
+        let log_path = std::env::temp_dir().join(format!("moto-{}.log", std::process::id()));
+        Moto::start(&python(), &log_path, env)
+    })
+    .as_ref()
+}
+
+impl Moto {
+    /// Starts a moto server of its own: `python` runs the wrapper with `env` set, its stderr goes to
+    /// `log_path`. It stops when the returned `Moto` is dropped (the wrapper's stdin closes). A Python
+    /// that cannot be run is [`crate::Error::MotoMissing`], which says how to install moto.
+    pub fn start(
+        python: &Path,
+        log_path: &Path,
+        env: &[(&str, &str)],
+    ) -> Result<Moto, crate::Error> {
+        let io = |context: &str| {
+            let context = context.to_owned();
+            move |source| crate::Error::Io { context, source }
+        };
+        let log = std::fs::File::create(log_path)
+            .map_err(io(&format!("creating moto's log {}", log_path.display())))?;
+        let mut child = Command::new(python)
+            .args(["-c", WRAPPER])
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .map_err(|source| crate::Error::MotoMissing {
+                python: python.to_owned(),
+                source,
+            })?;
+        let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+            return Err(crate::Error::Io {
+                context: "moto's pipes".to_owned(),
+                source: std::io::Error::other("stdin or stdout not piped"),
+            });
+        };
+        let mut first_line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut first_line)
+            .map_err(io("reading moto's port"))?;
+        let Ok(port) = first_line.trim().parse::<u16>() else {
+            return Err(crate::Error::MotoStart {
+                printed: first_line,
+                log_path: log_path.to_owned(),
+                log: std::fs::read_to_string(log_path).unwrap_or_default(),
+            });
+        };
+        Ok(Moto {
+            endpoint: format!("http://127.0.0.1:{port}"),
+            port,
+            _stdin: Mutex::new(stdin),
+            _child: Mutex::new(child),
+        })
     }
 }
 
@@ -502,4 +533,44 @@ pub fn unknown_id(n: usize) -> String {
 pub fn closed_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").port()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("moto-{}-{name}.log", std::process::id()))
+    }
+
+    #[test]
+    fn a_python_that_cannot_run_is_an_error_saying_how_to_install_moto() {
+        let log = log_path("missing");
+        let refused = Moto::start(Path::new("/nonexistent/venv/bin/python"), &log, &[]).err();
+        let _ = std::fs::remove_file(&log);
+        let Some(e @ crate::Error::MotoMissing { .. }) = refused else {
+            panic!("not MotoMissing: {refused:?}");
+        };
+        assert!(
+            e.to_string()
+                .contains("`make moto` installs moto[ec2,server] into the venv"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_program_that_prints_no_port_is_an_error_naming_its_log() {
+        let log = log_path("no-port");
+        // Runs, ignores the wrapper and prints nothing.
+        let refused = Moto::start(Path::new("true"), &log, &[]).err();
+        let _ = std::fs::remove_file(&log);
+        let Some(crate::Error::MotoStart {
+            printed, log_path, ..
+        }) = refused
+        else {
+            panic!("not MotoStart: {refused:?}");
+        };
+        assert_eq!(printed, "");
+        assert_eq!(log_path, log);
+    }
 }

@@ -82,7 +82,7 @@ impl Cloud {
         let setup =
             |e: std::io::Error| Error::setup_from(format!("starting the {name} emulator"), e);
         Ok(match name {
-            "aws" => Cloud::Aws(test_support::moto::moto().client()),
+            "aws" => Cloud::Aws(crate::moto::shared()?.client()),
             "azure" => Cloud::Emulator(Box::new(peerpods_emulator_azure::AzureEmulator::start())),
             "gcp" => Cloud::Emulator(Box::new(
                 peerpods_emulator_gcp::GcpEmulator::start().map_err(setup)?,

@@ -28,7 +28,7 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::Error;
-use crate::moto::{Moto, run_instances};
+use crate::moto::{self, run_instances};
 use crate::options::Options;
 use crate::stats::percentile;
 
@@ -310,11 +310,11 @@ async fn list_providers_round_trip(
 }
 
 async fn capacity_flood(options: &Options) -> Result<Load, Error> {
-    let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+    let moto = moto::start(&options.moto_python, &options.log_dir).await?;
     let config_dir =
         tempfile::tempdir().map_err(|e| Error::io("creating a config directory", e))?;
-    for (key, value) in moto.provider_config() {
-        std::fs::write(config_dir.path().join(key), value)
+    for (key, value) in moto::provider_config(&moto) {
+        std::fs::write(config_dir.path().join(&key), value)
             .map_err(|e| Error::io(format!("writing config key {key}"), e))?;
     }
     let stop = CancellationToken::new();
@@ -340,7 +340,7 @@ async fn capacity_flood(options: &Options) -> Result<Load, Error> {
     let alone = cleanup(&endpoint, &alone_ids).await?;
 
     let flooded_ids = run_instances(&ec2, DELETES).await?;
-    let before = moto.provider_requests().await?;
+    let before = moto::provider_requests(&moto);
     let polling = CancellationToken::new();
     let (answered, refused, failed) = (
         Arc::new(AtomicU64::new(0)),
@@ -407,7 +407,7 @@ async fn capacity_flood(options: &Options) -> Result<Load, Error> {
     for poller in pollers {
         let _ = poller.await;
     }
-    let after = moto.provider_requests().await?;
+    let after = moto::provider_requests(&moto);
     let describe = |counts: &std::collections::BTreeMap<String, u64>| {
         counts
             .get("DescribeAccountAttributes")

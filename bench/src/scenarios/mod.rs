@@ -140,8 +140,8 @@ async fn start_provider(
         Some(moto) => {
             let dir =
                 tempfile::tempdir().map_err(|e| Error::io("creating a config directory", e))?;
-            for (key, value) in moto.provider_config() {
-                std::fs::write(dir.path().join(key), value)
+            for (key, value) in crate::moto::provider_config(moto) {
+                std::fs::write(dir.path().join(&key), value)
                     .map_err(|e| Error::io(format!("writing config key {key}"), e))?;
             }
             args.push(format!("--config-dir={}", dir.path().display()));

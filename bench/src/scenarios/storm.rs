@@ -50,7 +50,7 @@ struct StormRun {
 impl StormRun {
     async fn start(options: &Options, cluster: &Cluster, name: &str) -> Result<StormRun, Error> {
         let n = options.storm;
-        let moto = Moto::start(&options.moto_python, &options.log_dir).await?;
+        let moto = moto::start(&options.moto_python, &options.log_dir).await?;
         let ec2 = moto.client();
         let instance_ids = moto::run_instances(&ec2, n).await?;
         let (provider, provider_addr, config) =
@@ -104,7 +104,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let ns = ns.as_str();
 
     let before = Scrape::parse(&provider.metrics().await?)?;
-    let requests_before = moto.provider_requests().await?;
+    let requests_before = moto::provider_requests(&moto);
     let writes_before = controller_writes(cluster).await?;
     let api = cluster.peerpods(ns);
     let started = Instant::now();
@@ -129,7 +129,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     .await?;
     let cleanup = started.elapsed().as_secs_f64();
     let after = Scrape::parse(&provider.metrics().await?)?;
-    let requests_after = moto.provider_requests().await?;
+    let requests_after = moto::provider_requests(&moto);
     let writes = controller_writes(cluster).await? - writes_before;
     ctrl.stop().await;
     provider.stop().await;
