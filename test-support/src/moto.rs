@@ -7,8 +7,9 @@
 //! server. The test process holds the write end of that pipe for its whole life, so the server
 //! goes away whenever the test binary ends, also when it panics or is killed.
 //!
-//! The wrapper serves moto's own WSGI application behind a fault layer (the technique of the
-//! bench's counting layer): what moto never does, EC2 does, and [`Faults`] turns it on. EC2's
+//! The wrapper serves moto's own WSGI application behind a fault layer, which also counts the EC2
+//! calls by the access key that signed them (the bench's cloud-call figures): what moto never
+//! does, EC2 does, and [`Faults`] turns it on. EC2's
 //! eventual consistency (`InvalidInstanceID.NotFound` for given ids, or for every instance during
 //! its first seconds after `RunInstances`), server errors and throttling at a rate, each answered
 //! with EC2's own XML error body. Off unless set; [`Moto::reset`] turns it off again.
@@ -36,7 +37,7 @@ pub const IMAGE_ID: &str = "ami-12c6146b";
 /// `POST /peerpods-faults` (JSON, see [`Faults`]) sets the faults and answers what was injected
 /// so far, `GET` only answers; `GET /peerpods-requests` answers the EC2 calls received so far
 /// (faulted ones included) as `{access key: {action: count}}`; `POST /moto-api/reset` also
-/// clears faults and counts. Public so that other harnesses (the bench) can serve the same layer.
+/// clears faults and counts. A harness of its own runs it through [`Moto::start`].
 pub const WRAPPER: &str = r#"
 import collections, io, json, random, re, sys, threading, time, urllib.parse, uuid
 from werkzeug.serving import make_server
