@@ -7,13 +7,15 @@
 //! - `machine_address`: the instance id (a machine's IP address) as CAA parses and prints it.
 //! - `pool_state`: CAA's allocation state JSON and the pure rules applied to it.
 //! - `pool_configmap`: every Kubernetes API call, bounded, retried, counted; `failure`: what an
-//!   API error means.
+//!   API error means; `throttling`: the API server's plain-text 429, kept with its wait
+//!   ([`client_over`] builds a client with it over any HTTP stack).
 
 mod failure;
 mod machine_address;
 mod pool_configmap;
 mod pool_state;
 mod settings;
+mod throttling;
 
 use std::path::Path;
 use std::time::Duration;
@@ -25,6 +27,7 @@ pub use machine_address::MachineAddress;
 pub use pool_configmap::{GET_CONFIGMAP, REPLACE_CONFIGMAP};
 pub use pool_state::STATE_KEY;
 pub use settings::{ByomSettings, ConfigProblem};
+pub use throttling::client_over;
 
 use failure::Failure;
 use peerpods_provider_core::{

@@ -154,7 +154,7 @@ impl PoolConfigMap {
 
 /// The client for `connection`. A client this backend builds itself does not retry on its own
 /// (kube's default retries 429 up to 15 times): throttling goes back to the caller with the
-/// server's wait, outages are retried by [`PoolConfigMap::call`] a bounded number of times.
+/// server's wait (a plain-text 429's too: `throttling`), outages are retried by [`PoolConfigMap::call`] a bounded number of times.
 async fn connect(connection: &Connection) -> Result<Connected, Error> {
     let config = match connection {
         Connection::Client(client) => {
@@ -187,10 +187,15 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
     let redactor = redactor_for(&config);
     let mut config = config;
     config.default_retry = false;
-    let client = kube::Client::try_from(config).map_err(|e| Error::Config {
-        key: "KUBECONFIG".into(),
-        message: redactor.redact(&format!("cannot build a Kubernetes client: {e}")),
-    })?;
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| Error::Config {
+            key: "KUBECONFIG".into(),
+            message: redactor.redact(&format!("cannot build a Kubernetes client: {e}")),
+        })?
+        .with_layer(&tower::util::MapResponseLayer::new(
+            crate::throttling::restate_plain_throttling::<Box<kube::client::DynBody>>,
+        ))
+        .build();
     Ok(Connected { client, redactor })
 }
 

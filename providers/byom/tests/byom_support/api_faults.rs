@@ -197,7 +197,8 @@ impl ApiFaults {
 
     /// A client through this layer, with `namespace` as its default namespace.
     pub fn client(&self, namespace: &str) -> Client {
-        Client::new(self.clone(), namespace)
+        // The provider's own client stack over this layer, as over the API server's transport.
+        peerpods_provider_byom::client_over(self.clone(), namespace)
     }
 
     /// The next `times` `method` requests to `path` are answered with `answer` and never reach the
