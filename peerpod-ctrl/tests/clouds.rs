@@ -96,12 +96,7 @@ async fn on_every_cloud_deleting_the_pod_deletes_its_vm_with_its_parts_and_relea
             "{}",
             cloud.provider()
         );
-        let reasons = s.event_reasons(peerpod).await;
-        assert!(
-            reasons.contains(&"InstanceDeleted".to_string()),
-            "{}: {reasons:?}",
-            cloud.provider()
-        );
+        s.wait_event_reason(peerpod, "InstanceDeleted").await;
     }
     s.wait_peerpod_gone("web-byom-resource-abcde", MINUTE).await;
     assert_eq!(
@@ -202,15 +197,8 @@ async fn an_azure_delete_slower_than_the_callers_deadline_releases_only_once_eve
         1,
         "one cloud delete, however many calls"
     );
-    let reasons = s.event_reasons(peerpod).await;
-    assert!(
-        reasons.contains(&"DeleteInProgress".to_string()),
-        "{reasons:?}"
-    );
-    assert!(
-        reasons.contains(&"InstanceDeleted".to_string()),
-        "{reasons:?}"
-    );
+    s.wait_event_reason(peerpod, "DeleteInProgress").await;
+    let reasons = s.wait_event_reason(peerpod, "InstanceDeleted").await;
     assert!(
         reasons
             .iter()

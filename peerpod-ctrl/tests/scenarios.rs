@@ -100,11 +100,8 @@ async fn deleting_the_pod_deletes_its_vm_and_releases_the_peerpod() {
         "the VM is deleted before the PeerPod goes"
     );
     assert_eq!(provider.delete_calls("libvirt"), 1);
-    let reasons = s.event_reasons("web-resource-abcde").await;
-    assert!(
-        reasons.contains(&"InstanceDeleted".to_string()),
-        "{reasons:?}"
-    );
+    s.wait_event_reason("web-resource-abcde", "InstanceDeleted")
+        .await;
     assert_eq!(
         ctrl.metric(
             "peerpod_ctrl_instance_deletes_total",
@@ -182,11 +179,7 @@ async fn an_already_gone_vm_is_released_in_one_pass() {
         ),
         1
     );
-    assert!(
-        s.event_reasons("gone")
-            .await
-            .contains(&"InstanceAlreadyGone".to_string())
-    );
+    s.wait_event_reason("gone", "InstanceAlreadyGone").await;
     ctrl.stop().await;
     s.cleanup().await;
 }
@@ -207,11 +200,7 @@ async fn provider_service_down_keeps_the_finalizer_until_it_is_back() {
         .await;
     assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
     assert!(s.domain_exists(&vm));
-    assert!(
-        s.event_reasons("waiting")
-            .await
-            .contains(&"ProviderUnavailable".to_string())
-    );
+    s.wait_event_reason("waiting", "ProviderUnavailable").await;
     assert!(
         ctrl.metric(
             "peerpod_ctrl_reconcile_errors_total",
@@ -909,7 +898,7 @@ async fn a_cleanup_costs_two_writes_the_event_and_the_finalizer_patch() {
                 .is_some_and(|st| !st.cleand && st.conditions.is_empty())),
         "no status write on the success path: {versions:#?}"
     );
-    let reasons = s.event_reasons("counted").await;
+    let reasons = s.wait_event_reason("counted", "InstanceDeleted").await;
     assert_eq!(reasons, ["InstanceDeleted".to_string()], "one Event");
     ctrl.stop().await;
     s.cleanup().await;
@@ -1060,11 +1049,7 @@ async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
         .await;
     assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
     assert!(s.domain_exists(&held_vm));
-    assert!(
-        s.event_reasons("held")
-            .await
-            .contains(&"DoNotDelete".to_string())
-    );
+    s.wait_event_reason("held", "DoNotDelete").await;
 
     // Reaping path: of two older PeerPods of one Pod, only the unprotected one is reaped.
     let pod = s.create_pod("app").await;
@@ -1284,11 +1269,7 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(provider.delete_calls("aws"), 1, "a hold is not retried hot");
     assert_eq!(moto::state_of(&ec2, &protected).await, "running");
-    assert!(
-        s.event_reasons("tagged")
-            .await
-            .contains(&"DoNotDelete".to_string())
-    );
+    s.wait_event_reason("tagged", "DoNotDelete").await;
     ctrl.stop().await;
     s.cleanup().await;
 }

@@ -182,6 +182,20 @@ impl Scenario {
             .collect()
     }
 
+    /// The Event reasons recorded for `object_name`, once one of them is `reason`: an Event is sent beside the
+    /// status write or release it goes with, so it may land a moment after what the test waited for.
+    pub async fn wait_event_reason(&self, object_name: &str, reason: &str) -> Vec<String> {
+        testenv::wait_for(
+            &format!("an Event {reason} for {object_name}"),
+            Duration::from_secs(60),
+            || async {
+                let reasons = self.event_reasons(object_name).await;
+                reasons.iter().any(|r| r == reason).then_some(reasons)
+            },
+        )
+        .await
+    }
+
     /// Events (reason, note) recorded for objects in this namespace.
     pub async fn events(&self, object_name: &str) -> Vec<(String, String)> {
         let events: Api<k8s_openapi::api::events::v1::Event> =
