@@ -368,10 +368,7 @@ mod tests {
         // answer (and its resumable state) comes first; shutdown outlives every detached delete.
         assert!(SLOWEST_BACKEND_WAIT < d.bound);
         assert!(d.bound < d.drain_grace);
-        // The caller's deadline > this service's bound of any call > a delete call's answer window:
-        // the caller always hears this service's answer, never its own timeout.
-        assert!(d.answer_within < crate::server::CALL_TIMEOUT);
-        assert!(crate::server::CALL_TIMEOUT < peerpods_provider_client::DEFAULT_PROVIDER_TIMEOUT);
+        // The server's bound of any call comes next (`server`'s tests).
         assert!(d.retry_after < d.answer_within);
     }
 }

@@ -236,6 +236,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_calls_bound_sits_between_the_delete_answer_window_and_the_callers_deadline() {
+        // The caller's deadline > this service's bound of any call > a delete call's answer window:
+        // the caller always hears this service's answer, never its own timeout.
+        let deletes = crate::deletes::DeleteSettings::default();
+        assert!(deletes.answer_within < CALL_TIMEOUT);
+        assert!(CALL_TIMEOUT < peerpods_provider_client::DEFAULT_PROVIDER_TIMEOUT);
+    }
+
+    #[test]
     fn framework_errors_get_an_error_info() {
         let mut headers = tonic::Status::unimplemented("")
             .into_http::<()>()
