@@ -111,6 +111,24 @@ pub trait IbmEmulator {
     }
 }
 
+/// A backend's configuration against an emulator: `CLOUD_PROVIDER` and the API key, the
+/// cloud's own `endpoints` (endpoints, zone, workspace), and short retry and deletion waits.
+pub fn provider_config(provider: &str, endpoints: Vec<(&str, String)>) -> Vec<(String, String)> {
+    [
+        ("CLOUD_PROVIDER", provider.to_owned()),
+        ("IBMCLOUD_API_KEY", API_KEY.to_owned()),
+    ]
+    .into_iter()
+    .chain(endpoints)
+    .chain([
+        ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
+        ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
+        ("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "10".to_owned()),
+    ])
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
 /// The verbatim answer queued for `route`, if any (taken).
 pub fn verbatim(knobs: &mut Knobs, route: &str) -> Option<Response> {
     let (status, body) = knobs.verbatim.get_mut(route)?.pop_front()?;

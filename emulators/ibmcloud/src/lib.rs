@@ -6,6 +6,7 @@
 //! `fixtures/` (see the README for their sources).
 
 mod common;
+mod front_door;
 mod powervs;
 mod search;
 mod vpc;

@@ -2,22 +2,19 @@
 //! the backend calls (one workspace, its `pvm-instances`) and Global Tagging.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
 use crate::common::{
-    ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, layer_fault, lock, request_line, tag_list, url_decode_form, uuid_like,
-    verbatim,
+    ACCOUNT_ID, IbmEmulator, Knobs, Server, Shared, answer, fixture, lock, provider_config,
+    tag_list, uuid_like, verbatim,
 };
+use crate::front_door::{self, Cloud, Request};
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
 const PVM_INSTANCES: &str = include_str!("../fixtures/power_pvm_instances.json");
@@ -69,16 +66,11 @@ pub struct PowerVsEmulator {
 impl PowerVsEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        let state: Shared<PowerState> = Arc::new(Mutex::new(PowerState {
+        let (state, faults, server) = front_door::start(PowerState {
             deleting_polls: 2,
             limits: Some((50.0, 100.0, 800.0)),
             ..PowerState::default()
-        }));
-        let faults = Arc::new(FaultLayer::from_env());
-        let router = Router::new()
-            .fallback(handle)
-            .with_state((Arc::clone(&state), Arc::clone(&faults)));
-        let server = Server::start(router)?;
+        })?;
         Ok(PowerVsEmulator {
             state,
             server,
@@ -185,21 +177,16 @@ impl CloudEmulator for PowerVsEmulator {
 
     fn config(&self) -> Vec<(String, String)> {
         let url = self.url();
-        [
-            ("CLOUD_PROVIDER", "ibmcloud-powervs".to_owned()),
-            ("IBMCLOUD_API_KEY", API_KEY.to_owned()),
-            ("IBMCLOUD_IAM_ENDPOINT", url.clone()),
-            ("IBMCLOUD_POWER_API_ENDPOINT", url.clone()),
-            ("IBMCLOUD_TAGGING_ENDPOINT", url),
-            ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
-            ("POWERVS_ZONE", ZONE.to_owned()),
-            ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
-            ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
-            ("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "10".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+        provider_config(
+            self.provider(),
+            vec![
+                ("IBMCLOUD_IAM_ENDPOINT", url.clone()),
+                ("IBMCLOUD_POWER_API_ENDPOINT", url.clone()),
+                ("IBMCLOUD_TAGGING_ENDPOINT", url),
+                ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
+                ("POWERVS_ZONE", ZONE.to_owned()),
+            ],
+        )
     }
 
     /// An instance as cloud-api-adaptor creates it (0.5 shared processors, 2 GB, a boot volume
@@ -230,107 +217,104 @@ fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response 
     answer(status, &body)
 }
 
-async fn handle(
-    State((state, faults)): State<(Shared<PowerState>, Arc<FaultLayer>)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
-    if !(method == Method::POST && path == ["identity", "token"]) {
-        if let Some(fault) =
-            layer_fault(&faults, &fixture(TOO_MANY_REQUESTS), &fixture(INTERNAL)).await
+impl Cloud for PowerState {
+    const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
+    const INTERNAL: &'static str = INTERNAL;
+    const UNAUTHORIZED: &'static str = UNAUTHORIZED;
+
+    fn knobs(&mut self) -> &mut Knobs {
+        &mut self.knobs
+    }
+
+    fn set_deleting_polls(&mut self, polls: u32) {
+        self.deleting_polls = polls;
+    }
+
+    fn route_name(method: &Method, path: &[&str]) -> String {
+        route_name(method, path)
+    }
+
+    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response {
+        let Request {
+            method,
+            headers,
+            path,
+            query,
+            route,
+            ..
+        } = *request;
+        if let Some(example) = verbatim(&mut self.knobs, route) {
+            return example;
+        }
+        if path.first() == Some(&"v3") {
+            return match (method, path) {
+                (&Method::GET, ["v3", "tags"]) => tag_list(&self.tags, query),
+                _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
+            };
+        }
+        if !headers
+            .get("crn")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(names_this_workspace)
         {
-            return fault;
+            return error(
+                StatusCode::UNAUTHORIZED,
+                UNAUTHORIZED,
+                Some("the CRN header is missing or does not name this workspace"),
+            );
         }
-        if let Some(polls) = faults.operation_polls() {
-            lock(&state).deleting_polls = polls;
-        }
-    }
-    let mut state = lock(&state);
-    let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
-    if method == Method::POST && path == ["identity", "token"] {
-        return iam_token(&mut state.knobs, &body);
-    }
-    let route = route_name(&method, &path);
-    if let Some(fault) = injected(
-        &mut state.knobs,
-        &route,
-        request_line(&method, &uri),
-        &fixture(TOO_MANY_REQUESTS),
-        &fixture(INTERNAL),
-    ) {
-        return fault;
-    }
-    if !authorized(&state.knobs, &headers) {
-        return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED, None);
-    }
-    if let Some(example) = verbatim(&mut state.knobs, &route) {
-        return example;
-    }
-    if path.first() == Some(&"v3") {
-        return match (&method, path.as_slice()) {
-            (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
+        match (method, path) {
+            (_, ["pcloud", "v1", "cloud-instances", workspace, ..])
+                if *workspace != WORKSPACE_ID =>
+            {
+                error(
+                    StatusCode::NOT_FOUND,
+                    NOT_FOUND,
+                    Some("cloud instance does not exist"),
+                )
+            }
+            (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(self),
+            (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
+                let mut body = fixture(PVM_INSTANCES);
+                body["pvmInstances"] = visible(&self.instances)
+                    .map(|(id, i)| reference_json(id, i))
+                    .collect();
+                answer(StatusCode::OK, &body)
+            }
+            // An instance created moments ago may still be unknown (the fault layer's window).
+            (
+                &Method::GET | &Method::DELETE,
+                ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id],
+            ) if faults.invisible(id) => not_found(id),
+            (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
+                get_instance(self, id)
+            }
+            (&Method::DELETE, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
+                delete_instance(self, id)
+            }
             _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
-        };
+        }
     }
-    if !headers
-        .get("crn")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(names_this_workspace)
-    {
-        return error(
-            StatusCode::UNAUTHORIZED,
-            UNAUTHORIZED,
-            Some("the CRN header is missing or does not name this workspace"),
-        );
-    }
-    match (&method, path.as_slice()) {
-        (_, ["pcloud", "v1", "cloud-instances", workspace, ..]) if *workspace != WORKSPACE_ID => {
+}
+
+fn delete_instance(state: &mut PowerState, id: &str) -> Response {
+    let polls = state.deleting_polls;
+    match state.instances.get_mut(id) {
+        None => not_found(id),
+        Some(instance) if instance.gone => {
+            remove_instance(state, id);
             error(
-                StatusCode::NOT_FOUND,
+                StatusCode::GONE,
                 NOT_FOUND,
-                Some("cloud instance does not exist"),
+                Some(&format!("pvm-instance has been deleted. ID: {id}")),
             )
         }
-        (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(&state),
-        (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
-            let mut body = fixture(PVM_INSTANCES);
-            body["pvmInstances"] = visible(&state.instances)
-                .map(|(id, i)| reference_json(id, i))
-                .collect();
-            answer(StatusCode::OK, &body)
-        }
-        // An instance created moments ago may still be unknown (the fault layer's window).
-        (
-            &Method::GET | &Method::DELETE,
-            ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id],
-        ) if faults.invisible(id) => not_found(id),
-        (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
-            get_instance(&mut state, id)
-        }
-        (&Method::DELETE, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
-            let polls = state.deleting_polls;
-            match state.instances.get_mut(*id) {
-                None => not_found(id),
-                Some(instance) if instance.gone => {
-                    remove_instance(&mut state, id);
-                    error(
-                        StatusCode::GONE,
-                        NOT_FOUND,
-                        Some(&format!("pvm-instance has been deleted. ID: {id}")),
-                    )
-                }
-                Some(instance) => {
-                    if instance.deleting_polls_left.is_none() {
-                        instance.deleting_polls_left = Some(polls);
-                    }
-                    answer(StatusCode::OK, &json!({}))
-                }
+        Some(instance) => {
+            if instance.deleting_polls_left.is_none() {
+                instance.deleting_polls_left = Some(polls);
             }
+            answer(StatusCode::OK, &json!({}))
         }
-        _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
     }
 }
 

@@ -3,23 +3,20 @@
 //! Search (`POST /v3/resources/search`, see [`crate::search`]).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
 use crate::common::{
-    ACCOUNT_ID, API_KEY, IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture,
-    iam_token, injected, layer_fault, lock, no_content, request_line, tag_list, url_decode_form,
-    uuid_like, verbatim,
+    ACCOUNT_ID, IbmEmulator, Knobs, Server, Shared, answer, fixture, lock, no_content,
+    provider_config, tag_list, uuid_like, verbatim,
 };
+use crate::front_door::{self, Cloud, Request};
 use crate::search;
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
@@ -86,16 +83,11 @@ pub struct VpcEmulator {
 impl VpcEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        let state: Shared<VpcState> = Arc::new(Mutex::new(VpcState {
+        let (state, faults, server) = front_door::start(VpcState {
             deleting_polls: 2,
             search_lag: search::lag_from_env(),
             ..VpcState::default()
-        }));
-        let faults = Arc::new(FaultLayer::from_env());
-        let router = Router::new()
-            .fallback(handle)
-            .with_state((Arc::clone(&state), Arc::clone(&faults)));
-        let server = Server::start(router)?;
+        })?;
         lock(&state).base_url = server.url();
         Ok(VpcEmulator {
             state,
@@ -255,21 +247,16 @@ impl CloudEmulator for VpcEmulator {
 
     fn config(&self) -> Vec<(String, String)> {
         let url = self.url();
-        [
-            ("CLOUD_PROVIDER", "ibmcloud".to_owned()),
-            ("IBMCLOUD_API_KEY", API_KEY.to_owned()),
-            ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
-            ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
-            ("IBMCLOUD_TAGGING_ENDPOINT", url.clone()),
-            ("IBMCLOUD_SEARCH_ENDPOINT", url.clone()),
-            ("IBMCLOUD_ZONE", ZONE.to_owned()),
-            ("IBMCLOUD_API_RETRY_BACKOFF_MS", "10".to_owned()),
-            ("IBMCLOUD_DELETE_POLL_MS", "10".to_owned()),
-            ("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "10".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect()
+        provider_config(
+            self.provider(),
+            vec![
+                ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
+                ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
+                ("IBMCLOUD_TAGGING_ENDPOINT", url.clone()),
+                ("IBMCLOUD_SEARCH_ENDPOINT", url.clone()),
+                ("IBMCLOUD_ZONE", ZONE.to_owned()),
+            ],
+        )
     }
 
     /// An instance as cloud-api-adaptor creates it: profile bx2-2x8, a primary network
@@ -290,10 +277,6 @@ impl CloudEmulator for VpcEmulator {
     }
 }
 
-fn error(status: StatusCode, text: &str) -> Response {
-    answer(status, &fixture(text))
-}
-
 fn not_found(target: &str, message: &str) -> Response {
     let mut body = fixture(NOT_FOUND);
     body["errors"][0]["message"] = json!(message);
@@ -309,92 +292,84 @@ fn bad_request(message: &str) -> Response {
     answer(StatusCode::BAD_REQUEST, &body)
 }
 
-async fn handle(
-    State((state, faults)): State<(Shared<VpcState>, Arc<FaultLayer>)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
-    if !(method == Method::POST && path == ["identity", "token"]) {
-        if let Some(fault) =
-            layer_fault(&faults, &fixture(TOO_MANY_REQUESTS), &fixture(INTERNAL)).await
-        {
-            return fault;
+impl Cloud for VpcState {
+    const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
+    const INTERNAL: &'static str = INTERNAL;
+    const UNAUTHORIZED: &'static str = UNAUTHORIZED;
+
+    fn knobs(&mut self) -> &mut Knobs {
+        &mut self.knobs
+    }
+
+    fn set_deleting_polls(&mut self, polls: u32) {
+        self.deleting_polls = polls;
+    }
+
+    fn route_name(method: &Method, path: &[&str]) -> String {
+        route_name(method, path)
+    }
+
+    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response {
+        let Request {
+            method,
+            uri,
+            body,
+            path,
+            query,
+            route,
+            ..
+        } = *request;
+        if path.first() == Some(&"v3") {
+            if let Some(example) = verbatim(&mut self.knobs, route) {
+                return example;
+            }
+            return match (method, path) {
+                (&Method::GET, ["v3", "tags"]) => tag_list(&self.tags, query),
+                (&Method::POST, ["v3", "resources", "search"]) => {
+                    search_resources(self, query, body)
+                }
+                _ => not_found(uri.path(), "route not found"),
+            };
         }
-        if let Some(polls) = faults.operation_polls() {
-            lock(&state).deleting_polls = polls;
+        let version_ok = query
+            .get("version")
+            .is_some_and(|v| version_accepted(v, jiff::Timestamp::now()));
+        if !version_ok || query.get("generation").map(String::as_str) != Some("2") {
+            return bad_request(
+                "The version query parameter must be a date (YYYY-MM-DD) between 2022-09-13 and today, and generation must be 2",
+            );
         }
-    }
-    let mut state = lock(&state);
-    let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
-    if method == Method::POST && path == ["identity", "token"] {
-        return iam_token(&mut state.knobs, &body);
-    }
-    let route = route_name(&method, &path);
-    if let Some(fault) = injected(
-        &mut state.knobs,
-        &route,
-        request_line(&method, &uri),
-        &fixture(TOO_MANY_REQUESTS),
-        &fixture(INTERNAL),
-    ) {
-        return fault;
-    }
-    if !authorized(&state.knobs, &headers) {
-        return error(StatusCode::UNAUTHORIZED, UNAUTHORIZED);
-    }
-    if path.first() == Some(&"v3") {
-        if let Some(example) = verbatim(&mut state.knobs, &route) {
+        if let Some(example) = verbatim(&mut self.knobs, route) {
             return example;
         }
-        return match (&method, path.as_slice()) {
-            (&Method::GET, ["v3", "tags"]) => tag_list(&state.tags, &query),
-            (&Method::POST, ["v3", "resources", "search"]) => {
-                search_resources(&mut state, &query, &body)
+        match (method, path) {
+            (&Method::GET, ["v1", "instances"]) => list_instances(self, query),
+            // An instance created moments ago may still be unknown (the fault layer's window).
+            (&Method::GET | &Method::DELETE, ["v1", "instances", id]) if faults.invisible(id) => {
+                not_found(id, "Instance not found")
+            }
+            (&Method::GET, ["v1", "instances", id]) => get_instance(self, id),
+            (&Method::DELETE, ["v1", "instances", id]) => delete_instance(self, id),
+            (
+                &Method::GET,
+                [
+                    "v1",
+                    "instances",
+                    id,
+                    "network_interfaces",
+                    nic,
+                    "floating_ips",
+                ],
+            ) => floating_ips_of(self, id, nic),
+            (&Method::DELETE, ["v1", "floating_ips", id]) => {
+                if self.floating_ips.remove(*id).is_some() {
+                    no_content()
+                } else {
+                    not_found(id, "Floating IP not found")
+                }
             }
             _ => not_found(uri.path(), "route not found"),
-        };
-    }
-    let version_ok = query
-        .get("version")
-        .is_some_and(|v| version_accepted(v, jiff::Timestamp::now()));
-    if !version_ok || query.get("generation").map(String::as_str) != Some("2") {
-        return bad_request(
-            "The version query parameter must be a date (YYYY-MM-DD) between 2022-09-13 and today, and generation must be 2",
-        );
-    }
-    if let Some(example) = verbatim(&mut state.knobs, &route) {
-        return example;
-    }
-    match (&method, path.as_slice()) {
-        (&Method::GET, ["v1", "instances"]) => list_instances(&state, &query),
-        // An instance created moments ago may still be unknown (the fault layer's window).
-        (&Method::GET | &Method::DELETE, ["v1", "instances", id]) if faults.invisible(id) => {
-            not_found(id, "Instance not found")
         }
-        (&Method::GET, ["v1", "instances", id]) => get_instance(&mut state, id),
-        (&Method::DELETE, ["v1", "instances", id]) => delete_instance(&mut state, id),
-        (
-            &Method::GET,
-            [
-                "v1",
-                "instances",
-                id,
-                "network_interfaces",
-                nic,
-                "floating_ips",
-            ],
-        ) => floating_ips_of(&state, id, nic),
-        (&Method::DELETE, ["v1", "floating_ips", id]) => {
-            if state.floating_ips.remove(*id).is_some() {
-                no_content()
-            } else {
-                not_found(id, "Floating IP not found")
-            }
-        }
-        _ => not_found(uri.path(), "route not found"),
     }
 }
 

@@ -1,0 +1,118 @@
+//! The front door both emulators open every request with, written once: the fault layer's
+//! answer (IAM spared), its operation polls, IAM's token endpoint, the injected faults and the
+//! request count, then the bearer token. Each cloud brings its own error bodies and routes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::Response;
+use test_support::faults::FaultLayer;
+
+use crate::common::{
+    Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected, layer_fault, lock,
+    request_line, url_decode_form,
+};
+
+/// An IBM Cloud API behind the shared front door: its error bodies, its route names and what it
+/// answers an authorized request.
+pub trait Cloud: Send + 'static {
+    /// The cloud's 429 body (throttling).
+    const TOO_MANY_REQUESTS: &'static str;
+    /// The cloud's 5xx body (an internal error).
+    const INTERNAL: &'static str;
+    /// The cloud's 401 body (a token IAM did not issue, or revoked).
+    const UNAUTHORIZED: &'static str;
+
+    fn knobs(&mut self) -> &mut Knobs;
+
+    /// How many GETs a deleted instance still shows (the fault layer's operation polls).
+    fn set_deleting_polls(&mut self, polls: u32);
+
+    /// The request's route without ids (e.g. `DELETE /v1/instances/{id}`), for request counts
+    /// and verbatim answers.
+    fn route_name(method: &Method, path: &[&str]) -> String;
+
+    /// The answer to a request that passed the front door.
+    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response;
+}
+
+/// A request past the front door.
+pub struct Request<'a> {
+    pub method: &'a Method,
+    pub uri: &'a Uri,
+    pub headers: &'a HeaderMap,
+    pub body: &'a Bytes,
+    /// The path's segments (`/v1/instances/x` → `["v1", "instances", "x"]`).
+    pub path: &'a [&'a str],
+    pub query: &'a BTreeMap<String, String>,
+    /// See [`Cloud::route_name`].
+    pub route: &'a str,
+}
+
+/// Starts the cloud's server on 127.0.0.1 with the fault layer from the environment.
+pub fn start<C: Cloud>(cloud: C) -> std::io::Result<(Shared<C>, Arc<FaultLayer>, Server)> {
+    let state: Shared<C> = Arc::new(Mutex::new(cloud));
+    let faults = Arc::new(FaultLayer::from_env());
+    let router = Router::new()
+        .fallback(handle::<C>)
+        .with_state((Arc::clone(&state), Arc::clone(&faults)));
+    let server = Server::start(router)?;
+    Ok((state, faults, server))
+}
+
+async fn handle<C: Cloud>(
+    State((state, faults)): State<(Shared<C>, Arc<FaultLayer>)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let path: Vec<&str> = uri.path().trim_matches('/').split('/').collect();
+    let iam = method == Method::POST && path == ["identity", "token"];
+    if !iam {
+        if let Some(fault) = layer_fault(
+            &faults,
+            &fixture(C::TOO_MANY_REQUESTS),
+            &fixture(C::INTERNAL),
+        )
+        .await
+        {
+            return fault;
+        }
+        if let Some(polls) = faults.operation_polls() {
+            lock(&state).set_deleting_polls(polls);
+        }
+    }
+    let mut state = lock(&state);
+    if iam {
+        return iam_token(state.knobs(), &body);
+    }
+    let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
+    let route = C::route_name(&method, &path);
+    if let Some(fault) = injected(
+        state.knobs(),
+        &route,
+        request_line(&method, &uri),
+        &fixture(C::TOO_MANY_REQUESTS),
+        &fixture(C::INTERNAL),
+    ) {
+        return fault;
+    }
+    if !authorized(state.knobs(), &headers) {
+        return answer(StatusCode::UNAUTHORIZED, &fixture(C::UNAUTHORIZED));
+    }
+    let request = Request {
+        method: &method,
+        uri: &uri,
+        headers: &headers,
+        body: &body,
+        path: &path,
+        query: &query,
+        route: &route,
+    };
+    state.serve(&request, &faults)
+}
