@@ -5,64 +5,44 @@
 //! same delete completes once the status allows it. (Throttling, 429 with `Retry-After`, is
 //! `Throttled` in `vpc.rs` and `powervs.rs`.)
 
-use peerpods_emulator_ibmcloud::{IbmEmulator, PowerVsEmulator, VpcEmulator, examples};
-use peerpods_provider_core::{CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig};
-use peerpods_provider_ibmcloud::{IbmCloudVpcProvider, PowerVsProvider};
-use test_support::cloud::CloudEmulator;
+mod ibm_support;
 
-fn assert_conflict_is_retryable(answer: Result<DeleteOutcome, Error>) {
+use ibm_support::{Backend, assert_deleted};
+use peerpods_emulator_ibmcloud::{PowerVsEmulator, VpcEmulator, examples};
+use peerpods_provider_core::{CloudCalls, Error, Provider};
+
+/// The next DELETE (`route`) answers 409 with `conflict`: retryable, the instance kept; the
+/// same delete asked again deletes it.
+async fn a_conflict_is_retryable_then_deleted<B: Backend>(route: &str, conflict: &str) {
+    let emulator = B::started();
+    let provider = emulator.backend(&CloudCalls::default());
+    let id = emulator.create_vm("podvm-busy", &[]);
+    emulator.answer_next_verbatim(route, 409, conflict);
+
+    let answer = provider.delete_instance(&id).await;
     assert!(
         matches!(&answer, Err(Error::Unavailable { message }) if message.contains("HTTP 409") && message.contains("try again")),
         "{answer:?}"
     );
+    assert!(emulator.vm_or_parts_exist(&id));
+
+    assert_deleted(&emulator, &provider, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vpc_instance_in_a_conflicting_status_is_retryable_then_deleted() {
-    let emulator = VpcEmulator::start().expect("emulator");
-    let provider = IbmCloudVpcProvider::from_config(
-        &ProviderConfig::from_pairs(emulator.config()),
-        CloudCalls::default(),
-    )
-    .expect("provider");
-    let id = emulator.create_vm("podvm-busy", &[]);
-    emulator.answer_next_verbatim(
+    a_conflict_is_retryable_then_deleted::<VpcEmulator>(
         "DELETE /v1/instances/{id}",
-        409,
         examples::VPC_ERROR_CONFLICT,
-    );
-
-    assert_conflict_is_retryable(provider.delete_instance(&id).await);
-    assert!(emulator.vm_or_parts_exist(&id));
-
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("later"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&id));
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pvm_instance_in_a_transitional_state_is_retryable_then_deleted() {
-    let emulator = PowerVsEmulator::start().expect("emulator");
-    let provider = PowerVsProvider::from_config(
-        &ProviderConfig::from_pairs(emulator.config()),
-        CloudCalls::default(),
-    )
-    .expect("provider");
-    let id = emulator.create_vm("podvm-busy", &[]);
-    emulator.answer_next_verbatim(
+    a_conflict_is_retryable_then_deleted::<PowerVsEmulator>(
         "DELETE pvm-instances/{id}",
-        409,
         examples::POWER_ERROR_CONFLICT,
-    );
-
-    assert_conflict_is_retryable(provider.delete_instance(&id).await);
-    assert!(emulator.vm_or_parts_exist(&id));
-
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("later"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&id));
+    )
+    .await;
 }

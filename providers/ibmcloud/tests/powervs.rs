@@ -1,34 +1,29 @@
 //! The Power Virtual Server backend against the PowerVS emulator: the real IAM exchange, Power
 //! Cloud API and Global Tagging calls, driven only through the `Provider` API.
 
+mod ibm_support;
+
 use std::time::Duration;
 
-use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, PowerVsEmulator};
-use peerpods_provider_core::{
-    CloudCalls, DeleteOutcome, Error, Figure, Provider, ProviderConfig, TagSelector,
+use ibm_support::{
+    Backend, assert_config_error, assert_delete_refused_and_kept, assert_deleted,
+    assert_invalid_instance_id, assert_unauthenticated_and_key_never_shown, selector,
 };
-use peerpods_provider_ibmcloud::PowerVsProvider;
+use peerpods_emulator_ibmcloud::{IbmEmulator, PowerVsEmulator};
+use peerpods_provider_core::{CloudCalls, DeleteOutcome, Error, Figure, Provider, TagSelector};
 use test_support::cloud::CloudEmulator;
 
 const PROVIDER: &str = "ibmcloud-powervs";
 
 fn start() -> PowerVsEmulator {
-    PowerVsEmulator::start().expect("emulator")
-}
-
-fn provider(emulator: &PowerVsEmulator, calls: &CloudCalls) -> PowerVsProvider {
-    PowerVsProvider::from_config(
-        &ProviderConfig::from_pairs(emulator.config()),
-        calls.clone(),
-    )
-    .expect("provider")
+    PowerVsEmulator::started()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[]);
     let other = emulator.create_vm("podvm-other-5e6f7a8b", &[]);
 
@@ -49,7 +44,7 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     let id = emulator.create_vm("podvm-a", &[]);
     assert_eq!(
         provider.delete_instance(&id).await.expect("first"),
@@ -69,11 +64,10 @@ async fn an_instance_that_is_gone_is_already_gone() {
         "{unknown:?}"
     );
     // With the window at zero a 404 is trusted at once.
-    let mut pairs = emulator.config();
-    pairs.push(("POWERVS_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
-    let trusting =
-        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .expect("provider");
+    let trusting = emulator.backend_with(
+        &[("POWERVS_NOT_FOUND_WINDOW_SECS", "0")],
+        &CloudCalls::default(),
+    );
     assert_eq!(
         trusting
             .delete_instance("00000000-0000-4000-8000-000000000999")
@@ -90,7 +84,7 @@ async fn an_instance_that_is_gone_is_already_gone() {
 async fn a_deletion_answered_gone_is_already_gone() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let looked_up_gone = emulator.create_vm("podvm-a", &[]);
     emulator.answer_gone(&looked_up_gone);
 
@@ -100,11 +94,10 @@ async fn a_deletion_answered_gone_is_already_gone() {
         provider.delete_instance(&looked_up_gone).await,
         Err(peerpods_provider_core::Error::Unavailable { .. })
     ));
-    let mut pairs = emulator.config();
-    pairs.push(("POWERVS_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
-    let trusting =
-        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .expect("provider");
+    let trusting = emulator.backend_with(
+        &[("POWERVS_NOT_FOUND_WINDOW_SECS", "0")],
+        &CloudCalls::default(),
+    );
     assert_eq!(
         trusting
             .delete_instance(&looked_up_gone)
@@ -133,23 +126,19 @@ async fn a_deletion_answered_gone_is_already_gone() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_mid_deletion_is_deleted_idempotently() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.start_deleting(&id);
     assert!(emulator.is_deleting(&id));
 
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("delete"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&id));
+    assert_deleted(&emulator, &provider, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn throttling_is_reported_with_the_clouds_wait() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.throttle_next(1, 11);
 
@@ -170,7 +159,7 @@ async fn throttling_is_reported_with_the_clouds_wait() {
 async fn server_errors_are_retried_until_the_cloud_answers() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.fail_next(3);
 
@@ -188,24 +177,14 @@ async fn server_errors_are_retried_until_the_cloud_answers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     for id in [
         "",
         "podvm-nginx-1a2b3c4d",
         "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0",
         "2f9d7c66-0c1e-4b7e-9e38-5c2a8f1d3b4a/../..",
     ] {
-        let error = provider.delete_instance(id).await.expect_err(id);
-        assert!(
-            matches!(
-                error,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_instance_id(&provider.delete_instance(id).await.expect_err(id));
     }
     assert_eq!(emulator.requests(), 0);
     assert!(
@@ -218,7 +197,7 @@ async fn malformed_ids_are_invalid_without_any_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_comes_from_the_workspace_limits_and_usage() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     emulator.create_vm_sized("podvm-a", &[], 0.5, 2.0);
     emulator.create_vm_sized("podvm-b", &[], 1.0, 4.0);
 
@@ -256,7 +235,7 @@ async fn capacity_comes_from_the_workspace_limits_and_usage() {
 async fn listing_filters_by_tag_and_orders_by_id() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let mut ours = [
         emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]),
         emulator.create_vm("podvm-b", &[("coco-pod-vm", "c1")]),
@@ -265,8 +244,10 @@ async fn listing_filters_by_tag_and_orders_by_id() {
     let theirs = emulator.create_vm("podvm-c", &[("coco-pod-vm", "c2")]);
     let untagged = emulator.create_vm("podvm-d", &[]);
 
-    let selector: TagSelector = [("coco-pod-vm".to_owned(), "c1".to_owned())].into();
-    let listed = provider.list_instances(&selector).await.expect("list");
+    let listed = provider
+        .list_instances(&selector(&[("coco-pod-vm", "c1")]))
+        .await
+        .expect("list");
 
     let ids: Vec<&str> = listed.iter().map(|i| i.id.as_str()).collect();
     assert_eq!(ids, ours.iter().map(String::as_str).collect::<Vec<_>>());
@@ -287,21 +268,13 @@ async fn listing_filters_by_tag_and_orders_by_id() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.reject_api_key(true);
 
     let error = provider.delete_instance(&id).await.expect_err("refused");
 
-    assert!(
-        matches!(error, Error::CloudUnauthenticated { .. }),
-        "{error:?}"
-    );
-    assert!(!error.to_string().contains(API_KEY), "{error}");
-    assert!(!format!("{error:?}").contains(API_KEY), "{error:?}");
-    let health = provider.health().await;
-    assert!(!health.healthy);
-    assert!(!health.message.contains(API_KEY), "{}", health.message);
+    assert_unauthenticated_and_key_never_shown(&provider, &error).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -312,16 +285,7 @@ async fn missing_keys_are_named_and_nothing_is_called() {
         "POWERVS_SERVICE_INSTANCE_ID",
         "IBMCLOUD_API_KEY",
     ] {
-        let mut pairs = emulator.config();
-        pairs.retain(|(k, _)| k != missing);
-        let error =
-            PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-                .err()
-                .expect(missing);
-        assert!(
-            matches!(error, Error::Config { ref key, .. } if key == missing),
-            "{error:?}"
-        );
+        assert_config_error(&emulator.backend_without(&[missing]), missing);
     }
     assert_eq!(emulator.requests(), 0);
 }
@@ -330,7 +294,7 @@ async fn missing_keys_are_named_and_nothing_is_called() {
 async fn health_reports_the_workspace() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert_eq!(calls.count(PROVIDER, "GetCloudInstance", "ok"), 1);
@@ -342,29 +306,16 @@ async fn health_reports_the_workspace() {
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let mut pairs = emulator.config();
-    pairs.push(("CLUSTER_TAG".into(), "coco-pod-vm=c1".into()));
-    let guarded = PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), calls.clone())
-        .expect("provider");
+    let guarded = emulator.backend_with(&[("CLUSTER_TAG", "coco-pod-vm=c1")], &calls);
     let ours = emulator.create_vm("podvm-ours", &[("coco-pod-vm", "c1")]);
     let theirs = emulator.create_vm("podvm-theirs", &[("coco-pod-vm", "c2")]);
     let untagged = emulator.create_vm("podvm-untagged", &[]);
 
     for other in [&theirs, &untagged] {
-        let refused = guarded.delete_instance(other).await.expect_err("not ours");
-        assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
-        assert!(refused.to_string().contains(other.as_str()), "{refused}");
-        assert!(
-            emulator.vm_or_parts_exist(other),
-            "{other} must not be touched"
-        );
+        assert_delete_refused_and_kept(&emulator, &guarded, other, "NotOwnedByCluster").await;
     }
     assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
-    assert_eq!(
-        guarded.delete_instance(&ours).await.expect("ours"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&ours));
+    assert_deleted(&emulator, &guarded, &ours).await;
 }
 
 /// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
@@ -374,11 +325,13 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let mut pairs = emulator.config();
-    pairs.push(("CLUSTER_TAG".into(), "coco-pod-vm=c1".into()));
-    pairs.push(("DELETE_UNTAGGED".into(), "allow".into()));
-    let open = PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), calls.clone())
-        .expect("provider");
+    let open = emulator.backend_with(
+        &[
+            ("CLUSTER_TAG", "coco-pod-vm=c1"),
+            ("DELETE_UNTAGGED", "allow"),
+        ],
+        &calls,
+    );
     let kept = emulator.create_vm(
         "podvm-kept",
         &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
@@ -388,22 +341,9 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
         &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
     );
 
-    let refused = open
-        .delete_instance(&kept)
-        .await
-        .expect_err("do-not-delete");
-    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
-    assert!(refused.to_string().contains(&kept), "{refused}");
-    assert!(
-        emulator.vm_or_parts_exist(&kept),
-        "{kept} must not be touched"
-    );
+    assert_delete_refused_and_kept(&emulator, &open, &kept, "DoNotDelete").await;
     assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
-    assert_eq!(
-        open.delete_instance(&unmarked).await.expect("unmarked"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&unmarked));
+    assert_deleted(&emulator, &open, &unmarked).await;
 }
 
 /// A deletion still running when the wait's bound passes is not "deleted" (the finalizer would be
@@ -412,12 +352,10 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
     let emulator = start();
-    let mut pairs = emulator.config();
-    pairs.retain(|(k, _)| k != "IBMCLOUD_DELETE_TIMEOUT_SECONDS");
-    pairs.push(("IBMCLOUD_DELETE_TIMEOUT_SECONDS".into(), "0".into()));
-    let impatient =
-        PowerVsProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .expect("provider");
+    let impatient = emulator.backend_with(
+        &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")],
+        &CloudCalls::default(),
+    );
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.set_deleting_polls(5);
 
@@ -428,10 +366,6 @@ async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
     assert!(emulator.is_deleting(&id));
 
-    let provider = provider(&emulator, &CloudCalls::default());
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("again"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&id));
+    let provider = emulator.backend(&CloudCalls::default());
+    assert_deleted(&emulator, &provider, &id).await;
 }

@@ -1,8 +1,15 @@
 //! The IBM Cloud VPC backend against the VPC emulator: the real IAM exchange, VPC and Global
 //! Tagging calls, driven only through the `Provider` API.
 
+mod ibm_support;
+
 use std::time::Duration;
 
+use ibm_support::{
+    Backend, assert_config_error, assert_delete_refused_and_kept, assert_deleted,
+    assert_invalid_instance_id, assert_unauthenticated_and_key_never_shown, config_without,
+    selector,
+};
 use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, VpcEmulator, examples};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig, TagSelector,
@@ -13,36 +20,14 @@ use test_support::cloud::CloudEmulator;
 const PROVIDER: &str = "ibmcloud";
 
 fn start() -> VpcEmulator {
-    VpcEmulator::start().expect("emulator")
-}
-
-fn config(emulator: &VpcEmulator, extra: &[(&str, &str)]) -> ProviderConfig {
-    let mut pairs = emulator.config();
-    pairs.retain(|(k, _)| !extra.iter().any(|(e, _)| e == k));
-    pairs.extend(
-        extra
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-    );
-    ProviderConfig::from_pairs(pairs)
-}
-
-fn provider(emulator: &VpcEmulator, calls: &CloudCalls) -> IbmCloudVpcProvider {
-    IbmCloudVpcProvider::from_config(&config(emulator, &[]), calls.clone()).expect("provider")
-}
-
-fn selector(pairs: &[(&str, &str)]) -> TagSelector {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+    VpcEmulator::started()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_floating_ip() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[("coco-pod-vm", "c1")]);
     // An operator's reserved floating IP bound to the peer-pod VM: cloud-api-adaptor creates
     // none, so it is not the VM's.
@@ -86,7 +71,7 @@ async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_flo
 async fn an_instance_that_is_gone_is_already_gone_every_time() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     assert_eq!(
         provider.delete_instance(&id).await.expect("first"),
@@ -106,11 +91,10 @@ async fn an_instance_that_is_gone_is_already_gone_every_time() {
         "{unknown:?}"
     );
     // With the window at zero a 404 is trusted at once.
-    let trusting = IbmCloudVpcProvider::from_config(
-        &config(&emulator, &[("IBMCLOUD_NOT_FOUND_WINDOW_SECS", "0")]),
-        CloudCalls::default(),
-    )
-    .expect("provider");
+    let trusting = emulator.backend_with(
+        &[("IBMCLOUD_NOT_FOUND_WINDOW_SECS", "0")],
+        &CloudCalls::default(),
+    );
     assert_eq!(
         trusting
             .delete_instance(never_existed)
@@ -126,7 +110,7 @@ async fn an_instance_that_is_gone_is_already_gone_every_time() {
 async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.set_deleting_polls(3);
     emulator.start_deleting(&id);
@@ -143,11 +127,10 @@ async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
     let emulator = start();
-    let impatient = IbmCloudVpcProvider::from_config(
-        &config(&emulator, &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")]),
-        CloudCalls::default(),
-    )
-    .expect("provider");
+    let impatient = emulator.backend_with(
+        &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")],
+        &CloudCalls::default(),
+    );
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.set_deleting_polls(5);
 
@@ -160,12 +143,8 @@ async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
     assert_eq!(emulator.instance_status(&id).as_deref(), Some("deleting"));
 
     // Asked again, the deletion is followed, not repeated, until the instance is gone.
-    let provider = provider(&emulator, &CloudCalls::default());
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("again"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&id));
+    let provider = emulator.backend(&CloudCalls::default());
+    assert_deleted(&emulator, &provider, &id).await;
     assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 1);
 }
 
@@ -173,7 +152,7 @@ async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
 async fn throttling_is_reported_with_the_clouds_wait() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.throttle_next(1, 7);
 
@@ -192,7 +171,7 @@ async fn throttling_is_reported_with_the_clouds_wait() {
 async fn server_errors_are_retried_until_the_cloud_answers() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.fail_next(2);
 
@@ -207,11 +186,8 @@ async fn server_errors_are_retried_until_the_cloud_answers() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cloud_that_keeps_failing_is_unavailable_after_bounded_retries() {
     let emulator = start();
-    let provider = IbmCloudVpcProvider::from_config(
-        &config(&emulator, &[("IBMCLOUD_API_MAX_RETRIES", "2")]),
-        CloudCalls::default(),
-    )
-    .expect("provider");
+    let provider =
+        emulator.backend_with(&[("IBMCLOUD_API_MAX_RETRIES", "2")], &CloudCalls::default());
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.fail_next(100);
 
@@ -224,7 +200,7 @@ async fn a_cloud_that_keeps_failing_is_unavailable_after_bounded_retries() {
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     for id in [
         "",
         "i-0123456789abcdef0",
@@ -232,28 +208,8 @@ async fn malformed_ids_are_invalid_without_any_request() {
         "0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0/../../floating_ips",
         "0717_E21B7391-2CA2-4AB5-84A8-B92157A633B0",
     ] {
-        let error = provider.validate_instance_id(id).expect_err(id);
-        assert!(
-            matches!(
-                error,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
-        let error = provider.delete_instance(id).await.expect_err(id);
-        assert!(
-            matches!(
-                error,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
+        assert_invalid_instance_id(&provider.validate_instance_id(id).expect_err(id));
+        assert_invalid_instance_id(&provider.delete_instance(id).await.expect_err(id));
     }
     assert_eq!(emulator.requests(), 0);
     assert!(
@@ -266,7 +222,7 @@ async fn malformed_ids_are_invalid_without_any_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_counts_the_regions_instances_and_leaves_limits_unknown() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     emulator.create_vm_with_profile("podvm-a", &[], 2, 8);
     emulator.create_vm_with_profile("podvm-b", &[], 4, 16);
 
@@ -290,7 +246,7 @@ const TAG_LIST: &str = "GET /v3/tags";
 async fn listing_by_tag_is_one_search_not_a_tagging_call_per_instance() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let mut ours: Vec<String> = (0..102)
         .map(|n| {
             emulator.create_vm(
@@ -346,7 +302,7 @@ async fn listing_by_tag_is_one_search_not_a_tagging_call_per_instance() {
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_more_instances_than_a_page_follows_the_search_cursor() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     let mut ours: Vec<String> = (0..1001)
         .map(|n| emulator.create_vm(&format!("podvm-{n}"), &[("coco-pod-vm", "c1")]))
         .collect();
@@ -376,7 +332,7 @@ async fn listing_more_instances_than_a_page_follows_the_search_cursor() {
 #[tokio::test(flavor = "multi_thread")]
 async fn another_regions_and_untagged_instances_are_not_listed() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     let ours = emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     let untagged = emulator.create_vm("podvm-b", &[]);
     // Global Search is global: the same tag in another region's VPC is another deployment's.
@@ -410,7 +366,7 @@ async fn another_regions_and_untagged_instances_are_not_listed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_the_search_index_has_not_caught_up_with_is_listed_once_it_has() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     emulator.set_search_lag(Duration::from_secs(3600));
     let id = emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     let mine = selector(&[("coco-pod-vm", "c1")]);
@@ -433,7 +389,7 @@ async fn an_instance_the_search_index_has_not_caught_up_with_is_listed_once_it_h
 async fn a_throttled_search_is_reported_as_throttling_with_the_clouds_wait() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     emulator.throttle_next(1, 7);
 
@@ -470,21 +426,18 @@ async fn a_throttled_search_is_reported_as_throttling_with_the_clouds_wait() {
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_without_a_region_is_a_configuration_error_without_any_request() {
     let emulator = start();
-    let mut pairs = emulator.config();
-    pairs.retain(|(k, _)| k != "IBMCLOUD_ZONE");
-    let provider =
-        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .expect("a local endpoint names no region, deleting still works");
+    let provider = IbmCloudVpcProvider::from_config(
+        &config_without(&emulator, &["IBMCLOUD_ZONE"]),
+        CloudCalls::default(),
+    )
+    .expect("a local endpoint names no region, deleting still works");
 
     let error = provider
         .list_instances(&TagSelector::new())
         .await
         .expect_err("no region");
 
-    assert!(
-        matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_ZONE"),
-        "{error:?}"
-    );
+    assert_config_error(&error, "IBMCLOUD_ZONE");
     assert_eq!(emulator.requests(), 0);
 }
 
@@ -493,7 +446,7 @@ async fn listing_without_a_region_is_a_configuration_error_without_any_request()
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reference_list_instances_example_is_read_and_its_next_page_followed() {
     let emulator = start();
-    let provider = provider(&emulator, &CloudCalls::default());
+    let provider = emulator.backend(&CloudCalls::default());
     emulator.answer_next_verbatim("GET /v1/instances", 200, examples::VPC_LIST_INSTANCES);
 
     let capacity = provider.capacity().await.expect("capacity");
@@ -517,22 +470,14 @@ async fn the_reference_list_instances_example_is_read_and_its_next_page_followed
 async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.reject_api_key(true);
 
     let error = provider.delete_instance(&id).await.expect_err("refused");
 
-    assert!(
-        matches!(error, Error::CloudUnauthenticated { .. }),
-        "{error:?}"
-    );
+    assert_unauthenticated_and_key_never_shown(&provider, &error).await;
     assert!(error.to_string().contains("BXNIM0415E"), "{error}");
-    assert!(!error.to_string().contains(API_KEY), "{error}");
-    assert!(!format!("{error:?}").contains(API_KEY), "{error:?}");
-    let health = provider.health().await;
-    assert!(!health.healthy);
-    assert!(!health.message.contains(API_KEY), "{}", health.message);
     assert_eq!(calls.count(PROVIDER, "GetIamToken", "error"), 2);
     assert!(emulator.vm_or_parts_exist(&id));
 }
@@ -541,7 +486,7 @@ async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
 async fn a_revoked_token_is_exchanged_again_once() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     assert!(provider.health().await.healthy);
     emulator.revoke_tokens();
 
@@ -556,7 +501,7 @@ async fn a_revoked_token_is_exchanged_again_once() {
 async fn concurrent_callers_share_one_token_exchange() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = std::sync::Arc::new(provider(&emulator, &calls));
+    let provider = std::sync::Arc::new(emulator.backend(&calls));
     let tasks: Vec<_> = (0..8)
         .map(|_| {
             let provider = std::sync::Arc::clone(&provider);
@@ -572,26 +517,10 @@ async fn concurrent_callers_share_one_token_exchange() {
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_keys_are_named_and_nothing_is_called() {
     let emulator = start();
-    let mut pairs = emulator.config();
-    pairs.retain(|(k, _)| k != "IBMCLOUD_API_KEY");
-    let error =
-        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .err()
-            .expect("no key");
-    assert!(
-        matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_API_KEY"),
-        "{error:?}"
-    );
-    let mut pairs = emulator.config();
-    pairs.retain(|(k, _)| k != "IBMCLOUD_VPC_ENDPOINT" && k != "IBMCLOUD_ZONE");
-    let error =
-        IbmCloudVpcProvider::from_config(&ProviderConfig::from_pairs(pairs), CloudCalls::default())
-            .err()
-            .expect("no endpoint");
-    assert!(
-        matches!(error, Error::Config { ref key, .. } if key == "IBMCLOUD_VPC_ENDPOINT"),
-        "{error:?}"
-    );
+    let error = emulator.backend_without(&["IBMCLOUD_API_KEY"]);
+    assert_config_error(&error, "IBMCLOUD_API_KEY");
+    let error = emulator.backend_without(&["IBMCLOUD_VPC_ENDPOINT", "IBMCLOUD_ZONE"]);
+    assert_config_error(&error, "IBMCLOUD_VPC_ENDPOINT");
     assert!(!error.to_string().contains(API_KEY));
     assert_eq!(emulator.requests(), 0);
 }
@@ -600,7 +529,7 @@ async fn missing_keys_are_named_and_nothing_is_called() {
 async fn health_reports_a_cloud_that_answers() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let provider = provider(&emulator, &calls);
+    let provider = emulator.backend(&calls);
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert!(!health.message.contains(API_KEY));
@@ -646,28 +575,12 @@ async fn a_trusted_profile_is_assumed_with_the_compute_resource_token() {
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let guarded = IbmCloudVpcProvider::from_config(
-        &config(&emulator, &[("CLUSTER_TAG", "coco-pod-vm=c1")]),
-        calls.clone(),
-    )
-    .expect("provider");
+    let guarded = emulator.backend_with(&[("CLUSTER_TAG", "coco-pod-vm=c1")], &calls);
     let ours = emulator.create_vm("podvm-ours-1a2b3c4d", &[("coco-pod-vm", "c1")]);
     let theirs = emulator.create_vm("podvm-theirs-5e6f7a8b", &[("coco-pod-vm", "c2")]);
 
-    let refused = guarded
-        .delete_instance(&theirs)
-        .await
-        .expect_err("not ours");
-    assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
-    assert!(
-        emulator.vm_or_parts_exist(&theirs),
-        "{theirs} must not be touched"
-    );
-    assert_eq!(
-        guarded.delete_instance(&ours).await.expect("ours"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&ours));
+    assert_delete_refused_and_kept(&emulator, &guarded, &theirs, "NotOwnedByCluster").await;
+    assert_deleted(&emulator, &guarded, &ours).await;
 }
 
 /// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
@@ -677,17 +590,13 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
     let emulator = start();
     let calls = CloudCalls::default();
-    let open = IbmCloudVpcProvider::from_config(
-        &config(
-            &emulator,
-            &[
-                ("CLUSTER_TAG", "coco-pod-vm=c1"),
-                ("DELETE_UNTAGGED", "allow"),
-            ],
-        ),
-        calls.clone(),
-    )
-    .expect("provider");
+    let open = emulator.backend_with(
+        &[
+            ("CLUSTER_TAG", "coco-pod-vm=c1"),
+            ("DELETE_UNTAGGED", "allow"),
+        ],
+        &calls,
+    );
     let kept = emulator.create_vm(
         "podvm-kept-1a2b3c4d",
         &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
@@ -697,20 +606,7 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
         &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
     );
 
-    let refused = open
-        .delete_instance(&kept)
-        .await
-        .expect_err("do-not-delete");
-    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
-    assert!(refused.to_string().contains(&kept), "{refused}");
-    assert!(
-        emulator.vm_or_parts_exist(&kept),
-        "{kept} must not be touched"
-    );
+    assert_delete_refused_and_kept(&emulator, &open, &kept, "DoNotDelete").await;
     assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0);
-    assert_eq!(
-        open.delete_instance(&unmarked).await.expect("unmarked"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&unmarked));
+    assert_deleted(&emulator, &open, &unmarked).await;
 }
