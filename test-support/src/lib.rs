@@ -9,6 +9,8 @@
 //! - [`metrics`]: samples of a metrics scrape (Prometheus text or OpenMetrics), by name and labels.
 //! - [`moto`]: one moto server (the EC2 emulator from PyPI) per test binary, and helpers that arrange
 //!   and inspect its state with the real AWS SDK.
+//! - [`provider_checks`]: what every cloud backend's tests check of its `Provider` against its
+//!   emulator (malformed ids, throttling, deletions under way, ownership).
 
 pub mod byom;
 pub mod cloud;
@@ -17,6 +19,7 @@ pub mod faults;
 pub mod idle_connections;
 pub mod metrics;
 pub mod moto;
+pub mod provider_checks;
 
 /// What the shared helpers report instead of panicking (where a caller outside tests uses them).
 #[derive(Debug, thiserror::Error)]
