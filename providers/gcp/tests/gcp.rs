@@ -11,6 +11,7 @@ use peerpods_provider_core::{
 };
 use peerpods_provider_gcp::GcpProvider;
 use test_support::cloud::CloudEmulator;
+use test_support::provider_checks;
 
 const GCP: &str = "gcp";
 
@@ -63,24 +64,18 @@ async fn delete_removes_the_vm_and_its_boot_disk_after_the_operation_is_done() {
 #[tokio::test]
 async fn deleting_a_vm_that_is_gone_is_already_gone_every_time() {
     let emulator = emulator();
-    let id = emulator.create_vm("podvm-twice", &[]);
     let (gcp, calls) = provider(&emulator).await;
 
-    assert_eq!(
-        gcp.delete_instance(&id).await.expect("first"),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        gcp.delete_instance(&id).await.expect("second"),
-        DeleteOutcome::AlreadyGone
-    );
+    provider_checks::deleting_twice_is_already_gone(&emulator, &gcp, "podvm-twice").await;
     // An id never seen deleted is not believed gone on its first 404: it may be an instance
     // created moments ago (GCP_NOT_FOUND_WINDOW_SECS); the answer is retryable.
-    let unknown = gcp.delete_instance("podvm-never-existed").await;
-    assert!(
-        matches!(&unknown, Err(Error::Unavailable { message }) if message.contains("GCP_NOT_FOUND_WINDOW_SECS")),
-        "{unknown:?}"
-    );
+    provider_checks::an_unknown_vm_is_not_gone_inside_the_not_found_window(
+        &emulator,
+        &gcp,
+        "podvm-never-existed",
+        "GCP_NOT_FOUND_WINDOW_SECS",
+    )
+    .await;
     // The 404s of the lookup before each DELETE are answers, not retried, and nothing is
     // deleted after them.
     assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
@@ -95,12 +90,7 @@ async fn a_zero_not_found_window_trusts_a_404_at_once() {
     let mut config = emulator.config();
     config.push(("GCP_NOT_FOUND_WINDOW_SECS".into(), "0".into()));
     let gcp = provider_with(config, CloudCalls::default()).await;
-    assert_eq!(
-        gcp.delete_instance("podvm-never-existed")
-            .await
-            .expect("unknown"),
-        DeleteOutcome::AlreadyGone
-    );
+    provider_checks::already_gone(&emulator, &gcp, "podvm-never-existed").await;
 }
 
 #[tokio::test]
@@ -111,12 +101,8 @@ async fn a_vm_already_being_deleted_counts_as_deleted_once_gone() {
     assert_eq!(emulator.instance_status(&id).as_deref(), Some("STOPPING"));
     let (gcp, calls) = provider(&emulator).await;
 
-    assert_eq!(
-        gcp.delete_instance(&id).await.expect("deleted"),
-        DeleteOutcome::Deleted
-    );
+    provider_checks::a_vm_the_cloud_is_deleting_is_deleted_once_gone(&emulator, &gcp, &id).await;
 
-    assert!(!emulator.vm_or_parts_exist(&id));
     // Refused once as resourceNotReady, then watched until instances.get says 404.
     assert_eq!(deletes_sent(&emulator, &id), 1);
     assert_eq!(calls.count(GCP, "GetInstance", "ok"), 2);
@@ -130,22 +116,20 @@ async fn throttling_is_reported_with_the_clouds_wait_and_not_retried() {
     let (gcp, calls) = provider(&emulator).await;
     emulator.throttle_next(1, 7);
 
-    let error = gcp.delete_instance(&id).await.expect_err("throttled");
+    provider_checks::throttling_is_reported_with_the_clouds_wait(
+        &emulator,
+        &gcp,
+        &id,
+        Duration::from_secs(7),
+    )
+    .await;
 
-    assert!(
-        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
-        "{error:?}"
-    );
     // The first call, the lookup of the instance's labels, was the one throttled.
     assert_eq!(calls.count(GCP, "GetInstance", "throttled"), 1);
     assert_eq!(emulator.requests(), 1);
     assert_eq!(deletes_sent(&emulator, &id), 0);
-    assert!(emulator.vm_or_parts_exist(&id));
     // Once the cloud lets us, the same call succeeds.
-    assert_eq!(
-        gcp.delete_instance(&id).await.expect("deleted"),
-        DeleteOutcome::Deleted
-    );
+    provider_checks::deleted(&emulator, &gcp, &id).await;
 }
 
 /// Compute Engine refuses a spent rate quota with 403 and a reason, not with 429: the reason
@@ -295,44 +279,26 @@ async fn malformed_ids_are_invalid_arguments_without_any_request() {
     let emulator = emulator();
     let (gcp, calls) = provider(&emulator).await;
     let too_long = "a".repeat(64);
-    for id in [
-        "",
-        "Podvm-upper",
-        "podvm_underscore",
-        "../podvm",
-        "projects/p/zones/z/instances/x",
-        "-podvm",
-        "podvm-",
-        "1podvm",
-        too_long.as_str(),
-    ] {
-        let validated = gcp.validate_instance_id(id).expect_err(id);
-        assert!(
-            matches!(
-                validated,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{id}: {validated:?}"
-        );
-        let deleted = gcp.delete_instance(id).await.expect_err(id);
-        assert!(
-            matches!(
-                deleted,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{id}: {deleted:?}"
-        );
-    }
+    provider_checks::malformed_ids_are_invalid_without_any_request(
+        &emulator,
+        &gcp,
+        &[
+            "",
+            "Podvm-upper",
+            "podvm_underscore",
+            "../podvm",
+            "projects/p/zones/z/instances/x",
+            "-podvm",
+            "podvm-",
+            "1podvm",
+            too_long.as_str(),
+        ],
+        // A CAA name is valid.
+        "podvm-nginx-1a2b3c4d",
+    )
+    .await;
     assert_eq!(emulator.requests(), 0);
     assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 0);
-    gcp.validate_instance_id("podvm-nginx-1a2b3c4d")
-        .expect("a CAA name is valid");
 }
 
 #[tokio::test]
@@ -556,21 +522,14 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let ours = emulator.create_vm("podvm-ours", &[("peerpods-cluster", "c1")]);
     let theirs = emulator.create_vm("podvm-theirs", &[("peerpods-cluster", "c2")]);
 
-    let refused = guarded
-        .delete_instance(&theirs)
-        .await
-        .expect_err("not ours");
-    assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
-    assert!(
-        emulator.vm_or_parts_exist(&theirs),
-        "{theirs} must not be touched"
-    );
+    provider_checks::another_clusters_vm_is_refused_and_kept(
+        &emulator,
+        &guarded,
+        &ours,
+        &[&theirs],
+    )
+    .await;
     assert_eq!(deletes_sent(&emulator, &theirs), 0);
-    assert_eq!(
-        guarded.delete_instance(&ours).await.expect("ours"),
-        DeleteOutcome::Deleted
-    );
-    assert!(!emulator.vm_or_parts_exist(&ours));
     assert!(matches!(
         guarded.delete_instance("podvm-never-existed").await,
         Err(Error::Unavailable { .. })
@@ -586,25 +545,12 @@ async fn an_instance_labelled_do_not_delete_is_refused_and_kept() {
     config.push(("CLUSTER_TAG".into(), "peerpods-cluster=c1".into()));
     config.push(("DELETE_UNTAGGED".into(), "allow".into()));
     let gcp = provider_with(config, CloudCalls::default()).await;
-    let kept = emulator.create_vm(
-        "podvm-kept",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
-    );
-    let unmarked = emulator.create_vm(
-        "podvm-unmarked",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
-    );
 
-    let refused = gcp.delete_instance(&kept).await.expect_err("do-not-delete");
-    assert_eq!(refused.reason(), "DoNotDelete", "{refused}");
-    assert!(refused.to_string().contains("podvm-kept"), "{refused}");
-    assert!(
-        emulator.vm_or_parts_exist(&kept),
-        "{kept} must not be touched"
-    );
-    assert_eq!(deletes_sent(&emulator, &kept), 0);
-    assert_eq!(
-        gcp.delete_instance(&unmarked).await.expect("unmarked"),
-        DeleteOutcome::Deleted
-    );
+    let checked =
+        provider_checks::a_vm_marked_do_not_delete_is_refused_and_kept(&emulator, &gcp).await;
+
+    // A GCP instance id is its name: the refusal named `podvm-kept`.
+    assert_eq!(checked.kept, "podvm-kept");
+    assert_eq!(deletes_sent(&emulator, &checked.kept), 0);
+    assert_eq!(deletes_sent(&emulator, &checked.unmarked), 1);
 }
