@@ -7,6 +7,7 @@ use azure_support::{provider, unknown_id};
 use peerpods_emulator_azure::{AzureEmulator, VmOptions};
 use peerpods_provider_core::{DeleteOutcome, Error, Figure, Provider, TagSelector};
 use test_support::cloud::CloudEmulator;
+use test_support::provider_checks;
 
 fn selector(pairs: &[(&str, &str)]) -> TagSelector {
     pairs
@@ -234,33 +235,21 @@ async fn an_interface_arm_still_reserves_for_the_deleted_vm_is_asked_again() {
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_twice_is_already_gone_and_an_unknown_vm_only_after_the_window() {
     let emulator = AzureEmulator::start();
-    let id = emulator.create_vm("podvm-twice", &[]);
     let (provider, _) = provider(&emulator, &[]);
 
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("first"),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("second"),
-        DeleteOutcome::AlreadyGone
-    );
+    provider_checks::deleting_twice_is_already_gone(&emulator, &provider, "podvm-twice").await;
     // A VM never seen deleted by this process is not believed gone on its first 404 (it may be
     // one created moments ago, whose parts must not be deleted under it): retryable.
-    let unknown = provider.delete_instance(&unknown_id("never-existed")).await;
-    assert!(
-        matches!(&unknown, Err(Error::Unavailable { message }) if message.contains("AZURE_NOT_FOUND_WINDOW_SECS")),
-        "{unknown:?}"
-    );
+    provider_checks::an_unknown_vm_is_not_gone_inside_the_not_found_window(
+        &emulator,
+        &provider,
+        &unknown_id("never-existed"),
+        "AZURE_NOT_FOUND_WINDOW_SECS",
+    )
+    .await;
     // With the window at zero a 404 is trusted at once.
     let (trusting, _) = azure_support::provider(&emulator, &[("AZURE_NOT_FOUND_WINDOW_SECS", "0")]);
-    assert_eq!(
-        trusting
-            .delete_instance(&unknown_id("never-existed"))
-            .await
-            .expect("unknown"),
-        DeleteOutcome::AlreadyGone
-    );
+    provider_checks::already_gone(&emulator, &trusting, &unknown_id("never-existed")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,13 +259,10 @@ async fn a_vm_already_being_deleted_counts_as_deleted_without_a_second_delete() 
     assert!(emulator.start_deleting("podvm-going"));
     let (provider, _) = provider(&emulator, &[]);
 
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("delete"),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(emulator.arm_requests_matching("DELETE", ""), 0);
     // Answered only once ARM's deletion ended and the VM and its parts are gone.
-    assert!(!emulator.vm_or_parts_exist(&id));
+    provider_checks::a_vm_the_cloud_is_deleting_is_deleted_once_gone(&emulator, &provider, &id)
+        .await;
+    assert_eq!(emulator.arm_requests_matching("DELETE", ""), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -317,22 +303,17 @@ async fn malformed_or_foreign_ids_are_invalid_without_any_request() {
         (&format!("{}/extensions/x", unknown_id("vm")), "segments"),
         (&other_group, "someone-elses-rg"),
     ];
-    for (id, expected) in cases {
-        let error = provider.delete_instance(id).await.expect_err(id);
-        match &error {
-            Error::InvalidArgument { field, message } => {
-                assert_eq!(*field, "instance_id");
-                assert!(message.contains(expected), "{id}: {message}");
-            }
-            other => panic!("{id}: {other:?}"),
-        }
-        assert!(provider.validate_instance_id(id).is_err());
+    let ids: Vec<&str> = cases.iter().map(|(id, _)| *id).collect();
+    let messages = provider_checks::malformed_ids_are_invalid_without_any_request(
+        &emulator,
+        &provider,
+        &ids,
+        &unknown_id("podvm-ok"),
+    )
+    .await;
+    for ((id, expected), message) in cases.iter().zip(&messages) {
+        assert!(message.contains(expected), "{id}: {message}");
     }
-    assert!(
-        provider
-            .validate_instance_id(&unknown_id("podvm-ok"))
-            .is_ok()
-    );
     assert!(emulator.arm_requests().is_empty());
     assert_eq!(emulator.token_requests(), 0);
 }
@@ -344,26 +325,20 @@ async fn throttling_is_reported_with_arms_retry_after() {
     let (provider, calls) = provider(&emulator, &[]);
     emulator.throttle_next(1, 17);
 
-    let error = provider.delete_instance(&id).await.expect_err("throttled");
+    let error = provider_checks::throttling_is_reported_with_the_clouds_wait(
+        &emulator,
+        &provider,
+        &id,
+        std::time::Duration::from_secs(17),
+    )
+    .await;
 
-    match &error {
-        Error::Throttled {
-            retry_after,
-            message,
-        } => {
-            assert_eq!(*retry_after, std::time::Duration::from_secs(17));
-            assert!(message.contains("TooManyRequests"), "{message}");
-        }
-        other => panic!("{other:?}"),
-    }
+    assert!(error.to_string().contains("TooManyRequests"), "{error}");
     assert!(emulator.vm_exists("podvm-busy"));
     assert_eq!(calls.count("azure", "GetVirtualMachine", "throttled"), 1);
     // Not retried inside: the caller decides when to come back.
     assert_eq!(emulator.arm_requests().len(), 1);
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("later"),
-        DeleteOutcome::Deleted
-    );
+    provider_checks::deleted(&emulator, &provider, &id).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -516,19 +491,14 @@ async fn a_cluster_tag_protects_other_vms_from_deletion() {
     let theirs = emulator.create_vm("podvm-theirs", &[("peerpods.io/cluster", "dev")]);
     let (provider, _) = provider(&emulator, &[("CLUSTER_TAG", "peerpods.io/cluster=prod")]);
 
-    let error = provider
-        .delete_instance(&theirs)
-        .await
-        .expect_err("not ours");
-    assert!(
-        matches!(error, Error::NotOwnedByCluster { .. }),
-        "{error:?}"
-    );
+    provider_checks::another_clusters_vm_is_refused_and_kept(
+        &emulator,
+        &provider,
+        &ours,
+        &[&theirs],
+    )
+    .await;
     assert!(emulator.vm_exists("podvm-theirs"));
-    assert_eq!(
-        provider.delete_instance(&ours).await.expect("ours"),
-        DeleteOutcome::Deleted
-    );
 }
 
 /// A VM tagged `peerpods-do-not-delete` (the spelling Azure tag names allow) is refused with
@@ -536,14 +506,6 @@ async fn a_cluster_tag_protects_other_vms_from_deletion() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vm_marked_do_not_delete_is_never_deleted() {
     let emulator = AzureEmulator::start();
-    let kept = emulator.create_vm(
-        "podvm-kept",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
-    );
-    let unmarked = emulator.create_vm(
-        "podvm-unmarked",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
-    );
     let (provider, _) = provider(
         &emulator,
         &[
@@ -552,16 +514,10 @@ async fn a_vm_marked_do_not_delete_is_never_deleted() {
         ],
     );
 
-    let error = provider
-        .delete_instance(&kept)
-        .await
-        .expect_err("marked do-not-delete");
-    assert_eq!(error.reason(), "DoNotDelete", "{error:?}");
-    assert!(error.to_string().contains("podvm-kept"), "{error}");
+    let checked =
+        provider_checks::a_vm_marked_do_not_delete_is_refused_and_kept(&emulator, &provider).await;
+
     assert!(emulator.vm_exists("podvm-kept"));
-    assert_eq!(emulator.arm_requests().len(), 1, "only the lookup");
-    assert_eq!(
-        provider.delete_instance(&unmarked).await.expect("unmarked"),
-        DeleteOutcome::Deleted
-    );
+    assert_eq!(checked.requests_for_the_refusal, 1, "only the lookup");
+    assert!(!emulator.vm_exists("podvm-unmarked"));
 }
