@@ -12,6 +12,7 @@ use peerpods_provider_core::{
 };
 use test_support::cloud::CloudEmulator;
 use test_support::fault_checks::with;
+use test_support::provider_checks;
 
 /// The emulator's configuration with `extra` keys added or replaced.
 fn config(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> ProviderConfig {
@@ -66,8 +67,7 @@ async fn deleting_an_instance_releases_its_eip_and_waits_until_it_is_gone() {
 
     // Idempotent: the second deletion finds nothing and deletes nothing.
     let before = emulator.requests_of("DeleteInstance");
-    let again = provider.delete_instance(&id).await.expect("already gone");
-    assert_eq!(again, DeleteOutcome::AlreadyGone);
+    provider_checks::already_gone(&emulator, &provider, &id).await;
     assert_eq!(emulator.requests_of("DeleteInstance"), before);
 }
 
@@ -162,12 +162,14 @@ async fn an_unknown_instance_is_not_gone_inside_the_window() {
     let emulator = AlibabaCloudEmulator::start();
     let (provider, _calls) = provider(&emulator, &[]);
 
-    let answer = provider.delete_instance("i-2zeunknown0000001").await;
+    provider_checks::an_unknown_vm_is_not_gone_inside_the_not_found_window(
+        &emulator,
+        &provider,
+        "i-2zeunknown0000001",
+        "ALIBABACLOUD_NOT_FOUND_WINDOW_SECS",
+    )
+    .await;
 
-    assert!(
-        matches!(&answer, Err(Error::Unavailable { message }) if message.contains("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS")),
-        "{answer:?}"
-    );
     assert_eq!(emulator.requests_of("DeleteInstance"), 0);
 }
 
@@ -176,12 +178,8 @@ async fn an_unknown_instance_is_already_gone() {
     let emulator = AlibabaCloudEmulator::start();
     let (provider, calls) = provider(&emulator, &[("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "0")]);
 
-    let outcome = provider
-        .delete_instance("i-2zeunknown0000001")
-        .await
-        .expect("gone is success");
+    provider_checks::already_gone(&emulator, &provider, "i-2zeunknown0000001").await;
 
-    assert_eq!(outcome, DeleteOutcome::AlreadyGone);
     assert_eq!(emulator.requests_of("DeleteInstance"), 0);
     assert_eq!(calls.count(NAME, "DescribeInstances", "ok"), 1);
 }
@@ -194,9 +192,9 @@ async fn an_instance_being_released_is_waited_for() {
     let eip = emulator.eip_of(&id).expect("EIP");
     emulator.begin_release(&id, 3);
 
-    let outcome = provider.delete_instance(&id).await.expect("deleted");
+    provider_checks::a_vm_the_cloud_is_deleting_is_deleted_once_gone(&emulator, &provider, &id)
+        .await;
 
-    assert_eq!(outcome, DeleteOutcome::Deleted);
     assert!(!emulator.instance_exists(&id));
     assert!(!emulator.eip_exists(&eip), "the EIP leaked");
     // ECS refused the deletion while the release was under way; the backend waited it out.
@@ -226,21 +224,20 @@ async fn throttling_reports_the_clouds_wait() {
     let id = emulator.create_vm("pod-d", &[]);
     emulator.throttle_next(1, 7);
 
-    let error = provider.delete_instance(&id).await.expect_err("throttled");
+    provider_checks::throttling_is_reported_with_the_clouds_wait(
+        &emulator,
+        &provider,
+        &id,
+        Duration::from_secs(7),
+    )
+    .await;
 
-    assert!(
-        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
-        "{error:?}"
-    );
     assert_eq!(calls.count(NAME, "DescribeInstances", "throttled"), 1);
     assert!(emulator.instance_exists(&id));
     // Throttling is the caller's to wait out: one request, no retry.
     assert_eq!(emulator.requests(), 1);
 
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("deleted"),
-        DeleteOutcome::Deleted
-    );
+    provider_checks::deleted(&emulator, &provider, &id).await;
 }
 
 #[tokio::test]
@@ -278,29 +275,21 @@ async fn malformed_ids_are_refused_without_any_request() {
     let emulator = AlibabaCloudEmulator::start();
     let (provider, _) = provider(&emulator, &[]);
 
-    for bad in [
-        "",
-        "vm-1",
-        "i-",
-        "i-ABCDEFGH",
-        "i-2ze****",
-        "/subscriptions/x",
-        "i-2zeabcdefgh 1",
-    ] {
-        let error = provider.validate_instance_id(bad).expect_err(bad);
-        assert!(
-            matches!(
-                error,
-                Error::InvalidArgument {
-                    field: "instance_id",
-                    ..
-                }
-            ),
-            "{bad:?}: {error:?}"
-        );
-        let error = provider.delete_instance(bad).await.expect_err(bad);
-        assert_eq!(error.reason(), "InvalidArgument", "{bad:?}");
-    }
+    provider_checks::malformed_ids_are_invalid_without_any_request(
+        &emulator,
+        &provider,
+        &[
+            "",
+            "vm-1",
+            "i-",
+            "i-ABCDEFGH",
+            "i-2ze****",
+            "/subscriptions/x",
+            "i-2zeabcdefgh 1",
+        ],
+        "i-2zeunknown0000001",
+    )
+    .await;
     assert_eq!(emulator.requests(), 0);
 }
 
@@ -508,16 +497,21 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     let theirs = emulator.create_vm("pod-theirs", &[("cluster", "c2")]);
     let untagged = emulator.create_vm("pod-untagged", &[]);
 
-    for id in [&theirs, &untagged] {
-        let refused = guarded.delete_instance(id).await.expect_err("not ours");
-        assert_eq!(refused.reason(), "NotOwnedByCluster", "{refused}");
-        assert!(emulator.vm_or_parts_exist(id), "{id} must not be touched");
-    }
-    assert_eq!(emulator.requests_of("DeleteInstance"), 0);
-    assert_eq!(
-        guarded.delete_instance(&ours).await.expect("ours"),
-        DeleteOutcome::Deleted
-    );
+    provider_checks::another_clusters_vm_is_refused_and_kept(
+        &emulator,
+        &guarded,
+        &ours,
+        &[&theirs, &untagged],
+    )
+    .await;
+    // No DeleteInstance was sent for the refused ones: the only one named ours.
+    let deletes: Vec<String> = emulator
+        .params_of("DeleteInstance")
+        .iter()
+        .filter_map(|params| params.iter().find(|(k, _)| k == "InstanceId"))
+        .map(|(_, id)| id.clone())
+        .collect();
+    assert_eq!(deletes, [ours.as_str()]);
 
     // DELETE_UNTAGGED=allow turns the check off.
     let (open, _) = provider(
@@ -527,6 +521,30 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     assert_eq!(
         open.delete_instance(&untagged).await.expect("allowed"),
         DeleteOutcome::Deleted
+    );
+}
+
+/// An instance tagged `peerpods-do-not-delete` (the spelling ECS tag keys allow) is refused with
+/// `DoNotDelete` even when untagged deletes are allowed, and no `DeleteInstance` is sent for it;
+/// `false` does not protect.
+#[tokio::test]
+async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(
+        &emulator,
+        &[("CLUSTER_TAG", "cluster=c1"), ("DELETE_UNTAGGED", "allow")],
+    );
+
+    let checked =
+        provider_checks::a_vm_marked_do_not_delete_is_refused_and_kept(&emulator, &provider).await;
+
+    assert!(emulator.instance_exists(&checked.kept));
+    assert!(
+        emulator
+            .params_of("DeleteInstance")
+            .iter()
+            .all(|params| !params.iter().any(|(_, v)| *v == checked.kept)),
+        "a DeleteInstance named the marked instance"
     );
 }
 
