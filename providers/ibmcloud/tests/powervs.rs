@@ -3,14 +3,12 @@
 
 mod ibm_support;
 
-use std::time::Duration;
-
 use ibm_support::{
-    Backend, assert_config_error, assert_delete_refused_and_kept, assert_deleted,
-    assert_invalid_instance_id, assert_unauthenticated_and_key_never_shown, selector,
+    Backend, assert_config_error, assert_deleted, assert_invalid_instance_id, assert_throttled_for,
+    assert_unauthenticated_and_key_never_shown, selector, started,
 };
 use peerpods_emulator_ibmcloud::{IbmEmulator, PowerVsEmulator};
-use peerpods_provider_core::{CloudCalls, DeleteOutcome, Error, Figure, Provider, TagSelector};
+use peerpods_provider_core::{CloudCalls, DeleteOutcome, Figure, Provider, TagSelector};
 use test_support::cloud::CloudEmulator;
 
 const PROVIDER: &str = "ibmcloud-powervs";
@@ -21,9 +19,7 @@ fn start() -> PowerVsEmulator {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[]);
     let other = emulator.create_vm("podvm-other-5e6f7a8b", &[]);
 
@@ -43,8 +39,7 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     assert_eq!(
         provider.delete_instance(&id).await.expect("first"),
@@ -82,9 +77,7 @@ async fn an_instance_that_is_gone_is_already_gone() {
 /// went between that lookup and the DELETE.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_answered_gone_is_already_gone() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     let looked_up_gone = emulator.create_vm("podvm-a", &[]);
     emulator.answer_gone(&looked_up_gone);
 
@@ -125,8 +118,7 @@ async fn a_deletion_answered_gone_is_already_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_mid_deletion_is_deleted_idempotently() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.start_deleting(&id);
     assert!(emulator.is_deleting(&id));
@@ -136,18 +128,13 @@ async fn an_instance_mid_deletion_is_deleted_idempotently() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn throttling_is_reported_with_the_clouds_wait() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.throttle_next(1, 11);
 
     let error = provider.delete_instance(&id).await.expect_err("throttled");
 
-    assert!(
-        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(11)),
-        "{error:?}"
-    );
+    assert_throttled_for(&error, 11);
     // The first call, the lookup before the DELETE, was the one throttled.
     assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "throttled"), 1);
     assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
@@ -157,9 +144,7 @@ async fn throttling_is_reported_with_the_clouds_wait() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retried_until_the_cloud_answers() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.fail_next(3);
 
@@ -176,8 +161,7 @@ async fn server_errors_are_retried_until_the_cloud_answers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     for id in [
         "",
         "podvm-nginx-1a2b3c4d",
@@ -196,8 +180,7 @@ async fn malformed_ids_are_invalid_without_any_request() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_comes_from_the_workspace_limits_and_usage() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     emulator.create_vm_sized("podvm-a", &[], 0.5, 2.0);
     emulator.create_vm_sized("podvm-b", &[], 1.0, 4.0);
 
@@ -233,9 +216,7 @@ async fn capacity_comes_from_the_workspace_limits_and_usage() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_filters_by_tag_and_orders_by_id() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<PowerVsEmulator>();
     let mut ours = [
         emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]),
         emulator.create_vm("podvm-b", &[("coco-pod-vm", "c1")]),
@@ -267,8 +248,7 @@ async fn listing_filters_by_tag_and_orders_by_id() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<PowerVsEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.reject_api_key(true);
 
@@ -292,9 +272,7 @@ async fn missing_keys_are_named_and_nothing_is_called() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_reports_the_workspace() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (_emulator, calls, provider) = started::<PowerVsEmulator>();
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert_eq!(calls.count(PROVIDER, "GetCloudInstance", "ok"), 1);
@@ -304,18 +282,11 @@ async fn health_reports_the_workspace() {
 /// `NotOwnedByCluster` and kept: no DELETE is sent for it. This cluster's is deleted.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let guarded = emulator.backend_with(&[("CLUSTER_TAG", "coco-pod-vm=c1")], &calls);
-    let ours = emulator.create_vm("podvm-ours", &[("coco-pod-vm", "c1")]);
-    let theirs = emulator.create_vm("podvm-theirs", &[("coco-pod-vm", "c2")]);
-    let untagged = emulator.create_vm("podvm-untagged", &[]);
-
-    for other in [&theirs, &untagged] {
-        assert_delete_refused_and_kept(&emulator, &guarded, other, "NotOwnedByCluster").await;
-    }
-    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
-    assert_deleted(&emulator, &guarded, &ours).await;
+    ibm_support::another_clusters_instances_are_refused_and_kept::<PowerVsEmulator>(
+        &[&[("coco-pod-vm", "c2")], &[]],
+        |emulator, _| assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0),
+    )
+    .await;
 }
 
 /// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
@@ -323,27 +294,10 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 /// `peerpods-do-not-delete:false` does not protect.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let open = emulator.backend_with(
-        &[
-            ("CLUSTER_TAG", "coco-pod-vm=c1"),
-            ("DELETE_UNTAGGED", "allow"),
-        ],
-        &calls,
-    );
-    let kept = emulator.create_vm(
-        "podvm-kept",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
-    );
-    let unmarked = emulator.create_vm(
-        "podvm-unmarked",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
-    );
-
-    assert_delete_refused_and_kept(&emulator, &open, &kept, "DoNotDelete").await;
-    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
-    assert_deleted(&emulator, &open, &unmarked).await;
+    ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<PowerVsEmulator>(
+        |emulator, _| assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0),
+    )
+    .await;
 }
 
 /// A deletion still running when the wait's bound passes is not "deleted" (the finalizer would be
@@ -351,21 +305,8 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
 /// a lookup answers that the instance is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
-    let emulator = start();
-    let impatient = emulator.backend_with(
-        &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")],
-        &CloudCalls::default(),
-    );
-    let id = emulator.create_vm("podvm-a", &[]);
-    emulator.set_deleting_polls(5);
-
-    let error = impatient
-        .delete_instance(&id)
-        .await
-        .expect_err("not yet gone");
-    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
-    assert!(emulator.is_deleting(&id));
-
-    let provider = emulator.backend(&CloudCalls::default());
-    assert_deleted(&emulator, &provider, &id).await;
+    ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+        PowerVsEmulator,
+    >()
+    .await;
 }

@@ -6,9 +6,8 @@ mod ibm_support;
 use std::time::Duration;
 
 use ibm_support::{
-    Backend, assert_config_error, assert_delete_refused_and_kept, assert_deleted,
-    assert_invalid_instance_id, assert_unauthenticated_and_key_never_shown, config_without,
-    selector,
+    Backend, assert_config_error, assert_invalid_instance_id, assert_throttled_for,
+    assert_unauthenticated_and_key_never_shown, config_without, selector, started,
 };
 use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, VpcEmulator, examples};
 use peerpods_provider_core::{
@@ -25,9 +24,7 @@ fn start() -> VpcEmulator {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_floating_ip() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-nginx-1a2b3c4d", &[("coco-pod-vm", "c1")]);
     // An operator's reserved floating IP bound to the peer-pod VM: cloud-api-adaptor creates
     // none, so it is not the VM's.
@@ -69,9 +66,7 @@ async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_flo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone_every_time() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     assert_eq!(
         provider.delete_instance(&id).await.expect("first"),
@@ -108,9 +103,7 @@ async fn an_instance_that_is_gone_is_already_gone_every_time() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, _, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.set_deleting_polls(3);
     emulator.start_deleting(&id);
@@ -126,42 +119,24 @@ async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
-    let emulator = start();
-    let impatient = emulator.backend_with(
-        &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")],
-        &CloudCalls::default(),
-    );
-    let id = emulator.create_vm("podvm-a", &[]);
-    emulator.set_deleting_polls(5);
-
-    // Accepted but not yet gone: not an answer of "deleted", a retryable error.
-    let error = impatient
-        .delete_instance(&id)
-        .await
-        .expect_err("not yet gone");
-    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
-    assert_eq!(emulator.instance_status(&id).as_deref(), Some("deleting"));
-
-    // Asked again, the deletion is followed, not repeated, until the instance is gone.
-    let provider = emulator.backend(&CloudCalls::default());
-    assert_deleted(&emulator, &provider, &id).await;
+    let (emulator, _) =
+        ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+            VpcEmulator,
+        >()
+        .await;
+    // Followed, not repeated.
     assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn throttling_is_reported_with_the_clouds_wait() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.throttle_next(1, 7);
 
     let error = provider.delete_instance(&id).await.expect_err("throttled");
 
-    assert!(
-        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
-        "{error:?}"
-    );
+    assert_throttled_for(&error, 7);
     assert!(error.to_string().contains("too_many_requests"), "{error}");
     assert_eq!(calls.count(PROVIDER, "GetInstance", "throttled"), 1);
     assert!(emulator.vm_or_parts_exist(&id));
@@ -169,9 +144,7 @@ async fn throttling_is_reported_with_the_clouds_wait() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn server_errors_are_retried_until_the_cloud_answers() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.fail_next(2);
 
@@ -199,8 +172,7 @@ async fn a_cloud_that_keeps_failing_is_unavailable_after_bounded_retries() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     for id in [
         "",
         "i-0123456789abcdef0",
@@ -221,8 +193,7 @@ async fn malformed_ids_are_invalid_without_any_request() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capacity_counts_the_regions_instances_and_leaves_limits_unknown() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     emulator.create_vm_with_profile("podvm-a", &[], 2, 8);
     emulator.create_vm_with_profile("podvm-b", &[], 4, 16);
 
@@ -244,9 +215,7 @@ const TAG_LIST: &str = "GET /v3/tags";
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_by_tag_is_one_search_not_a_tagging_call_per_instance() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let mut ours: Vec<String> = (0..102)
         .map(|n| {
             emulator.create_vm(
@@ -301,8 +270,7 @@ async fn listing_by_tag_is_one_search_not_a_tagging_call_per_instance() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listing_more_instances_than_a_page_follows_the_search_cursor() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     let mut ours: Vec<String> = (0..1001)
         .map(|n| emulator.create_vm(&format!("podvm-{n}"), &[("coco-pod-vm", "c1")]))
         .collect();
@@ -331,8 +299,7 @@ async fn listing_more_instances_than_a_page_follows_the_search_cursor() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_regions_and_untagged_instances_are_not_listed() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     let ours = emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     let untagged = emulator.create_vm("podvm-b", &[]);
     // Global Search is global: the same tag in another region's VPC is another deployment's.
@@ -365,8 +332,7 @@ async fn another_regions_and_untagged_instances_are_not_listed() {
 /// peerpod-ctrl's scans absorb that with their grace periods (see the backend's `search`).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_the_search_index_has_not_caught_up_with_is_listed_once_it_has() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     emulator.set_search_lag(Duration::from_secs(3600));
     let id = emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     let mine = selector(&[("coco-pod-vm", "c1")]);
@@ -387,9 +353,7 @@ async fn an_instance_the_search_index_has_not_caught_up_with_is_listed_once_it_h
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_throttled_search_is_reported_as_throttling_with_the_clouds_wait() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     emulator.create_vm("podvm-a", &[("coco-pod-vm", "c1")]);
     emulator.throttle_next(1, 7);
 
@@ -398,10 +362,7 @@ async fn a_throttled_search_is_reported_as_throttling_with_the_clouds_wait() {
         .await
         .expect_err("throttled");
 
-    assert!(
-        matches!(error, Error::Throttled { retry_after, .. } if retry_after == Duration::from_secs(7)),
-        "{error:?}"
-    );
+    assert_throttled_for(&error, 7);
     assert_eq!(calls.count(PROVIDER, "SearchResources", "throttled"), 1);
     assert_eq!(calls.attempts(PROVIDER, "SearchResources", "throttled"), 1);
     assert_eq!(
@@ -445,8 +406,7 @@ async fn listing_without_a_region_is_a_configuration_error_without_any_request()
 /// first page: capacity reads the instance and follows `next.href` to the second page.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_reference_list_instances_example_is_read_and_its_next_page_followed() {
-    let emulator = start();
-    let provider = emulator.backend(&CloudCalls::default());
+    let (emulator, _, provider) = started::<VpcEmulator>();
     emulator.answer_next_verbatim("GET /v1/instances", 200, examples::VPC_LIST_INSTANCES);
 
     let capacity = provider.capacity().await.expect("capacity");
@@ -468,9 +428,7 @@ async fn the_reference_list_instances_example_is_read_and_its_next_page_followed
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.reject_api_key(true);
 
@@ -484,9 +442,7 @@ async fn a_refused_api_key_is_unauthenticated_and_never_shown() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_token_is_exchanged_again_once() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (emulator, calls, provider) = started::<VpcEmulator>();
     assert!(provider.health().await.healthy);
     emulator.revoke_tokens();
 
@@ -527,9 +483,7 @@ async fn missing_keys_are_named_and_nothing_is_called() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn health_reports_a_cloud_that_answers() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let provider = emulator.backend(&calls);
+    let (_emulator, calls, provider) = started::<VpcEmulator>();
     let health = provider.health().await;
     assert!(health.healthy, "{}", health.message);
     assert!(!health.message.contains(API_KEY));
@@ -573,14 +527,11 @@ async fn a_trusted_profile_is_assumed_with_the_compute_resource_token() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let guarded = emulator.backend_with(&[("CLUSTER_TAG", "coco-pod-vm=c1")], &calls);
-    let ours = emulator.create_vm("podvm-ours-1a2b3c4d", &[("coco-pod-vm", "c1")]);
-    let theirs = emulator.create_vm("podvm-theirs-5e6f7a8b", &[("coco-pod-vm", "c2")]);
-
-    assert_delete_refused_and_kept(&emulator, &guarded, &theirs, "NotOwnedByCluster").await;
-    assert_deleted(&emulator, &guarded, &ours).await;
+    ibm_support::another_clusters_instances_are_refused_and_kept::<VpcEmulator>(
+        &[&[("coco-pod-vm", "c2")]],
+        |emulator, _| assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 0),
+    )
+    .await;
 }
 
 /// An instance carrying the user tag `peerpods-do-not-delete:true` (the spelling IBM user tags
@@ -588,25 +539,8 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 /// is sent for it; `peerpods-do-not-delete:false` does not protect.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
-    let emulator = start();
-    let calls = CloudCalls::default();
-    let open = emulator.backend_with(
-        &[
-            ("CLUSTER_TAG", "coco-pod-vm=c1"),
-            ("DELETE_UNTAGGED", "allow"),
-        ],
-        &calls,
-    );
-    let kept = emulator.create_vm(
-        "podvm-kept-1a2b3c4d",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "true")],
-    );
-    let unmarked = emulator.create_vm(
-        "podvm-unmarked-5e6f7a8b",
-        &[(peerpods_provider_core::DO_NOT_DELETE_PORTABLE_TAG, "false")],
-    );
-
-    assert_delete_refused_and_kept(&emulator, &open, &kept, "DoNotDelete").await;
-    assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0);
-    assert_deleted(&emulator, &open, &unmarked).await;
+    ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<VpcEmulator>(|_, calls| {
+        assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0)
+    })
+    .await;
 }

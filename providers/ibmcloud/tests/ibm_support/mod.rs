@@ -3,9 +3,12 @@
 //! refusal makes.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+use std::time::Duration;
+
 use peerpods_emulator_ibmcloud::{API_KEY, IbmEmulator, PowerVsEmulator, VpcEmulator};
 use peerpods_provider_core::{
-    CloudCalls, DeleteOutcome, Error, Provider, ProviderConfig, TagSelector,
+    CloudCalls, DO_NOT_DELETE_PORTABLE_TAG, DeleteOutcome, Error, Provider, ProviderConfig,
+    TagSelector,
 };
 use peerpods_provider_ibmcloud::{IbmCloudVpcProvider, PowerVsProvider};
 use test_support::cloud::CloudEmulator;
@@ -17,6 +20,12 @@ pub trait Backend: CloudEmulator + IbmEmulator + Sized {
 
     /// A new emulator.
     fn started() -> Self;
+
+    /// How many lookups an instance still shows after its deletion was accepted.
+    fn deleting_for(&self, polls: u32);
+
+    /// Whether the instance's deletion was accepted and it still shows.
+    fn deletion_in_progress(&self, id: &str) -> bool;
 
     /// The backend built from `config`, as provider-service builds it.
     fn provider_from(config: &ProviderConfig, calls: CloudCalls) -> Result<Self::Provider, Error>;
@@ -48,6 +57,14 @@ impl Backend for VpcEmulator {
         VpcEmulator::start().expect("emulator")
     }
 
+    fn deleting_for(&self, polls: u32) {
+        self.set_deleting_polls(polls);
+    }
+
+    fn deletion_in_progress(&self, id: &str) -> bool {
+        self.instance_status(id).as_deref() == Some("deleting")
+    }
+
     fn provider_from(config: &ProviderConfig, calls: CloudCalls) -> Result<Self::Provider, Error> {
         IbmCloudVpcProvider::from_config(config, calls)
     }
@@ -60,9 +77,25 @@ impl Backend for PowerVsEmulator {
         PowerVsEmulator::start().expect("emulator")
     }
 
+    fn deleting_for(&self, polls: u32) {
+        self.set_deleting_polls(polls);
+    }
+
+    fn deletion_in_progress(&self, id: &str) -> bool {
+        self.is_deleting(id)
+    }
+
     fn provider_from(config: &ProviderConfig, calls: CloudCalls) -> Result<Self::Provider, Error> {
         PowerVsProvider::from_config(config, calls)
     }
+}
+
+/// A new emulator, a call counter, and the backend against the emulator counting into it.
+pub fn started<B: Backend>() -> (B, CloudCalls, B::Provider) {
+    let emulator = B::started();
+    let calls = CloudCalls::default();
+    let provider = emulator.backend(&calls);
+    (emulator, calls, provider)
 }
 
 /// The emulator's configuration with `extra` set.
@@ -141,4 +174,93 @@ pub async fn assert_unauthenticated_and_key_never_shown(provider: &impl Provider
     let health = provider.health().await;
     assert!(!health.healthy);
     assert!(!health.message.contains(API_KEY), "{}", health.message);
+}
+
+/// `error` is throttling with the cloud's `Retry-After` of `seconds`.
+pub fn assert_throttled_for(error: &Error, seconds: u64) {
+    assert!(
+        matches!(error, Error::Throttled { retry_after, .. } if *retry_after == Duration::from_secs(seconds)),
+        "{error:?}"
+    );
+}
+
+/// With `CLUSTER_TAG` `coco-pod-vm=c1`, deleting an instance tagged each of `others` is refused
+/// with `NotOwnedByCluster`, the instance kept and (`no_delete_sent`) no DELETE sent for it;
+/// this cluster's instance is deleted.
+pub async fn another_clusters_instances_are_refused_and_kept<B: Backend>(
+    others: &[&[(&str, &str)]],
+    no_delete_sent: impl FnOnce(&B, &CloudCalls),
+) {
+    let emulator = B::started();
+    let calls = CloudCalls::default();
+    let guarded = emulator.backend_with(&[("CLUSTER_TAG", "coco-pod-vm=c1")], &calls);
+    let ours = emulator.create_vm("podvm-ours-1a2b3c4d", &[("coco-pod-vm", "c1")]);
+    let others: Vec<String> = others
+        .iter()
+        .enumerate()
+        .map(|(n, tags)| emulator.create_vm(&format!("podvm-theirs-{n}"), tags))
+        .collect();
+
+    for other in &others {
+        assert_delete_refused_and_kept(&emulator, &guarded, other, "NotOwnedByCluster").await;
+    }
+    no_delete_sent(&emulator, &calls);
+    assert_deleted(&emulator, &guarded, &ours).await;
+}
+
+/// An instance carrying the user tag `peerpods-do-not-delete:true` is refused with
+/// `DoNotDelete`, kept and (`no_delete_sent`) no DELETE sent for it, even when untagged deletes
+/// are allowed; one tagged `peerpods-do-not-delete:false` is deleted.
+pub async fn an_instance_tagged_do_not_delete_is_refused_and_kept<B: Backend>(
+    no_delete_sent: impl FnOnce(&B, &CloudCalls),
+) {
+    let emulator = B::started();
+    let calls = CloudCalls::default();
+    let open = emulator.backend_with(
+        &[
+            ("CLUSTER_TAG", "coco-pod-vm=c1"),
+            ("DELETE_UNTAGGED", "allow"),
+        ],
+        &calls,
+    );
+    let kept = emulator.create_vm(
+        "podvm-kept-1a2b3c4d",
+        &[(DO_NOT_DELETE_PORTABLE_TAG, "true")],
+    );
+    let unmarked = emulator.create_vm(
+        "podvm-unmarked-5e6f7a8b",
+        &[(DO_NOT_DELETE_PORTABLE_TAG, "false")],
+    );
+
+    assert_delete_refused_and_kept(&emulator, &open, &kept, "DoNotDelete").await;
+    no_delete_sent(&emulator, &calls);
+    assert_deleted(&emulator, &open, &unmarked).await;
+}
+
+/// A deletion still running when the wait's bound passes is not "deleted" (the finalizer would
+/// be released on an inference): a retryable error, the instance still deleting; asked again,
+/// the deletion is followed until a lookup answers that the instance is gone. Returns the
+/// emulator and the instance's id for the cloud's own counts.
+pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone<B: Backend>()
+-> (B, String) {
+    let emulator = B::started();
+    let impatient = emulator.backend_with(
+        &[("IBMCLOUD_DELETE_TIMEOUT_SECONDS", "0")],
+        &CloudCalls::default(),
+    );
+    let id = emulator.create_vm("podvm-a", &[]);
+    emulator.deleting_for(5);
+
+    // Accepted but not yet gone: not an answer of "deleted", a retryable error.
+    let error = impatient
+        .delete_instance(&id)
+        .await
+        .expect_err("not yet gone");
+    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    assert!(emulator.deletion_in_progress(&id));
+
+    // Asked again, the deletion is followed until the instance is gone.
+    let provider = emulator.backend(&CloudCalls::default());
+    assert_deleted(&emulator, &provider, &id).await;
+    (emulator, id)
 }
