@@ -39,37 +39,11 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone() {
-    let (emulator, _, provider) = started::<PowerVsEmulator>();
-    let id = emulator.create_vm("podvm-a", &[]);
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("first"),
-        DeleteOutcome::Deleted
-    );
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("second"),
-        DeleteOutcome::AlreadyGone
-    );
-    // An id never seen deleted by this process is not believed gone on its first 404 (it may
-    // be an instance created moments ago): retryable.
-    let unknown = provider
-        .delete_instance("00000000-0000-4000-8000-000000000999")
-        .await;
-    assert!(
-        matches!(&unknown, Err(peerpods_provider_core::Error::Unavailable { message }) if message.contains("POWERVS_NOT_FOUND_WINDOW_SECS")),
-        "{unknown:?}"
-    );
-    // With the window at zero a 404 is trusted at once.
-    let trusting = emulator.backend_with(
-        &[("POWERVS_NOT_FOUND_WINDOW_SECS", "0")],
-        &CloudCalls::default(),
-    );
-    assert_eq!(
-        trusting
-            .delete_instance("00000000-0000-4000-8000-000000000999")
-            .await
-            .expect("unknown"),
-        DeleteOutcome::AlreadyGone
-    );
+    ibm_support::an_instance_that_is_gone_is_already_gone::<PowerVsEmulator>(
+        "00000000-0000-4000-8000-000000000999",
+        "POWERVS_NOT_FOUND_WINDOW_SECS",
+    )
+    .await;
 }
 
 /// The Power Cloud API reference lists 410 Gone for deleting a PVM instance: gone is gone,

@@ -66,37 +66,11 @@ async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_flo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone_every_time() {
-    let (emulator, calls, provider) = started::<VpcEmulator>();
-    let id = emulator.create_vm("podvm-a", &[]);
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("first"),
-        DeleteOutcome::Deleted
-    );
-
-    assert_eq!(
-        provider.delete_instance(&id).await.expect("second"),
-        DeleteOutcome::AlreadyGone
-    );
-    // An id never seen deleted by this process is not believed gone on its first 404 (it may
-    // be an instance created moments ago): retryable.
-    let never_existed = "0717_00000000-0000-4000-8000-000000000999";
-    let unknown = provider.delete_instance(never_existed).await;
-    assert!(
-        matches!(&unknown, Err(peerpods_provider_core::Error::Unavailable { message }) if message.contains("IBMCLOUD_NOT_FOUND_WINDOW_SECS")),
-        "{unknown:?}"
-    );
-    // With the window at zero a 404 is trusted at once.
-    let trusting = emulator.backend_with(
-        &[("IBMCLOUD_NOT_FOUND_WINDOW_SECS", "0")],
-        &CloudCalls::default(),
-    );
-    assert_eq!(
-        trusting
-            .delete_instance(never_existed)
-            .await
-            .expect("unknown"),
-        DeleteOutcome::AlreadyGone
-    );
+    let (emulator, calls) = ibm_support::an_instance_that_is_gone_is_already_gone::<VpcEmulator>(
+        "0717_00000000-0000-4000-8000-000000000999",
+        "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
+    )
+    .await;
     assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 1);
     assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 1);
 }

@@ -264,3 +264,39 @@ pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone
     assert_deleted(&emulator, &provider, &id).await;
     (emulator, id)
 }
+
+/// An instance deleted is already gone when deleted again. An id never seen deleted by this
+/// process (`never_existed`) is not believed gone on its first 404 (it may be an instance
+/// created moments ago): retryable, naming the window's key `window`; with the window at zero
+/// the 404 is trusted at once. Returns the emulator and the first backend's calls, for the
+/// cloud's own counts.
+pub async fn an_instance_that_is_gone_is_already_gone<B: Backend>(
+    never_existed: &str,
+    window: &str,
+) -> (B, CloudCalls) {
+    let (emulator, calls, provider) = started::<B>();
+    let id = emulator.create_vm("podvm-a", &[]);
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("first"),
+        DeleteOutcome::Deleted
+    );
+
+    assert_eq!(
+        provider.delete_instance(&id).await.expect("second"),
+        DeleteOutcome::AlreadyGone
+    );
+    let unknown = provider.delete_instance(never_existed).await;
+    assert!(
+        matches!(&unknown, Err(Error::Unavailable { message }) if message.contains(window)),
+        "{unknown:?}"
+    );
+    let trusting = emulator.backend_with(&[(window, "0")], &CloudCalls::default());
+    assert_eq!(
+        trusting
+            .delete_instance(never_existed)
+            .await
+            .expect("unknown"),
+        DeleteOutcome::AlreadyGone
+    );
+    (emulator, calls)
+}
