@@ -4,7 +4,7 @@
 mod azure_support;
 
 use azure_support::{provider, unknown_id};
-use peerpods_emulator_azure::{AzureEmulator, VmOptions};
+use peerpods_emulator_azure::{AzureEmulator, VmOptions, VmParts};
 use peerpods_provider_core::{DeleteOutcome, Error, Figure, Provider, TagSelector};
 use test_support::cloud::CloudEmulator;
 use test_support::provider_checks;
@@ -14,6 +14,34 @@ fn selector(pairs: &[(&str, &str)]) -> TagSelector {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
+}
+
+/// A VM as cloud-api-adaptor creates it with a public IP (and a network interface and an OS
+/// disk); `parts_deleted_with_vm` is their deleteOption: Delete, or Detach (ARM leaves them
+/// behind). Returns its id.
+fn vm_with_public_ip(emulator: &AzureEmulator, name: &str, parts_deleted_with_vm: bool) -> String {
+    emulator.create_vm_with(
+        name,
+        &[],
+        VmOptions {
+            public_ip: true,
+            parts_deleted_with_vm,
+        },
+    )
+}
+
+/// Neither the VM named `name` nor its network interface, public IP or OS disk exists.
+fn assert_vm_and_parts_gone(emulator: &AzureEmulator, name: &str, parts: &VmParts) {
+    assert!(!emulator.vm_exists(name), "{name}");
+    assert!(
+        !emulator.network_interface_exists(&parts.network_interface),
+        "{name}: {parts:?}"
+    );
+    assert!(
+        !emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")),
+        "{name}: {parts:?}"
+    );
+    assert!(!emulator.disk_exists(&parts.disk), "{name}: {parts:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -43,24 +71,14 @@ async fn deleting_a_vm_removes_it_and_the_parts_caa_created_with_it() {
 async fn parts_that_arm_keeps_are_deleted_explicitly_in_dependency_order() {
     let emulator = AzureEmulator::start();
     // deleteOption: Detach — ARM leaves the network interface, public IP and disk behind.
-    let id = emulator.create_vm_with(
-        "podvm-db-5e6f7a8b",
-        &[],
-        VmOptions {
-            public_ip: true,
-            parts_deleted_with_vm: false,
-        },
-    );
+    let id = vm_with_public_ip(&emulator, "podvm-db-5e6f7a8b", false);
     let parts = emulator.parts_of("podvm-db-5e6f7a8b").expect("parts");
     let (provider, calls) = provider(&emulator, &[]);
 
     let outcome = provider.delete_instance(&id).await.expect("delete");
 
     assert_eq!(outcome, DeleteOutcome::Deleted);
-    assert!(!emulator.vm_exists("podvm-db-5e6f7a8b"));
-    assert!(!emulator.network_interface_exists(&parts.network_interface));
-    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
-    assert!(!emulator.disk_exists(&parts.disk));
+    assert_vm_and_parts_gone(&emulator, "podvm-db-5e6f7a8b", &parts);
     assert!(!emulator.vm_or_parts_exist(&id));
     for operation in [
         "DeleteNetworkInterface",
@@ -96,14 +114,7 @@ async fn a_persistent_volumes_detached_disk_survives_and_only_the_vms_own_parts_
     // Delete. The Azure Disk CSI driver then attached a PVC's pre-existing managed disk as a
     // data disk with deleteOption Detach; a scratch data disk goes with the VM.
     let name = "podvm-db-5e6f7a8b";
-    let id = emulator.create_vm_with(
-        name,
-        &[],
-        VmOptions {
-            public_ip: true,
-            parts_deleted_with_vm: true,
-        },
-    );
+    let id = vm_with_public_ip(&emulator, name, true);
     let volume = "pvc-3f2a9c1e-7b4d-4e55-9a61-0c2b8d7e6f10";
     assert!(emulator.attach_data_disk(name, volume, "Detach"));
     assert!(emulator.attach_data_disk(name, "podvm-db-scratch", "Delete"));
@@ -121,10 +132,7 @@ async fn a_persistent_volumes_detached_disk_survives_and_only_the_vms_own_parts_
         emulator.arm_requests_matching("DELETE", &format!("/disks/{volume}")),
         0
     );
-    assert!(!emulator.vm_exists(name));
-    assert!(!emulator.network_interface_exists(&parts.network_interface));
-    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
-    assert!(!emulator.disk_exists(&parts.disk));
+    assert_vm_and_parts_gone(&emulator, name, &parts);
     assert!(!emulator.disk_exists("podvm-db-scratch"));
 }
 
@@ -135,14 +143,7 @@ async fn a_delete_slower_than_the_callers_deadline_ends_confirmed_after_re_asks(
     // longer than one call may take.
     emulator.set_operation_polls(6, 1);
     let name = "podvm-slow-9c8d7e6f";
-    let id = emulator.create_vm_with(
-        name,
-        &[],
-        VmOptions {
-            public_ip: true,
-            parts_deleted_with_vm: true,
-        },
-    );
+    let id = vm_with_public_ip(&emulator, name, true);
     let parts = emulator.parts_of(name).expect("parts");
     let (provider, _) = provider(&emulator, &[("AZURE_DELETE_TIMEOUT_SECONDS", "2")]);
 
@@ -161,10 +162,7 @@ async fn a_delete_slower_than_the_callers_deadline_ends_confirmed_after_re_asks(
     // The first answer of done comes only when the VM and each of its parts is gone.
     assert_eq!(outcome, DeleteOutcome::Deleted);
     assert!(retryable >= 1, "the first call cannot have seen the end");
-    assert!(!emulator.vm_exists(name));
-    assert!(!emulator.network_interface_exists(&parts.network_interface));
-    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
-    assert!(!emulator.disk_exists(&parts.disk));
+    assert_vm_and_parts_gone(&emulator, name, &parts);
     // Re-asks follow the deletion instead of starting it again.
     assert_eq!(
         emulator.arm_requests_matching("DELETE", "/virtualMachines/"),
@@ -179,14 +177,7 @@ async fn parts_a_vanished_vm_left_behind_are_found_by_caa_names_and_deleted() {
     // gone, its interface, public IP and OS disk remain.
     emulator.set_operation_polls(0, 0);
     let name = "podvm-cut-1f2e3d4c";
-    let id = emulator.create_vm_with(
-        name,
-        &[],
-        VmOptions {
-            public_ip: true,
-            parts_deleted_with_vm: false,
-        },
-    );
+    let id = vm_with_public_ip(&emulator, name, false);
     let parts = emulator.parts_of(name).expect("parts");
     assert!(emulator.start_deleting(name));
     // A VM an earlier process deleted: its 404 is believed at once here (the window at zero);
@@ -197,9 +188,7 @@ async fn parts_a_vanished_vm_left_behind_are_found_by_caa_names_and_deleted() {
 
     assert_eq!(outcome, DeleteOutcome::Deleted, "parts were left to delete");
     assert!(!emulator.vm_or_parts_exist(&id));
-    assert!(!emulator.network_interface_exists(&parts.network_interface));
-    assert!(!emulator.public_ip_exists(parts.public_ip.as_deref().expect("ip")));
-    assert!(!emulator.disk_exists(&parts.disk));
+    assert_vm_and_parts_gone(&emulator, name, &parts);
     assert_eq!(
         provider.delete_instance(&id).await.expect("again"),
         DeleteOutcome::AlreadyGone
