@@ -41,6 +41,9 @@ pub struct Knobs {
     pub retry_after_seconds: u64,
     pub fail_next: u32,
     pub reject_api_key: bool,
+    /// How many GETs an instance still shows after its DELETE was accepted (VPC: as
+    /// `deleting`; Power: still listed); the fault layer's operation polls set it too.
+    pub deleting_polls: u32,
     pub revoke_issued_tokens: bool,
     pub requests: u64,
     pub requests_by_route: BTreeMap<String, u64>,
@@ -70,6 +73,11 @@ pub trait IbmEmulator {
     /// The next `calls` cloud API calls answer 503.
     fn fail_next(&self, calls: u32) {
         self.with_knobs(|k| k.fail_next = calls);
+    }
+
+    /// How many GETs an instance still shows after its DELETE (default 2).
+    fn set_deleting_polls(&self, polls: u32) {
+        self.with_knobs(|k| k.deleting_polls = polls);
     }
 
     /// IAM refuses the API key (as it does a deleted one) while `reject` is set.

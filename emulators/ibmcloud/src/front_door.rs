@@ -29,9 +29,6 @@ pub trait Cloud: Send + 'static {
 
     fn knobs(&mut self) -> &mut Knobs;
 
-    /// How many GETs a deleted instance still shows (the fault layer's operation polls).
-    fn set_deleting_polls(&mut self, polls: u32);
-
     /// The request's route without ids (e.g. `DELETE /v1/instances/{id}`), for request counts
     /// and verbatim answers.
     fn route_name(method: &Method, path: &[&str]) -> String;
@@ -53,8 +50,12 @@ pub struct Request<'a> {
     pub route: &'a str,
 }
 
+/// How many GETs a deleted instance still shows, unless a test says otherwise.
+const DELETING_POLLS: u32 = 2;
+
 /// Starts the cloud's server on 127.0.0.1 with the fault layer from the environment.
-pub fn start<C: Cloud>(cloud: C) -> std::io::Result<(Shared<C>, Arc<FaultLayer>, Server)> {
+pub fn start<C: Cloud>(mut cloud: C) -> std::io::Result<(Shared<C>, Arc<FaultLayer>, Server)> {
+    cloud.knobs().deleting_polls = DELETING_POLLS;
     let state: Shared<C> = Arc::new(Mutex::new(cloud));
     let faults = Arc::new(FaultLayer::from_env());
     let router = Router::new()
@@ -84,7 +85,7 @@ async fn handle<C: Cloud>(
             return fault;
         }
         if let Some(polls) = faults.operation_polls() {
-            lock(&state).set_deleting_polls(polls);
+            lock(&state).knobs().deleting_polls = polls;
         }
     }
     let mut state = lock(&state);

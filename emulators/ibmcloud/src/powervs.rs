@@ -51,7 +51,6 @@ struct PowerState {
     volumes: BTreeMap<String, String>,
     ports: BTreeMap<String, String>,
     tags: BTreeMap<String, Vec<String>>,
-    deleting_polls: u32,
     /// Workspace limits: instances, processors, memory (GB); `None` leaves them out.
     limits: Option<(f64, f64, f64)>,
 }
@@ -67,7 +66,6 @@ impl PowerVsEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
         let (state, faults, server) = front_door::start(PowerState {
-            deleting_polls: 2,
             limits: Some((50.0, 100.0, 800.0)),
             ..PowerState::default()
         })?;
@@ -81,11 +79,6 @@ impl PowerVsEmulator {
     /// The emulator's base URL (`http://127.0.0.1:<port>`).
     pub fn url(&self) -> String {
         self.server.url()
-    }
-
-    /// How many GETs an instance is still listed after its DELETE (default 2).
-    pub fn set_deleting_polls(&self, polls: u32) {
-        lock(&self.state).deleting_polls = polls;
     }
 
     /// The workspace's limits (instances, processors, memory in GB); `None` removes them.
@@ -157,7 +150,7 @@ impl PowerVsEmulator {
     /// Accepts a deletion of the instance, as if someone else had asked just now.
     pub fn start_deleting(&self, id: &str) {
         let mut state = lock(&self.state);
-        let polls = state.deleting_polls;
+        let polls = state.knobs.deleting_polls;
         if let Some(instance) = state.instances.get_mut(id) {
             instance.deleting_polls_left = Some(polls);
         }
@@ -224,10 +217,6 @@ impl Cloud for PowerState {
 
     fn knobs(&mut self) -> &mut Knobs {
         &mut self.knobs
-    }
-
-    fn set_deleting_polls(&mut self, polls: u32) {
-        self.deleting_polls = polls;
     }
 
     fn route_name(method: &Method, path: &[&str]) -> String {
@@ -298,7 +287,7 @@ impl Cloud for PowerState {
 }
 
 fn delete_instance(state: &mut PowerState, id: &str) -> Response {
-    let polls = state.deleting_polls;
+    let polls = state.knobs.deleting_polls;
     match state.instances.get_mut(id) {
         None => not_found(id),
         Some(instance) if instance.gone => {

@@ -64,7 +64,6 @@ struct VpcState {
     floating_ips: BTreeMap<String, FloatingIp>,
     /// User tags by CRN (Global Tagging).
     tags: BTreeMap<String, Vec<String>>,
-    deleting_polls: u32,
     /// Instances of other regions: the regional VPC API never shows them, Global Search (which
     /// is global) does.
     other_regions: Vec<search::Document>,
@@ -84,7 +83,6 @@ impl VpcEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
         let (state, faults, server) = front_door::start(VpcState {
-            deleting_polls: 2,
             search_lag: search::lag_from_env(),
             ..VpcState::default()
         })?;
@@ -131,11 +129,6 @@ impl VpcEmulator {
         };
         state.other_regions.push(document);
         id
-    }
-
-    /// How many GETs an instance stays `deleting` after its DELETE (default 2).
-    pub fn set_deleting_polls(&self, polls: u32) {
-        lock(&self.state).deleting_polls = polls;
     }
 
     /// Creates an instance as [`CloudEmulator::create_vm`] does, with this profile.
@@ -226,7 +219,7 @@ impl VpcEmulator {
     /// Puts the instance in `deleting`, as if someone else had deleted it just now.
     pub fn start_deleting(&self, id: &str) {
         let mut state = lock(&self.state);
-        let polls = state.deleting_polls;
+        let polls = state.knobs.deleting_polls;
         if let Some(instance) = state.instances.get_mut(id) {
             instance.status = "deleting".into();
             instance.deleting_polls_left = polls;
@@ -299,10 +292,6 @@ impl Cloud for VpcState {
 
     fn knobs(&mut self) -> &mut Knobs {
         &mut self.knobs
-    }
-
-    fn set_deleting_polls(&mut self, polls: u32) {
-        self.deleting_polls = polls;
     }
 
     fn route_name(method: &Method, path: &[&str]) -> String {
@@ -536,7 +525,7 @@ fn remove_instance(state: &mut VpcState, id: &str) {
 }
 
 fn delete_instance(state: &mut VpcState, id: &str) -> Response {
-    let polls = state.deleting_polls;
+    let polls = state.knobs.deleting_polls;
     match state.instances.get_mut(id) {
         None => not_found(id, "Instance not found"),
         Some(instance) => {

@@ -21,9 +21,6 @@ pub trait Backend: CloudEmulator + IbmEmulator + Sized {
     /// A new emulator.
     fn started() -> Self;
 
-    /// How many lookups an instance still shows after its deletion was accepted.
-    fn deleting_for(&self, polls: u32);
-
     /// Whether the instance's deletion was accepted and it still shows.
     fn deletion_in_progress(&self, id: &str) -> bool;
 
@@ -57,10 +54,6 @@ impl Backend for VpcEmulator {
         VpcEmulator::start().expect("emulator")
     }
 
-    fn deleting_for(&self, polls: u32) {
-        self.set_deleting_polls(polls);
-    }
-
     fn deletion_in_progress(&self, id: &str) -> bool {
         self.instance_status(id).as_deref() == Some("deleting")
     }
@@ -75,10 +68,6 @@ impl Backend for PowerVsEmulator {
 
     fn started() -> Self {
         PowerVsEmulator::start().expect("emulator")
-    }
-
-    fn deleting_for(&self, polls: u32) {
-        self.set_deleting_polls(polls);
     }
 
     fn deletion_in_progress(&self, id: &str) -> bool {
@@ -249,7 +238,7 @@ pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone
         &CloudCalls::default(),
     );
     let id = emulator.create_vm("podvm-a", &[]);
-    emulator.deleting_for(5);
+    emulator.set_deleting_polls(5);
 
     // Accepted but not yet gone: not an answer of "deleted", a retryable error.
     let error = impatient
