@@ -2,7 +2,8 @@
 //! cloud: malformed ids refused before any request, throttling reported with the cloud's wait
 //! and not retried, a VM the cloud is already deleting answered deleted only once gone, a second
 //! delete answered already gone, a 404 of an unknown VM not believed inside the not-found
-//! window, another cluster's VM and a VM marked do-not-delete refused and kept.
+//! window, another cluster's VM and a VM marked do-not-delete refused and kept, health as one
+//! request, refused credentials reported as such and never shown.
 //!
 //! Each check drives the backend's real client code through the [`Provider`] its cloud's test
 //! built, and inspects the cloud through [`CloudEmulator`]. What differs between clouds stays in
@@ -13,6 +14,7 @@
 //! token endpoint the layer spares is not one; a cloud that has one counts it in its tests).
 #![allow(clippy::unwrap_used)] // test support: a failed check ends the test with its message
 
+use std::fmt::Debug;
 use std::time::Duration;
 
 use peerpods_provider_core::{DO_NOT_DELETE_PORTABLE_TAG, DeleteOutcome, Error, Provider};
@@ -239,4 +241,57 @@ pub async fn a_vm_marked_do_not_delete_is_refused_and_kept(
         unmarked,
         requests_for_the_refusal,
     }
+}
+
+/// Health is one request to the cloud (authenticated: a token request the fault layer spares
+/// comes on top) and answers healthy. Returns its message, for the cloud's own expectations.
+pub async fn health_is_one_request(
+    emulator: &dyn CloudEmulator,
+    provider: &dyn Provider,
+) -> String {
+    let cloud = emulator.provider();
+    let before = requests(emulator);
+    let health = provider.health().await;
+    assert!(health.healthy, "{cloud}: {}", health.message);
+    assert_eq!(
+        requests(emulator) - before,
+        1,
+        "{cloud}: health is one request"
+    );
+    health.message
+}
+
+/// The cloud refuses `provider`'s credentials (wrong, or revoked): a delete of `id` is
+/// `CloudUnauthenticated` and leaves the VM, health answers unhealthy, and none of `secrets`
+/// (the credentials, or recognisable parts of them) shows in the error, its debug form, the
+/// health message or the provider's debug form. Returns the error, for the cloud's own
+/// expectations of it.
+pub async fn refused_credentials_are_unauthenticated_and_never_shown<P: Provider + Debug>(
+    emulator: &dyn CloudEmulator,
+    provider: &P,
+    id: &str,
+    secrets: &[&str],
+) -> Error {
+    let cloud = emulator.provider();
+    let error = match provider.delete_instance(id).await {
+        Err(error @ Error::CloudUnauthenticated { .. }) => error,
+        other => panic!("{cloud}: expected CloudUnauthenticated, got {other:?}"),
+    };
+    assert!(
+        emulator.vm_or_parts_exist(id),
+        "{cloud}: {id} was deleted with refused credentials"
+    );
+    let health = provider.health().await;
+    assert!(!health.healthy, "{cloud}: {}", health.message);
+    for shown in [
+        error.to_string(),
+        format!("{error:?}"),
+        health.message,
+        format!("{provider:?}"),
+    ] {
+        for secret in secrets {
+            assert!(!shown.contains(secret), "{cloud}: a secret in {shown}");
+        }
+    }
+    error
 }
