@@ -390,23 +390,13 @@ async fn rejected_credentials_are_cloud_unauthenticated_and_never_shown() {
     let a_key_line = private_key.lines().nth(5).expect("a line of the key");
     let gcp = provider_with(config, CloudCalls::default()).await;
 
-    let error = gcp.delete_instance(&id).await.expect_err("refused");
-    assert!(
-        matches!(error, Error::CloudUnauthenticated { .. }),
-        "{error:?}"
-    );
-    let health = gcp.health().await;
-    assert!(!health.healthy);
-    for shown in [
-        error.to_string(),
-        format!("{error:?}"),
-        health.message,
-        format!("{gcp:?}"),
-    ] {
-        assert!(!shown.contains(a_key_line), "secret in {shown}");
-        assert!(!shown.contains("PRIVATE KEY"), "secret in {shown}");
-    }
-    assert!(emulator.vm_or_parts_exist(&id));
+    provider_checks::refused_credentials_are_unauthenticated_and_never_shown(
+        &emulator,
+        &gcp,
+        &id,
+        &[a_key_line, "PRIVATE KEY"],
+    )
+    .await;
 
     // The right key works until the cloud revokes it.
     let (gcp, _) = provider(&emulator).await;
@@ -485,9 +475,8 @@ async fn a_request_timeout_that_is_not_a_positive_number_of_milliseconds_is_a_co
 async fn health_is_one_authenticated_region_read() {
     let emulator = emulator();
     let (gcp, calls) = provider(&emulator).await;
-    let health = gcp.health().await;
-    assert!(health.healthy, "{}", health.message);
-    assert!(health.message.contains(PROJECT));
+    let message = provider_checks::health_is_one_request(&emulator, &gcp).await;
+    assert!(message.contains(PROJECT), "{message}");
     assert_eq!(emulator.requests(), 1);
     assert_eq!(calls.count(GCP, "GetRegion", "ok"), 1);
 }
