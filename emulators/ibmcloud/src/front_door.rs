@@ -1,6 +1,8 @@
-//! The front door both emulators open every request with, written once: the fault layer's
-//! answer (IAM spared), its operation polls, IAM's token endpoint, the injected faults and the
-//! request count, then the bearer token. Each cloud brings its own error bodies and routes.
+//! What both emulators are, written once: a running [`Emulator`] of one [`Cloud`] (its server,
+//! fault layer, knobs and the [`CloudEmulator`] face tests drive), and the front door every
+//! request passes: the fault layer's answer (IAM spared), its operation polls, IAM's token
+//! endpoint, the injected faults and the request count, then the bearer token. Each cloud
+//! brings its own error bodies, configuration keys, instances and routes.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -10,16 +12,19 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
+use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
 use crate::common::{
-    Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected, layer_fault, lock,
-    request_line, url_decode_form,
+    IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected,
+    layer_fault, lock, provider_config, request_line, url_decode_form,
 };
 
 /// An IBM Cloud API behind the shared front door: its error bodies, its route names and what it
 /// answers an authorized request.
-pub trait Cloud: Send + 'static {
+pub trait Cloud: Send + Sized + 'static {
+    /// The backend's name (`CLOUD_PROVIDER`).
+    const PROVIDER: &'static str;
     /// The cloud's 429 body (throttling).
     const TOO_MANY_REQUESTS: &'static str;
     /// The cloud's 5xx body (an internal error).
@@ -28,6 +33,16 @@ pub trait Cloud: Send + 'static {
     const UNAUTHORIZED: &'static str;
 
     fn knobs(&mut self) -> &mut Knobs;
+
+    /// The backend's own configuration keys against the emulator at `url` (endpoints, zone,
+    /// workspace); see [`provider_config`] for the rest.
+    fn endpoints(url: &str) -> Vec<(&'static str, String)>;
+
+    /// An instance as cloud-api-adaptor creates it, with `tags` as `key:value` user tags; its id.
+    fn create_vm(emulator: &Emulator<Self>, name: &str, tags: &[(&str, &str)]) -> String;
+
+    /// Whether the instance or any part it owns (and is deleted with it) still exists.
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool;
 
     /// The request's route without ids (e.g. `DELETE /v1/instances/{id}`), for request counts
     /// and verbatim answers.
@@ -53,16 +68,63 @@ pub struct Request<'a> {
 /// How many GETs a deleted instance still shows, unless a test says otherwise.
 const DELETING_POLLS: u32 = 2;
 
-/// Starts the cloud's server on 127.0.0.1 with the fault layer from the environment.
-pub fn start<C: Cloud>(mut cloud: C) -> std::io::Result<(Shared<C>, Arc<FaultLayer>, Server)> {
-    cloud.knobs().deleting_polls = DELETING_POLLS;
-    let state: Shared<C> = Arc::new(Mutex::new(cloud));
-    let faults = Arc::new(FaultLayer::from_env());
-    let router = Router::new()
-        .fallback(handle::<C>)
-        .with_state((Arc::clone(&state), Arc::clone(&faults)));
-    let server = Server::start(router)?;
-    Ok((state, faults, server))
+/// A running emulator of one IBM Cloud API on 127.0.0.1, on its own thread, stopped when
+/// dropped.
+pub struct Emulator<C> {
+    pub(crate) state: Shared<C>,
+    pub(crate) faults: Arc<FaultLayer>,
+    server: Server,
+}
+
+impl<C: Cloud> Emulator<C> {
+    /// Serves `cloud` on a free port with the fault layer from the environment.
+    pub(crate) fn serve(mut cloud: C) -> std::io::Result<Self> {
+        cloud.knobs().deleting_polls = DELETING_POLLS;
+        let state: Shared<C> = Arc::new(Mutex::new(cloud));
+        let faults = Arc::new(FaultLayer::from_env());
+        let router = Router::new()
+            .fallback(handle::<C>)
+            .with_state((Arc::clone(&state), Arc::clone(&faults)));
+        let server = Server::start(router)?;
+        Ok(Emulator {
+            state,
+            faults,
+            server,
+        })
+    }
+
+    /// The emulator's base URL (`http://127.0.0.1:<port>`).
+    pub fn url(&self) -> String {
+        self.server.url()
+    }
+}
+
+impl<C: Cloud> IbmEmulator for Emulator<C> {
+    fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R {
+        change(lock(&self.state).knobs())
+    }
+}
+
+impl<C: Cloud> CloudEmulator for Emulator<C> {
+    fn provider(&self) -> &'static str {
+        C::PROVIDER
+    }
+
+    fn config(&self) -> Vec<(String, String)> {
+        provider_config(C::PROVIDER, C::endpoints(&self.url()))
+    }
+
+    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        C::create_vm(self, name, tags)
+    }
+
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        lock(&self.state).vm_or_parts_exist(instance_id)
+    }
+
+    fn fault_layer(&self) -> &FaultLayer {
+        &self.faults
+    }
 }
 
 async fn handle<C: Cloud>(

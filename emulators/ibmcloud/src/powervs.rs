@@ -2,19 +2,14 @@
 //! the backend calls (one workspace, its `pvm-instances`) and Global Tagging.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
-use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
-use crate::common::{
-    ACCOUNT_ID, IbmEmulator, Knobs, Server, Shared, answer, fixture, lock, provider_config,
-    tag_list, uuid_like, verbatim,
-};
-use crate::front_door::{self, Cloud, Request};
+use crate::common::{ACCOUNT_ID, Knobs, answer, fixture, lock, tag_list, uuid_like, verbatim};
+use crate::front_door::{Cloud, Emulator, Request};
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
 const PVM_INSTANCES: &str = include_str!("../fixtures/power_pvm_instances.json");
@@ -42,8 +37,10 @@ struct PvmInstance {
     gone: bool,
 }
 
+/// What the Power Virtual Server emulator holds: one workspace's instances, their parts and
+/// tags, and its limits.
 #[derive(Default)]
-struct PowerState {
+pub struct PowerState {
     knobs: Knobs,
     seq: u64,
     instances: BTreeMap<String, PvmInstance>,
@@ -56,29 +53,15 @@ struct PowerState {
 }
 
 /// A running Power Virtual Server emulator on 127.0.0.1.
-pub struct PowerVsEmulator {
-    state: Shared<PowerState>,
-    server: Server,
-    faults: Arc<FaultLayer>,
-}
+pub type PowerVsEmulator = Emulator<PowerState>;
 
 impl PowerVsEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        let (state, faults, server) = front_door::start(PowerState {
+        Emulator::serve(PowerState {
             limits: Some((50.0, 100.0, 800.0)),
             ..PowerState::default()
-        })?;
-        Ok(PowerVsEmulator {
-            state,
-            server,
-            faults,
         })
-    }
-
-    /// The emulator's base URL (`http://127.0.0.1:<port>`).
-    pub fn url(&self) -> String {
-        self.server.url()
     }
 
     /// The workspace's limits (instances, processors, memory in GB); `None` removes them.
@@ -157,50 +140,6 @@ impl PowerVsEmulator {
     }
 }
 
-impl IbmEmulator for PowerVsEmulator {
-    fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R {
-        change(&mut lock(&self.state).knobs)
-    }
-}
-
-impl CloudEmulator for PowerVsEmulator {
-    fn provider(&self) -> &'static str {
-        "ibmcloud-powervs"
-    }
-
-    fn config(&self) -> Vec<(String, String)> {
-        let url = self.url();
-        provider_config(
-            self.provider(),
-            vec![
-                ("IBMCLOUD_IAM_ENDPOINT", url.clone()),
-                ("IBMCLOUD_POWER_API_ENDPOINT", url.clone()),
-                ("IBMCLOUD_TAGGING_ENDPOINT", url),
-                ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
-                ("POWERVS_ZONE", ZONE.to_owned()),
-            ],
-        )
-    }
-
-    /// An instance as cloud-api-adaptor creates it (0.5 shared processors, 2 GB, a boot volume
-    /// and a port on the configured network, both deleted with it). cloud-api-adaptor tags
-    /// PowerVS instances with nothing; `tags` become user tags for tests of tag selectors.
-    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
-        self.create_vm_sized(name, tags, 0.5, 2.0)
-    }
-
-    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
-        let state = lock(&self.state);
-        state.instances.contains_key(instance_id)
-            || state.volumes.values().any(|i| i == instance_id)
-            || state.ports.values().any(|i| i == instance_id)
-    }
-
-    fn fault_layer(&self) -> &FaultLayer {
-        &self.faults
-    }
-}
-
 fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response {
     let mut body = fixture(text);
     if let Some(description) = description {
@@ -211,12 +150,37 @@ fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response 
 }
 
 impl Cloud for PowerState {
+    const PROVIDER: &'static str = "ibmcloud-powervs";
     const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
     const INTERNAL: &'static str = INTERNAL;
     const UNAUTHORIZED: &'static str = UNAUTHORIZED;
 
     fn knobs(&mut self) -> &mut Knobs {
         &mut self.knobs
+    }
+
+    fn endpoints(url: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("IBMCLOUD_IAM_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_POWER_API_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_TAGGING_ENDPOINT", url.to_owned()),
+            ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
+            ("POWERVS_ZONE", ZONE.to_owned()),
+        ]
+    }
+
+    /// 0.5 shared processors, 2 GB, a boot volume and a port on the configured network, both
+    /// deleted with it. cloud-api-adaptor tags PowerVS instances with nothing; `tags` become
+    /// user tags for tests of tag selectors.
+    fn create_vm(emulator: &PowerVsEmulator, name: &str, tags: &[(&str, &str)]) -> String {
+        emulator.create_vm_sized(name, tags, 0.5, 2.0)
+    }
+
+    /// The instance, its boot volume or its network port.
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        self.instances.contains_key(instance_id)
+            || self.volumes.values().any(|i| i == instance_id)
+            || self.ports.values().any(|i| i == instance_id)
     }
 
     fn route_name(method: &Method, path: &[&str]) -> String {
@@ -435,7 +399,10 @@ fn workspace(state: &PowerState) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use test_support::cloud::CloudEmulator;
+
     use super::*;
+    use crate::common::IbmEmulator;
 
     #[test]
     fn fixtures_parse() {

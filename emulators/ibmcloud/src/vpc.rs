@@ -3,20 +3,17 @@
 //! Search (`POST /v3/resources/search`, see [`crate::search`]).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
-use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
 use crate::common::{
-    ACCOUNT_ID, IbmEmulator, Knobs, Server, Shared, answer, fixture, lock, no_content,
-    provider_config, tag_list, uuid_like, verbatim,
+    ACCOUNT_ID, Knobs, answer, fixture, lock, no_content, tag_list, uuid_like, verbatim,
 };
-use crate::front_door::{self, Cloud, Request};
+use crate::front_door::{Cloud, Emulator, Request};
 use crate::search;
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
@@ -52,8 +49,10 @@ struct FloatingIp {
     target: Option<(String, String)>,
 }
 
+/// What the VPC emulator holds: instances, their parts, floating IPs, tags and Global Search's
+/// view.
 #[derive(Default)]
-struct VpcState {
+pub struct VpcState {
     knobs: Knobs,
     base_url: String,
     seq: u64,
@@ -73,30 +72,17 @@ struct VpcState {
 }
 
 /// A running VPC emulator on 127.0.0.1.
-pub struct VpcEmulator {
-    state: Shared<VpcState>,
-    server: Server,
-    faults: Arc<FaultLayer>,
-}
+pub type VpcEmulator = Emulator<VpcState>;
 
 impl VpcEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        let (state, faults, server) = front_door::start(VpcState {
+        let emulator = Emulator::serve(VpcState {
             search_lag: search::lag_from_env(),
             ..VpcState::default()
         })?;
-        lock(&state).base_url = server.url();
-        Ok(VpcEmulator {
-            state,
-            server,
-            faults,
-        })
-    }
-
-    /// The emulator's base URL (`http://127.0.0.1:<port>`).
-    pub fn url(&self) -> String {
-        self.server.url()
+        lock(&emulator.state).base_url = emulator.url();
+        Ok(emulator)
     }
 
     /// IAM lets `profile_id` be assumed with the compute-resource token `cr_token`.
@@ -227,49 +213,6 @@ impl VpcEmulator {
     }
 }
 
-impl IbmEmulator for VpcEmulator {
-    fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R {
-        change(&mut lock(&self.state).knobs)
-    }
-}
-
-impl CloudEmulator for VpcEmulator {
-    fn provider(&self) -> &'static str {
-        "ibmcloud"
-    }
-
-    fn config(&self) -> Vec<(String, String)> {
-        let url = self.url();
-        provider_config(
-            self.provider(),
-            vec![
-                ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
-                ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
-                ("IBMCLOUD_TAGGING_ENDPOINT", url.clone()),
-                ("IBMCLOUD_SEARCH_ENDPOINT", url.clone()),
-                ("IBMCLOUD_ZONE", ZONE.to_owned()),
-            ],
-        )
-    }
-
-    /// An instance as cloud-api-adaptor creates it: profile bx2-2x8, a primary network
-    /// interface, a boot volume deleted with the instance, and `tags` as `key:value` user tags.
-    fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
-        self.create_vm_with_profile(name, tags, 2, 8)
-    }
-
-    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
-        let state = lock(&self.state);
-        state.instances.contains_key(instance_id)
-            || state.network_interfaces.values().any(|i| i == instance_id)
-            || state.volumes.values().any(|i| i == instance_id)
-    }
-
-    fn fault_layer(&self) -> &FaultLayer {
-        &self.faults
-    }
-}
-
 fn not_found(target: &str, message: &str) -> Response {
     let mut body = fixture(NOT_FOUND);
     body["errors"][0]["message"] = json!(message);
@@ -286,12 +229,36 @@ fn bad_request(message: &str) -> Response {
 }
 
 impl Cloud for VpcState {
+    const PROVIDER: &'static str = "ibmcloud";
     const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
     const INTERNAL: &'static str = INTERNAL;
     const UNAUTHORIZED: &'static str = UNAUTHORIZED;
 
     fn knobs(&mut self) -> &mut Knobs {
         &mut self.knobs
+    }
+
+    fn endpoints(url: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("IBMCLOUD_IAM_ENDPOINT", format!("{url}/identity/token")),
+            ("IBMCLOUD_VPC_ENDPOINT", format!("{url}/v1")),
+            ("IBMCLOUD_TAGGING_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_SEARCH_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_ZONE", ZONE.to_owned()),
+        ]
+    }
+
+    /// Profile bx2-2x8, a primary network interface, a boot volume deleted with the instance.
+    fn create_vm(emulator: &VpcEmulator, name: &str, tags: &[(&str, &str)]) -> String {
+        emulator.create_vm_with_profile(name, tags, 2, 8)
+    }
+
+    /// The instance, its network interfaces or its boot volume (not an operator's floating IP
+    /// bound to it).
+    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        self.instances.contains_key(instance_id)
+            || self.network_interfaces.values().any(|i| i == instance_id)
+            || self.volumes.values().any(|i| i == instance_id)
     }
 
     fn route_name(method: &Method, path: &[&str]) -> String {
@@ -571,6 +538,8 @@ fn floating_ips_of(state: &VpcState, instance_id: &str, nic: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use test_support::cloud::CloudEmulator;
+
     use super::*;
 
     #[test]
