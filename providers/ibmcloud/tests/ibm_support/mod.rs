@@ -289,3 +289,18 @@ pub async fn an_instance_that_is_gone_is_already_gone<B: Backend>(
     );
     (emulator, calls)
 }
+
+/// Each of the `malformed` ids is refused as an invalid `instance_id`, by validation and by a
+/// delete, before any request reaches the cloud; `valid` passes validation.
+pub async fn malformed_ids_are_invalid_without_any_request<B: Backend>(
+    malformed: &[&str],
+    valid: &str,
+) {
+    let (emulator, _, provider) = started::<B>();
+    for id in malformed {
+        assert_invalid_instance_id(&provider.validate_instance_id(id).expect_err(id));
+        assert_invalid_instance_id(&provider.delete_instance(id).await.expect_err(id));
+    }
+    assert_eq!(emulator.requests(), 0);
+    assert!(provider.validate_instance_id(valid).is_ok());
+}
