@@ -8,9 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::hold::{DELETION_HELD, FORCE_DELETE};
@@ -97,18 +95,15 @@ async fn deleting_a_config_waits_for_running_peer_pods_and_names_them() {
     let web = format!("{}/web-resource-aaaaa", s.ns);
     assert!(message.contains(&db) && message.contains(&web), "{message}");
     let events: Api<Event> = Api::namespaced(s.client.clone(), &s.ns);
-    testenv::wait_for("a Warning Event naming the peer pods", TIMEOUT, || async {
-        events
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .find(|e| {
-                e.reason.as_deref() == Some(DELETION_HELD)
-                    && e.note.as_deref().is_some_and(|n| n.contains(&web))
-            })
-    })
+    testenv::wait_for_event(
+        "a Warning Event naming the peer pods",
+        &events,
+        TIMEOUT,
+        |e| {
+            e.reason.as_deref() == Some(DELETION_HELD)
+                && e.note.as_deref().is_some_and(|n| n.contains(&web))
+        },
+    )
     .await;
     // The runtime stays while it is held: capacity on every node.
     assert!(

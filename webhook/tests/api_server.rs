@@ -137,22 +137,8 @@ async fn the_api_server_stores_peer_pods_mutated_and_other_pods_as_they_are() {
         .await
         .unwrap();
 
-    // The API server picks up a new configuration within moments; dry-run creates show when.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    eventually("the webhook configuration in effect", || async {
-        let created = pods
-            .create(&dry_run, &pod("probe", &peer_class))
-            .await
-            .ok()?;
-        annotations(&created)
-            .contains_key(VCPUS_ANNOTATION)
-            .then_some(())
-    })
-    .await;
+    until_in_effect(&pods, &peer_class).await;
 
     pods.create(&PostParams::default(), &pod("peer", &peer_class))
         .await
@@ -262,20 +248,7 @@ async fn a_shed_admission_is_retried_by_the_api_server_and_the_pod_is_mutated() 
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    eventually("the webhook configuration in effect", || async {
-        let created = pods
-            .create(&dry_run, &pod("probe", &peer_class))
-            .await
-            .ok()?;
-        annotations(&created)
-            .contains_key(VCPUS_ANNOTATION)
-            .then_some(())
-    })
-    .await;
+    until_in_effect(&pods, &peer_class).await;
 
     // Hold the budget, and see that a direct request is now shed.
     let mut holder = connect_tls(webhook.webhook_addr, &pair.ca, "127.0.0.1")
@@ -339,4 +312,23 @@ async fn a_shed_admission_is_retried_by_the_api_server_and_the_pod_is_mutated() 
         .await
         .unwrap();
     webhook.stop().await;
+}
+
+/// Waits until the API server applies a new webhook configuration (within moments): a dry-run
+/// create of a Pod of `peer_class` comes back mutated.
+async fn until_in_effect(pods: &Api<Pod>, peer_class: &str) {
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    eventually("the webhook configuration in effect", || async {
+        let created = pods
+            .create(&dry_run, &pod("probe", peer_class))
+            .await
+            .ok()?;
+        annotations(&created)
+            .contains_key(VCPUS_ANNOTATION)
+            .then_some(())
+    })
+    .await;
 }
