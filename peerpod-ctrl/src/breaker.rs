@@ -3,9 +3,14 @@
 //! each writing a status and an Event, and each backing off on its own.
 //!
 //! Two scopes: provider-service itself (it cannot be reached, or refuses our credentials: every call would fail
-//! the same way) and each cloud (provider-service answers, but the cloud behind it keeps failing or throttling).
+//! the same way) and each cloud (provider-service answers, but the cloud behind it keeps failing).
 //! provider-service opens on its first such failure; a cloud after [`CLOUD_THRESHOLD`] failures in a row, since one
-//! cloud error may belong to one VM. An open scope lets no call through until its backoff has passed (1 s doubling
+//! cloud error may belong to one VM.
+//!
+//! Throttling is not an outage: a throttled answer shows the cloud is up and says how fast it may be asked, which
+//! each PeerPod's own retry honours (its `retry_after`). It counts as the cloud answering. Counting it as a failure
+//! stalled cleanups under partial throttling: a delete makes several cloud requests, so with one request in ten
+//! throttled most calls, and most probes, met one, and the scope stayed open for minutes while the cloud served. An open scope lets no call through until its backoff has passed (1 s doubling
 //! with each failed probe, up to 30 s, with jitter); then exactly one call goes through as the probe (half-open).
 //! Its success closes the scope, its failure opens it again for longer. Calls held back are not failures of their
 //! PeerPods: nothing is written for them (see `reconcile`), they are counted and retried after the scope's backoff.
@@ -105,17 +110,24 @@ pub struct Breakers {
 }
 
 /// Which scope a failure of a call to `cloud` counts against, if any: errors that say nothing about the
-/// service's health (a malformed request, a protected VM, a precondition of this one VM) count against none.
+/// service's health (a malformed request, a protected VM, a precondition of this one VM) count against none, and
+/// neither does throttling, by provider-service or the cloud (a rate, not an outage).
 pub fn scope_of(cloud: &str, error: &Error) -> Option<Scope> {
     match error {
         Error::ProviderUnavailable(_) | Error::ProviderUnauthorized(_) => {
             Some(Scope::ProviderService)
         }
-        Error::ProviderFailed(_) | Error::ProviderThrottled { .. } | Error::CloudFailed { .. } => {
+        Error::CloudFailed { .. } if error.is_throttling() => None,
+        Error::ProviderFailed(_) | Error::CloudFailed { .. } => {
             Some(Scope::Cloud(cloud.to_owned()))
         }
         _ => None,
     }
+}
+
+/// Whether a failure shows the cloud answering: it throttled us, so it is up.
+fn cloud_answered(error: &Error) -> bool {
+    matches!(error, Error::CloudFailed { .. }) && error.is_throttling()
 }
 
 impl Breakers {
@@ -183,12 +195,30 @@ impl Breakers {
         let mut scopes = self.scopes();
         let mut transitions = Vec::new();
         let failed = failure.and_then(|e| scope_of(cloud, e).map(|s| (s, e.reason())));
-        // An answer from provider-service shows it is up; a success also shows the cloud is.
+        let cloud_scope = Scope::Cloud(cloud.to_owned());
+        // An answer from provider-service shows it is up; a success, or the cloud's throttling, also shows the
+        // cloud is.
         let healthy: Vec<Scope> = match (&failed, failure) {
-            (None, None) => vec![Scope::ProviderService, Scope::Cloud(cloud.to_owned())],
+            (None, None) => vec![Scope::ProviderService, cloud_scope.clone()],
+            (None, Some(e)) if cloud_answered(e) => {
+                vec![Scope::ProviderService, cloud_scope.clone()]
+            }
             (None, Some(_)) | (Some((Scope::Cloud(_), _)), _) => vec![Scope::ProviderService],
             (Some((Scope::ProviderService, _)), _) => vec![],
         };
+        if failed.is_none()
+            && !healthy.contains(&cloud_scope)
+            && let Some(state) = scopes.get_mut(&cloud_scope)
+            && let State::HalfOpen { opened, cause, .. } = *state
+        {
+            // The probe's answer says nothing of the cloud (provider-service shed it, or it was about this one
+            // VM): the next call probes at once, rather than all waiting out the lost-probe timeout.
+            *state = State::Open {
+                until: now,
+                opened,
+                cause,
+            };
+        }
         for scope in healthy {
             if let Some(state) = scopes.get_mut(&scope) {
                 let was_open = !matches!(state, State::Closed { .. });
@@ -484,6 +514,96 @@ mod tests {
         );
         assert!(waits(&b.admit("azure", now)));
         assert_eq!(b.admit("aws", now), Admission::Go { probe: false });
+    }
+
+    fn cloud_throttled() -> Error {
+        Error::CloudFailed {
+            reason: crate::error::REASON_CLOUD_THROTTLED,
+            message: "429 Throttling.User".into(),
+            retry_after: Some(Duration::from_secs(2)),
+        }
+    }
+
+    fn cloud_unavailable() -> Error {
+        Error::CloudFailed {
+            reason: "CloudUnavailable",
+            message: "503 ServiceUnavailable".into(),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn throttling_never_opens_a_scope_and_does_not_add_to_a_run_of_failures() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        let shed = Error::ProviderThrottled {
+            message: "too many calls".into(),
+            retry_after: None,
+        };
+        for _ in 0..100 {
+            assert!(
+                b.record("alibabacloud", Some(&cloud_throttled()), now)
+                    .is_empty()
+            );
+            assert!(b.record("alibabacloud", Some(&shed), now).is_empty());
+        }
+        assert_eq!(b.admit("alibabacloud", now), Admission::Go { probe: false });
+        // A throttled answer is the cloud answering: it breaks a run of server errors.
+        for _ in 1..CLOUD_THRESHOLD {
+            b.record("alibabacloud", Some(&cloud_unavailable()), now);
+        }
+        b.record("alibabacloud", Some(&cloud_throttled()), now);
+        assert!(
+            b.record("alibabacloud", Some(&cloud_unavailable()), now)
+                .is_empty()
+        );
+        assert_eq!(b.admit("alibabacloud", now), Admission::Go { probe: false });
+    }
+
+    #[test]
+    fn a_probe_the_cloud_throttles_closes_the_cloud_scope() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        for _ in 0..CLOUD_THRESHOLD {
+            b.record("gcp", Some(&cloud_unavailable()), now);
+        }
+        assert!(waits(&b.admit("gcp", now)));
+        let later = now + Duration::from_secs(31);
+        assert_eq!(b.admit("gcp", later), Admission::Go { probe: true });
+        let closed = b.record("gcp", Some(&cloud_throttled()), later);
+        assert_eq!(
+            closed,
+            [Transition::Closed {
+                scope: Scope::Cloud("gcp".into())
+            }]
+        );
+        assert_eq!(b.admit("gcp", later), Admission::Go { probe: false });
+    }
+
+    #[test]
+    fn a_probe_whose_answer_says_nothing_of_the_cloud_lets_the_next_call_probe_at_once() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        for _ in 0..CLOUD_THRESHOLD {
+            b.record("azure", Some(&cloud_unavailable()), now);
+        }
+        let later = now + Duration::from_secs(31);
+        assert_eq!(b.admit("azure", later), Admission::Go { probe: true });
+        assert!(waits(&b.admit("azure", later)), "one probe at a time");
+        // provider-service shed the probe: nothing learnt about the cloud, which stays open, but the
+        // probe's slot is free again, not held until the lost-probe timeout.
+        let shed = Error::ProviderThrottled {
+            message: "too many calls".into(),
+            retry_after: None,
+        };
+        assert!(b.record("azure", Some(&shed), later).is_empty());
+        assert_eq!(b.open_scopes(), [Scope::Cloud("azure".into())]);
+        let next = later + Duration::from_millis(1);
+        assert_eq!(b.admit("azure", next), Admission::Go { probe: true });
+        // So does an answer about the probe's own VM.
+        let protected = Error::InstanceProtected("tagged".into());
+        assert!(b.record("azure", Some(&protected), next).is_empty());
+        assert_eq!(b.admit("azure", next), Admission::Go { probe: true });
     }
 
     #[test]

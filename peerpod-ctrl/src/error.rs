@@ -96,6 +96,9 @@ pub fn human_message(message: &str) -> String {
     }
 }
 
+/// The reason of a [`Error::CloudFailed`] whose cloud throttled provider-service.
+pub const REASON_CLOUD_THROTTLED: &str = "CloudThrottled";
+
 impl Error {
     /// Stable, CamelCase reason for conditions, Events and metric labels.
     pub fn reason(&self) -> &'static str {
@@ -135,6 +138,15 @@ impl Error {
                 | Error::CrdSerialization(_)
                 | Error::Config(_)
         )
+    }
+
+    /// Whether provider-service or the cloud behind it asked us to slow down: a rate, not an outage.
+    pub fn is_throttling(&self) -> bool {
+        match self {
+            Error::ProviderThrottled { .. } => true,
+            Error::CloudFailed { reason, .. } => *reason == REASON_CLOUD_THROTTLED,
+            _ => false,
+        }
     }
 
     /// The earliest retry the other side asked for, if it did.

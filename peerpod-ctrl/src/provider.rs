@@ -209,7 +209,7 @@ fn refusal_reason(code: Code, reason: &str) -> Option<&'static str> {
 fn cloud_failure_reason(code: Code, reason: &str) -> Option<&'static str> {
     match (code, reason) {
         (Code::Unavailable, "CloudUnavailable") => Some("CloudUnavailable"),
-        (Code::ResourceExhausted, "Throttled") => Some("CloudThrottled"),
+        (Code::ResourceExhausted, "Throttled") => Some(crate::error::REASON_CLOUD_THROTTLED),
         _ => None,
     }
 }

@@ -253,3 +253,68 @@ async fn a_failing_cloud_is_named_as_the_cloud_not_provider_service() {
     s.wait_peerpod_gone("cloud-down", MINUTE * 2).await;
     assert!(!azure.vm_or_parts_exist(&vm));
 }
+
+/// Throttling is a rate, not an outage: with the cloud throttling every request, each PeerPod retries after the
+/// cloud's Retry-After on its own, and the circuit breaker holds none of them back (it would stall cleanups
+/// for minutes under partial throttling, where most calls meet one throttled request among several). Once the
+/// cloud serves again, every VM is deleted and every PeerPod released.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttling_cloud_slows_each_peerpod_but_the_circuit_breaker_holds_none_back() {
+    use test_support::faults::Faults;
+    const N: usize = 4;
+
+    let s = Scenario::start("throttled").await;
+    let azure = peerpods_emulator_azure::AzureEmulator::start();
+    let provider =
+        ProviderService::start_with_config(&cloud::merged_config(&["azure"], azure.config())).await;
+    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let vms: Vec<String> = (0..N)
+        .map(|i| azure.create_vm(&format!("podvm-throttled-{i}"), &[]))
+        .collect();
+    azure.set_faults(Faults {
+        throttle_rate: 1.0,
+        ..Faults::default()
+    });
+    for (i, vm) in vms.iter().enumerate() {
+        let name = format!("throttled-{i}");
+        s.create_peerpod(&name, None, "azure", vm).await;
+        s.delete_peerpod(&name).await;
+    }
+
+    // Calls made and failed throttled, and calls the breaker held back, until there are three per PeerPod.
+    let throttled = || {
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &[("provider", "azure"), ("result", "CloudThrottled")],
+        )
+    };
+    let held = || {
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &[("provider", "azure"), ("result", "CircuitOpen")],
+        )
+    };
+    testenv::wait_for("three answers per PeerPod", MINUTE * 2, || async {
+        (throttled() + held() >= 3 * N as u64).then_some(())
+    })
+    .await;
+    assert_eq!(held(), 0, "{} throttled calls", throttled());
+    for i in 0..N {
+        let p = s.peerpods().get(&format!("throttled-{i}")).await.unwrap();
+        let condition = p.cleaned_condition().unwrap();
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("False", "CloudThrottled")
+        );
+    }
+    assert!(vms.iter().all(|vm| azure.vm_or_parts_exist(vm)));
+
+    azure.set_faults(Faults::default());
+    for i in 0..N {
+        s.wait_peerpod_gone(&format!("throttled-{i}"), MINUTE * 2)
+            .await;
+    }
+    assert!(vms.iter().all(|vm| !azure.vm_or_parts_exist(vm)));
+    ctrl.stop().await;
+    s.cleanup().await;
+}
