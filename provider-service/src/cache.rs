@@ -3,10 +3,13 @@
 //! must cost the cloud one call per few seconds, not a thousand. Deletes and listings pass
 //! through untouched.
 //!
-//! A failed answer is kept for a shorter time than a good one, so an outage is not hammered by
-//! every poller either, and is seen to end soon after it does. While one caller refreshes a stale
-//! answer, the others get the last good one (up to 30 s old) instead of queueing behind the cloud
-//! call, so a slow cloud does not pile polls up in the service.
+//! A good answer stays fresh for a few seconds, or for ten times as long as the cloud took to give
+//! it, up to a minute: a capacity query that walks thousands of instances then takes at most a
+//! tenth of the cloud's (and of our deletes' share of its) time, however many poll. A failed
+//! answer is kept for a shorter time than a good one, so an outage is not hammered by every poller
+//! either, and is seen to end soon after it does. While one caller refreshes a stale answer, the
+//! others get the last good one (up to 30 s past its freshness) instead of queueing behind the
+//! cloud call, so a slow cloud does not pile polls up in the service.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,12 +23,18 @@ use tonic::async_trait;
 /// How long answers are reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CacheTimes {
-    /// A good capacity answer or a health check result.
+    /// A good capacity answer (at least) or a health check result.
     pub fresh_for: Duration,
+    /// A good capacity answer stays fresh for this many times as long as the cloud took to give
+    /// it, if that is longer than `fresh_for`: the cloud spends at most about 1/N of its time on
+    /// capacity queries.
+    pub cost_factor: u32,
+    /// The longest a good capacity answer stays fresh, however slow the cloud.
+    pub fresh_at_most: Duration,
     /// A failed capacity answer.
     pub failure_for: Duration,
     /// While one caller refreshes a stale capacity answer, the others get the last good one if it
-    /// is younger than this, instead of queueing behind the cloud call.
+    /// went stale less than this long ago, instead of queueing behind the cloud call.
     pub stale_for: Duration,
 }
 
@@ -33,6 +42,8 @@ impl Default for CacheTimes {
     fn default() -> Self {
         CacheTimes {
             fresh_for: Duration::from_secs(5),
+            cost_factor: 10,
+            fresh_at_most: Duration::from_secs(60),
             failure_for: Duration::from_secs(1),
             stale_for: Duration::from_secs(30),
         }
@@ -42,10 +53,19 @@ impl Default for CacheTimes {
 /// How long a listing waits for a backend's first health check before it says "not checked yet".
 pub const FIRST_CHECK_WAIT: Duration = Duration::from_secs(5);
 
-/// One cached answer and when it was fetched.
+impl CacheTimes {
+    /// How long a good capacity answer that took the cloud `took` stays fresh.
+    pub fn capacity_fresh_for(&self, took: Duration) -> Duration {
+        let cost = took.saturating_mul(self.cost_factor);
+        cost.min(self.fresh_at_most).max(self.fresh_for)
+    }
+}
+
+/// One cached answer, when it was fetched, and how long the cloud took for it.
 #[derive(Clone)]
 struct Entry<T> {
     at: Instant,
+    took: Duration,
     value: T,
 }
 
@@ -76,16 +96,17 @@ impl Cached {
         }
     }
 
-    /// The last good capacity answer, if younger than [`CacheTimes::stale_for`].
+    /// The last good capacity answer, if it went stale less than [`CacheTimes::stale_for`] ago.
     fn recent_good(&self) -> Option<Capacity> {
         let last = self.last_good.lock().ok()?;
         let entry = last.as_ref()?;
-        (entry.at.elapsed() < self.times.stale_for).then_some(entry.value)
+        let usable = self.times.capacity_fresh_for(entry.took) + self.times.stale_for;
+        (entry.at.elapsed() < usable).then_some(entry.value)
     }
 
     fn capacity_fresh(&self, entry: &Entry<Result<Capacity, Error>>) -> bool {
         let keep = match entry.value {
-            Ok(_) => self.times.fresh_for,
+            Ok(_) => self.times.capacity_fresh_for(entry.took),
             Err(_) => self.times.failure_for,
         };
         entry.at.elapsed() < keep
@@ -168,15 +189,15 @@ async fn checked_health(
     {
         return entry.value.clone();
     }
+    let asked = Instant::now();
     let health = inner.health().await;
-    *slot = Some(Entry {
+    let entry = Entry {
         at: Instant::now(),
+        took: asked.elapsed(),
         value: health.clone(),
-    });
-    last.send_replace(Some(Entry {
-        at: Instant::now(),
-        value: health.clone(),
-    }));
+    };
+    *slot = Some(entry.clone());
+    last.send_replace(Some(entry));
     health
 }
 
@@ -208,16 +229,20 @@ impl Provider for Cached {
         {
             return copy_result(&entry.value);
         }
+        let asked = Instant::now();
         let value = self.inner.capacity().await;
+        let took = asked.elapsed();
         let answer = copy_result(&value);
         if let (Ok(capacity), Ok(mut last)) = (&value, self.last_good.lock()) {
             *last = Some(Entry {
                 at: Instant::now(),
+                took,
                 value: *capacity,
             });
         }
         *slot = Some(Entry {
             at: Instant::now(),
+            took,
             value,
         });
         answer
@@ -332,6 +357,8 @@ mod tests {
             CacheTimes {
                 // Every answer is stale at once: each call wants a refresh.
                 fresh_for: Duration::ZERO,
+                cost_factor: 0,
+                fresh_at_most: Duration::ZERO,
                 failure_for: Duration::ZERO,
                 stale_for: Duration::from_secs(3600),
             },
@@ -358,5 +385,64 @@ mod tests {
         slow.release.notify_one();
         let refreshed = refreshing.await.unwrap().unwrap();
         assert_eq!(refreshed.instances.in_use, Some(2));
+    }
+
+    #[test]
+    fn a_slow_answer_stays_fresh_ten_times_as_long_up_to_a_minute() {
+        let times = CacheTimes::default();
+        assert_eq!(
+            times.capacity_fresh_for(Duration::from_millis(20)),
+            times.fresh_for
+        );
+        assert_eq!(
+            times.capacity_fresh_for(Duration::from_millis(5300)),
+            Duration::from_secs(53)
+        );
+        assert_eq!(
+            times.capacity_fresh_for(Duration::from_secs(600)),
+            times.fresh_at_most
+        );
+        assert_eq!(times.capacity_fresh_for(Duration::MAX), times.fresh_at_most);
+    }
+
+    /// A cached answer of `age` that took the cloud `took`.
+    async fn cached_answer(age: Duration, took: Duration) -> (Arc<Slow>, Cached) {
+        let slow = Arc::new(Slow {
+            calls: AtomicU64::new(0),
+            release: Notify::new(),
+        });
+        let cached = Cached::new(slow.clone(), CacheTimes::default());
+        let at = Instant::now()
+            .checked_sub(age)
+            .expect("an instant in the past");
+        let mut capacity = Capacity::default();
+        capacity.instances.in_use = Some(7);
+        *cached.capacity.lock().await = Some(Entry {
+            at,
+            took,
+            value: Ok(capacity),
+        });
+        (slow, cached)
+    }
+
+    #[tokio::test]
+    async fn the_cloud_is_asked_again_after_an_interval_that_grows_with_its_answers_cost() {
+        // 30 s old: stale for an answer the cloud gave in 20 ms (fresh for 5 s) ...
+        let (slow, cached) =
+            cached_answer(Duration::from_secs(30), Duration::from_millis(20)).await;
+        assert_eq!(cached.capacity().await.unwrap().instances.in_use, Some(1));
+        assert_eq!(slow.calls.load(Ordering::SeqCst), 1, "asked the cloud");
+        // ... still fresh for one that took 5 s (fresh for 50 s).
+        let (slow, cached) = cached_answer(Duration::from_secs(30), Duration::from_secs(5)).await;
+        assert_eq!(cached.capacity().await.unwrap().instances.in_use, Some(7));
+        assert_eq!(
+            slow.calls.load(Ordering::SeqCst),
+            0,
+            "answered from the cache"
+        );
+        // Never older than a minute.
+        let (slow, cached) = cached_answer(Duration::from_secs(61), Duration::from_secs(60)).await;
+        assert_eq!(cached.capacity().await.unwrap().instances.in_use, Some(1));
+        assert_eq!(slow.calls.load(Ordering::SeqCst), 1);
     }
 }
