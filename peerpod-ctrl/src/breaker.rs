@@ -197,17 +197,14 @@ impl Breakers {
         let failed = failure.and_then(|e| scope_of(cloud, e).map(|s| (s, e.reason())));
         let cloud_scope = Scope::Cloud(cloud.to_owned());
         // An answer from provider-service shows it is up; a success, or the cloud's throttling, also shows the
-        // cloud is.
-        let healthy: Vec<Scope> = match (&failed, failure) {
-            (None, None) => vec![Scope::ProviderService, cloud_scope.clone()],
-            (None, Some(e)) if cloud_answered(e) => {
-                vec![Scope::ProviderService, cloud_scope.clone()]
-            }
-            (None, Some(_)) | (Some((Scope::Cloud(_), _)), _) => vec![Scope::ProviderService],
-            (Some((Scope::ProviderService, _)), _) => vec![],
+        // cloud is. Any other answer of provider-service's says nothing of the cloud.
+        let (healthy, silent_on_cloud): (Vec<Scope>, bool) = match (&failed, failure) {
+            (None, Some(e)) if !cloud_answered(e) => (vec![Scope::ProviderService], true),
+            (None, _) => (vec![Scope::ProviderService, cloud_scope.clone()], false),
+            (Some((Scope::Cloud(_), _)), _) => (vec![Scope::ProviderService], false),
+            (Some((Scope::ProviderService, _)), _) => (vec![], false),
         };
-        if failed.is_none()
-            && !healthy.contains(&cloud_scope)
+        if silent_on_cloud
             && let Some(state) = scopes.get_mut(&cloud_scope)
             && let State::HalfOpen { opened, cause, .. } = *state
         {
@@ -516,6 +513,13 @@ mod tests {
         assert_eq!(b.admit("aws", now), Admission::Go { probe: false });
     }
 
+    fn shed() -> Error {
+        Error::ProviderThrottled {
+            message: "too many calls".into(),
+            retry_after: None,
+        }
+    }
+
     fn cloud_throttled() -> Error {
         Error::CloudFailed {
             reason: crate::error::REASON_CLOUD_THROTTLED,
@@ -536,10 +540,7 @@ mod tests {
     fn throttling_never_opens_a_scope_and_does_not_add_to_a_run_of_failures() {
         let b = Breakers::default();
         let now = Instant::now();
-        let shed = Error::ProviderThrottled {
-            message: "too many calls".into(),
-            retry_after: None,
-        };
+        let shed = shed();
         for _ in 0..100 {
             assert!(
                 b.record("alibabacloud", Some(&cloud_throttled()), now)
@@ -592,11 +593,7 @@ mod tests {
         assert!(waits(&b.admit("azure", later)), "one probe at a time");
         // provider-service shed the probe: nothing learnt about the cloud, which stays open, but the
         // probe's slot is free again, not held until the lost-probe timeout.
-        let shed = Error::ProviderThrottled {
-            message: "too many calls".into(),
-            retry_after: None,
-        };
-        assert!(b.record("azure", Some(&shed), later).is_empty());
+        assert!(b.record("azure", Some(&shed()), later).is_empty());
         assert_eq!(b.open_scopes(), [Scope::Cloud("azure".into())]);
         let next = later + Duration::from_millis(1);
         assert_eq!(b.admit("azure", next), Admission::Go { probe: true });
