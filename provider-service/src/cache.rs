@@ -124,26 +124,19 @@ fn copy_error(e: &Error) -> Error {
         Error::ProviderNotConfigured { name } => {
             Error::ProviderNotConfigured { name: name.clone() }
         }
-        Error::Config { key, message } => Error::Config {
-            key: key.clone(),
-            message: message.clone(),
-        },
+        Error::Config { key, message, .. } => Error::config(key.clone(), message.clone()),
         Error::Throttled {
             retry_after,
             message,
-        } => Error::Throttled {
-            retry_after: *retry_after,
-            message: message.clone(),
-        },
-        Error::Unavailable { message } => Error::Unavailable {
-            message: message.clone(),
-        },
-        Error::CloudPermissionDenied { message } => Error::CloudPermissionDenied {
-            message: message.clone(),
-        },
-        Error::CloudUnauthenticated { message } => Error::CloudUnauthenticated {
-            message: message.clone(),
-        },
+            ..
+        } => Error::throttled(*retry_after, message.clone()),
+        Error::Unavailable { message, .. } => Error::unavailable(message.clone()),
+        Error::CloudPermissionDenied { message, .. } => {
+            Error::cloud_permission_denied(message.clone())
+        }
+        Error::CloudUnauthenticated { message, .. } => {
+            Error::cloud_unauthenticated(message.clone())
+        }
         Error::NotOwnedByCluster { message } => Error::NotOwnedByCluster {
             message: message.clone(),
         },
@@ -156,16 +149,12 @@ fn copy_error(e: &Error) -> Error {
             tag,
             value: value.clone(),
         },
-        Error::Tls { message } => Error::Tls {
-            message: message.clone(),
-        },
+        Error::Tls { message, .. } => Error::tls(message.clone()),
         Error::Io { context, source } => Error::Io {
             context: context.clone(),
             source: std::io::Error::new(source.kind(), source.to_string()),
         },
-        Error::Internal { message } => Error::Internal {
-            message: message.clone(),
-        },
+        Error::Internal { message, .. } => Error::internal(message.clone()),
     }
 }
 

@@ -218,13 +218,11 @@ impl Deletes {
                     match tokio::time::timeout(bound, provider.delete_instance(&instance_id)).await
                     {
                         Ok(outcome) => outcome.map_err(Error::from),
-                        Err(_elapsed) => Err(Error::Provider(ProviderError::Unavailable {
-                            message: format!(
-                                "the delete of {instance_id} did not end within {} s; ask again to \
+                        Err(_elapsed) => Err(Error::Provider(ProviderError::unavailable(format!(
+                            "the delete of {instance_id} did not end within {} s; ask again to \
                                  resume it",
-                                bound.as_secs()
-                            ),
-                        })),
+                            bound.as_secs()
+                        )))),
                     };
                 match &outcome {
                     Ok(outcome) => {

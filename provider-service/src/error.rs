@@ -125,9 +125,7 @@ impl Error {
 
     /// Shorthand for a [`ProviderError::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
-        Error::Provider(ProviderError::Internal {
-            message: message.into(),
-        })
+        Error::Provider(ProviderError::internal(message))
     }
 
     /// An [`Error::Internal`]: `context` says what failed, `source` why.

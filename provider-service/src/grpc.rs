@@ -392,10 +392,10 @@ mod tests {
 
     #[test]
     fn throttling_carries_a_retry_delay() {
-        let s = status(&Error::Provider(ProviderError::Throttled {
-            retry_after: std::time::Duration::from_secs(3),
-            message: "RequestLimitExceeded".into(),
-        }));
+        let s = status(&Error::Provider(ProviderError::throttled(
+            std::time::Duration::from_secs(3),
+            "RequestLimitExceeded",
+        )));
         assert_eq!(s.code(), tonic::Code::ResourceExhausted);
         assert_eq!(
             s.get_details_retry_info().and_then(|r| r.retry_delay),
@@ -439,9 +439,7 @@ mod tests {
                 "DoNotDelete",
             ),
             (
-                Error::Provider(ProviderError::CloudUnauthenticated {
-                    message: "HTTP 401".into(),
-                }),
+                Error::Provider(ProviderError::cloud_unauthenticated("HTTP 401")),
                 "CloudUnauthenticated",
             ),
             (

@@ -51,9 +51,11 @@ impl LoadLimits {
                     .parse::<usize>()
                     .ok()
                     .filter(|n| *n >= min)
-                    .ok_or_else(|| peerpods_provider_core::Error::Config {
-                        key: key.to_owned(),
-                        message: format!("{value:?} is not a whole number of at least {min}"),
+                    .ok_or_else(|| {
+                        peerpods_provider_core::Error::config(
+                            key.to_owned(),
+                            format!("{value:?} is not a whole number of at least {min}"),
+                        )
                     })?;
             }
         }

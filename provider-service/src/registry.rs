@@ -112,23 +112,20 @@ impl Registry {
         };
         let mut providers = Vec::new();
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let name: ProviderName =
-                name.parse()
-                    .map_err(|e: UnknownProviderName| ProviderError::Config {
-                        key: "CLOUD_PROVIDER".into(),
-                        message: e.to_string(),
-                    })?;
+            let name: ProviderName = name.parse().map_err(|e: UnknownProviderName| {
+                ProviderError::config("CLOUD_PROVIDER", e.to_string())
+            })?;
             require_owner_choice(name, config)?;
             match crate::backends::build(name, config, cloud_calls).await? {
                 Some(provider) => providers.push(provider),
                 None => {
-                    return Err(ProviderError::Config {
-                        key: "CLOUD_PROVIDER".into(),
-                        message: format!(
+                    return Err(ProviderError::config(
+                        "CLOUD_PROVIDER",
+                        format!(
                             "provider {name:?} is not built into this service (built in: {})",
                             crate::backends::BUILT_IN.join(", ")
                         ),
-                    }
+                    )
                     .into());
                 }
             }

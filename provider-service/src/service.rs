@@ -281,11 +281,7 @@ pub async fn start_with(
 /// environment, by the names and rules of cloud-api-adaptor's webhook.
 fn tls_policy_from(config: &crate::config::ProviderConfig) -> Result<TlsPolicy, Error> {
     let refused = |key: &str, message: String| -> Error {
-        crate::error::ProviderError::Config {
-            key: key.to_owned(),
-            message,
-        }
-        .into()
+        crate::error::ProviderError::config(key.to_owned(), message).into()
     };
     let min_version = match config.get("TLS_MIN_VERSION").map(str::trim) {
         None | Some("") | Some("VersionTLS12") => TlsVersion::Tls12,

@@ -164,7 +164,7 @@ pub async fn an_unknown_vm_is_not_gone_inside_the_not_found_window(
 ) {
     let answer = provider.delete_instance(unknown).await;
     assert!(
-        matches!(&answer, Err(Error::Unavailable { message }) if message.contains(window_key)),
+        matches!(&answer, Err(Error::Unavailable { message, .. }) if message.contains(window_key)),
         "{}: {unknown}: expected Unavailable naming {window_key}, got {answer:?}",
         emulator.provider()
     );

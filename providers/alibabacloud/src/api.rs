@@ -166,9 +166,7 @@ impl Api {
             (Some(host), Some(port)) => format!("{host}:{port}"),
             (Some(host), None) => host.to_owned(),
             (None, _) => {
-                return Err(Failure::Error(Error::Internal {
-                    message: "endpoint without host".into(),
-                }));
+                return Err(Failure::Error(Error::internal("endpoint without host")));
             }
         };
         let payload_sha256 = sha256_hex(b"");
@@ -214,7 +212,7 @@ impl Api {
         action: &'static str,
     ) -> Result<Answered, Failure> {
         let no_answer = |e: reqwest::Error| {
-            Failure::Error(self.redacted(cloud_http::transport_error(action, &e)))
+            Failure::Error(self.redacted(cloud_http::transport_error(action, e)))
         };
         let response = request.send().await.map_err(no_answer)?;
         let status = response.status();
@@ -243,9 +241,7 @@ impl Api {
         let json: Option<Value> = serde_json::from_slice(&body).ok();
         if status.is_success() {
             return json.ok_or_else(|| {
-                Failure::Error(Error::Internal {
-                    message: format!("{action}: the answer is not JSON"),
-                })
+                Failure::Error(Error::internal(format!("{action}: the answer is not JSON")))
             });
         }
         let field = |name: &str| {
@@ -273,18 +269,16 @@ impl Api {
     fn nonce(&self) -> Result<String, Failure> {
         let mut bytes = [0u8; 16];
         self.random.fill(&mut bytes).map_err(|_| {
-            Failure::Error(Error::Internal {
-                message: "no randomness for the signature nonce".into(),
-            })
+            Failure::Error(Error::internal("no randomness for the signature nonce"))
         })?;
         Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
     fn redacted(&self, error: Error) -> Error {
         match error {
-            Error::Unavailable { message } => Error::Unavailable {
-                message: self.redactor.redact(&message),
-            },
+            Error::Unavailable { message, .. } => {
+                Error::unavailable(self.redactor.redact(&message))
+            }
             other => other,
         }
     }

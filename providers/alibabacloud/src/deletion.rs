@@ -139,12 +139,10 @@ impl Deletion<'_> {
                 }
                 Err(Failure::WrongState { code }) => {
                     if Instant::now() >= deadline {
-                        return Err(Error::Unavailable {
-                            message: format!(
-                                "DeleteInstance: ECS still answers {code} for {instance_id} after {:?}",
-                                self.wait_timeout
-                            ),
-                        });
+                        return Err(Error::unavailable(format!(
+                            "DeleteInstance: ECS still answers {code} for {instance_id} after {:?}",
+                            self.wait_timeout
+                        )));
                     }
                     tokio::time::sleep(self.poll_interval).await;
                     // Released meanwhile (e.g. by cloud-api-adaptor itself)?
@@ -167,9 +165,8 @@ impl Deletion<'_> {
     }
 
     pub async fn describe(&self, instance_id: &str) -> Result<Option<EcsInstance>, Error> {
-        let ids = serde_json::to_string(&[instance_id]).map_err(|e| Error::Internal {
-            message: e.to_string(),
-        })?;
+        let ids =
+            serde_json::to_string(&[instance_id]).map_err(|e| Error::internal(e.to_string()))?;
         let answer = self
             .api
             .call(
@@ -179,8 +176,7 @@ impl Deletion<'_> {
             )
             .await
             .map_err(|f| f.into_error("DescribeInstances"))?;
-        let page =
-            answers::instances_page(&answer).map_err(|message| Error::Internal { message })?;
+        let page = answers::instances_page(&answer).map_err(|message| Error::internal(message))?;
         Ok(page.instances.into_iter().find(|i| i.id == instance_id))
     }
 
@@ -190,12 +186,10 @@ impl Deletion<'_> {
             // Gone is confirmed by a lookup, never inferred from the accepted request: a
             // release still under way at the bound is retryable, and the next call resumes it.
             if Instant::now() >= deadline {
-                return Err(Error::Unavailable {
-                    message: format!(
-                        "DeleteInstance: ECS accepted the deletion but still lists {instance_id} after {:?}",
-                        self.wait_timeout
-                    ),
-                });
+                return Err(Error::unavailable(format!(
+                    "DeleteInstance: ECS accepted the deletion but still lists {instance_id} after {:?}",
+                    self.wait_timeout
+                )));
             }
             tokio::time::sleep(self.poll_interval).await;
         }
@@ -250,7 +244,7 @@ impl Deletion<'_> {
                 .call(Service::Vpc, "DescribeEipAddresses", &params)
                 .await
                 .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-            let page = answers::eips(&answer).map_err(|message| Error::Internal { message })?;
+            let page = answers::eips(&answer).map_err(|message| Error::internal(message))?;
             let count = page.len();
             found.extend(page);
             let total = answers::total_count(&answer);
@@ -274,7 +268,7 @@ impl Deletion<'_> {
             )
             .await
             .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-        let eips = answers::eips(&answer).map_err(|message| Error::Internal { message })?;
+        let eips = answers::eips(&answer).map_err(|message| Error::internal(message))?;
         Ok(eips.into_iter().find(|e| e.allocation_id == allocation_id))
     }
 
@@ -330,12 +324,10 @@ impl Deletion<'_> {
             .wait_for_eip(id, |eip| eip.is_none_or(|e| e.status == "Available"))
             .await?
         {
-            return Err(Error::Unavailable {
-                message: format!(
-                    "EIP {id} did not become Available within {:?}",
-                    self.wait_timeout
-                ),
-            });
+            return Err(Error::unavailable(format!(
+                "EIP {id} did not become Available within {:?}",
+                self.wait_timeout
+            )));
         }
         let answer = self
             .api
@@ -351,12 +343,10 @@ impl Deletion<'_> {
         }
         if !self.wait_for_eip(id, |eip| eip.is_none()).await? {
             // Gone is confirmed, never inferred: the next call finds it again by the mark.
-            return Err(Error::Unavailable {
-                message: format!(
-                    "VPC accepted the release of EIP {id} of {instance_id} but still lists it after {:?}",
-                    self.wait_timeout
-                ),
-            });
+            return Err(Error::unavailable(format!(
+                "VPC accepted the release of EIP {id} of {instance_id} but still lists it after {:?}",
+                self.wait_timeout
+            )));
         }
         Ok(())
     }

@@ -25,16 +25,12 @@ impl Failure {
     pub fn into_error(self, operation: &str) -> Error {
         match self {
             Failure::Error(error) => error,
-            Failure::NotFound { code } => Error::Internal {
-                message: format!("{operation}: {code}"),
-            },
+            Failure::NotFound { code } => Error::internal(format!("{operation}: {code}")),
             // Transient by ECS's own account: the caller is told to come back, not that the
             // request was wrong.
-            Failure::WrongState { code } => Error::Unavailable {
-                message: format!(
-                    "{operation}: {code}: the resource is busy with another operation, try again"
-                ),
-            },
+            Failure::WrongState { code } => Error::unavailable(format!(
+                "{operation}: {code}: the resource is busy with another operation, try again"
+            )),
         }
     }
 
@@ -80,16 +76,16 @@ pub fn classify(
     };
     let text = format!("{operation}: HTTP {}: {code}: {message}", status.as_u16());
     if code.starts_with("Throttling") || status == StatusCode::TOO_MANY_REQUESTS {
-        return Failure::Error(Error::Throttled {
-            retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
-            message: text,
-        });
+        return Failure::Error(Error::throttled(
+            retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
+            text,
+        ));
     }
     if UNAUTHENTICATED.contains(&code) {
-        return Failure::Error(Error::CloudUnauthenticated { message: text });
+        return Failure::Error(Error::cloud_unauthenticated(text));
     }
     if code == "Forbidden" || code.starts_with("Forbidden.") || code == "NoPermission" {
-        return Failure::Error(Error::CloudPermissionDenied { message: text });
+        return Failure::Error(Error::cloud_permission_denied(text));
     }
     if code.ends_with(".NotFound") {
         return Failure::NotFound {
@@ -108,7 +104,7 @@ pub fn classify(
         code,
         "ServiceUnavailable" | "InternalError" | "UnknownError"
     ) {
-        return Failure::Error(Error::Unavailable { message: text });
+        return Failure::Error(Error::unavailable(text));
     }
     Failure::Error(status_error(
         status,

@@ -71,14 +71,10 @@ impl AlibabaCloudProvider {
     /// Builds the provider from cloud-api-adaptor's `ALIBABACLOUD_*`, `REGION` and `TAGS` keys
     /// (plus the endpoint overrides), counting its calls in `calls`. Never calls the cloud.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = Settings::from_config(config).map_err(|problem| Error::Config {
-            key: problem.key.to_owned(),
-            message: problem.reason,
-        })?;
-        let api = Api::new(&settings, calls).map_err(|problem| Error::Config {
-            key: problem.0.to_owned(),
-            message: problem.1,
-        })?;
+        let settings = Settings::from_config(config)
+            .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
+        let api = Api::new(&settings, calls)
+            .map_err(|problem| Error::config(problem.0.to_owned(), problem.1))?;
         let owner = OwnerTag::from_config(config)?;
         let not_found =
             NotFoundWindow::from_config(config, "ECS", NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
@@ -125,7 +121,7 @@ impl AlibabaCloudProvider {
                 .await
                 .map_err(|f| f.into_error("DescribeInstances"))?;
             let page =
-                answers::instances_page(&answer).map_err(|message| Error::Internal { message })?;
+                answers::instances_page(&answer).map_err(|message| Error::internal(message))?;
             instances.extend(page.instances);
             match page.next_token {
                 Some(token) if Some(&token) != next_token.as_ref() => next_token = Some(token),

@@ -53,10 +53,8 @@ impl AwsProvider {
     /// Builds the provider from the `AWS_*` keys of `config`, counting its EC2 calls in `calls`.
     /// Must run inside a tokio runtime: it starts the task that batches deletions.
     pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = AwsSettings::from_config(config).map_err(|problem| Error::Config {
-            key: problem.key,
-            message: problem.reason,
-        })?;
+        let settings = AwsSettings::from_config(config)
+            .map_err(|problem| Error::config(problem.key, problem.reason))?;
         Self::new(settings, calls).await
     }
 
@@ -64,10 +62,7 @@ impl AwsProvider {
     pub async fn new(settings: AwsSettings, calls: CloudCalls) -> Result<Self, Error> {
         let ec2 = Ec2::connect(&settings, calls)
             .await
-            .map_err(|problem| Error::Config {
-                key: "AWS_REGION".into(),
-                message: problem.0,
-            })?;
+            .map_err(|problem| Error::config("AWS_REGION", problem.0))?;
         let ec2 = Arc::new(ec2);
         Ok(Self {
             deleter: Deleter::spawn(Arc::clone(&ec2), settings.batch, settings.owner_tag),
@@ -209,31 +204,28 @@ fn capacity_from(instance_limit: Option<u64>, instances: &[Ec2Instance]) -> Capa
 fn into_error(failure: Failure) -> Error {
     match failure {
         Failure::InstanceMalformed { message } => Error::invalid("instance_id", message),
-        Failure::Throttled { retry_after } => Error::Throttled {
-            retry_after,
-            message: "EC2 request limit exceeded".into(),
-        },
-        Failure::Unavailable { detail } => Error::Unavailable { message: detail },
-        Failure::PermissionDenied { code, message } => Error::CloudPermissionDenied {
-            message: format!("{code}: {message}"),
-        },
+        Failure::Throttled { retry_after } => {
+            Error::throttled(retry_after, "EC2 request limit exceeded")
+        }
+        Failure::Unavailable { detail } => Error::unavailable(detail),
+        Failure::PermissionDenied { code, message } => {
+            Error::cloud_permission_denied(format!("{code}: {message}"))
+        }
         // Id-specific (a batch splits per id on it), and for a state in transition retryable.
         Failure::Refused { code, message } if failure::is_transitional_state(&code) => {
-            Error::Unavailable {
-                message: format!(
-                    "EC2: the instance is in a state that does not allow it yet, try again: {code}: {message}"
-                ),
-            }
+            Error::unavailable(format!(
+                "EC2: the instance is in a state that does not allow it yet, try again: {code}: {message}"
+            ))
         }
-        Failure::Refused { code, message } => Error::Internal {
-            message: format!("EC2 refused the operation: {code}: {message}"),
-        },
-        Failure::InstanceNotFound { message } => Error::Internal {
-            message: format!("EC2 reported unknown instances: {message}"),
-        },
-        Failure::ResourceNotFound { code, message } => Error::Internal {
-            message: format!("{code}: {message}"),
-        },
+        Failure::Refused { code, message } => {
+            Error::internal(format!("EC2 refused the operation: {code}: {message}"))
+        }
+        Failure::InstanceNotFound { message } => {
+            Error::internal(format!("EC2 reported unknown instances: {message}"))
+        }
+        Failure::ResourceNotFound { code, message } => {
+            Error::internal(format!("{code}: {message}"))
+        }
         Failure::NotOwned { tag } => Error::NotOwnedByCluster {
             message: format!("the instance does not carry this cluster's tag {tag}"),
         },
@@ -246,7 +238,7 @@ fn into_error(failure: Failure) -> Error {
             tag,
             value,
         },
-        Failure::Internal { detail } => Error::Internal { message: detail },
+        Failure::Internal { detail } => Error::internal(detail),
     }
 }
 

@@ -155,7 +155,7 @@ fn typed<T>(got: Result<Option<T>, Error>) -> Result<Option<T>, SettingsProblem>
 /// A core configuration error (key and message) as a settings problem.
 fn from_core(error: Error) -> SettingsProblem {
     match error {
-        Error::Config { key, message } => SettingsProblem {
+        Error::Config { key, message, .. } => SettingsProblem {
             key,
             reason: message,
         },

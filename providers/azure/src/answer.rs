@@ -81,11 +81,9 @@ fn busy_error(
     let wait = retry_after.map_or_else(String::new, |wait| {
         format!(" (ARM asks to wait {} s)", wait.as_secs())
     });
-    Some(Error::Unavailable {
-        message: format!(
-            "{operation}: HTTP {status}: another operation holds the resource, try again{wait}: {text}"
-        ),
-    })
+    Some(Error::unavailable(format!(
+        "{operation}: HTTP {status}: another operation holds the resource, try again{wait}: {text}"
+    )))
 }
 
 /// Where and how to follow a long-running operation ARM accepted with 201/202.
@@ -188,9 +186,9 @@ pub fn sdk_error(operation: &str, error: &azure_core::Error, redactor: &Redactor
             status_error(status, None, operation, &text)
         }
         azure_core::error::ErrorKind::Io | azure_core::error::ErrorKind::Connection => {
-            Error::Unavailable { message }
+            Error::unavailable(message)
         }
-        _ => Error::Internal { message },
+        _ => Error::internal(message),
     }
 }
 
@@ -205,25 +203,25 @@ fn credential_error(error: &azure_core::Error, message: String) -> Error {
                 azure_core::error::ErrorKind::HttpResponse { status, .. } => {
                     let status = u16::from(*status);
                     if status == 429 {
-                        return Error::Throttled {
-                            retry_after: peerpods_provider_core::DEFAULT_RETRY_AFTER,
+                        return Error::throttled(
+                            peerpods_provider_core::DEFAULT_RETRY_AFTER,
                             message,
-                        };
+                        );
                     }
                     if status >= 500 {
-                        return Error::Unavailable { message };
+                        return Error::unavailable(message);
                     }
-                    return Error::CloudUnauthenticated { message };
+                    return Error::cloud_unauthenticated(message);
                 }
                 azure_core::error::ErrorKind::Io | azure_core::error::ErrorKind::Connection => {
-                    return Error::Unavailable { message };
+                    return Error::unavailable(message);
                 }
                 _ => {}
             }
         }
         source = current.source();
     }
-    Error::CloudUnauthenticated { message }
+    Error::cloud_unauthenticated(message)
 }
 
 fn chain(error: &dyn std::error::Error) -> String {

@@ -207,17 +207,13 @@ impl Arm {
         what: &str,
     ) -> Result<Answer, Error> {
         if !same_origin(url, &self.endpoint) {
-            return Err(Error::Internal {
-                message: format!(
-                    "{what}: ARM named {} to poll or page, which is not the configured endpoint {}",
-                    self.redactor.redact(url),
-                    self.endpoint
-                ),
-            });
+            return Err(Error::internal(format!(
+                "{what}: ARM named {} to poll or page, which is not the configured endpoint {}",
+                self.redactor.redact(url),
+                self.endpoint
+            )));
         }
-        let url = Url::parse(url).map_err(|e| Error::Internal {
-            message: format!("{what}: bad URL: {e}"),
-        })?;
+        let url = Url::parse(url).map_err(|e| Error::internal(format!("{what}: bad URL: {e}")))?;
         let mut request = Request::new(url, method);
         let ctx = Context::new().with_value(Operation(operation));
         let response = self
@@ -257,9 +253,8 @@ impl Arm {
         answer: &Answer,
         what: &str,
     ) -> Result<T, Error> {
-        serde_json::from_slice(&answer.body).map_err(|e| Error::Internal {
-            message: format!("{what}: unreadable ARM answer: {e}"),
-        })
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| Error::internal(format!("{what}: unreadable ARM answer: {e}")))
     }
 }
 
@@ -273,9 +268,11 @@ fn credential(
     settings: &AzureSettings,
     client_options: ClientOptions,
 ) -> Result<Arc<dyn TokenCredential>, Error> {
-    let config_error = |key: &str, e: azure_core::Error| Error::Config {
-        key: key.to_owned(),
-        message: Redactor::new(settings.secrets()).redact(&e.to_string()),
+    let config_error = |key: &str, e: azure_core::Error| {
+        Error::config(
+            key.to_owned(),
+            Redactor::new(settings.secrets()).redact(&e.to_string()),
+        )
     };
     match &settings.credentials {
         Credentials::ClientSecret(secret) => {

@@ -140,13 +140,11 @@ impl Owned {
 /// The retryable error of a deletion that has not finished within this call's bound: the next
 /// call resumes it.
 fn still_deleting(what: &str, waiting: Waiting) -> Error {
-    Error::Unavailable {
-        message: format!(
-            "{what}: not confirmed gone within {} s; ARM is still deleting, ask again in {} s to resume and confirm",
-            waiting.timeout.as_secs(),
-            waiting.poll_interval.as_secs().max(1)
-        ),
-    }
+    Error::unavailable(format!(
+        "{what}: not confirmed gone within {} s; ARM is still deleting, ask again in {} s to resume and confirm",
+        waiting.timeout.as_secs(),
+        waiting.poll_interval.as_secs().max(1)
+    ))
 }
 
 /// Deletes `vm` and the network interfaces, public IP addresses and managed disks it owns,
@@ -411,9 +409,7 @@ async fn until_part_gone(
                     // reserved for up to 180 s): asked again after a pause, within the bound.
                     let refusal = arm.failure(&answer, &what);
                     if pause(&what, waiting, deadline).await.is_err() {
-                        return Err(Error::Unavailable {
-                            message: format!("{refusal}; ask again later"),
-                        });
+                        return Err(Error::unavailable(format!("{refusal}; ask again later")));
                     }
                     continue;
                 }
@@ -469,11 +465,8 @@ async fn wait(
             .await?;
         let progress = match &target {
             PollTarget::AsyncOperation(_) if answer.is_success() => {
-                answer::async_operation_progress(&answer.body).map_err(|problem| {
-                    Error::Internal {
-                        message: format!("{what}: {problem}"),
-                    }
-                })?
+                answer::async_operation_progress(&answer.body)
+                    .map_err(|problem| Error::internal(format!("{what}: {problem}")))?
             }
             PollTarget::AsyncOperation(_) => return Err(arm.failure(&answer, what)),
             PollTarget::Location(_) => match answer::location_progress(answer.status) {
@@ -488,9 +481,9 @@ async fn wait(
                 let detail = error
                     .map(|e| format!(": {}: {}", e.code, e.message))
                     .unwrap_or_default();
-                return Err(Error::Unavailable {
-                    message: format!("{what}: ARM reports the operation {status}{detail}"),
-                });
+                return Err(Error::unavailable(format!(
+                    "{what}: ARM reports the operation {status}{detail}"
+                )));
             }
         }
     }

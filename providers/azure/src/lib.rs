@@ -51,10 +51,8 @@ impl AzureProvider {
     /// Builds the provider from the `AZURE_*` keys of `config`, counting its ARM calls in
     /// `calls`. Contacts nothing: tokens are requested on the first call.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
-        let settings = AzureSettings::from_config(config).map_err(|problem| Error::Config {
-            key: problem.key.to_owned(),
-            message: problem.reason,
-        })?;
+        let settings = AzureSettings::from_config(config)
+            .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
         let mut provider = Self::new(settings, calls)?;
         provider.deletion.not_found = deletion::not_found_window(Some(config))?;
         Ok(provider)
@@ -113,9 +111,9 @@ impl AzureProvider {
         while let Some(url) = next.take() {
             pages += 1;
             if pages > MAX_PAGES {
-                return Err(Error::Internal {
-                    message: format!("{what}: more than {MAX_PAGES} pages"),
-                });
+                return Err(Error::internal(format!(
+                    "{what}: more than {MAX_PAGES} pages"
+                )));
             }
             let answer = self.arm.call(operation, Method::Get, &url, what).await?;
             if !answer.is_success() {

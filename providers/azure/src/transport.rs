@@ -19,9 +19,8 @@ pub fn http_client(settings: &AzureSettings) -> Result<reqwest::Client, Error> {
         None => Vec::new(),
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls_problem = |e: rustls::Error| Error::Tls {
-        message: format!("building the TLS client configuration: {e}"),
-    };
+    let tls_problem =
+        |e: rustls::Error| Error::tls(format!("building the TLS client configuration: {e}"));
     let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(
         extra_roots,
         Arc::clone(&provider),
@@ -41,9 +40,7 @@ pub fn http_client(settings: &AzureSettings) -> Result<reqwest::Client, Error> {
         // followed as redirects.
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| Error::Tls {
-            message: format!("building the HTTP client: {e}"),
-        })
+        .map_err(|e| Error::tls(format!("building the HTTP client: {e}")))
 }
 
 /// The PEM text of `AZURE_CA_BUNDLE`: the value itself, or the file it names.
@@ -51,9 +48,11 @@ fn read_bundle(value: &str) -> Result<String, Error> {
     if value.starts_with("-----BEGIN") {
         return Ok(value.to_owned());
     }
-    std::fs::read_to_string(value).map_err(|e| Error::Config {
-        key: CA_BUNDLE.into(),
-        message: format!("neither PEM text nor a readable file: {e}"),
+    std::fs::read_to_string(value).map_err(|e| {
+        Error::config(
+            CA_BUNDLE,
+            format!("neither PEM text nor a readable file: {e}"),
+        )
     })
 }
 
@@ -61,15 +60,9 @@ fn read_bundle(value: &str) -> Result<String, Error> {
 pub fn ca_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
     let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Config {
-            key: CA_BUNDLE.into(),
-            message: format!("unreadable PEM: {e}"),
-        })?;
+        .map_err(|e| Error::config(CA_BUNDLE, format!("unreadable PEM: {e}")))?;
     if certificates.is_empty() {
-        return Err(Error::Config {
-            key: CA_BUNDLE.into(),
-            message: "contains no CERTIFICATE block".into(),
-        });
+        return Err(Error::config(CA_BUNDLE, "contains no CERTIFICATE block"));
     }
     Ok(certificates)
 }

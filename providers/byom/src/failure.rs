@@ -55,17 +55,15 @@ pub fn classify(error: &kube::Error, operation: &str, redactor: &Redactor) -> Fa
                 Failure::Final(error)
             }
         }
-        kube::Error::HyperError(_) | kube::Error::Service(_) => {
-            Failure::Transient(Error::Unavailable {
-                message: redactor.redact(&format!("{operation}: {}", chain(error))),
-            })
-        }
-        kube::Error::Auth(_) => Failure::Final(Error::CloudUnauthenticated {
-            message: redactor.redact(&format!("{operation}: {}", chain(error))),
-        }),
-        _ => Failure::Final(Error::Internal {
-            message: redactor.redact(&format!("{operation}: {}", chain(error))),
-        }),
+        kube::Error::HyperError(_) | kube::Error::Service(_) => Failure::Transient(
+            Error::unavailable(redactor.redact(&format!("{operation}: {}", chain(error)))),
+        ),
+        kube::Error::Auth(_) => Failure::Final(Error::cloud_unauthenticated(
+            redactor.redact(&format!("{operation}: {}", chain(error))),
+        )),
+        _ => Failure::Final(Error::internal(
+            redactor.redact(&format!("{operation}: {}", chain(error))),
+        )),
     }
 }
 
@@ -85,9 +83,9 @@ pub fn attempt_result(error: &kube::Error) -> Option<&'static str> {
 
 /// The error for a call that did not answer within its time.
 pub fn timed_out(operation: &str, after: Duration) -> Failure {
-    Failure::Transient(Error::Unavailable {
-        message: format!("{operation}: no answer within {after:?}"),
-    })
+    Failure::Transient(Error::unavailable(format!(
+        "{operation}: no answer within {after:?}"
+    )))
 }
 
 fn chain(error: &dyn std::error::Error) -> String {

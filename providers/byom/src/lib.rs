@@ -111,11 +111,8 @@ impl ByomProvider {
             .ok()
             .map(|text| text.trim().to_owned())
             .filter(|text| !text.is_empty());
-        let settings =
-            ByomSettings::from_config(config, pod_namespace).map_err(|problem| Error::Config {
-                key: problem.key.to_owned(),
-                message: problem.reason,
-            })?;
+        let settings = ByomSettings::from_config(config, pod_namespace)
+            .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
         Ok(Self::from_settings(settings, connection, calls))
     }
 
@@ -146,9 +143,9 @@ impl ByomProvider {
             if released.is_empty() {
                 return Ok(DeleteOutcome::AlreadyGone);
             }
-            let text = state.to_text().map_err(|e| Error::Internal {
-                message: format!("encoding the pool state: {e}"),
-            })?;
+            let text = state
+                .to_text()
+                .map_err(|e| Error::internal(format!("encoding the pool state: {e}")))?;
             configmap
                 .data
                 .get_or_insert_default()
@@ -171,27 +168,25 @@ impl ByomProvider {
                 Err(failure) => return Err(self.error_of(failure)),
             }
         }
-        Err(Error::Unavailable {
-            message: format!(
-                "ConfigMap {} changed during each of {RELEASE_ATTEMPTS} attempts to update it",
-                self.pool.path()
-            ),
-        })
+        Err(Error::unavailable(format!(
+            "ConfigMap {} changed during each of {RELEASE_ATTEMPTS} attempts to update it",
+            self.pool.path()
+        )))
     }
 
     fn error_of(&self, failure: Failure) -> Error {
         match failure {
-            Failure::NotFound => Error::Config {
-                key: "POOL_CONFIGMAP_NAME".into(),
-                message: format!(
+            Failure::NotFound => Error::config(
+                "POOL_CONFIGMAP_NAME",
+                format!(
                     "ConfigMap {} does not exist: cloud-api-adaptor creates it when it starts \
                      with CLOUD_PROVIDER=byom; check POOL_NAMESPACE and POOL_CONFIGMAP_NAME",
                     self.pool.path()
                 ),
-            },
-            Failure::Conflict => Error::Unavailable {
-                message: format!("ConfigMap {} changed meanwhile", self.pool.path()),
-            },
+            ),
+            Failure::Conflict => {
+                Error::unavailable(format!("ConfigMap {} changed meanwhile", self.pool.path()))
+            }
             Failure::Transient(error) | Failure::Final(error) => error,
         }
     }
@@ -203,16 +198,13 @@ fn state_of(configmap: &ConfigMap, path: &str) -> Result<PoolState, Error> {
         .data
         .as_ref()
         .and_then(|data| data.get(STATE_KEY))
-        .ok_or_else(|| Error::Config {
-            key: "POOL_CONFIGMAP_NAME".into(),
-            message: format!(
+        .ok_or_else(|| Error::config("POOL_CONFIGMAP_NAME", format!(
                 "ConfigMap {path} has no key {STATE_KEY}: it is not cloud-api-adaptor's byom pool state"
-            ),
-        })?;
-    PoolState::parse(text).map_err(|e| Error::Internal {
-        message: format!(
+            )))?;
+    PoolState::parse(text).map_err(|e| {
+        Error::internal(format!(
             "ConfigMap {path} key {STATE_KEY} is not cloud-api-adaptor's pool state: {e}"
-        ),
+        ))
     })
 }
 

@@ -165,10 +165,7 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
         }
         Connection::Config(config) => (**config).clone(),
         Connection::Kubeconfig(path) => {
-            let unusable = |e: &dyn std::fmt::Display| Error::Config {
-                key: "BYOM_KUBECONFIG".into(),
-                message: format!("kubeconfig {}: {e}", path.display()),
-            };
+            let unusable = |e: &dyn std::fmt::Display| Error::config("BYOM_KUBECONFIG", format!("kubeconfig {}: {e}", path.display()));
             let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| unusable(&e))?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
@@ -177,20 +174,19 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
             .await
             .map_err(|e| unusable(&e))?
         }
-        Connection::Infer => kube::Config::infer().await.map_err(|e| Error::Config {
-            key: "KUBECONFIG".into(),
-            message: format!(
+        Connection::Infer => kube::Config::infer().await.map_err(|e| Error::config("KUBECONFIG", format!(
                 "no Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG): {e}"
-            ),
-        })?,
+            )))?,
     };
     let redactor = redactor_for(&config);
     let mut config = config;
     config.default_retry = false;
     let client = kube::client::ClientBuilder::try_from(config)
-        .map_err(|e| Error::Config {
-            key: "KUBECONFIG".into(),
-            message: redactor.redact(&format!("cannot build a Kubernetes client: {e}")),
+        .map_err(|e| {
+            Error::config(
+                "KUBECONFIG",
+                redactor.redact(&format!("cannot build a Kubernetes client: {e}")),
+            )
         })?
         .with_layer(&tower::util::MapResponseLayer::new(
             crate::throttling::restate_plain_throttling::<Box<kube::client::DynBody>>,

@@ -57,9 +57,7 @@ impl Budgeted {
 /// The semaphores are never closed; should that ever change, a call fails instead of running
 /// unbounded.
 fn closed() -> Error {
-    Error::Internal {
-        message: "call budget closed".into(),
-    }
+    Error::internal("call budget closed")
 }
 
 #[async_trait]

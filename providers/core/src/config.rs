@@ -208,10 +208,10 @@ fn whole_number<T: FromStr>(key: &str, value: &str, expected: &str) -> Result<T,
 
 /// The error of a typed getter: the key, what it takes, and the value it was given.
 fn bad_value(key: &str, value: &str, expected: &str) -> Error {
-    Error::Config {
-        key: key.to_owned(),
-        message: format!("expected {expected}, got {value:?}"),
-    }
+    Error::config(
+        key.to_owned(),
+        format!("expected {expected}, got {value:?}"),
+    )
 }
 
 /// Environment variables that may configure a provider: upper-case names with an underscore,
@@ -242,10 +242,8 @@ fn read_dir_into(dir: &Path, into: &mut BTreeMap<String, String>) -> Result<(), 
         }
         let bytes = std::fs::read(&path)
             .map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
-        let value = String::from_utf8(bytes).map_err(|_| Error::Config {
-            key: key.to_owned(),
-            message: "value is not UTF-8".into(),
-        })?;
+        let value = String::from_utf8(bytes)
+            .map_err(|e| Error::config(key.to_owned(), "value is not UTF-8").with_source(e))?;
         into.insert(
             key.to_owned(),
             value.trim_end_matches(['\n', '\r']).to_owned(),
@@ -277,7 +275,9 @@ mod tests {
     /// The message of the getter's error, which must name `key`.
     fn refusal<T: std::fmt::Debug>(result: Result<Option<T>, Error>, key: &str) -> String {
         match result {
-            Err(Error::Config { key: k, message }) if k == key => message,
+            Err(Error::Config {
+                key: k, message, ..
+            }) if k == key => message,
             other => panic!("expected a config error naming {key}, got {other:?}"),
         }
     }

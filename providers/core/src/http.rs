@@ -38,20 +38,24 @@ pub fn status_error(
 ) -> Error {
     let message = format!("{operation}: HTTP {}: {message}", status.as_u16());
     match status {
-        StatusCode::TOO_MANY_REQUESTS => Error::Throttled {
-            retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
-            message,
-        },
-        StatusCode::UNAUTHORIZED => Error::CloudUnauthenticated { message },
-        StatusCode::FORBIDDEN => Error::CloudPermissionDenied { message },
-        StatusCode::REQUEST_TIMEOUT => Error::Unavailable { message },
-        s if s.is_server_error() => Error::Unavailable { message },
-        _ => Error::Internal { message },
+        StatusCode::TOO_MANY_REQUESTS => {
+            Error::throttled(retry_after.unwrap_or(DEFAULT_RETRY_AFTER), message)
+        }
+        StatusCode::UNAUTHORIZED => Error::cloud_unauthenticated(message),
+        StatusCode::FORBIDDEN => Error::cloud_permission_denied(message),
+        StatusCode::REQUEST_TIMEOUT => Error::unavailable(message),
+        s if s.is_server_error() => Error::unavailable(message),
+        _ => Error::internal(message),
     }
 }
 
-/// The error for a request that got no answer (connect, TLS, timeout, broken body).
-pub fn transport_error(operation: &str, error: &dyn std::error::Error) -> Error {
+/// The error for a request that got no answer (connect, TLS, timeout, broken body). The message
+/// spells out the whole chain (a gRPC caller sees only the message); the error itself is the source,
+/// so a log walking the chain reaches the transport's own cause.
+pub fn transport_error(
+    operation: &str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> Error {
     let mut message = format!("{operation}: {error}");
     let mut source = error.source();
     while let Some(s) = source {
@@ -59,7 +63,7 @@ pub fn transport_error(operation: &str, error: &dyn std::error::Error) -> Error 
         message.push_str(&s.to_string());
         source = s.source();
     }
-    Error::Unavailable { message }
+    Error::unavailable(message).with_source(error)
 }
 
 #[cfg(test)]
@@ -68,6 +72,42 @@ mod tests {
 
     fn now() -> jiff::Timestamp {
         "1994-11-06T08:49:30Z".parse().expect("timestamp")
+    }
+
+    /// A transport error whose cause is the socket's own error, as an HTTP client reports a refused
+    /// connection.
+    #[derive(Debug)]
+    struct ConnectFailed(std::io::Error);
+
+    impl std::fmt::Display for ConnectFailed {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("error sending request")
+        }
+    }
+
+    impl std::error::Error for ConnectFailed {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_transport_error_keeps_its_chain_down_to_the_socket() {
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let error = transport_error("listing instances", ConnectFailed(refused));
+
+        assert_eq!(
+            error.to_string(),
+            "cloud unavailable: listing instances: error sending request: connection refused"
+        );
+        let mut chain = std::iter::successors(std::error::Error::source(&error), |e| e.source());
+        assert!(chain.next().is_some_and(|e| e.is::<ConnectFailed>()));
+        let socket = chain
+            .next()
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .expect("the chain reaches the socket's error");
+        assert_eq!(socket.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 
     #[test]

@@ -145,17 +145,15 @@ impl NotFoundWindow {
             Verdict::NotYetVisible {
                 unknown_for,
                 window,
-            } => Err(Error::Unavailable {
-                message: format!(
-                    "instance {instance_id} is not known to {cloud} (for {}s): a new instance can be \
+            } => Err(Error::unavailable(format!(
+                "instance {instance_id} is not known to {cloud} (for {}s): a new instance can be \
                      unknown for a while, so it counts as gone only once the cloud keeps saying so \
                      for {}s ({setting}); try again",
-                    unknown_for.as_secs(),
-                    window.as_secs(),
-                    cloud = self.cloud,
-                    setting = self.setting,
-                ),
-            }),
+                unknown_for.as_secs(),
+                window.as_secs(),
+                cloud = self.cloud,
+                setting = self.setting,
+            ))),
         }
     }
 }
@@ -249,7 +247,7 @@ mod tests {
     #[test]
     fn not_yet_visible_is_a_retryable_answer_naming_the_id_and_the_setting() {
         let answer = window().answer("vm-a", Instant::now());
-        let Err(Error::Unavailable { message }) = answer else {
+        let Err(Error::Unavailable { message, .. }) = answer else {
             panic!("expected Unavailable, got {answer:?}");
         };
         assert!(message.contains("vm-a"), "{message}");

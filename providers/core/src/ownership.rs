@@ -147,10 +147,7 @@ pub fn parse_tags(value: &str) -> Result<BTreeMap<String, String>, Error> {
 }
 
 fn config_error(key: &str, message: &str) -> Error {
-    Error::Config {
-        key: key.to_owned(),
-        message: message.to_owned(),
-    }
+    Error::config(key.to_owned(), message.to_owned())
 }
 
 #[cfg(test)]
@@ -265,7 +262,7 @@ mod tests {
         for cloud in CLOUDS_WITH_TAGS {
             let refused = require_owner_choice(cloud, &config(&[])).expect_err("no choice");
             assert!(
-                matches!(&refused, Error::Config { key, message } if key == "CLUSTER_TAG" && message.contains("DELETE_UNTAGGED=allow")),
+                matches!(&refused, Error::Config { key, message, .. } if key == "CLUSTER_TAG" && message.contains("DELETE_UNTAGGED=allow")),
                 "{refused}"
             );
             assert!(require_owner_choice(cloud, &config(&[("CLUSTER_TAG", "k=v")])).is_ok());

@@ -97,9 +97,9 @@ impl Failure {
                 self.message
             );
             return if credentials.transient {
-                Error::Unavailable { message }
+                Error::unavailable(message)
             } else {
-                Error::CloudUnauthenticated { message }
+                Error::cloud_unauthenticated(message)
             };
         }
         let now = jiff::Timestamp::now();
@@ -111,28 +111,24 @@ impl Failure {
                 [] => String::new(),
                 reasons => format!(" ({})", reasons.join(", ")),
             };
-            return Error::Throttled {
-                retry_after: wait.unwrap_or_else(|| until_quota_refill(now)),
-                message: format!(
+            return Error::throttled(
+                wait.unwrap_or_else(|| until_quota_refill(now)),
+                format!(
                     "{operation}: HTTP {}: rate limit{reasons}: {}",
                     self.status.unwrap_or(429),
                     self.message
                 ),
-            };
+            );
         }
         if self.is_not_ready() {
-            return Error::Unavailable {
-                message: format!(
-                    "{operation}: another operation holds the resource, try again: {}",
-                    self.message
-                ),
-            };
+            return Error::unavailable(format!(
+                "{operation}: another operation holds the resource, try again: {}",
+                self.message
+            ));
         }
         match self.status.and_then(|s| StatusCode::from_u16(s).ok()) {
             Some(status) => cloud_http::status_error(status, wait, operation, &self.message),
-            None => Error::Unavailable {
-                message: format!("{operation}: {}", self.message),
-            },
+            None => Error::unavailable(format!("{operation}: {}", self.message)),
         }
     }
 }

@@ -116,10 +116,7 @@ impl GcpProvider {
         };
         let compute = Compute::connect(target, built.credentials, redactor, calls)
             .await
-            .map_err(|message| Error::Config {
-                key: settings::COMPUTE_ENDPOINT.into(),
-                message,
-            })?;
+            .map_err(|message| Error::config(settings::COMPUTE_ENDPOINT, message))?;
         Ok(GcpProvider {
             compute,
             delete_timeout: DELETE_TIMEOUT,
@@ -237,19 +234,16 @@ impl GcpProvider {
                 Progress::Running => {}
             }
             let Some(name) = operation.name.clone() else {
-                return Err(Error::Internal {
-                    message: format!("{what}: Compute Engine returned an operation without a name"),
-                });
+                return Err(Error::internal(format!(
+                    "{what}: Compute Engine returned an operation without a name"
+                )));
             };
-            pause
-                .sleep_before(deadline)
-                .await
-                .map_err(|()| Error::Unavailable {
-                    message: format!(
-                        "{what}: operation {name} still running after {}s",
-                        self.delete_timeout.as_secs()
-                    ),
-                })?;
+            pause.sleep_before(deadline).await.map_err(|()| {
+                Error::unavailable(format!(
+                    "{what}: operation {name} still running after {}s",
+                    self.delete_timeout.as_secs()
+                ))
+            })?;
             operation = self
                 .compute
                 .get_operation(&name)
@@ -268,15 +262,12 @@ impl GcpProvider {
     ) -> Result<bool, Error> {
         let what = format!("waiting for instance {name} to be deleted");
         loop {
-            pause
-                .sleep_before(deadline)
-                .await
-                .map_err(|()| Error::Unavailable {
-                    message: format!(
-                        "{what}: still there after {}s",
-                        self.delete_timeout.as_secs()
-                    ),
-                })?;
+            pause.sleep_before(deadline).await.map_err(|()| {
+                Error::unavailable(format!(
+                    "{what}: still there after {}s",
+                    self.delete_timeout.as_secs()
+                ))
+            })?;
             match self.compute.get_instance(name).await {
                 Err(failure) if failure.is_not_found() => return Ok(true),
                 Err(failure) => return Err(failure.into_error(&what)),
@@ -312,9 +303,9 @@ impl GcpProvider {
                 }
             }
         }
-        Err(Error::Internal {
-            message: format!("listing instances: more than {MAX_PAGES} pages"),
-        })
+        Err(Error::internal(format!(
+            "listing instances: more than {MAX_PAGES} pages"
+        )))
     }
 }
 
@@ -422,10 +413,7 @@ fn request_id() -> String {
 }
 
 fn config_error(problem: settings::Problem) -> Error {
-    Error::Config {
-        key: problem.key.to_owned(),
-        message: problem.reason,
-    }
+    Error::config(problem.key.to_owned(), problem.reason)
 }
 
 /// Growing pauses between polls, never past a deadline.

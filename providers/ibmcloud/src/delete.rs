@@ -39,13 +39,11 @@ where
     if wait::until_gone(policy.delete_timeout, policy.delete_poll, gone).await? {
         return Ok(());
     }
-    Err(Error::Unavailable {
-        message: format!(
-            "{what}: still deleting after {} s; ask again in {} s to confirm it gone",
-            policy.delete_timeout.as_secs(),
-            policy.delete_poll.as_secs().max(1)
-        ),
-    })
+    Err(Error::unavailable(format!(
+        "{what}: still deleting after {} s; ask again in {} s to confirm it gone",
+        policy.delete_timeout.as_secs(),
+        policy.delete_poll.as_secs().max(1)
+    )))
 }
 
 #[cfg(test)]

@@ -43,9 +43,8 @@ impl Answer {
 
     /// The body as `T`, or an internal error naming the call.
     pub fn json<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, Error> {
-        serde_json::from_str(&self.body).map_err(|e| Error::Internal {
-            message: format!("{what}: unreadable answer: {e}"),
-        })
+        serde_json::from_str(&self.body)
+            .map_err(|e| Error::internal(format!("{what}: unreadable answer: {e}")))
     }
 }
 
@@ -66,11 +65,9 @@ pub fn conflict_error(
     let wait = retry_after.map_or_else(String::new, |wait| {
         format!(" (the cloud asks to wait {} s)", wait.as_secs())
     });
-    Some(Error::Unavailable {
-        message: format!(
-            "{what}: HTTP 409: the resource's status does not allow it yet, try again{wait}: {message}"
-        ),
-    })
+    Some(Error::unavailable(format!(
+        "{what}: HTTP 409: the resource's status does not allow it yet, try again{wait}: {message}"
+    )))
 }
 
 /// What to do after one attempt (pure).
@@ -167,22 +164,16 @@ impl Http {
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls {
-            message: e.to_string(),
-        })?;
+        .map_err(|e| Error::tls(e.to_string()))?;
         let tls = rustls_platform_verifier::BuilderVerifierExt::with_platform_verifier(tls)
-            .map_err(|e| Error::Tls {
-                message: e.to_string(),
-            })?
+            .map_err(|e| Error::tls(e.to_string()))?
             .with_no_client_auth();
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .timeout(policy.request_timeout)
             .connect_timeout(policy.request_timeout.min(Duration::from_secs(10)))
             .build()
-            .map_err(|e| Error::Internal {
-                message: format!("building the HTTP client: {e}"),
-            })?;
+            .map_err(|e| Error::internal(format!("building the HTTP client: {e}")))?;
         Ok(Http {
             client,
             calls,
@@ -264,10 +255,10 @@ impl Http {
                 }
                 (Next::Answer, Ok(answer)) => return Ok(answer),
                 (Next::Answer, Err(e)) => {
-                    return Err(match transport_error(what, &e) {
-                        Error::Unavailable { message } => Error::Unavailable {
-                            message: self.redactor.redact(&message),
-                        },
+                    return Err(match transport_error(what, e) {
+                        Error::Unavailable { message, .. } => {
+                            Error::unavailable(self.redactor.redact(&message))
+                        }
                         other => other,
                     });
                 }
@@ -289,7 +280,7 @@ mod tests {
             "busy",
         );
         assert!(
-            matches!(&e, Some(Error::Unavailable { message }) if message.contains("wait 4 s")),
+            matches!(&e, Some(Error::Unavailable { message, .. }) if message.contains("wait 4 s")),
             "{e:?}"
         );
         assert!(conflict_error(StatusCode::BAD_REQUEST, None, "op", "").is_none());

@@ -98,11 +98,11 @@ impl Iam {
             } => {
                 let cr_token = tokio::fs::read_to_string(cr_token_file)
                     .await
-                    .map_err(|e| Error::CloudUnauthenticated {
-                        message: format!(
+                    .map_err(|e| {
+                        Error::cloud_unauthenticated(format!(
                             "reading the compute resource token {}: {e}",
                             cr_token_file.display()
-                        ),
+                        ))
                     })?;
                 Ok(vec![
                     ("grant_type", secret(CR_TOKEN_GRANT)),
@@ -130,16 +130,13 @@ impl Iam {
 /// or 401: either way this service's own credentials are the problem.
 fn token_answer(answer: Answer, http: &Http) -> Result<TokenAnswer, Error> {
     match answer.status.as_u16() {
-        200..=299 => serde_json::from_str(&answer.body).map_err(|e| Error::Internal {
-            message: format!("IAM token answer unreadable: {e}"),
-        }),
-        400 | 401 => Err(Error::CloudUnauthenticated {
-            message: format!(
-                "IAM refused the credentials: HTTP {}: {}",
-                answer.status.as_u16(),
-                http.cloud_message(&answer.body)
-            ),
-        }),
+        200..=299 => serde_json::from_str(&answer.body)
+            .map_err(|e| Error::internal(format!("IAM token answer unreadable: {e}"))),
+        400 | 401 => Err(Error::cloud_unauthenticated(format!(
+            "IAM refused the credentials: HTTP {}: {}",
+            answer.status.as_u16(),
+            http.cloud_message(&answer.body)
+        ))),
         _ => Err(answer.into_error("exchanging credentials for an IAM token", http)),
     }
 }

@@ -204,10 +204,7 @@ impl PowerVsSettings {
 }
 
 fn config_error(key: &str, message: &str) -> Error {
-    Error::Config {
-        key: key.to_owned(),
-        message: message.to_owned(),
-    }
+    Error::config(key.to_owned(), message.to_owned())
 }
 
 fn iam_settings(config: &ProviderConfig) -> Result<IamSettings, Error> {

@@ -259,10 +259,10 @@ impl Provider for IbmCloudVpcProvider {
     /// the selector's tags, rather than a Global Tagging call per instance of the region.
     async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
         let Some(region) = self.settings.region.as_deref() else {
-            return Err(Error::Config {
-                key: "IBMCLOUD_ZONE".into(),
-                message: "listing instances needs the VPC region: set IBMCLOUD_ZONE (e.g. us-south-1) or a regional IBMCLOUD_VPC_ENDPOINT".into(),
-            });
+            return Err(Error::config(
+                "IBMCLOUD_ZONE",
+                "listing instances needs the VPC region: set IBMCLOUD_ZONE (e.g. us-south-1) or a regional IBMCLOUD_VPC_ENDPOINT",
+            ));
         };
         search::instances(&self.cloud, &self.settings.search_url, region, selector).await
     }

@@ -21,7 +21,7 @@ async fn a_conflict_is_retryable_then_deleted<B: Backend>(route: &str, conflict:
 
     let answer = provider.delete_instance(&id).await;
     assert!(
-        matches!(&answer, Err(Error::Unavailable { message }) if message.contains("HTTP 409") && message.contains("try again")),
+        matches!(&answer, Err(Error::Unavailable { message, .. }) if message.contains("HTTP 409") && message.contains("try again")),
         "{answer:?}"
     );
     assert!(emulator.vm_or_parts_exist(&id));

@@ -79,23 +79,22 @@ impl LibvirtProvider {
             Some(uri) => uri,
             None if config.is_development() => DEFAULT_URI,
             None => {
-                return Err(Error::Config {
-                    key: "LIBVIRT_URI".into(),
-                    message: "not set: name the libvirt host (e.g. qemu+ssh://root@host/system); \
-                              the in-memory test driver is for development mode only"
-                        .into(),
-                });
+                return Err(Error::config(
+                    "LIBVIRT_URI",
+                    "not set: name the libvirt host (e.g. qemu+ssh://root@host/system); \
+                              the in-memory test driver is for development mode only",
+                ));
             }
         };
         validate_uri(uri)?;
         if is_test_driver(uri) && !config.is_development() {
-            return Err(Error::Config {
-                key: "LIBVIRT_URI".into(),
-                message: format!(
+            return Err(Error::config(
+                "LIBVIRT_URI",
+                format!(
                     "{uri:?} is libvirt's in-memory test driver, which only simulates VMs: \
                      allowed in development mode only"
                 ),
-            });
+            ));
         }
         // libvirt prints every error to stderr by default; we return and log them ourselves
         // (lookups of gone domains are normal and must not look like failures).
@@ -141,17 +140,15 @@ impl LibvirtProvider {
             let slot = blocking
                 .acquire_owned()
                 .await
-                .map_err(|_| Error::Internal {
-                    message: "libvirt call limiter closed".into(),
-                })?;
+                .map_err(|_| Error::internal("libvirt call limiter closed"))?;
             let joined = tokio::task::spawn_blocking(move || {
                 // Held until libvirt returns, even after the caller gave up (see the module doc).
                 let _slot = slot;
                 run_with_conn(&conn, &uri, &calls, &thread_attempts, op_name, &op)
             })
             .await;
-            joined.map_err(|e| Error::Internal {
-                message: format!("libvirt call {op_name} did not finish: {e}"),
+            joined.map_err(|e| {
+                Error::internal(format!("libvirt call {op_name} did not finish: {e}"))
             })?
         };
         match tokio::time::timeout(self.call_timeout, call).await {
@@ -168,12 +165,10 @@ impl LibvirtProvider {
                     timeout = ?self.call_timeout,
                     "libvirt did not answer in time"
                 );
-                Err(Error::Unavailable {
-                    message: format!(
-                        "libvirt did not answer {op_name} within {} s (LIBVIRT_CALL_TIMEOUT_SECS)",
-                        self.call_timeout.as_secs()
-                    ),
-                })
+                Err(Error::unavailable(format!(
+                    "libvirt did not answer {op_name} within {} s (LIBVIRT_CALL_TIMEOUT_SECS)",
+                    self.call_timeout.as_secs()
+                )))
             }
         }
     }
@@ -196,9 +191,9 @@ where
     for _attempt in 0..2 {
         if !attempts.start() {
             // The caller stopped waiting (and dropped the connection): nobody wants the answer.
-            return Err(Error::Unavailable {
-                message: format!("libvirt call {op_name} abandoned by its caller"),
-            });
+            return Err(Error::unavailable(format!(
+                "libvirt call {op_name} abandoned by its caller"
+            )));
         }
         // Connecting counts: a reconnect is part of what the call waited for.
         let started = std::time::Instant::now();
@@ -234,9 +229,7 @@ where
         }
     }
     Err(last.map_or_else(
-        || Error::Internal {
-            message: "libvirt: no attempt made".into(),
-        },
+        || Error::internal("libvirt: no attempt made"),
         |e| map_error(&e),
     ))
 }
@@ -308,9 +301,7 @@ impl Attempts {
 fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error> {
     let existing = conn
         .lock()
-        .map_err(|_| Error::Internal {
-            message: "libvirt connection lock poisoned".into(),
-        })?
+        .map_err(|_| Error::internal("libvirt connection lock poisoned"))?
         .clone();
     // A clone is a new reference to the same connection.
     if let Some(c) = existing
@@ -318,9 +309,8 @@ fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error
     {
         return Ok(c);
     }
-    let c = Connect::open(Some(uri)).map_err(|e| Error::Unavailable {
-        message: format!("cannot connect to libvirt: {}", e.message()),
-    })?;
+    let c = Connect::open(Some(uri))
+        .map_err(|e| Error::unavailable(format!("cannot connect to libvirt: {}", e.message())))?;
     if is_remote(uri) {
         // Fails (harmlessly) for a server without keepalive support or without the event loop.
         if let Err(e) = c.set_keep_alive(KEEPALIVE_INTERVAL_SECS, KEEPALIVE_COUNT) {
@@ -574,10 +564,10 @@ fn validate_uri(uri: &str) -> Result<(), Error> {
     if scheme_ok {
         Ok(())
     } else {
-        Err(Error::Config {
-            key: "LIBVIRT_URI".into(),
-            message: "not a libvirt connection URI (e.g. qemu:///system)".into(),
-        })
+        Err(Error::config(
+            "LIBVIRT_URI",
+            "not a libvirt connection URI (e.g. qemu:///system)",
+        ))
     }
 }
 
@@ -612,18 +602,18 @@ fn is_busy(e: &VirtError) -> bool {
 fn map_error(e: &VirtError) -> Error {
     let message = format!("libvirt: {}", e.message());
     if is_connection_error(e) {
-        Error::Unavailable { message }
+        Error::unavailable(message)
     } else if is_busy(e) {
-        Error::Unavailable {
-            message: format!("{message} (the domain is busy or mid-transition; try again)"),
-        }
+        Error::unavailable(format!(
+            "{message} (the domain is busy or mid-transition; try again)"
+        ))
     } else if e
         .code()
         .is_any(vec![ErrorNumber::AuthFailed, ErrorNumber::AccessDenied])
     {
-        Error::CloudPermissionDenied { message }
+        Error::cloud_permission_denied(message)
     } else {
-        Error::Internal { message }
+        Error::internal(message)
     }
 }
 
@@ -664,7 +654,7 @@ mod tests {
         assert!(e.code().is(ErrorNumber::OperationInvalid), "{e}");
         let mapped = map_error(&e);
         assert!(
-            matches!(&mapped, Error::Unavailable { message } if message.contains("try again")),
+            matches!(&mapped, Error::Unavailable { message, .. } if message.contains("try again")),
             "{mapped:?}"
         );
         // An error that is not about the domain's state stays what it was.
@@ -702,7 +692,7 @@ mod tests {
             &config,
             CloudCalls::default(),
         ) {
-            Err(Error::Config { key, message }) => (key, message),
+            Err(Error::Config { key, message, .. }) => (key, message),
             Err(other) => panic!("{other}"),
             Ok(_) => panic!("accepted"),
         };

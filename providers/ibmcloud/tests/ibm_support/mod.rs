@@ -276,7 +276,7 @@ pub async fn an_instance_that_is_gone_is_already_gone<B: Backend>(
     );
     let unknown = provider.delete_instance(never_existed).await;
     assert!(
-        matches!(&unknown, Err(Error::Unavailable { message }) if message.contains(window)),
+        matches!(&unknown, Err(Error::Unavailable { message, .. }) if message.contains(window)),
         "{unknown:?}"
     );
     let trusting = emulator.backend_with(&[(window, "0")], &CloudCalls::default());
