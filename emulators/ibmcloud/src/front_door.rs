@@ -17,22 +17,20 @@ use test_support::faults::FaultLayer;
 
 use crate::common::{
     IbmEmulator, Knobs, Server, Shared, answer, authorized, fixture, iam_token, injected,
-    layer_fault, lock, provider_config, request_line, url_decode_form,
+    layer_fault, lock, provider_config, request_line, tag_list, url_decode_form, verbatim,
 };
 
-/// An IBM Cloud API behind the shared front door: its error bodies, its route names and what it
-/// answers an authorized request.
+/// An IBM Cloud API behind the shared front door: its error bodies, its configuration keys, its
+/// instances and routes, and what it answers an authorized request. The value is what the cloud
+/// holds beyond the [`Account`] both share.
 pub trait Cloud: Send + Sized + 'static {
     /// The backend's name (`CLOUD_PROVIDER`).
     const PROVIDER: &'static str;
-    /// The cloud's 429 body (throttling).
-    const TOO_MANY_REQUESTS: &'static str;
-    /// The cloud's 5xx body (an internal error).
-    const INTERNAL: &'static str;
-    /// The cloud's 401 body (a token IAM did not issue, or revoked).
-    const UNAUTHORIZED: &'static str;
+    /// The cloud's error bodies for the front door's refusals.
+    const ERRORS: ErrorBodies;
 
-    fn knobs(&mut self) -> &mut Knobs;
+    /// An instance as this cloud's API describes it.
+    type Instance: Instance + Send;
 
     /// The backend's own configuration keys against the emulator at `url` (endpoints, zone,
     /// workspace); see [`provider_config`] for the rest.
@@ -41,15 +39,137 @@ pub trait Cloud: Send + Sized + 'static {
     /// An instance as cloud-api-adaptor creates it, with `tags` as `key:value` user tags; its id.
     fn create_vm(emulator: &Emulator<Self>, name: &str, tags: &[(&str, &str)]) -> String;
 
-    /// Whether the instance or any part it owns (and is deleted with it) still exists.
-    fn vm_or_parts_exist(&self, instance_id: &str) -> bool;
-
     /// The request's route without ids (e.g. `DELETE /v1/instances/{id}`), for request counts
     /// and verbatim answers.
     fn route_name(method: &Method, path: &[&str]) -> String;
 
-    /// The answer to a request that passed the front door.
-    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response;
+    /// The cloud's refusal of a request before any answer, verbatim ones included (the VPC API's
+    /// `version` and `generation` parameters).
+    fn refusal(_request: &Request<'_>) -> Option<Response> {
+        None
+    }
+
+    /// What else goes when an instance is gone, beyond the parts it owns (which the account
+    /// removes).
+    fn instance_removed(&mut self, _instance_id: &str) {}
+
+    /// The answer to a request that passed the front door (Global Tagging's tag list and
+    /// verbatim answers are the front door's).
+    fn serve(account: &mut Account<Self>, request: &Request<'_>, faults: &FaultLayer) -> Response;
+}
+
+/// A cloud's error bodies (fixtures) for what the front door refuses.
+pub struct ErrorBodies {
+    /// 429 (throttling).
+    pub too_many_requests: &'static str,
+    /// 5xx (an internal error).
+    pub internal: &'static str,
+    /// 401 (a token IAM did not issue, or revoked).
+    pub unauthorized: &'static str,
+}
+
+/// An emulated instance.
+pub trait Instance {
+    /// Its CRN, which its user tags are attached to.
+    fn crn(&self) -> &str;
+}
+
+/// What an emulated account holds in either cloud: instances, the parts each owns (deleted with
+/// it), the deletions accepted, user tags, the knobs, and the cloud's own holdings.
+pub struct Account<C: Cloud> {
+    pub knobs: Knobs,
+    seq: u64,
+    pub instances: BTreeMap<String, C::Instance>,
+    /// Parts that exist (network interfaces and ports, boot volumes), by id, with their instance.
+    parts: BTreeMap<String, String>,
+    /// Instances whose deletion was accepted: how many more GETs still show them.
+    deleting: BTreeMap<String, u32>,
+    /// User tags by CRN (Global Tagging).
+    pub tags: BTreeMap<String, Vec<String>>,
+    pub cloud: C,
+}
+
+/// What a GET of an instance finds.
+pub enum Lookup<'a, I> {
+    /// It shows, `deleting` or not.
+    Shown(&'a I, bool),
+    /// It is unknown, or its deletion just finished (it and its parts are gone now).
+    Gone,
+}
+
+impl<C: Cloud> Account<C> {
+    fn new(cloud: C) -> Self {
+        Account {
+            knobs: Knobs {
+                deleting_polls: DELETING_POLLS,
+                ..Knobs::default()
+            },
+            seq: 0,
+            instances: BTreeMap::new(),
+            parts: BTreeMap::new(),
+            deleting: BTreeMap::new(),
+            tags: BTreeMap::new(),
+            cloud,
+        }
+    }
+
+    /// The next number for a deterministic id.
+    pub fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    /// Whether the instance or any part it owns still exists.
+    pub fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
+        self.instances.contains_key(instance_id) || self.parts.values().any(|i| i == instance_id)
+    }
+
+    /// Whether the instance's deletion was accepted and it still shows.
+    pub fn is_deleting(&self, id: &str) -> bool {
+        self.deleting.contains_key(id)
+    }
+
+    /// Accepts a deletion of the instance: it shows for the deleting polls, then is gone. A
+    /// deletion already under way goes on (`restart`: starts over, as a new one).
+    pub fn accept_delete(&mut self, id: &str, restart: bool) -> bool {
+        if !self.instances.contains_key(id) {
+            return false;
+        }
+        if restart || !self.deleting.contains_key(id) {
+            self.deleting
+                .insert(id.to_owned(), self.knobs.deleting_polls);
+        }
+        true
+    }
+
+    /// A GET of the instance: a deleting one shows for its remaining polls, then is removed.
+    pub fn lookup(&mut self, id: &str) -> Lookup<'_, C::Instance> {
+        let finished = match self.deleting.get_mut(id) {
+            Some(0) => true,
+            Some(polls) => {
+                *polls -= 1;
+                false
+            }
+            None => false,
+        };
+        if finished {
+            self.remove(id);
+        }
+        match self.instances.get(id) {
+            Some(instance) => Lookup::Shown(instance, self.deleting.contains_key(id)),
+            None => Lookup::Gone,
+        }
+    }
+
+    /// The instance is gone, and with it its tags and the parts it owns.
+    pub fn remove(&mut self, id: &str) {
+        if let Some(instance) = self.instances.remove(id) {
+            self.tags.remove(instance.crn());
+        }
+        self.deleting.remove(id);
+        self.parts.retain(|_, owner| owner != id);
+        self.cloud.instance_removed(id);
+    }
 }
 
 /// A request past the front door.
@@ -70,17 +190,16 @@ const DELETING_POLLS: u32 = 2;
 
 /// A running emulator of one IBM Cloud API on 127.0.0.1, on its own thread, stopped when
 /// dropped.
-pub struct Emulator<C> {
-    pub(crate) state: Shared<C>,
+pub struct Emulator<C: Cloud> {
+    pub(crate) state: Shared<Account<C>>,
     pub(crate) faults: Arc<FaultLayer>,
     server: Server,
 }
 
 impl<C: Cloud> Emulator<C> {
     /// Serves `cloud` on a free port with the fault layer from the environment.
-    pub(crate) fn serve(mut cloud: C) -> std::io::Result<Self> {
-        cloud.knobs().deleting_polls = DELETING_POLLS;
-        let state: Shared<C> = Arc::new(Mutex::new(cloud));
+    pub(crate) fn serve(cloud: C) -> std::io::Result<Self> {
+        let state: Shared<Account<C>> = Arc::new(Mutex::new(Account::new(cloud)));
         let faults = Arc::new(FaultLayer::from_env());
         let router = Router::new()
             .fallback(handle::<C>)
@@ -97,11 +216,51 @@ impl<C: Cloud> Emulator<C> {
     pub fn url(&self) -> String {
         self.server.url()
     }
+
+    /// Adds an instance made by `build` from the next sequence number, with the parts it owns
+    /// (deleted with it); `tags` become its user tags; the fault layer learns of it. Its id.
+    pub(crate) fn add_instance(
+        &self,
+        tags: &[(&str, &str)],
+        build: impl FnOnce(u64) -> (String, C::Instance, Vec<String>),
+    ) -> String {
+        let mut account = lock(&self.state);
+        let seq = account.next_seq();
+        let (id, instance, parts) = build(seq);
+        if !tags.is_empty() {
+            account.tags.insert(
+                instance.crn().to_owned(),
+                tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
+            );
+        }
+        for part in parts {
+            account.parts.insert(part, id.clone());
+        }
+        self.faults.created(&id);
+        account.instances.insert(id.clone(), instance);
+        id
+    }
+
+    /// Accepts a deletion of the instance, as if someone else had asked just now: it still shows
+    /// for the deleting polls (VPC: as `deleting`), then is gone.
+    pub fn start_deleting(&self, id: &str) {
+        lock(&self.state).accept_delete(id, true);
+    }
+
+    /// Whether the instance's deletion was accepted and it still shows.
+    pub fn is_deleting(&self, id: &str) -> bool {
+        lock(&self.state).is_deleting(id)
+    }
+}
+
+/// When an instance made with sequence number `seq` was created, as the APIs write it.
+pub(crate) fn created_at(seq: u64) -> String {
+    format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60)
 }
 
 impl<C: Cloud> IbmEmulator for Emulator<C> {
     fn with_knobs<R>(&self, change: impl FnOnce(&mut Knobs) -> R) -> R {
-        change(lock(&self.state).knobs())
+        change(&mut lock(&self.state).knobs)
     }
 }
 
@@ -128,7 +287,7 @@ impl<C: Cloud> CloudEmulator for Emulator<C> {
 }
 
 async fn handle<C: Cloud>(
-    State((state, faults)): State<(Shared<C>, Arc<FaultLayer>)>,
+    State((state, faults)): State<(Shared<Account<C>>, Arc<FaultLayer>)>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
@@ -139,34 +298,34 @@ async fn handle<C: Cloud>(
     if !iam {
         if let Some(fault) = layer_fault(
             &faults,
-            &fixture(C::TOO_MANY_REQUESTS),
-            &fixture(C::INTERNAL),
+            &fixture(C::ERRORS.too_many_requests),
+            &fixture(C::ERRORS.internal),
         )
         .await
         {
             return fault;
         }
         if let Some(polls) = faults.operation_polls() {
-            lock(&state).knobs().deleting_polls = polls;
+            lock(&state).knobs.deleting_polls = polls;
         }
     }
-    let mut state = lock(&state);
+    let mut account = lock(&state);
     if iam {
-        return iam_token(state.knobs(), &body);
+        return iam_token(&mut account.knobs, &body);
     }
     let query = url_decode_form(uri.query().unwrap_or_default().as_bytes());
     let route = C::route_name(&method, &path);
     if let Some(fault) = injected(
-        state.knobs(),
+        &mut account.knobs,
         &route,
         request_line(&method, &uri),
-        &fixture(C::TOO_MANY_REQUESTS),
-        &fixture(C::INTERNAL),
+        &fixture(C::ERRORS.too_many_requests),
+        &fixture(C::ERRORS.internal),
     ) {
         return fault;
     }
-    if !authorized(state.knobs(), &headers) {
-        return answer(StatusCode::UNAUTHORIZED, &fixture(C::UNAUTHORIZED));
+    if !authorized(&account.knobs, &headers) {
+        return answer(StatusCode::UNAUTHORIZED, &fixture(C::ERRORS.unauthorized));
     }
     let request = Request {
         method: &method,
@@ -177,5 +336,14 @@ async fn handle<C: Cloud>(
         query: &query,
         route: &route,
     };
-    state.serve(&request, &faults)
+    if let Some(refusal) = C::refusal(&request) {
+        return refusal;
+    }
+    if let Some(example) = verbatim(&mut account.knobs, &route) {
+        return example;
+    }
+    if method == Method::GET && path == ["v3", "tags"] {
+        return tag_list(&account.tags, &query);
+    }
+    C::serve(&mut account, &request, &faults)
 }

@@ -8,23 +8,29 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::faults::FaultLayer;
 
-use crate::common::{ACCOUNT_ID, Knobs, answer, fixture, lock, tag_list, uuid_like, verbatim};
-use crate::front_door::{Cloud, Emulator, Request};
+use crate::common::{ACCOUNT_ID, answer, fixture, lock, uuid_like};
+use crate::front_door::{
+    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at,
+};
 
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
 const PVM_INSTANCES: &str = include_str!("../fixtures/power_pvm_instances.json");
 const WORKSPACE: &str = include_str!("../fixtures/power_workspace.json");
 const NOT_FOUND: &str = include_str!("../fixtures/power_error_not_found.json");
 const UNAUTHORIZED: &str = include_str!("../fixtures/power_error_unauthorized.json");
-const TOO_MANY_REQUESTS: &str = include_str!("../fixtures/power_error_too_many_requests.json");
-const INTERNAL: &str = include_str!("../fixtures/power_error_internal.json");
+/// The Power `Error` model's bodies (`code`, `description`, `error`, `message`).
+const ERRORS: ErrorBodies = ErrorBodies {
+    too_many_requests: include_str!("../fixtures/power_error_too_many_requests.json"),
+    internal: include_str!("../fixtures/power_error_internal.json"),
+    unauthorized: UNAUTHORIZED,
+};
 
 /// The workspace (cloud instance) id the emulator serves.
 pub const WORKSPACE_ID: &str = "7e0ba4c4-4d5e-4b3b-9c5e-0d1e2f3a4b5c";
 /// Its zone.
 pub const ZONE: &str = "dal10";
 
-struct PvmInstance {
+pub struct PvmInstance {
     name: String,
     crn: String,
     created: String,
@@ -32,41 +38,37 @@ struct PvmInstance {
     memory_gb: f64,
     boot_volume: String,
     network_port: String,
-    deleting_polls_left: Option<u32>,
     /// The next DELETE answers 410 Gone (see [`PowerVsEmulator::answer_gone`]).
     gone: bool,
 }
 
-/// What the Power Virtual Server emulator holds: one workspace's instances, their parts and
-/// tags, and its limits.
-#[derive(Default)]
-pub struct PowerState {
-    knobs: Knobs,
-    seq: u64,
-    instances: BTreeMap<String, PvmInstance>,
-    /// Volumes and network ports that exist, with their instance.
-    volumes: BTreeMap<String, String>,
-    ports: BTreeMap<String, String>,
-    tags: BTreeMap<String, Vec<String>>,
+impl Instance for PvmInstance {
+    fn crn(&self) -> &str {
+        &self.crn
+    }
+}
+
+/// What the Power Virtual Server emulator holds beyond one workspace's instances (whose parts
+/// are a boot volume and a network port): the workspace's limits.
+pub struct Power {
     /// Workspace limits: instances, processors, memory (GB); `None` leaves them out.
     limits: Option<(f64, f64, f64)>,
 }
 
 /// A running Power Virtual Server emulator on 127.0.0.1.
-pub type PowerVsEmulator = Emulator<PowerState>;
+pub type PowerVsEmulator = Emulator<Power>;
 
 impl PowerVsEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        Emulator::serve(PowerState {
+        Emulator::serve(Power {
             limits: Some((50.0, 100.0, 800.0)),
-            ..PowerState::default()
         })
     }
 
     /// The workspace's limits (instances, processors, memory in GB); `None` removes them.
     pub fn set_limits(&self, limits: Option<(f64, f64, f64)>) {
-        lock(&self.state).limits = limits;
+        lock(&self.state).cloud.limits = limits;
     }
 
     /// Creates an instance as [`CloudEmulator::create_vm`] does, with this size.
@@ -77,47 +79,25 @@ impl PowerVsEmulator {
         processors: f64,
         memory_gb: f64,
     ) -> String {
-        let mut state = lock(&self.state);
-        state.seq += 1;
-        let seq = state.seq;
-        let id = uuid_like(seq, 0x2f9d_7c66);
-        let crn = format!(
-            "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
-        );
-        let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
-        let network_port = uuid_like(seq, 0x4f6f_2c4e);
-        state.volumes.insert(boot_volume.clone(), id.clone());
-        state.ports.insert(network_port.clone(), id.clone());
-        if !tags.is_empty() {
-            state.tags.insert(
-                crn.clone(),
-                tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
-            );
-        }
-        self.faults.created(&id);
-        state.instances.insert(
-            id.clone(),
-            PvmInstance {
+        self.add_instance(tags, |seq| {
+            let id = uuid_like(seq, 0x2f9d_7c66);
+            let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
+            let network_port = uuid_like(seq, 0x4f6f_2c4e);
+            let parts = vec![boot_volume.clone(), network_port.clone()];
+            let instance = PvmInstance {
                 name: name.to_owned(),
-                crn,
-                created: format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60),
+                crn: format!(
+                    "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
+                ),
+                created: created_at(seq),
                 processors,
                 memory_gb,
                 boot_volume,
                 network_port,
-                deleting_polls_left: None,
                 gone: false,
-            },
-        );
-        id
-    }
-
-    /// Whether the instance's deletion was accepted and it is still listed.
-    pub fn is_deleting(&self, id: &str) -> bool {
-        lock(&self.state)
-            .instances
-            .get(id)
-            .is_some_and(|i| i.deleting_polls_left.is_some())
+            };
+            (id, instance, parts)
+        })
     }
 
     /// The instance is gone: GETs answer 404, lists leave it out, and the next DELETE of it
@@ -127,15 +107,6 @@ impl PowerVsEmulator {
         let mut state = lock(&self.state);
         if let Some(instance) = state.instances.get_mut(id) {
             instance.gone = true;
-        }
-    }
-
-    /// Accepts a deletion of the instance, as if someone else had asked just now.
-    pub fn start_deleting(&self, id: &str) {
-        let mut state = lock(&self.state);
-        let polls = state.knobs.deleting_polls;
-        if let Some(instance) = state.instances.get_mut(id) {
-            instance.deleting_polls_left = Some(polls);
         }
     }
 }
@@ -149,14 +120,16 @@ fn error(status: StatusCode, text: &str, description: Option<&str>) -> Response 
     answer(status, &body)
 }
 
-impl Cloud for PowerState {
+impl Cloud for Power {
     const PROVIDER: &'static str = "ibmcloud-powervs";
-    const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
-    const INTERNAL: &'static str = INTERNAL;
-    const UNAUTHORIZED: &'static str = UNAUTHORIZED;
+    const ERRORS: ErrorBodies = ERRORS;
+    type Instance = PvmInstance;
 
-    fn knobs(&mut self) -> &mut Knobs {
-        &mut self.knobs
+    /// 0.5 shared processors, 2 GB, a boot volume and a port on the configured network, both
+    /// deleted with it. cloud-api-adaptor tags PowerVS instances with nothing; `tags` become
+    /// user tags for tests of tag selectors.
+    fn create_vm(emulator: &PowerVsEmulator, name: &str, tags: &[(&str, &str)]) -> String {
+        emulator.create_vm_sized(name, tags, 0.5, 2.0)
     }
 
     fn endpoints(url: &str) -> Vec<(&'static str, String)> {
@@ -169,43 +142,27 @@ impl Cloud for PowerState {
         ]
     }
 
-    /// 0.5 shared processors, 2 GB, a boot volume and a port on the configured network, both
-    /// deleted with it. cloud-api-adaptor tags PowerVS instances with nothing; `tags` become
-    /// user tags for tests of tag selectors.
-    fn create_vm(emulator: &PowerVsEmulator, name: &str, tags: &[(&str, &str)]) -> String {
-        emulator.create_vm_sized(name, tags, 0.5, 2.0)
-    }
-
-    /// The instance, its boot volume or its network port.
-    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
-        self.instances.contains_key(instance_id)
-            || self.volumes.values().any(|i| i == instance_id)
-            || self.ports.values().any(|i| i == instance_id)
-    }
-
+    /// `GET .../pvm-instances/2f9d...` → `GET pvm-instances/{id}`.
     fn route_name(method: &Method, path: &[&str]) -> String {
-        route_name(method, path)
+        match path {
+            ["pcloud", "v1", "cloud-instances", _] => format!("{method} cloud-instances/{{id}}"),
+            ["pcloud", "v1", "cloud-instances", _, "pvm-instances"] => {
+                format!("{method} pvm-instances")
+            }
+            ["pcloud", "v1", "cloud-instances", _, "pvm-instances", _] => {
+                format!("{method} pvm-instances/{{id}}")
+            }
+            _ => format!("{method} /{}", path.join("/")),
+        }
     }
 
-    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response {
-        let Request {
-            method,
-            headers,
-            path,
-            query,
-            route,
-            ..
-        } = *request;
-        if let Some(example) = verbatim(&mut self.knobs, route) {
-            return example;
-        }
+    fn serve(account: &mut Account<Power>, request: &Request<'_>, faults: &FaultLayer) -> Response {
+        let (method, path) = (request.method, request.path);
         if path.first() == Some(&"v3") {
-            return match (method, path) {
-                (&Method::GET, ["v3", "tags"]) => tag_list(&self.tags, query),
-                _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
-            };
+            return error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found"));
         }
-        if !headers
+        if !request
+            .headers
             .get("crn")
             .and_then(|v| v.to_str().ok())
             .is_some_and(names_this_workspace)
@@ -226,10 +183,10 @@ impl Cloud for PowerState {
                     Some("cloud instance does not exist"),
                 )
             }
-            (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(self),
+            (&Method::GET, ["pcloud", "v1", "cloud-instances", _]) => workspace(account),
             (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
                 let mut body = fixture(PVM_INSTANCES);
-                body["pvmInstances"] = visible(&self.instances)
+                body["pvmInstances"] = visible(&account.instances)
                     .map(|(id, i)| reference_json(id, i))
                     .collect();
                 answer(StatusCode::OK, &body)
@@ -240,34 +197,29 @@ impl Cloud for PowerState {
                 ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id],
             ) if faults.invisible(id) => not_found(id),
             (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
-                get_instance(self, id)
+                get_instance(account, id)
             }
             (&Method::DELETE, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
-                delete_instance(self, id)
+                delete_instance(account, id)
             }
             _ => error(StatusCode::NOT_FOUND, NOT_FOUND, Some("route not found")),
         }
     }
 }
 
-fn delete_instance(state: &mut PowerState, id: &str) -> Response {
-    let polls = state.knobs.deleting_polls;
-    match state.instances.get_mut(id) {
-        None => not_found(id),
-        Some(instance) if instance.gone => {
-            remove_instance(state, id);
-            error(
-                StatusCode::GONE,
-                NOT_FOUND,
-                Some(&format!("pvm-instance has been deleted. ID: {id}")),
-            )
-        }
-        Some(instance) => {
-            if instance.deleting_polls_left.is_none() {
-                instance.deleting_polls_left = Some(polls);
-            }
-            answer(StatusCode::OK, &json!({}))
-        }
+fn delete_instance(state: &mut Account<Power>, id: &str) -> Response {
+    if state.instances.get(id).is_some_and(|i| i.gone) {
+        state.remove(id);
+        return error(
+            StatusCode::GONE,
+            NOT_FOUND,
+            Some(&format!("pvm-instance has been deleted. ID: {id}")),
+        );
+    }
+    if state.accept_delete(id, false) {
+        answer(StatusCode::OK, &json!({}))
+    } else {
+        not_found(id)
     }
 }
 
@@ -292,20 +244,6 @@ fn visible(
 fn not_found(id: &str) -> Response {
     let text = format!("pvm-instance does not exist. ID: {id}");
     error(StatusCode::NOT_FOUND, NOT_FOUND, Some(&text))
-}
-
-/// `GET .../pvm-instances/2f9d...` → `GET pvm-instances/{id}`, for request counts.
-fn route_name(method: &Method, path: &[&str]) -> String {
-    match path {
-        ["pcloud", "v1", "cloud-instances", _] => format!("{method} cloud-instances/{{id}}"),
-        ["pcloud", "v1", "cloud-instances", _, "pvm-instances"] => {
-            format!("{method} pvm-instances")
-        }
-        ["pcloud", "v1", "cloud-instances", _, "pvm-instances", _] => {
-            format!("{method} pvm-instances/{{id}}")
-        }
-        _ => format!("{method} /{}", path.join("/")),
-    }
 }
 
 /// A `PVMInstance` (what `GET .../pvm-instances/{id}` answers).
@@ -336,44 +274,22 @@ fn reference_json(id: &str, i: &PvmInstance) -> Value {
     v
 }
 
-fn get_instance(state: &mut PowerState, id: &str) -> Response {
-    let finished = match state.instances.get_mut(id) {
-        None => return not_found(id),
-        Some(i) if i.gone => return not_found(id),
-        Some(i) => match i.deleting_polls_left {
-            Some(0) => true,
-            Some(n) => {
-                i.deleting_polls_left = Some(n - 1);
-                false
-            }
-            None => false,
-        },
-    };
-    if finished {
-        remove_instance(state, id);
+fn get_instance(state: &mut Account<Power>, id: &str) -> Response {
+    if state.instances.get(id).is_some_and(|i| i.gone) {
         return not_found(id);
     }
-    match state.instances.get(id) {
-        Some(i) => answer(StatusCode::OK, &instance_json(id, i)),
-        None => not_found(id),
+    match state.lookup(id) {
+        Lookup::Shown(instance, _) => answer(StatusCode::OK, &instance_json(id, instance)),
+        Lookup::Gone => not_found(id),
     }
 }
 
-/// The instance is gone, and with it its boot volume and network port.
-fn remove_instance(state: &mut PowerState, id: &str) {
-    if let Some(instance) = state.instances.remove(id) {
-        state.tags.remove(&instance.crn);
-    }
-    state.volumes.retain(|_, owner| owner != id);
-    state.ports.retain(|_, owner| owner != id);
-}
-
-fn workspace(state: &PowerState) -> Response {
+fn workspace(state: &Account<Power>) -> Response {
     let mut body = fixture(WORKSPACE);
     body["cloudInstanceID"] = json!(WORKSPACE_ID);
     body["tenantID"] = json!(ACCOUNT_ID);
     body["region"] = json!(ZONE);
-    match state.limits {
+    match state.cloud.limits {
         Some((instances, processors, memory)) => {
             body["limits"]["instances"] = json!(instances);
             body["limits"]["processors"] = json!(processors);
@@ -411,9 +327,9 @@ mod tests {
             PVM_INSTANCES,
             WORKSPACE,
             NOT_FOUND,
-            UNAUTHORIZED,
-            TOO_MANY_REQUESTS,
-            INTERNAL,
+            ERRORS.unauthorized,
+            ERRORS.too_many_requests,
+            ERRORS.internal,
         ] {
             assert!(serde_json::from_str::<Value>(text).is_ok());
         }

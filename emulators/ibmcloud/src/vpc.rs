@@ -10,24 +10,27 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use test_support::faults::FaultLayer;
 
-use crate::common::{
-    ACCOUNT_ID, Knobs, answer, fixture, lock, no_content, tag_list, uuid_like, verbatim,
+use crate::common::{ACCOUNT_ID, answer, fixture, lock, no_content, uuid_like};
+use crate::front_door::{
+    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at,
 };
-use crate::front_door::{Cloud, Emulator, Request};
 use crate::search;
 
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
 const INSTANCE_COLLECTION: &str = include_str!("../fixtures/vpc_instance_collection.json");
 const FLOATING_IP: &str = include_str!("../fixtures/vpc_floating_ip.json");
 const NOT_FOUND: &str = include_str!("../fixtures/vpc_error_not_found.json");
-const UNAUTHORIZED: &str = include_str!("../fixtures/vpc_error_unauthorized.json");
-const TOO_MANY_REQUESTS: &str = include_str!("../fixtures/vpc_error_too_many_requests.json");
-const INTERNAL: &str = include_str!("../fixtures/vpc_error_internal.json");
+/// The VPC error schema's bodies (`errors[]` of `code`, `message`, `more_info`, ...).
+const ERRORS: ErrorBodies = ErrorBodies {
+    too_many_requests: include_str!("../fixtures/vpc_error_too_many_requests.json"),
+    internal: include_str!("../fixtures/vpc_error_internal.json"),
+    unauthorized: include_str!("../fixtures/vpc_error_unauthorized.json"),
+};
 
 /// The zone every emulated instance lives in.
 pub const ZONE: &str = "us-south-1";
 
-struct VpcInstance {
+pub struct VpcInstance {
     name: String,
     crn: String,
     created_at: String,
@@ -35,9 +38,6 @@ struct VpcInstance {
     boot_volume: String,
     vcpus: u64,
     memory_gib: u64,
-    status: String,
-    /// After a DELETE: how many more GETs still show `deleting`.
-    deleting_polls_left: u32,
     /// When it was created (Global Search shows it only `search_lag` later).
     created: Instant,
 }
@@ -49,20 +49,18 @@ struct FloatingIp {
     target: Option<(String, String)>,
 }
 
-/// What the VPC emulator holds: instances, their parts, floating IPs, tags and Global Search's
-/// view.
+impl Instance for VpcInstance {
+    fn crn(&self) -> &str {
+        &self.crn
+    }
+}
+
+/// What the VPC emulator holds beyond the instances (whose parts are network interfaces and a
+/// boot volume): floating IPs and Global Search's view.
 #[derive(Default)]
-pub struct VpcState {
-    knobs: Knobs,
+pub struct Vpc {
     base_url: String,
-    seq: u64,
-    instances: BTreeMap<String, VpcInstance>,
-    /// Network interfaces and boot volumes that exist, by id, with their instance.
-    network_interfaces: BTreeMap<String, String>,
-    volumes: BTreeMap<String, String>,
     floating_ips: BTreeMap<String, FloatingIp>,
-    /// User tags by CRN (Global Tagging).
-    tags: BTreeMap<String, Vec<String>>,
     /// Instances of other regions: the regional VPC API never shows them, Global Search (which
     /// is global) does.
     other_regions: Vec<search::Document>,
@@ -72,16 +70,16 @@ pub struct VpcState {
 }
 
 /// A running VPC emulator on 127.0.0.1.
-pub type VpcEmulator = Emulator<VpcState>;
+pub type VpcEmulator = Emulator<Vpc>;
 
 impl VpcEmulator {
     /// Starts the emulator on a free port.
     pub fn start() -> std::io::Result<Self> {
-        let emulator = Emulator::serve(VpcState {
+        let emulator = Emulator::serve(Vpc {
             search_lag: search::lag_from_env(),
-            ..VpcState::default()
+            ..Vpc::default()
         })?;
-        lock(&emulator.state).base_url = emulator.url();
+        lock(&emulator.state).cloud.base_url = emulator.url();
         Ok(emulator)
     }
 
@@ -94,15 +92,14 @@ impl VpcEmulator {
     /// Global Search's eventual consistency: an instance created less than `lag` ago is missing
     /// from search results (default 0, or `PEERPODS_EMULATOR_SEARCH_LAG_SECS`).
     pub fn set_search_lag(&self, lag: Duration) {
-        lock(&self.state).search_lag = lag;
+        lock(&self.state).cloud.search_lag = lag;
     }
 
     /// An instance of another region's VPC (`zone`, e.g. `eu-de-1`) with `tags`: only Global
     /// Search sees it. Returns its id.
     pub fn create_vm_in_zone(&self, name: &str, tags: &[(&str, &str)], zone: &str) -> String {
         let mut state = lock(&self.state);
-        state.seq += 1;
-        let id = format!("07k7_{}", uuid_like(state.seq, 0x9c41_02de));
+        let id = format!("07k7_{}", uuid_like(state.next_seq(), 0x9c41_02de));
         let crn = format!("crn:v1:bluemix:public:is:{zone}:a/{ACCOUNT_ID}::instance:{id}");
         let document = search::Document {
             crn,
@@ -113,7 +110,7 @@ impl VpcEmulator {
             tags: tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
             creation_date: None,
         };
-        state.other_regions.push(document);
+        state.cloud.other_regions.push(document);
         id
     }
 
@@ -125,38 +122,23 @@ impl VpcEmulator {
         vcpus: u64,
         memory_gib: u64,
     ) -> String {
-        let mut state = lock(&self.state);
-        state.seq += 1;
-        let seq = state.seq;
-        let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
-        let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
-        let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
-        let crn = format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}");
-        state
-            .network_interfaces
-            .insert(network_interface.clone(), id.clone());
-        state.volumes.insert(boot_volume.clone(), id.clone());
-        state.tags.insert(
-            crn.clone(),
-            tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
-        );
-        self.faults.created(&id);
-        state.instances.insert(
-            id.clone(),
-            VpcInstance {
+        self.add_instance(tags, |seq| {
+            let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
+            let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
+            let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
+            let parts = vec![network_interface.clone(), boot_volume.clone()];
+            let instance = VpcInstance {
                 name: name.to_owned(),
-                crn,
-                created_at: format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60),
+                crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}"),
+                created_at: created_at(seq),
                 network_interface,
                 boot_volume,
                 vcpus,
                 memory_gib,
-                status: "running".into(),
-                deleting_polls_left: 0,
                 created: Instant::now(),
-            },
-        );
-        id
+            };
+            (id, instance, parts)
+        })
     }
 
     /// Reserves a floating IP and binds it to the instance's primary network interface, as an
@@ -165,10 +147,9 @@ impl VpcEmulator {
     pub fn attach_floating_ip(&self, instance_id: &str) -> Option<String> {
         let mut state = lock(&self.state);
         let nic = state.instances.get(instance_id)?.network_interface.clone();
-        state.seq += 1;
-        let seq = state.seq;
+        let seq = state.next_seq();
         let id = format!("0717-{}", uuid_like(seq, 0x2ab0_a6e5));
-        state.floating_ips.insert(
+        state.cloud.floating_ips.insert(
             id.clone(),
             FloatingIp {
                 name: format!("fip-{seq}"),
@@ -181,12 +162,13 @@ impl VpcEmulator {
 
     /// Whether the floating IP is still reserved.
     pub fn floating_ip_exists(&self, id: &str) -> bool {
-        lock(&self.state).floating_ips.contains_key(id)
+        lock(&self.state).cloud.floating_ips.contains_key(id)
     }
 
     /// The instance a floating IP is bound to, `None` when unbound (or not reserved).
     pub fn floating_ip_bound_to(&self, id: &str) -> Option<String> {
         lock(&self.state)
+            .cloud
             .floating_ips
             .get(id)?
             .target
@@ -196,21 +178,17 @@ impl VpcEmulator {
 
     /// The instance's status (`running`, `deleting`), `None` once gone.
     pub fn instance_status(&self, id: &str) -> Option<String> {
-        lock(&self.state)
+        let state = lock(&self.state);
+        state
             .instances
-            .get(id)
-            .map(|i| i.status.clone())
+            .contains_key(id)
+            .then(|| status(state.is_deleting(id)).to_owned())
     }
+}
 
-    /// Puts the instance in `deleting`, as if someone else had deleted it just now.
-    pub fn start_deleting(&self, id: &str) {
-        let mut state = lock(&self.state);
-        let polls = state.knobs.deleting_polls;
-        if let Some(instance) = state.instances.get_mut(id) {
-            instance.status = "deleting".into();
-            instance.deleting_polls_left = polls;
-        }
-    }
+/// An instance's `status`: `running`, or `deleting` once its deletion was accepted.
+fn status(deleting: bool) -> &'static str {
+    if deleting { "deleting" } else { "running" }
 }
 
 fn not_found(target: &str, message: &str) -> Response {
@@ -228,14 +206,14 @@ fn bad_request(message: &str) -> Response {
     answer(StatusCode::BAD_REQUEST, &body)
 }
 
-impl Cloud for VpcState {
+impl Cloud for Vpc {
     const PROVIDER: &'static str = "ibmcloud";
-    const TOO_MANY_REQUESTS: &'static str = TOO_MANY_REQUESTS;
-    const INTERNAL: &'static str = INTERNAL;
-    const UNAUTHORIZED: &'static str = UNAUTHORIZED;
+    const ERRORS: ErrorBodies = ERRORS;
+    type Instance = VpcInstance;
 
-    fn knobs(&mut self) -> &mut Knobs {
-        &mut self.knobs
+    /// Profile bx2-2x8, a primary network interface, a boot volume deleted with the instance.
+    fn create_vm(emulator: &VpcEmulator, name: &str, tags: &[(&str, &str)]) -> String {
+        emulator.create_vm_with_profile(name, tags, 2, 8)
     }
 
     fn endpoints(url: &str) -> Vec<(&'static str, String)> {
@@ -248,64 +226,70 @@ impl Cloud for VpcState {
         ]
     }
 
-    /// Profile bx2-2x8, a primary network interface, a boot volume deleted with the instance.
-    fn create_vm(emulator: &VpcEmulator, name: &str, tags: &[(&str, &str)]) -> String {
-        emulator.create_vm_with_profile(name, tags, 2, 8)
-    }
-
-    /// The instance, its network interfaces or its boot volume (not an operator's floating IP
-    /// bound to it).
-    fn vm_or_parts_exist(&self, instance_id: &str) -> bool {
-        self.instances.contains_key(instance_id)
-            || self.network_interfaces.values().any(|i| i == instance_id)
-            || self.volumes.values().any(|i| i == instance_id)
-    }
-
+    /// `GET /v1/instances/0717_x` → `GET /v1/instances/{id}`.
     fn route_name(method: &Method, path: &[&str]) -> String {
-        route_name(method, path)
+        let generic: Vec<&str> = path
+            .iter()
+            .enumerate()
+            .map(|(i, part)| match (i, path.first()) {
+                (2, Some(&"v1")) => "{id}",
+                (4, Some(&"v1")) => "{nic}",
+                _ => part,
+            })
+            .collect();
+        format!("{method} /{}", generic.join("/"))
     }
 
-    fn serve(&mut self, request: &Request<'_>, faults: &FaultLayer) -> Response {
-        let Request {
-            method,
-            uri,
-            body,
-            path,
-            query,
-            route,
-            ..
-        } = *request;
-        if path.first() == Some(&"v3") {
-            if let Some(example) = verbatim(&mut self.knobs, route) {
-                return example;
-            }
-            return match (method, path) {
-                (&Method::GET, ["v3", "tags"]) => tag_list(&self.tags, query),
-                (&Method::POST, ["v3", "resources", "search"]) => {
-                    search_resources(self, query, body)
-                }
-                _ => not_found(uri.path(), "route not found"),
-            };
+    /// Every VPC API request names a `version` date the API accepts and `generation=2`.
+    fn refusal(request: &Request<'_>) -> Option<Response> {
+        if request.path.first() == Some(&"v3") {
+            return None;
         }
-        let version_ok = query
+        let version_ok = request
+            .query
             .get("version")
             .is_some_and(|v| version_accepted(v, jiff::Timestamp::now()));
-        if !version_ok || query.get("generation").map(String::as_str) != Some("2") {
-            return bad_request(
+        let generation_ok = request.query.get("generation").map(String::as_str) == Some("2");
+        (!version_ok || !generation_ok).then(|| {
+            bad_request(
                 "The version query parameter must be a date (YYYY-MM-DD) between 2022-09-13 and today, and generation must be 2",
-            );
+            )
+        })
+    }
+
+    /// Floating IPs bound to the instance's interfaces are only unbound (they stay reserved),
+    /// as the VPC API documents.
+    fn instance_removed(&mut self, instance_id: &str) {
+        for ip in self.floating_ips.values_mut() {
+            if ip
+                .target
+                .as_ref()
+                .is_some_and(|(_, owner)| owner == instance_id)
+            {
+                ip.target = None;
+            }
         }
-        if let Some(example) = verbatim(&mut self.knobs, route) {
-            return example;
-        }
+    }
+
+    fn serve(account: &mut Account<Vpc>, request: &Request<'_>, faults: &FaultLayer) -> Response {
+        let (method, path, query) = (request.method, request.path, request.query);
         match (method, path) {
-            (&Method::GET, ["v1", "instances"]) => list_instances(self, query),
+            (&Method::POST, ["v3", "resources", "search"]) => {
+                search_resources(account, query, request.body)
+            }
+            (&Method::GET, ["v1", "instances"]) => list_instances(account, query),
             // An instance created moments ago may still be unknown (the fault layer's window).
             (&Method::GET | &Method::DELETE, ["v1", "instances", id]) if faults.invisible(id) => {
                 not_found(id, "Instance not found")
             }
-            (&Method::GET, ["v1", "instances", id]) => get_instance(self, id),
-            (&Method::DELETE, ["v1", "instances", id]) => delete_instance(self, id),
+            (&Method::GET, ["v1", "instances", id]) => get_instance(account, id),
+            (&Method::DELETE, ["v1", "instances", id]) => {
+                if account.accept_delete(id, false) {
+                    no_content()
+                } else {
+                    not_found(id, "Instance not found")
+                }
+            }
             (
                 &Method::GET,
                 [
@@ -316,15 +300,15 @@ impl Cloud for VpcState {
                     nic,
                     "floating_ips",
                 ],
-            ) => floating_ips_of(self, id, nic),
+            ) => floating_ips_of(account, id, nic),
             (&Method::DELETE, ["v1", "floating_ips", id]) => {
-                if self.floating_ips.remove(*id).is_some() {
+                if account.cloud.floating_ips.remove(*id).is_some() {
                     no_content()
                 } else {
                     not_found(id, "Floating IP not found")
                 }
             }
-            _ => not_found(uri.path(), "route not found"),
+            _ => not_found(request.uri.path(), "route not found"),
         }
     }
 }
@@ -339,21 +323,7 @@ fn version_accepted(version: &str, now: jiff::Timestamp) -> bool {
     version.len() == 10 && date >= jiff::civil::date(2022, 9, 13) && date <= today
 }
 
-/// `GET /v1/instances/0717_x` → `GET /v1/instances/{id}`, for request counts.
-fn route_name(method: &Method, path: &[&str]) -> String {
-    let generic: Vec<&str> = path
-        .iter()
-        .enumerate()
-        .map(|(i, part)| match (i, path.first()) {
-            (2, Some(&"v1")) => "{id}",
-            (4, Some(&"v1")) => "{nic}",
-            _ => part,
-        })
-        .collect();
-    format!("{method} /{}", generic.join("/"))
-}
-
-fn instance_json(base: &str, id: &str, i: &VpcInstance) -> Value {
+fn instance_json(base: &str, id: &str, i: &VpcInstance, deleting: bool) -> Value {
     let mut v = fixture(INSTANCE);
     let nic_href = format!(
         "{base}/v1/instances/{id}/network_interfaces/{}",
@@ -363,7 +333,7 @@ fn instance_json(base: &str, id: &str, i: &VpcInstance) -> Value {
     v["crn"] = json!(i.crn);
     v["href"] = json!(format!("{base}/v1/instances/{id}"));
     v["name"] = json!(i.name);
-    v["status"] = json!(i.status);
+    v["status"] = json!(status(deleting));
     v["created_at"] = json!(i.created_at);
     v["memory"] = json!(i.memory_gib);
     v["vcpu"]["count"] = json!(i.vcpus);
@@ -377,13 +347,13 @@ fn instance_json(base: &str, id: &str, i: &VpcInstance) -> Value {
     v
 }
 
-fn list_instances(state: &VpcState, query: &BTreeMap<String, String>) -> Response {
+fn list_instances(state: &Account<Vpc>, query: &BTreeMap<String, String>) -> Response {
     let limit: usize = query
         .get("limit")
         .and_then(|l| l.parse().ok())
         .unwrap_or(50)
         .clamp(1, 100);
-    let base = &state.base_url;
+    let base = &state.cloud.base_url;
     let start = query.get("start").cloned().unwrap_or_default();
     let page: Vec<(&String, &VpcInstance)> =
         state.instances.range(start..).take(limit + 1).collect();
@@ -394,7 +364,7 @@ fn list_instances(state: &VpcState, query: &BTreeMap<String, String>) -> Respons
     body["instances"] = page
         .iter()
         .take(limit)
-        .map(|(id, i)| instance_json(base, id, i))
+        .map(|(id, i)| instance_json(base, id, i, state.is_deleting(id)))
         .collect();
     match page.get(limit) {
         Some((next, _)) => {
@@ -412,12 +382,12 @@ fn list_instances(state: &VpcState, query: &BTreeMap<String, String>) -> Respons
 /// What Global Search indexes of this account: the region's instances (once `search_lag` has
 /// passed since their creation) with their user tags, its floating IPs, and the instances of
 /// other regions.
-fn search_documents(state: &VpcState) -> Vec<search::Document> {
+fn search_documents(state: &Account<Vpc>) -> Vec<search::Document> {
     let region = search::region_of_zone(ZONE);
     let instances = state
         .instances
         .iter()
-        .filter(|(_, i)| i.created.elapsed() >= state.search_lag)
+        .filter(|(_, i)| i.created.elapsed() >= state.cloud.search_lag)
         .map(|(_, i)| search::Document {
             crn: i.crn.clone(),
             name: i.name.clone(),
@@ -427,93 +397,59 @@ fn search_documents(state: &VpcState) -> Vec<search::Document> {
             tags: state.tags.get(&i.crn).cloned().unwrap_or_default(),
             creation_date: Some(i.created_at.clone()),
         });
-    let floating_ips = state.floating_ips.iter().map(|(id, ip)| search::Document {
-        crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::floating-ip:{id}"),
-        name: ip.name.clone(),
-        family: "is".into(),
-        kind: "floating-ip".into(),
-        region: region.clone(),
-        tags: Vec::new(),
-        creation_date: None,
-    });
+    let floating_ips = state
+        .cloud
+        .floating_ips
+        .iter()
+        .map(|(id, ip)| search::Document {
+            crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::floating-ip:{id}"),
+            name: ip.name.clone(),
+            family: "is".into(),
+            kind: "floating-ip".into(),
+            region: region.clone(),
+            tags: Vec::new(),
+            creation_date: None,
+        });
     instances
         .chain(floating_ips)
-        .chain(state.other_regions.iter().cloned())
+        .chain(state.cloud.other_regions.iter().cloned())
         .collect()
 }
 
 /// `POST /v3/resources/search`.
 fn search_resources(
-    state: &mut VpcState,
+    state: &mut Account<Vpc>,
     query: &BTreeMap<String, String>,
     body: &[u8],
 ) -> Response {
     let documents = search_documents(state);
-    match search::answer(&mut state.cursors, &documents, query, body) {
+    match search::answer(&mut state.cloud.cursors, &documents, query, body) {
         Ok(page) => answer(StatusCode::OK, &page),
         Err(message) => bad_request(&message),
     }
 }
 
-fn get_instance(state: &mut VpcState, id: &str) -> Response {
-    let finished = match state.instances.get_mut(id) {
-        None => return not_found(id, "Instance not found"),
-        Some(i) if i.status == "deleting" && i.deleting_polls_left == 0 => true,
-        Some(i) => {
-            if i.status == "deleting" {
-                i.deleting_polls_left -= 1;
-            }
-            false
-        }
-    };
-    if finished {
-        remove_instance(state, id);
-        return not_found(id, "Instance not found");
-    }
-    match state.instances.get(id) {
-        Some(i) => answer(StatusCode::OK, &instance_json(&state.base_url, id, i)),
-        None => not_found(id, "Instance not found"),
+fn get_instance(state: &mut Account<Vpc>, id: &str) -> Response {
+    let base = state.cloud.base_url.clone();
+    match state.lookup(id) {
+        Lookup::Shown(instance, deleting) => answer(
+            StatusCode::OK,
+            &instance_json(&base, id, instance, deleting),
+        ),
+        Lookup::Gone => not_found(id, "Instance not found"),
     }
 }
 
-/// The instance is gone: with it its network interfaces and its boot volume; floating IPs
-/// bound to its interfaces are only unbound (they stay reserved), as the VPC API documents.
-fn remove_instance(state: &mut VpcState, id: &str) {
-    if let Some(instance) = state.instances.remove(id) {
-        state.tags.remove(&instance.crn);
-    }
-    state.network_interfaces.retain(|_, owner| owner != id);
-    state.volumes.retain(|_, owner| owner != id);
-    for ip in state.floating_ips.values_mut() {
-        if ip.target.as_ref().is_some_and(|(_, owner)| owner == id) {
-            ip.target = None;
-        }
-    }
-}
-
-fn delete_instance(state: &mut VpcState, id: &str) -> Response {
-    let polls = state.knobs.deleting_polls;
-    match state.instances.get_mut(id) {
-        None => not_found(id, "Instance not found"),
-        Some(instance) => {
-            if instance.status != "deleting" {
-                instance.status = "deleting".into();
-                instance.deleting_polls_left = polls;
-            }
-            no_content()
-        }
-    }
-}
-
-fn floating_ips_of(state: &VpcState, instance_id: &str, nic: &str) -> Response {
+fn floating_ips_of(state: &Account<Vpc>, instance_id: &str, nic: &str) -> Response {
     let Some(instance) = state.instances.get(instance_id) else {
         return not_found(instance_id, "Instance not found");
     };
     if instance.network_interface != nic {
         return not_found(nic, "Network interface not found");
     }
-    let base = &state.base_url;
+    let base = &state.cloud.base_url;
     let ips: Vec<Value> = state
+        .cloud
         .floating_ips
         .iter()
         .filter(|(_, ip)| ip.target.as_ref().is_some_and(|(n, _)| n == nic))
@@ -549,9 +485,9 @@ mod tests {
             INSTANCE_COLLECTION,
             FLOATING_IP,
             NOT_FOUND,
-            UNAUTHORIZED,
-            TOO_MANY_REQUESTS,
-            INTERNAL,
+            ERRORS.unauthorized,
+            ERRORS.too_many_requests,
+            ERRORS.internal,
             crate::examples::VPC_LIST_INSTANCES,
             crate::examples::VPC_LIST_NIC_FLOATING_IPS,
         ] {
@@ -573,11 +509,11 @@ mod tests {
     #[test]
     fn routes_are_named_without_ids() {
         assert_eq!(
-            route_name(&Method::DELETE, &["v1", "instances", "0717_x"]),
+            Vpc::route_name(&Method::DELETE, &["v1", "instances", "0717_x"]),
             "DELETE /v1/instances/{id}"
         );
         assert_eq!(
-            route_name(
+            Vpc::route_name(
                 &Method::GET,
                 &[
                     "v1",
@@ -599,8 +535,7 @@ mod tests {
         let fip = emulator.attach_floating_ip(&id).expect("fip");
         assert!(emulator.vm_or_parts_exist(&id));
         {
-            let mut state = lock(&emulator.state);
-            remove_instance(&mut state, &id);
+            lock(&emulator.state).remove(&id);
         }
         // The operator's floating IP outlives the instance, unbound; it was never a part.
         assert!(emulator.floating_ip_exists(&fip));
