@@ -36,9 +36,6 @@ pub trait Cloud: Send + Sized + 'static {
     /// workspace); see [`provider_config`] for the rest.
     fn endpoints(url: &str) -> Vec<(&'static str, String)>;
 
-    /// An instance as cloud-api-adaptor creates it, with `tags` as `key:value` user tags; its id.
-    fn create_vm(emulator: &Emulator<Self>, name: &str, tags: &[(&str, &str)]) -> String;
-
     /// The request's route without ids (e.g. `DELETE /v1/instances/{id}`), for request counts
     /// and verbatim answers.
     fn route_name(method: &Method, path: &[&str]) -> String;
@@ -68,11 +65,42 @@ pub struct ErrorBodies {
     pub unauthorized: &'static str,
 }
 
+/// The cloud's error bodies from its fixtures `<cloud>_error_too_many_requests.json`,
+/// `<cloud>_error_internal.json` and `<cloud>_error_unauthorized.json`.
+macro_rules! error_bodies {
+    ($cloud:literal) => {
+        $crate::front_door::ErrorBodies {
+            too_many_requests: include_str!(concat!(
+                "../fixtures/",
+                $cloud,
+                "_error_too_many_requests.json"
+            )),
+            internal: include_str!(concat!("../fixtures/", $cloud, "_error_internal.json")),
+            unauthorized: include_str!(concat!("../fixtures/", $cloud, "_error_unauthorized.json")),
+        }
+    };
+}
+pub(crate) use error_bodies;
+
 /// An emulated instance.
-pub trait Instance {
+pub trait Instance: Sized {
+    /// How the API counts processors and memory (VPC: whole vCPUs and GiB; Power: fractional
+    /// processors and GB).
+    type Amount: Copy;
+    /// The processors and memory of an instance as cloud-api-adaptor creates it.
+    const DEFAULT_SIZE: (Self::Amount, Self::Amount);
+
+    /// The instance `name` of `size` (processors, memory) numbered `seq`: its id, it, and the
+    /// parts it owns (deleted with it).
+    fn new(seq: u64, name: &str, size: (Self::Amount, Self::Amount))
+    -> (String, Self, Vec<String>);
+
     /// Its CRN, which its user tags are attached to.
     fn crn(&self) -> &str;
 }
+
+/// What a cloud counts processors and memory in.
+type Amount<C> = <<C as Cloud>::Instance as Instance>::Amount;
 
 /// What an emulated account holds in either cloud: instances, the parts each owns (deleted with
 /// it), the deletions accepted, user tags, the knobs, and the cloud's own holdings.
@@ -217,16 +245,18 @@ impl<C: Cloud> Emulator<C> {
         self.server.url()
     }
 
-    /// Adds an instance made by `build` from the next sequence number, with the parts it owns
-    /// (deleted with it); `tags` become its user tags; the fault layer learns of it. Its id.
-    pub(crate) fn add_instance(
+    /// Creates an instance as [`CloudEmulator::create_vm`] does, with these processors and this
+    /// memory (VPC: the vCPUs and GiB of its profile; Power: processors and GB). Its id.
+    pub fn create_vm_sized(
         &self,
+        name: &str,
         tags: &[(&str, &str)],
-        build: impl FnOnce(u64) -> (String, C::Instance, Vec<String>),
+        processors: Amount<C>,
+        memory: Amount<C>,
     ) -> String {
         let mut account = lock(&self.state);
         let seq = account.next_seq();
-        let (id, instance, parts) = build(seq);
+        let (id, instance, parts) = C::Instance::new(seq, name, (processors, memory));
         if !tags.is_empty() {
             account.tags.insert(
                 instance.crn().to_owned(),
@@ -274,7 +304,8 @@ impl<C: Cloud> CloudEmulator for Emulator<C> {
     }
 
     fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
-        C::create_vm(self, name, tags)
+        let (processors, memory) = C::Instance::DEFAULT_SIZE;
+        self.create_vm_sized(name, tags, processors, memory)
     }
 
     fn vm_or_parts_exist(&self, instance_id: &str) -> bool {

@@ -10,20 +10,16 @@ use test_support::faults::FaultLayer;
 
 use crate::common::{ACCOUNT_ID, answer, fixture, lock, uuid_like};
 use crate::front_door::{
-    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at,
+    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at, error_bodies,
 };
 
+/// The Power `Error` model's bodies (`code`, `description`, `error`, `message`).
+const ERRORS: ErrorBodies = error_bodies!("power");
+const UNAUTHORIZED: &str = ERRORS.unauthorized;
+const NOT_FOUND: &str = include_str!("../fixtures/power_error_not_found.json");
 const PVM_INSTANCE: &str = include_str!("../fixtures/power_pvm_instance.json");
 const PVM_INSTANCES: &str = include_str!("../fixtures/power_pvm_instances.json");
 const WORKSPACE: &str = include_str!("../fixtures/power_workspace.json");
-const NOT_FOUND: &str = include_str!("../fixtures/power_error_not_found.json");
-const UNAUTHORIZED: &str = include_str!("../fixtures/power_error_unauthorized.json");
-/// The Power `Error` model's bodies (`code`, `description`, `error`, `message`).
-const ERRORS: ErrorBodies = ErrorBodies {
-    too_many_requests: include_str!("../fixtures/power_error_too_many_requests.json"),
-    internal: include_str!("../fixtures/power_error_internal.json"),
-    unauthorized: UNAUTHORIZED,
-};
 
 /// The workspace (cloud instance) id the emulator serves.
 pub const WORKSPACE_ID: &str = "7e0ba4c4-4d5e-4b3b-9c5e-0d1e2f3a4b5c";
@@ -43,6 +39,38 @@ pub struct PvmInstance {
 }
 
 impl Instance for PvmInstance {
+    /// Processors (shared ones in fractions) and GB.
+    type Amount = f64;
+    /// 0.5 shared processors, 2 GB.
+    const DEFAULT_SIZE: (f64, f64) = (0.5, 2.0);
+
+    /// A boot volume and a port on the configured network, both deleted with the instance.
+    /// cloud-api-adaptor tags PowerVS instances with nothing; tags given to
+    /// [`Emulator::create_vm_sized`] become user tags, for tests of tag selectors.
+    fn new(
+        seq: u64,
+        name: &str,
+        (processors, memory_gb): (f64, f64),
+    ) -> (String, Self, Vec<String>) {
+        let id = uuid_like(seq, 0x2f9d_7c66);
+        let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
+        let network_port = uuid_like(seq, 0x4f6f_2c4e);
+        let parts = vec![boot_volume.clone(), network_port.clone()];
+        let instance = PvmInstance {
+            name: name.to_owned(),
+            crn: format!(
+                "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
+            ),
+            created: created_at(seq),
+            processors,
+            memory_gb,
+            boot_volume,
+            network_port,
+            gone: false,
+        };
+        (id, instance, parts)
+    }
+
     fn crn(&self) -> &str {
         &self.crn
     }
@@ -71,35 +99,6 @@ impl PowerVsEmulator {
         lock(&self.state).cloud.limits = limits;
     }
 
-    /// Creates an instance as [`CloudEmulator::create_vm`] does, with this size.
-    pub fn create_vm_sized(
-        &self,
-        name: &str,
-        tags: &[(&str, &str)],
-        processors: f64,
-        memory_gb: f64,
-    ) -> String {
-        self.add_instance(tags, |seq| {
-            let id = uuid_like(seq, 0x2f9d_7c66);
-            let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
-            let network_port = uuid_like(seq, 0x4f6f_2c4e);
-            let parts = vec![boot_volume.clone(), network_port.clone()];
-            let instance = PvmInstance {
-                name: name.to_owned(),
-                crn: format!(
-                    "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
-                ),
-                created: created_at(seq),
-                processors,
-                memory_gb,
-                boot_volume,
-                network_port,
-                gone: false,
-            };
-            (id, instance, parts)
-        })
-    }
-
     /// The instance is gone: GETs answer 404, lists leave it out, and the next DELETE of it
     /// answers 410 Gone (a status the Power Cloud API reference lists for that operation) and
     /// releases its parts.
@@ -125,23 +124,6 @@ impl Cloud for Power {
     const ERRORS: ErrorBodies = ERRORS;
     type Instance = PvmInstance;
 
-    /// 0.5 shared processors, 2 GB, a boot volume and a port on the configured network, both
-    /// deleted with it. cloud-api-adaptor tags PowerVS instances with nothing; `tags` become
-    /// user tags for tests of tag selectors.
-    fn create_vm(emulator: &PowerVsEmulator, name: &str, tags: &[(&str, &str)]) -> String {
-        emulator.create_vm_sized(name, tags, 0.5, 2.0)
-    }
-
-    fn endpoints(url: &str) -> Vec<(&'static str, String)> {
-        vec![
-            ("IBMCLOUD_IAM_ENDPOINT", url.to_owned()),
-            ("IBMCLOUD_POWER_API_ENDPOINT", url.to_owned()),
-            ("IBMCLOUD_TAGGING_ENDPOINT", url.to_owned()),
-            ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
-            ("POWERVS_ZONE", ZONE.to_owned()),
-        ]
-    }
-
     /// `GET .../pvm-instances/2f9d...` → `GET pvm-instances/{id}`.
     fn route_name(method: &Method, path: &[&str]) -> String {
         match path {
@@ -154,6 +136,16 @@ impl Cloud for Power {
             }
             _ => format!("{method} /{}", path.join("/")),
         }
+    }
+
+    fn endpoints(url: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("IBMCLOUD_IAM_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_POWER_API_ENDPOINT", url.to_owned()),
+            ("IBMCLOUD_TAGGING_ENDPOINT", url.to_owned()),
+            ("POWERVS_SERVICE_INSTANCE_ID", WORKSPACE_ID.to_owned()),
+            ("POWERVS_ZONE", ZONE.to_owned()),
+        ]
     }
 
     fn serve(account: &mut Account<Power>, request: &Request<'_>, faults: &FaultLayer) -> Response {

@@ -12,20 +12,15 @@ use test_support::faults::FaultLayer;
 
 use crate::common::{ACCOUNT_ID, answer, fixture, lock, no_content, uuid_like};
 use crate::front_door::{
-    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at,
+    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at, error_bodies,
 };
 use crate::search;
 
+/// The VPC error schema's bodies (`errors[]` of `code`, `message`, `more_info`, ...).
+const ERRORS: ErrorBodies = error_bodies!("vpc");
+const NOT_FOUND: &str = include_str!("../fixtures/vpc_error_not_found.json");
 const INSTANCE: &str = include_str!("../fixtures/vpc_instance.json");
 const INSTANCE_COLLECTION: &str = include_str!("../fixtures/vpc_instance_collection.json");
-const FLOATING_IP: &str = include_str!("../fixtures/vpc_floating_ip.json");
-const NOT_FOUND: &str = include_str!("../fixtures/vpc_error_not_found.json");
-/// The VPC error schema's bodies (`errors[]` of `code`, `message`, `more_info`, ...).
-const ERRORS: ErrorBodies = ErrorBodies {
-    too_many_requests: include_str!("../fixtures/vpc_error_too_many_requests.json"),
-    internal: include_str!("../fixtures/vpc_error_internal.json"),
-    unauthorized: include_str!("../fixtures/vpc_error_unauthorized.json"),
-};
 
 /// The zone every emulated instance lives in.
 pub const ZONE: &str = "us-south-1";
@@ -42,6 +37,8 @@ pub struct VpcInstance {
     created: Instant,
 }
 
+const FLOATING_IP: &str = include_str!("../fixtures/vpc_floating_ip.json");
+
 struct FloatingIp {
     name: String,
     address: String,
@@ -50,6 +47,29 @@ struct FloatingIp {
 }
 
 impl Instance for VpcInstance {
+    /// vCPUs and GiB, as in the profile's name (`bx2-2x8`).
+    type Amount = u64;
+    const DEFAULT_SIZE: (u64, u64) = (2, 8);
+
+    /// A primary network interface and a boot volume deleted with the instance.
+    fn new(seq: u64, name: &str, (vcpus, memory_gib): (u64, u64)) -> (String, Self, Vec<String>) {
+        let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
+        let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
+        let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
+        let parts = vec![network_interface.clone(), boot_volume.clone()];
+        let instance = VpcInstance {
+            name: name.to_owned(),
+            crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}"),
+            created_at: created_at(seq),
+            network_interface,
+            boot_volume,
+            vcpus,
+            memory_gib,
+            created: Instant::now(),
+        };
+        (id, instance, parts)
+    }
+
     fn crn(&self) -> &str {
         &self.crn
     }
@@ -122,23 +142,7 @@ impl VpcEmulator {
         vcpus: u64,
         memory_gib: u64,
     ) -> String {
-        self.add_instance(tags, |seq| {
-            let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
-            let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
-            let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
-            let parts = vec![network_interface.clone(), boot_volume.clone()];
-            let instance = VpcInstance {
-                name: name.to_owned(),
-                crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}"),
-                created_at: created_at(seq),
-                network_interface,
-                boot_volume,
-                vcpus,
-                memory_gib,
-                created: Instant::now(),
-            };
-            (id, instance, parts)
-        })
+        self.create_vm_sized(name, tags, vcpus, memory_gib)
     }
 
     /// Reserves a floating IP and binds it to the instance's primary network interface, as an
@@ -210,11 +214,6 @@ impl Cloud for Vpc {
     const PROVIDER: &'static str = "ibmcloud";
     const ERRORS: ErrorBodies = ERRORS;
     type Instance = VpcInstance;
-
-    /// Profile bx2-2x8, a primary network interface, a boot volume deleted with the instance.
-    fn create_vm(emulator: &VpcEmulator, name: &str, tags: &[(&str, &str)]) -> String {
-        emulator.create_vm_with_profile(name, tags, 2, 8)
-    }
 
     fn endpoints(url: &str) -> Vec<(&'static str, String)> {
         vec![
