@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use peerpods_provider_core::{Error, ProviderConfig, SecretString};
+use peerpods_provider_core::config::{SettingsRefusal, typed};
+use peerpods_provider_core::{ProviderConfig, SecretString};
 
 /// cloud-api-adaptor's key of the access key id.
 pub const ACCESS_KEY_ID: &str = "ALIBABACLOUD_ACCESS_KEY_ID";
@@ -154,15 +155,10 @@ fn millis(
     Ok(typed(key, config.positive_duration_ms(key))?.unwrap_or(Duration::from_millis(default)))
 }
 
-/// A typed getter's refusal of `key` as a settings problem.
-fn typed<T>(
-    key: &'static str,
-    got: Result<Option<T>, Error>,
-) -> Result<Option<T>, SettingsProblem> {
-    got.map_err(|error| SettingsProblem {
-        key,
-        reason: error.into_config_reason(),
-    })
+impl SettingsRefusal for SettingsProblem {
+    fn refused(key: &'static str, reason: String) -> Self {
+        SettingsProblem { key, reason }
+    }
 }
 
 /// `k=v,k2=v2` as cloud-api-adaptor's `KeyValueFlag` reads it; blanks are skipped.

@@ -69,15 +69,8 @@ pub fn parse(id: &str) -> Result<VmId, String> {
     })
 }
 
-/// Whether `text` is a GUID as Azure writes subscription ids.
-pub fn is_guid(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
-}
+/// Whether `text` is a GUID as Azure writes subscription ids (a UUID, either case).
+pub use peerpods_provider_core::is_uuid as is_guid;
 
 /// What is wrong with a resource group name (ARM: 1-90 letters, digits, `_`, `-`, `.`, `(`, `)`,
 /// not ending with `.`).

@@ -7,7 +7,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use peerpods_provider_core::{Error, ExposeSecret, ProviderConfig, SecretString};
+use peerpods_provider_core::config::{SettingsRefusal, typed};
+use peerpods_provider_core::{ExposeSecret, ProviderConfig, SecretString};
 
 // The syntax of ARM names lives with instance ids; settings only apply it to their keys.
 use crate::instance_id::{is_guid, resource_group_problem};
@@ -210,15 +211,10 @@ fn https_url(key: &'static str, value: String) -> Result<String, SettingsProblem
     Ok(value.trim_end_matches('/').to_owned())
 }
 
-/// A typed getter's refusal of `key` as a settings problem.
-fn typed<T>(
-    key: &'static str,
-    got: Result<Option<T>, Error>,
-) -> Result<Option<T>, SettingsProblem> {
-    got.map_err(|error| SettingsProblem {
-        key,
-        reason: error.into_config_reason(),
-    })
+impl SettingsRefusal for SettingsProblem {
+    fn refused(key: &'static str, reason: String) -> Self {
+        SettingsProblem { key, reason }
+    }
 }
 
 /// The tag deletions require: `CLUSTER_TAG` unless `DELETE_UNTAGGED=allow` turns the check off.

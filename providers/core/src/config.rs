@@ -197,6 +197,20 @@ impl ProviderConfig {
     }
 }
 
+/// A backend's own settings problem, made from the key a typed getter refused and why.
+pub trait SettingsRefusal {
+    fn refused(key: &'static str, reason: String) -> Self;
+}
+
+/// A typed getter's answer for `key` (`config.number(key)`, `config.positive_duration_ms(key)`,
+/// ...) with its refusal as the backend's settings problem `P`: the key and the getter's message.
+pub fn typed<T, P: SettingsRefusal>(
+    key: &'static str,
+    got: Result<Option<T>, Error>,
+) -> Result<Option<T>, P> {
+    got.map_err(|error| P::refused(key, error.into_config_reason()))
+}
+
 /// `value` as a whole number; `FromStr` of the integer types also takes a leading `+`, which no
 /// cloud-api-adaptor setting is written with.
 fn whole_number<T: FromStr>(key: &str, value: &str, expected: &str) -> Result<T, Error> {

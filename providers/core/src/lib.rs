@@ -20,6 +20,7 @@ mod budget;
 pub mod config;
 mod error;
 pub mod http;
+mod ids;
 mod metrics;
 mod not_found_window;
 mod ownership;
@@ -29,6 +30,7 @@ mod redact;
 pub use budget::{Budgeted, CallBudget};
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use error::Error;
+pub use ids::is_uuid;
 pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
 pub use not_found_window::{NotFoundWindow, Verdict as NotFoundVerdict};
 pub use ownership::{

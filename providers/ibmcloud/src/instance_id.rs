@@ -35,15 +35,7 @@ pub fn powervs_problem(id: &str) -> Option<String> {
     })
 }
 
-/// Whether `text` is a UUID in its 8-4-4-4-12 hexadecimal form.
-pub fn is_uuid(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(group, len)| group.len() == len && group.chars().all(|c| c.is_ascii_hexdigit()))
-}
+pub use peerpods_provider_core::is_uuid;
 
 #[cfg(test)]
 mod tests {
