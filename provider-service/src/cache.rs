@@ -113,7 +113,8 @@ impl Cached {
     }
 }
 
-/// The same error again, for each caller that shares one cached failure.
+/// The same error again, for each caller that shares one cached failure. The copy carries the
+/// message only: a source is not `Clone` (the cached original keeps it).
 fn copy_error(e: &Error) -> Error {
     match e {
         Error::InvalidArgument { field, message } => Error::InvalidArgument {

@@ -113,7 +113,7 @@ impl Registry {
         let mut providers = Vec::new();
         for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             let name: ProviderName = name.parse().map_err(|e: UnknownProviderName| {
-                ProviderError::config("CLOUD_PROVIDER", e.to_string())
+                ProviderError::config("CLOUD_PROVIDER", e.to_string()).with_source(e)
             })?;
             require_owner_choice(name, config)?;
             match crate::backends::build(name, config, cloud_calls).await? {

@@ -280,9 +280,7 @@ pub async fn start_with(
 /// `TLS_MIN_VERSION` and `TLS_CIPHER_SUITES` (comma-separated) from the configuration or the
 /// environment, by the names and rules of cloud-api-adaptor's webhook.
 fn tls_policy_from(config: &crate::config::ProviderConfig) -> Result<TlsPolicy, Error> {
-    let refused = |key: &str, message: String| -> Error {
-        crate::error::ProviderError::config(key.to_owned(), message).into()
-    };
+    let refused = |key: &str, message: String| crate::error::ProviderError::config(key, message);
     let min_version = match config.get("TLS_MIN_VERSION").map(str::trim) {
         None | Some("") | Some("VersionTLS12") => TlsVersion::Tls12,
         Some("VersionTLS13") => TlsVersion::Tls13,
@@ -292,7 +290,8 @@ fn tls_policy_from(config: &crate::config::ProviderConfig) -> Result<TlsPolicy, 
                 format!(
                     "{other:?}: use VersionTLS12 or VersionTLS13 (TLS 1.0 and 1.1 are not supported)"
                 ),
-            ));
+            )
+            .into());
         }
     };
     let suites: Vec<String> = config
@@ -300,7 +299,7 @@ fn tls_policy_from(config: &crate::config::ProviderConfig) -> Result<TlsPolicy, 
         .map(|s| s.split(',').map(str::to_owned).collect())
         .unwrap_or_default();
     let (policy, left_out) = TlsPolicy::new(min_version, &suites)
-        .map_err(|e| refused("TLS_CIPHER_SUITES", e.to_string()))?;
+        .map_err(|e| refused("TLS_CIPHER_SUITES", e.to_string()).with_source(e))?;
     if !left_out.is_empty() {
         tracing::warn!(
             suites = %left_out.join(","),

@@ -55,17 +55,18 @@ pub struct Api {
     random: SystemRandom,
 }
 
-/// Why no HTTP client could be built: (key, reason).
-pub struct BuildProblem(pub &'static str, pub String);
-
 impl Api {
-    pub fn new(settings: &Settings, calls: CloudCalls) -> Result<Self, BuildProblem> {
+    /// The client for these settings; a configuration error names the key to fix.
+    pub fn new(settings: &Settings, calls: CloudCalls) -> Result<Self, Error> {
+        let tls_problem = |what: &str, e: rustls::Error| {
+            Error::config(super::settings::ECS_ENDPOINT, format!("{what}: {e}")).with_source(e)
+        };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let verifier = rustls_platform_verifier::Verifier::new(Arc::clone(&provider))
-            .map_err(|e| BuildProblem(super::settings::ECS_ENDPOINT, format!("TLS roots: {e}")))?;
+            .map_err(|e| tls_problem("TLS roots", e))?;
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
-            .map_err(|e| BuildProblem(super::settings::ECS_ENDPOINT, format!("TLS: {e}")))?
+            .map_err(|e| tls_problem("TLS", e))?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verifier))
             .with_no_client_auth();
@@ -74,9 +75,11 @@ impl Api {
             .timeout(settings.request_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
-            .map_err(|e| BuildProblem(super::settings::ECS_ENDPOINT, e.to_string()))?;
+            .map_err(|e| {
+                Error::config(super::settings::ECS_ENDPOINT, e.to_string()).with_source(e)
+            })?;
         let url = |key: &'static str, text: &str| {
-            reqwest::Url::parse(text).map_err(|e| BuildProblem(key, e.to_string()))
+            reqwest::Url::parse(text).map_err(|e| Error::config(key, e.to_string()).with_source(e))
         };
         Ok(Api {
             http,
@@ -238,12 +241,16 @@ impl Api {
             retry_after,
             body,
         } = answer;
-        let json: Option<Value> = serde_json::from_slice(&body).ok();
+        let json = serde_json::from_slice::<Value>(&body);
         if status.is_success() {
-            return json.ok_or_else(|| {
-                Failure::Error(Error::internal(format!("{action}: the answer is not JSON")))
+            return json.map_err(|e| {
+                Failure::Error(
+                    Error::internal(format!("{action}: the answer is not JSON")).with_source(e),
+                )
             });
         }
+        // An error answer need not be JSON: its text then stands in for the cloud's message.
+        let json = json.ok();
         let field = |name: &str| {
             json.as_ref()
                 .and_then(|j| j.get(name))
@@ -274,11 +281,14 @@ impl Api {
         Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
+    /// The message redacted; the source is reqwest's error, whose text names only the URL (the
+    /// signature travels in a header, the secret never), so it stays.
     fn redacted(&self, error: Error) -> Error {
         match error {
-            Error::Unavailable { message, .. } => {
-                Error::unavailable(self.redactor.redact(&message))
-            }
+            Error::Unavailable { message, source } => Error::Unavailable {
+                message: self.redactor.redact(&message),
+                source,
+            },
             other => other,
         }
     }

@@ -165,8 +165,8 @@ impl Deletion<'_> {
     }
 
     pub async fn describe(&self, instance_id: &str) -> Result<Option<EcsInstance>, Error> {
-        let ids =
-            serde_json::to_string(&[instance_id]).map_err(|e| Error::internal(e.to_string()))?;
+        let ids = serde_json::to_string(&[instance_id])
+            .map_err(|e| Error::internal(e.to_string()).with_source(e))?;
         let answer = self
             .api
             .call(
@@ -176,7 +176,7 @@ impl Deletion<'_> {
             )
             .await
             .map_err(|f| f.into_error("DescribeInstances"))?;
-        let page = answers::instances_page(&answer).map_err(|message| Error::internal(message))?;
+        let page = answers::instances_page(&answer).map_err(Error::internal)?;
         Ok(page.instances.into_iter().find(|i| i.id == instance_id))
     }
 
@@ -244,7 +244,7 @@ impl Deletion<'_> {
                 .call(Service::Vpc, "DescribeEipAddresses", &params)
                 .await
                 .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-            let page = answers::eips(&answer).map_err(|message| Error::internal(message))?;
+            let page = answers::eips(&answer).map_err(Error::internal)?;
             let count = page.len();
             found.extend(page);
             let total = answers::total_count(&answer);
@@ -268,7 +268,7 @@ impl Deletion<'_> {
             )
             .await
             .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-        let eips = answers::eips(&answer).map_err(|message| Error::internal(message))?;
+        let eips = answers::eips(&answer).map_err(Error::internal)?;
         Ok(eips.into_iter().find(|e| e.allocation_id == allocation_id))
     }
 

@@ -73,8 +73,7 @@ impl AlibabaCloudProvider {
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = Settings::from_config(config)
             .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
-        let api = Api::new(&settings, calls)
-            .map_err(|problem| Error::config(problem.0.to_owned(), problem.1))?;
+        let api = Api::new(&settings, calls)?;
         let owner = OwnerTag::from_config(config)?;
         let not_found =
             NotFoundWindow::from_config(config, "ECS", NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
@@ -120,8 +119,7 @@ impl AlibabaCloudProvider {
                 .call(Service::Ecs, "DescribeInstances", &params)
                 .await
                 .map_err(|f| f.into_error("DescribeInstances"))?;
-            let page =
-                answers::instances_page(&answer).map_err(|message| Error::internal(message))?;
+            let page = answers::instances_page(&answer).map_err(Error::internal)?;
             instances.extend(page.instances);
             match page.next_token {
                 Some(token) if Some(&token) != next_token.as_ref() => next_token = Some(token),

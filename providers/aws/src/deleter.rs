@@ -58,6 +58,7 @@ impl Deleter {
         let (reply, answer) = oneshot::channel();
         let stopped = || Failure::Internal {
             detail: "the AWS deletion task has stopped".into(),
+            cause: None,
         };
         self.requests
             .send((instance_id.to_owned(), reply))
@@ -111,9 +112,7 @@ async fn drive(
                         .unwrap_or_default()
                         .into_iter()
                         .map(|id| {
-                            let failure = Failure::Internal {
-                                detail: "deleting this batch of instances failed unexpectedly".into(),
-                            };
+                            let failure = Failure::Internal { detail: "deleting this batch of instances failed unexpectedly".into(), cause: None };
                             (id, Err(failure))
                         })
                         .collect(),
@@ -238,6 +237,7 @@ async fn terminate_one(ec2: &Ec2, instance_id: &str) -> Answer {
                 .ok_or_else(|| Failure::Internal {
                     detail: "EC2 accepted TerminateInstances but did not mention the instance"
                         .into(),
+                    cause: None,
                 })
         }
         Err(failure) => match after_failure(&ids, &failure) {
@@ -292,6 +292,7 @@ async fn refused_by_tags(
                     },
                     other => Failure::Internal {
                         detail: other.to_string(),
+                        cause: None,
                     },
                 };
                 refused.insert(instance.id, failure);

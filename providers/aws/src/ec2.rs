@@ -161,6 +161,7 @@ impl Ec2 {
             .await
             .map_err(|_| Failure::Internal {
                 detail: "EC2 call limiter closed".into(),
+                cause: None,
             })?;
         self.limiter.until_ready().await;
         // Timed from here: the wait for a permit and the rate limiter is ours, not the cloud's.
@@ -186,6 +187,7 @@ impl Ec2 {
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
         let failure = match &error {
+            // EC2's answer: its code and message say it all.
             SdkError::ServiceError(context) => classify_service_error(
                 context.err().code(),
                 context.err().message().unwrap_or_default(),
@@ -193,6 +195,7 @@ impl Ec2 {
             ),
             SdkError::TimeoutError(_) => Failure::Unavailable {
                 detail: "EC2 did not answer in time".into(),
+                cause: None,
             },
             SdkError::DispatchFailure(dispatch) => Failure::Unavailable {
                 detail: match dispatch.as_connector_error() {
@@ -201,16 +204,23 @@ impl Ec2 {
                     }
                     _ => format!("could not reach EC2: {}", DisplayErrorContext(&error)),
                 },
+                cause: None,
             },
             SdkError::ResponseError(_) => Failure::Unavailable {
                 detail: format!(
                     "unreadable answer from EC2: {}",
                     DisplayErrorContext(&error)
                 ),
+                cause: None,
             },
             _ => Failure::Internal {
                 detail: format!("EC2 request failed: {}", DisplayErrorContext(&error)),
+                cause: None,
             },
+        };
+        let failure = match error {
+            SdkError::ServiceError(_) => failure,
+            other => failure.caused_by(other),
         };
         self.redact(failure)
     }
@@ -229,7 +239,10 @@ impl Ec2 {
                 message: r(message),
             },
             Failure::Throttled { retry_after } => Failure::Throttled { retry_after },
-            Failure::Unavailable { detail } => Failure::Unavailable { detail: r(detail) },
+            Failure::Unavailable { detail, cause } => Failure::Unavailable {
+                detail: r(detail),
+                cause,
+            },
             Failure::PermissionDenied { code, message } => Failure::PermissionDenied {
                 code,
                 message: r(message),
@@ -248,7 +261,10 @@ impl Ec2 {
                 tag,
                 value,
             },
-            Failure::Internal { detail } => Failure::Internal { detail: r(detail) },
+            Failure::Internal { detail, cause } => Failure::Internal {
+                detail: r(detail),
+                cause,
+            },
         }
     }
 

@@ -4,6 +4,7 @@
 //! copy to each of them ([`Failure`] is `Clone`); it becomes the crate's error only at the
 //! provider boundary, once per caller.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use peerpods_provider_core::Redactor;
@@ -11,6 +12,20 @@ pub use peerpods_provider_core::Redactor;
 /// How long a throttled caller is asked to wait. EC2 sends no Retry-After; its token buckets
 /// refill within seconds, and the SDK has already retried with backoff before we give up.
 pub const THROTTLE_RETRY_AFTER: Duration = Duration::from_secs(2);
+
+/// The SDK's error behind a failure that got no answer, shared by every caller of the batch it
+/// failed; it becomes the source of each caller's error. Two causes are equal when they are the
+/// same error.
+#[derive(Clone, Debug)]
+pub struct Cause(pub Arc<dyn std::error::Error + Send + Sync>);
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Cause {}
 
 /// A failed EC2 call, classified. Texts are redacted (see [`Redactor`]) before they get here.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,8 +38,12 @@ pub enum Failure {
     ResourceNotFound { code: String, message: String },
     /// EC2 asks us to slow down.
     Throttled { retry_after: Duration },
-    /// EC2 could not be reached or did not answer in time, or answered with a server error.
-    Unavailable { detail: String },
+    /// EC2 could not be reached or did not answer in time (`cause`: the SDK's error), or answered
+    /// with a server error.
+    Unavailable {
+        detail: String,
+        cause: Option<Cause>,
+    },
     /// The credentials are missing, wrong, expired or lack the permission.
     PermissionDenied { code: String, message: String },
     /// EC2 refuses the operation for this instance: termination protection
@@ -39,8 +58,36 @@ pub enum Failure {
         tag: &'static str,
         value: String,
     },
-    /// Anything else: a bug on our side or an EC2 answer we do not understand.
-    Internal { detail: String },
+    /// Anything else: a bug on our side (`cause`: the SDK's error, if it gave one) or an EC2
+    /// answer we do not understand.
+    Internal {
+        detail: String,
+        cause: Option<Cause>,
+    },
+}
+
+impl Failure {
+    /// The failure, with the SDK's `error` as the cause when it is one that keeps a cause (no
+    /// answer, or an unexpected one); a classified answer of EC2 needs none.
+    pub fn caused_by(self, error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        match self {
+            Failure::Unavailable {
+                detail,
+                cause: None,
+            } => Failure::Unavailable {
+                detail,
+                cause: Some(Cause(Arc::new(error))),
+            },
+            Failure::Internal {
+                detail,
+                cause: None,
+            } => Failure::Internal {
+                detail,
+                cause: Some(Cause(Arc::new(error))),
+            },
+            other => other,
+        }
+    }
 }
 
 /// EC2's codes for "the instance is in an incorrect state for the requested operation" (EC2 API
@@ -94,6 +141,7 @@ pub fn classify_service_error(code: Option<&str>, message: &str, http_status: u1
         "Unavailable" | "ServiceUnavailable" | "InternalError" | "InternalFailure" => {
             Failure::Unavailable {
                 detail: format!("{code}: {message}"),
+                cause: None,
             }
         }
         _ => by_status(http_status, format!("{code}: {message}")),
@@ -109,8 +157,14 @@ fn by_status(http_status: u16, detail: String) -> Failure {
             code: format!("HTTP{http_status}"),
             message: detail,
         },
-        500..=599 => Failure::Unavailable { detail },
-        _ => Failure::Internal { detail },
+        500..=599 => Failure::Unavailable {
+            detail,
+            cause: None,
+        },
+        _ => Failure::Internal {
+            detail,
+            cause: None,
+        },
     }
 }
 

@@ -207,7 +207,7 @@ fn into_error(failure: Failure) -> Error {
         Failure::Throttled { retry_after } => {
             Error::throttled(retry_after, "EC2 request limit exceeded")
         }
-        Failure::Unavailable { detail } => Error::unavailable(detail),
+        Failure::Unavailable { detail, cause } => with_cause(Error::unavailable(detail), cause),
         Failure::PermissionDenied { code, message } => {
             Error::cloud_permission_denied(format!("{code}: {message}"))
         }
@@ -238,7 +238,15 @@ fn into_error(failure: Failure) -> Error {
             tag,
             value,
         },
-        Failure::Internal { detail } => Error::internal(detail),
+        Failure::Internal { detail, cause } => with_cause(Error::internal(detail), cause),
+    }
+}
+
+/// `error` caused by the SDK's error of the failure, if it had one.
+fn with_cause(error: Error, cause: Option<failure::Cause>) -> Error {
+    match cause {
+        Some(failure::Cause(cause)) => error.with_source(cause),
+        None => error,
     }
 }
 
@@ -276,6 +284,37 @@ mod tests {
         assert_eq!(partly_unknown.vcpus.in_use, None);
     }
 
+    /// A real transport failure of the real SDK: nothing listens where EC2 should be. The caller
+    /// is told EC2 is unavailable, and the error's chain reaches the socket's refusal.
+    #[tokio::test]
+    async fn an_unreachable_ec2_keeps_the_sdk_error_down_to_the_socket() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let endpoint = format!("http://{}", closed.local_addr().expect("its address"));
+        drop(closed);
+        let config = ProviderConfig::from_pairs([
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret-value-1234"),
+            ("AWS_ENDPOINT_URL", endpoint.as_str()),
+            ("AWS_MAX_ATTEMPTS", "1"),
+        ]);
+        let provider = AwsProvider::from_config(&config, CloudCalls::default())
+            .await
+            .expect("valid settings");
+
+        let error = provider
+            .list_instances(&TagSelector::new())
+            .await
+            .expect_err("nothing listens");
+
+        assert_eq!(error.reason(), "CloudUnavailable", "{error}");
+        assert!(error.to_string().contains("could not reach EC2"), "{error}");
+        let refused = std::iter::successors(std::error::Error::source(&error), |e| e.source())
+            .find_map(|e| e.downcast_ref::<std::io::Error>())
+            .expect("the chain reaches the socket's error");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
     #[test]
     fn failures_map_to_the_crate_error_without_losing_the_field() {
         let error = into_error(Failure::InstanceMalformed {
@@ -296,7 +335,8 @@ mod tests {
         );
         assert_eq!(
             into_error(Failure::Unavailable {
-                detail: "refused".into()
+                detail: "refused".into(),
+                cause: None
             })
             .reason(),
             "CloudUnavailable"

@@ -200,6 +200,7 @@ mod tests {
             },
             Failure::Unavailable {
                 detail: "refused".into(),
+                cause: None,
             },
             Failure::PermissionDenied {
                 code: "AuthFailure".into(),

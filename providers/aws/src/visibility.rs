@@ -56,6 +56,7 @@ impl NotFoundWindow {
                 );
                 Err(Failure::Unavailable {
                     detail: not_yet_visible(instance_id, unknown_for, window),
+                    cause: None,
                 })
             }
         }
@@ -83,7 +84,7 @@ mod tests {
         let window = NotFoundWindow::new(WINDOW);
         let start = Instant::now();
         let answer = window.answer("i-0000000a", start);
-        let Err(Failure::Unavailable { detail }) = answer else {
+        let Err(Failure::Unavailable { detail, .. }) = answer else {
             panic!("expected Unavailable, got {answer:?}");
         };
         assert!(detail.contains("i-0000000a"), "{detail}");

@@ -174,12 +174,15 @@ pub fn location_progress(status: u16) -> Option<Progress> {
 }
 
 /// The error for a transport failure or a credential that Entra ID refused, from azure_core's
-/// error (its kind and HTTP status), with the text redacted.
-pub fn sdk_error(operation: &str, error: &azure_core::Error, redactor: &Redactor) -> Error {
-    let text = redactor.redact(&chain(error));
+/// error (its kind and HTTP status), with the text redacted. A transport failure keeps
+/// azure_core's error as its source.
+pub fn sdk_error(operation: &str, error: azure_core::Error, redactor: &Redactor) -> Error {
+    let text = redactor.redact(&chain(&error));
     let message = format!("{operation}: {text}");
-    match error.kind() {
-        azure_core::error::ErrorKind::Credential => credential_error(error, message),
+    let mapped = match error.kind() {
+        // No source: a credential's error may quote what it was given, and only the redacted
+        // text may be shown.
+        azure_core::error::ErrorKind::Credential => return credential_error(&error, message),
         azure_core::error::ErrorKind::HttpResponse { status, .. } => {
             let status = StatusCode::from_u16(u16::from(*status))
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -189,7 +192,8 @@ pub fn sdk_error(operation: &str, error: &azure_core::Error, redactor: &Redactor
             Error::unavailable(message)
         }
         _ => Error::internal(message),
-    }
+    };
+    mapped.with_source(error)
 }
 
 /// Entra ID's answer to the token request decides: 429 is throttling, 5xx or no answer an

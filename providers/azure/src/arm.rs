@@ -213,7 +213,8 @@ impl Arm {
                 self.endpoint
             )));
         }
-        let url = Url::parse(url).map_err(|e| Error::internal(format!("{what}: bad URL: {e}")))?;
+        let url = Url::parse(url)
+            .map_err(|e| Error::internal(format!("{what}: bad URL: {e}")).with_source(e))?;
         let mut request = Request::new(url, method);
         let ctx = Context::new().with_value(Operation(operation));
         let response = self
@@ -227,7 +228,7 @@ impl Arm {
                 }),
             )
             .await
-            .map_err(|e| answer::sdk_error(what, &e, &self.redactor))?;
+            .map_err(|e| answer::sdk_error(what, e, &self.redactor))?;
         let (status, headers, body) = response.deconstruct();
         Ok(Answer {
             status: u16::from(status),
@@ -253,8 +254,9 @@ impl Arm {
         answer: &Answer,
         what: &str,
     ) -> Result<T, Error> {
-        serde_json::from_slice(&answer.body)
-            .map_err(|e| Error::internal(format!("{what}: unreadable ARM answer: {e}")))
+        serde_json::from_slice(&answer.body).map_err(|e| {
+            Error::internal(format!("{what}: unreadable ARM answer: {e}")).with_source(e)
+        })
     }
 }
 
@@ -268,6 +270,8 @@ fn credential(
     settings: &AzureSettings,
     client_options: ClientOptions,
 ) -> Result<Arc<dyn TokenCredential>, Error> {
+    // No source: the credential's own error may quote the secret it was given, and only this
+    // redacted text may be shown.
     let config_error = |key: &str, e: azure_core::Error| {
         Error::config(
             key.to_owned(),

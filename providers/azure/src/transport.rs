@@ -19,8 +19,9 @@ pub fn http_client(settings: &AzureSettings) -> Result<reqwest::Client, Error> {
         None => Vec::new(),
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls_problem =
-        |e: rustls::Error| Error::tls(format!("building the TLS client configuration: {e}"));
+    let tls_problem = |e: rustls::Error| {
+        Error::tls(format!("building the TLS client configuration: {e}")).with_source(e)
+    };
     let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(
         extra_roots,
         Arc::clone(&provider),
@@ -40,7 +41,7 @@ pub fn http_client(settings: &AzureSettings) -> Result<reqwest::Client, Error> {
         // followed as redirects.
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| Error::tls(format!("building the HTTP client: {e}")))
+        .map_err(|e| Error::tls(format!("building the HTTP client: {e}")).with_source(e))
 }
 
 /// The PEM text of `AZURE_CA_BUNDLE`: the value itself, or the file it names.
@@ -53,6 +54,7 @@ fn read_bundle(value: &str) -> Result<String, Error> {
             CA_BUNDLE,
             format!("neither PEM text nor a readable file: {e}"),
         )
+        .with_source(e)
     })
 }
 
@@ -60,7 +62,7 @@ fn read_bundle(value: &str) -> Result<String, Error> {
 pub fn ca_certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
     let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::config(CA_BUNDLE, format!("unreadable PEM: {e}")))?;
+        .map_err(|e| Error::config(CA_BUNDLE, format!("unreadable PEM: {e}")).with_source(e))?;
     if certificates.is_empty() {
         return Err(Error::config(CA_BUNDLE, "contains no CERTIFICATE block"));
     }

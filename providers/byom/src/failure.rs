@@ -30,9 +30,10 @@ impl Failure {
 }
 
 /// Classifies `error` of the call described by `operation` (e.g. `reading ConfigMap ns/name`);
-/// every text from the API passes through `redactor`.
-pub fn classify(error: &kube::Error, operation: &str, redactor: &Redactor) -> Failure {
-    match error {
+/// every text from the API passes through `redactor`. A failure without the API server's answer
+/// keeps kube's error as its source; an answer's status is the cloud's word and needs none.
+pub fn classify(error: kube::Error, operation: &str, redactor: &Redactor) -> Failure {
+    match &error {
         kube::Error::Api(status) => {
             let code =
                 StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -56,14 +57,18 @@ pub fn classify(error: &kube::Error, operation: &str, redactor: &Redactor) -> Fa
             }
         }
         kube::Error::HyperError(_) | kube::Error::Service(_) => Failure::Transient(
-            Error::unavailable(redactor.redact(&format!("{operation}: {}", chain(error)))),
+            Error::unavailable(redactor.redact(&format!("{operation}: {}", chain(&error))))
+                .with_source(error),
         ),
+        // No source: a credential's error (an exec plugin's output, a token file) may quote the
+        // credential, and only the redacted text may be shown.
         kube::Error::Auth(_) => Failure::Final(Error::cloud_unauthenticated(
-            redactor.redact(&format!("{operation}: {}", chain(error))),
+            redactor.redact(&format!("{operation}: {}", chain(&error))),
         )),
-        _ => Failure::Final(Error::internal(
-            redactor.redact(&format!("{operation}: {}", chain(error))),
-        )),
+        _ => Failure::Final(
+            Error::internal(redactor.redact(&format!("{operation}: {}", chain(&error))))
+                .with_source(error),
+        ),
     }
 }
 
@@ -142,7 +147,7 @@ mod tests {
     fn not_found_and_conflict_are_for_the_caller_to_handle() {
         assert!(matches!(
             classify(
-                &api(404, "NotFound", "configmaps \"x\" not found"),
+                api(404, "NotFound", "configmaps \"x\" not found"),
                 "op",
                 &none()
             ),
@@ -150,7 +155,7 @@ mod tests {
         ));
         assert!(matches!(
             classify(
-                &api(409, "Conflict", "the object has been modified"),
+                api(409, "Conflict", "the object has been modified"),
                 "op",
                 &none()
             ),
@@ -169,13 +174,13 @@ mod tests {
             serde_json::from_value::<StatusDetails>(serde_json::json!({"retryAfterSeconds": 7}))
                 .unwrap(),
         );
-        let failure = classify(&kube::Error::Api(status.boxed()), "op", &none());
+        let failure = classify(kube::Error::Api(status.boxed()), "op", &none());
         assert_eq!(failure.result_label(), "throttled");
         assert!(matches!(
             failure,
             Failure::Final(Error::Throttled { retry_after, .. }) if retry_after == Duration::from_secs(7)
         ));
-        let failure = classify(&api(429, "TooManyRequests", "slow down"), "op", &none());
+        let failure = classify(api(429, "TooManyRequests", "slow down"), "op", &none());
         assert!(matches!(
             failure,
             Failure::Final(Error::Throttled { retry_after, .. })
@@ -186,7 +191,7 @@ mod tests {
     #[test]
     fn outages_are_transient_and_refusals_final() {
         for code in [500, 502, 503, 504, 408] {
-            let failure = classify(&api(code, "InternalError", "etcd is sad"), "op", &none());
+            let failure = classify(api(code, "InternalError", "etcd is sad"), "op", &none());
             assert!(
                 matches!(failure, Failure::Transient(Error::Unavailable { .. })),
                 "{code}: {failure:?}"
@@ -194,15 +199,15 @@ mod tests {
             assert_eq!(failure.result_label(), "error");
         }
         assert!(matches!(
-            classify(&api(401, "Unauthorized", "Unauthorized"), "op", &none()),
+            classify(api(401, "Unauthorized", "Unauthorized"), "op", &none()),
             Failure::Final(Error::CloudUnauthenticated { .. })
         ));
         assert!(matches!(
-            classify(&api(403, "Forbidden", "cannot update"), "op", &none()),
+            classify(api(403, "Forbidden", "cannot update"), "op", &none()),
             Failure::Final(Error::CloudPermissionDenied { .. })
         ));
         assert!(matches!(
-            classify(&api(422, "Invalid", "bad"), "op", &none()),
+            classify(api(422, "Invalid", "bad"), "op", &none()),
             Failure::Final(Error::Internal { .. })
         ));
         assert!(matches!(
@@ -215,7 +220,7 @@ mod tests {
     fn texts_from_the_api_are_redacted_and_name_the_operation() {
         let redactor = Redactor::new(["sekret-token-value"]);
         let failure = classify(
-            &api(401, "Unauthorized", "token sekret-token-value is not valid"),
+            api(401, "Unauthorized", "token sekret-token-value is not valid"),
             "reading ConfigMap ns/pool",
             &redactor,
         );

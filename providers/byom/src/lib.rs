@@ -143,9 +143,9 @@ impl ByomProvider {
             if released.is_empty() {
                 return Ok(DeleteOutcome::AlreadyGone);
             }
-            let text = state
-                .to_text()
-                .map_err(|e| Error::internal(format!("encoding the pool state: {e}")))?;
+            let text = state.to_text().map_err(|e| {
+                Error::internal(format!("encoding the pool state: {e}")).with_source(e)
+            })?;
             configmap
                 .data
                 .get_or_insert_default()
@@ -205,6 +205,7 @@ fn state_of(configmap: &ConfigMap, path: &str) -> Result<PoolState, Error> {
         Error::internal(format!(
             "ConfigMap {path} key {STATE_KEY} is not cloud-api-adaptor's pool state: {e}"
         ))
+        .with_source(e)
     })
 }
 

@@ -131,7 +131,7 @@ impl PoolConfigMap {
                     if let Some(result) = attempt_result(&error) {
                         self.calls.record_attempt(NAME, name, result);
                     }
-                    classify(&error, operation, &self.redactor())
+                    classify(error, operation, &self.redactor())
                 }
                 Err(_) => {
                     self.calls.record_attempt(NAME, name, "transport_error");
@@ -165,23 +165,34 @@ async fn connect(connection: &Connection) -> Result<Connected, Error> {
         }
         Connection::Config(config) => (**config).clone(),
         Connection::Kubeconfig(path) => {
-            let unusable = |e: &dyn std::fmt::Display| Error::config("BYOM_KUBECONFIG", format!("kubeconfig {}: {e}", path.display()));
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| unusable(&e))?;
+            let unusable = |e: kube::config::KubeconfigError| {
+                Error::config("BYOM_KUBECONFIG", format!("kubeconfig {}: {e}", path.display()))
+                    .with_source(e)
+            };
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(unusable)?;
             kube::Config::from_custom_kubeconfig(
                 kubeconfig,
                 &kube::config::KubeConfigOptions::default(),
             )
             .await
-            .map_err(|e| unusable(&e))?
+            .map_err(unusable)?
         }
-        Connection::Infer => kube::Config::infer().await.map_err(|e| Error::config("KUBECONFIG", format!(
-                "no Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG): {e}"
-            )))?,
+        Connection::Infer => kube::Config::infer().await.map_err(|e| {
+            Error::config(
+                "KUBECONFIG",
+                format!(
+                    "no Kubernetes client configuration (in-cluster ServiceAccount or KUBECONFIG): {e}"
+                ),
+            )
+            .with_source(e)
+        })?,
     };
     let redactor = redactor_for(&config);
     let mut config = config;
     config.default_retry = false;
     let client = kube::client::ClientBuilder::try_from(config)
+        // No source: the builder's error may quote the configured credentials, and only the
+        // redacted text may be shown.
         .map_err(|e| {
             Error::config(
                 "KUBECONFIG",

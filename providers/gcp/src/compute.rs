@@ -198,7 +198,7 @@ impl Compute {
         let started = std::time::Instant::now();
         let result = call
             .await
-            .map_err(|error| Failure::from_sdk(&error, &self.redactor));
+            .map_err(|error| Failure::from_sdk(error, &self.redactor));
         // Throttled by what the cloud says (a 403 can be a rate refusal), not by status alone.
         let label = match &result {
             Ok(_) => "ok",

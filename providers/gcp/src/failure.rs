@@ -27,7 +27,7 @@ pub const RATE_LIMIT_REASONS: [&str; 4] = [
 ];
 
 /// The facts of one failed call, taken from the SDK's error.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Failure {
     /// HTTP status of the answer; `None` when there was no answer (connect, timeout, token).
     pub status: Option<u16>,
@@ -41,6 +41,10 @@ pub struct Failure {
     pub message: String,
     /// The credentials could not produce a token; `transient` when they may later.
     pub credentials: Option<CredentialsFailure>,
+    /// The SDK's error of a call that got no answer (connect, timeout), kept as the source of the
+    /// crate's error. Not kept for an answer (its status and message say it all) nor for a
+    /// credentials failure (its text may quote the credentials; only the redacted one is shown).
+    pub transport: Option<GaxError>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +54,8 @@ pub struct CredentialsFailure {
 
 impl Failure {
     /// Reads the SDK's error; cloud texts pass through `redactor`.
-    pub fn from_sdk(error: &GaxError, redactor: &Redactor) -> Self {
+    pub fn from_sdk(sdk_error: GaxError, redactor: &Redactor) -> Self {
+        let error = &sdk_error;
         let reasons = reasons(error);
         let message = match error.status() {
             Some(status) => status.message.clone(),
@@ -69,7 +74,17 @@ impl Failure {
             reasons,
             message: redactor.redact(&message),
             credentials,
+            transport: None,
         }
+        .with_transport(sdk_error)
+    }
+
+    /// Keeps `error` when it is a transport failure (see [`Failure::transport`]).
+    fn with_transport(mut self, error: GaxError) -> Self {
+        if self.status.is_none() && self.credentials.is_none() && error.status().is_none() {
+            self.transport = Some(error);
+        }
+        self
     }
 
     /// Compute Engine answered 404: the resource does not exist.
@@ -90,7 +105,14 @@ impl Failure {
     }
 
     /// The crate error for this failure; `operation` says what was being done.
-    pub fn into_error(self, operation: &str) -> Error {
+    pub fn into_error(mut self, operation: &str) -> Error {
+        match self.transport.take() {
+            Some(transport) => self.described(operation).with_source(transport),
+            None => self.described(operation),
+        }
+    }
+
+    fn described(self, operation: &str) -> Error {
         if let Some(credentials) = self.credentials {
             let message = format!(
                 "{operation}: the credentials cannot produce an access token: {}",
@@ -245,6 +267,7 @@ mod tests {
             reasons: vec![],
             message: "cloud text".into(),
             credentials: None,
+            transport: None,
         }
     }
 

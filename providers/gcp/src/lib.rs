@@ -225,6 +225,7 @@ impl GcpProvider {
                         reasons: codes,
                         message: format!("the operation failed: {message}"),
                         credentials: None,
+                        transport: None,
                     };
                     if failure.is_not_ready() {
                         return Ok(OperationEnd::NotReady);

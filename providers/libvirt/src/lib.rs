@@ -149,6 +149,7 @@ impl LibvirtProvider {
             .await;
             joined.map_err(|e| {
                 Error::internal(format!("libvirt call {op_name} did not finish: {e}"))
+                    .with_source(e)
             })?
         };
         match tokio::time::timeout(self.call_timeout, call).await {
@@ -224,14 +225,11 @@ where
                 calls.record_timed(NAME, op_name, "error", started.elapsed());
                 // libvirt answered and refused (no such domain, busy, denied, ...).
                 attempts.end("client_error");
-                return Err(map_error(&e));
+                return Err(map_error(e));
             }
         }
     }
-    Err(last.map_or_else(
-        || Error::internal("libvirt: no attempt made"),
-        |e| map_error(&e),
-    ))
+    Err(last.map_or_else(|| Error::internal("libvirt: no attempt made"), map_error))
 }
 
 /// The `cloud_api_attempts` result of an attempt libvirt did not answer: no connection, a
@@ -309,8 +307,9 @@ fn connection(conn: &Mutex<Option<Connect>>, uri: &str) -> Result<Connect, Error
     {
         return Ok(c);
     }
-    let c = Connect::open(Some(uri))
-        .map_err(|e| Error::unavailable(format!("cannot connect to libvirt: {}", e.message())))?;
+    let c = Connect::open(Some(uri)).map_err(|e| {
+        Error::unavailable(format!("cannot connect to libvirt: {}", e.message())).with_source(e)
+    })?;
     if is_remote(uri) {
         // Fails (harmlessly) for a server without keepalive support or without the event loop.
         if let Err(e) = c.set_keep_alive(KEEPALIVE_INTERVAL_SECS, KEEPALIVE_COUNT) {
@@ -599,11 +598,12 @@ fn is_busy(e: &VirtError) -> bool {
     ])
 }
 
-fn map_error(e: &VirtError) -> Error {
+/// The crate error for libvirt's answer `e`, which stays its source.
+fn map_error(e: VirtError) -> Error {
     let message = format!("libvirt: {}", e.message());
-    if is_connection_error(e) {
+    let mapped = if is_connection_error(&e) {
         Error::unavailable(message)
-    } else if is_busy(e) {
+    } else if is_busy(&e) {
         Error::unavailable(format!(
             "{message} (the domain is busy or mid-transition; try again)"
         ))
@@ -614,7 +614,8 @@ fn map_error(e: &VirtError) -> Error {
         Error::cloud_permission_denied(message)
     } else {
         Error::internal(message)
-    }
+    };
+    mapped.with_source(e)
 }
 
 #[cfg(test)]
@@ -652,16 +653,21 @@ mod tests {
         }
         let e = domain.destroy().expect_err("it is not running any more");
         assert!(e.code().is(ErrorNumber::OperationInvalid), "{e}");
-        let mapped = map_error(&e);
+        let mapped = map_error(e);
         assert!(
             matches!(&mapped, Error::Unavailable { message, .. } if message.contains("try again")),
             "{mapped:?}"
         );
+        // The chain reaches libvirt's own error, code and all.
+        let source = std::error::Error::source(&mapped)
+            .and_then(|s| s.downcast_ref::<VirtError>())
+            .expect("libvirt's error is the source");
+        assert!(source.code().is(ErrorNumber::OperationInvalid), "{source}");
         // An error that is not about the domain's state stays what it was.
         let missing = conn
             .lookup_domain_by_name("no-such-domain")
             .expect_err("unknown");
-        assert!(matches!(map_error(&missing), Error::Internal { .. }));
+        assert!(matches!(map_error(missing), Error::Internal { .. }));
     }
 
     #[test]
