@@ -1,5 +1,7 @@
 //! Syntax of the instance ids cloud-api-adaptor records in `PeerPod.spec.instanceID` (pure).
 
+use peerpods_provider_core::Error;
+
 /// Why `id` is not a VPC instance id, or `None` when it is one. VPC instance ids are zonal:
 /// a four-character zone code, `_`, and a lowercase UUID, e.g.
 /// `0717_e21b7391-2ca2-4ab5-84a8-b92157a633b0`.
@@ -36,6 +38,18 @@ pub fn powervs_problem(id: &str) -> Option<String> {
 }
 
 pub use peerpods_provider_core::is_uuid;
+
+/// The refusal of an instance id in which [`vpc_problem`] or [`powervs_problem`] found
+/// `problem`, if any; `kind` names what it must be (`an IBM Cloud VPC`).
+pub fn check(kind: &str, problem: Option<String>) -> Result<(), Error> {
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(Error::invalid(
+            "instance_id",
+            format!("not {kind} instance id: {problem}"),
+        )),
+    }
+}
 
 #[cfg(test)]
 mod tests {

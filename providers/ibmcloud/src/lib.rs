@@ -11,11 +11,13 @@
 //! - `cloud`: `http` with `iam`'s tokens (a refused token exchanged once).
 //! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
 //! - `search`: the VPC instances of a region with their tags, by Global Search queries.
-//! - `delete`: the delete steps both backends share (ownership check, confirmed gone).
+//! - `backend`: what both backends are made of and the delete they run alike; `delete`: its
+//!   steps (ownership check, confirmed gone).
 //! - `timestamps`: the APIs' date-times.
 //!
 //! [`Provider`]: peerpods_provider_core::Provider
 
+mod backend;
 mod cloud;
 mod delete;
 mod http;

@@ -5,38 +5,39 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance,
-    NotFoundWindow, OwnerTag, Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
+    ProviderConfig, ProviderName, TagSelector,
 };
+use reqwest::Method;
 use serde::Deserialize;
 
-use crate::cloud::Cloud;
-use crate::http::Http;
-use crate::iam::{Iam, Token};
+use crate::backend::{Backend, Instances, Kind, Lookup};
+use crate::http::Answer;
+use crate::iam::Token;
 use crate::settings::PowerVsSettings;
-use crate::{delete, instance_id, tags, timestamps};
+use crate::{instance_id, tags, timestamps};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud-powervs";
 
 /// IBM Power Virtual Server instances of one workspace.
 pub struct PowerVsProvider {
-    cloud: Cloud,
+    backend: Backend,
     settings: PowerVsSettings,
     /// `<power endpoint>/pcloud/v1/cloud-instances/<workspace>`.
     workspace_url: String,
-    /// `CLUSTER_TAG` / `DELETE_UNTAGGED`, checked with do-not-delete before every delete.
-    owner: OwnerTag,
-    /// When a 404 of an instance proves it gone (see `NotFoundWindow`).
-    not_found: NotFoundWindow,
 }
 
-/// How long the Power API must keep answering 404 for an instance this process never saw
-/// deleted before it counts as gone (`POWERVS_NOT_FOUND_WINDOW_SECS`). Power Virtual Server does
-/// not document a lag after a create; the window only costs time on an id that never existed.
-const NOT_FOUND_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
-/// The setting of [`NOT_FOUND_WINDOW`].
-pub const NOT_FOUND_WINDOW_SETTING: &str = "POWERVS_NOT_FOUND_WINDOW_SECS";
+/// The not-found window: how long the Power API must keep answering 404 for an instance this
+/// process never saw deleted before it counts as gone (`POWERVS_NOT_FOUND_WINDOW_SECS`, 120 s).
+/// Power Virtual Server does not document a lag after a create; the window only costs time on
+/// an id that never existed.
+static KIND: Kind = Kind {
+    name: NAME,
+    cloud: "Power Virtual Server",
+    not_found_setting: "POWERVS_NOT_FOUND_WINDOW_SECS",
+    not_found_window: std::time::Duration::from_secs(120),
+};
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -78,22 +79,13 @@ impl PowerVsProvider {
     /// calls in `calls`. Never calls the cloud.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = PowerVsSettings::from_config(config)?;
-        let redactor = Redactor::new(settings.iam.secrets());
-        let http = Http::new(NAME, calls, redactor, settings.policy.clone())?;
         Ok(PowerVsProvider {
-            cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
+            backend: Backend::new(config, calls, &KIND, &settings)?,
             workspace_url: format!(
                 "{}/pcloud/v1/cloud-instances/{}",
                 settings.power_url, settings.workspace_id
             ),
             settings,
-            owner: OwnerTag::from_config(config)?,
-            not_found: NotFoundWindow::from_config(
-                config,
-                "Power Virtual Server",
-                NOT_FOUND_WINDOW_SETTING,
-                NOT_FOUND_WINDOW,
-            )?,
         })
     }
 
@@ -111,9 +103,20 @@ impl PowerVsProvider {
             .header("Accept", "application/json")
     }
 
-    /// The instance, or `None` when the Power API answers that it is gone.
-    async fn instance(&self, id: &str) -> Result<Option<PvmInstance>, Error> {
-        Ok(self.lookup(id).await?.ok())
+    /// Calls the Power API: `method` on `url`, with the bearer token and the workspace CRN.
+    async fn call(
+        &self,
+        operation: &'static str,
+        what: &str,
+        method: Method,
+        url: &str,
+    ) -> Result<Answer, Error> {
+        self.backend
+            .cloud
+            .call(operation, what, |c, t| {
+                self.request(c.request(method.clone(), url), t)
+            })
+            .await
     }
 
     /// The instance, or the status with which the Power API says it is not there: 404 (not
@@ -122,8 +125,7 @@ impl PowerVsProvider {
         let what = format!("reading PowerVS instance {id}");
         let url = format!("{}/pvm-instances/{id}", self.workspace_url);
         let answer = self
-            .cloud
-            .call("GetPvmInstance", &what, |c, t| self.request(c.get(&url), t))
+            .call("GetPvmInstance", &what, Method::GET, &url)
             .await?;
         if answer.is_gone() {
             return Ok(Err(answer.status));
@@ -134,13 +136,10 @@ impl PowerVsProvider {
     async fn workspace(&self) -> Result<Workspace, Error> {
         let what = "reading the PowerVS workspace";
         let answer = self
-            .cloud
-            .call("GetCloudInstance", what, |c, t| {
-                self.request(c.get(&self.workspace_url), t)
-            })
+            .call("GetCloudInstance", what, Method::GET, &self.workspace_url)
             .await?;
         if answer.is_gone() {
-            return Err(answer.into_error(what, &self.cloud.http));
+            return Err(answer.into_error(what, &self.backend.cloud.http));
         }
         answer.json(what)
     }
@@ -183,65 +182,31 @@ fn capacity_of(workspace: &Workspace) -> Capacity {
 }
 
 #[async_trait]
+impl Instances for PowerVsProvider {
+    async fn look_up(&self, instance_id: &str) -> Result<Lookup, Error> {
+        Ok(match self.lookup(instance_id).await? {
+            Ok(instance) => Lookup::Found {
+                crn: instance.crn,
+                deleting: false,
+            },
+            Err(reqwest::StatusCode::GONE) => Lookup::Deleted,
+            Err(_) => Lookup::Unknown,
+        })
+    }
+
+    async fn send_delete(&self, instance_id: &str, what: &str) -> Result<bool, Error> {
+        let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
+        let answer = self
+            .call("DeletePvmInstance", what, Method::DELETE, &url)
+            .await?;
+        Ok(answer.is_gone())
+    }
+}
+
+#[async_trait]
 impl Provider for PowerVsProvider {
     fn name(&self) -> ProviderName {
         ProviderName::IbmcloudPowervs
-    }
-
-    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
-        match instance_id::powervs_problem(instance_id) {
-            None => Ok(()),
-            Some(problem) => Err(Error::invalid(
-                "instance_id",
-                format!("not a PowerVS instance id: {problem}"),
-            )),
-        }
-    }
-
-    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
-        self.validate_instance_id(instance_id)?;
-        let instance = match self.lookup(instance_id).await? {
-            Ok(instance) => instance,
-            // 410: the API says the instance was deleted.
-            Err(reqwest::StatusCode::GONE) => return Ok(DeleteOutcome::AlreadyGone),
-            // 404: believed only after this process's own accepted delete, or once it persisted.
-            Err(_) => {
-                return self
-                    .not_found
-                    .answer(instance_id, std::time::Instant::now());
-            }
-        };
-        self.not_found.found(instance_id);
-        // Its user tags by the CRN the lookup gave.
-        delete::check_owner(
-            &self.cloud,
-            &self.settings.tagging_url,
-            &self.owner,
-            instance_id,
-            instance.crn.as_deref(),
-        )
-        .await?;
-        let what = format!("deleting PowerVS instance {instance_id}");
-        let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
-        let answer = self
-            .cloud
-            .call("DeletePvmInstance", &what, |c, t| {
-                self.request(c.delete(&url), t)
-            })
-            .await?;
-        if answer.is_gone() {
-            return Ok(DeleteOutcome::AlreadyGone);
-        }
-        self.not_found
-            .delete_accepted(instance_id, std::time::Instant::now());
-        // The next call follows a deletion still running at the bound: the DELETE of an instance
-        // being deleted is accepted again.
-        delete::confirm_gone(self.cloud.http.policy(), &what, || async {
-            self.instance(instance_id).await.map(|i| i.is_none())
-        })
-        .await?;
-        tracing::info!(instance_id, "PowerVS instance deleted and confirmed gone");
-        Ok(DeleteOutcome::Deleted)
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
@@ -252,13 +217,10 @@ impl Provider for PowerVsProvider {
         let what = "listing PowerVS instances";
         let url = format!("{}/pvm-instances", self.workspace_url);
         let answer = self
-            .cloud
-            .call("ListPvmInstances", what, |c, t| {
-                self.request(c.get(&url), t)
-            })
+            .call("ListPvmInstances", what, Method::GET, &url)
             .await?;
         if answer.is_gone() {
-            return Err(answer.into_error(what, &self.cloud.http));
+            return Err(answer.into_error(what, &self.backend.cloud.http));
         }
         let listed: PvmInstances = answer.json(what)?;
         let mut found = Vec::new();
@@ -266,7 +228,7 @@ impl Provider for PowerVsProvider {
             // Tags cost one Global Tagging call per instance: only when the selector needs them.
             let tags: BTreeMap<String, String> = match (&instance.crn, selector.is_empty()) {
                 (Some(crn), false) => {
-                    tags::user_tags(&self.cloud, &self.settings.tagging_url, crn).await?
+                    tags::user_tags(&self.backend.cloud, &self.settings.tagging_url, crn).await?
                 }
                 _ => BTreeMap::new(),
             };
@@ -300,6 +262,18 @@ impl Provider for PowerVsProvider {
                 message: error.to_string(),
             },
         }
+    }
+
+    fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+        let problem = instance_id::powervs_problem(instance_id);
+        instance_id::check("a PowerVS", problem)
+    }
+
+    /// The DELETE of an instance being deleted is accepted again.
+    async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        self.validate_instance_id(instance_id)?;
+        let what = format!("deleting PowerVS instance {instance_id}");
+        self.backend.delete(self, instance_id, &what).await
     }
 }
 

@@ -130,6 +130,24 @@ pub struct PowerVsSettings {
     pub policy: CallPolicy,
 }
 
+/// What the parts both backends share read from either's settings.
+pub trait Common {
+    /// IAM, the bounds of every call, and the Global Tagging endpoint.
+    fn common(&self) -> (&IamSettings, &CallPolicy, &str);
+}
+
+impl Common for VpcSettings {
+    fn common(&self) -> (&IamSettings, &CallPolicy, &str) {
+        (&self.iam, &self.policy, &self.tagging_url)
+    }
+}
+
+impl Common for PowerVsSettings {
+    fn common(&self) -> (&IamSettings, &CallPolicy, &str) {
+        (&self.iam, &self.policy, &self.tagging_url)
+    }
+}
+
 impl VpcSettings {
     pub fn from_config(config: &ProviderConfig) -> Result<Self, Error> {
         let vpc_url = match config.get("IBMCLOUD_VPC_ENDPOINT") {

@@ -3,16 +3,14 @@
 
 use async_trait::async_trait;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance,
-    NotFoundWindow, OwnerTag, Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Error, ExposeSecret, Figure, Health, Instance, Provider,
+    ProviderConfig, ProviderName, TagSelector,
 };
 use serde::Deserialize;
 
-use crate::cloud::Cloud;
-use crate::http::Http;
-use crate::iam::Iam;
+use crate::backend::{Backend, Instances, Kind, Lookup};
 use crate::settings::VpcSettings;
-use crate::{delete, instance_id, search};
+use crate::{instance_id, search};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud";
@@ -25,20 +23,20 @@ const PAGE: &str = "100";
 
 /// IBM Cloud VPC virtual server instances.
 pub struct IbmCloudVpcProvider {
-    cloud: Cloud,
+    backend: Backend,
     settings: VpcSettings,
-    /// With `CLUSTER_TAG`, only instances carrying that user tag are deleted.
-    owner: OwnerTag,
-    /// When a 404 of an instance proves it gone (see `NotFoundWindow`).
-    not_found: NotFoundWindow,
 }
 
-/// How long the VPC API must keep answering 404 for an instance this process never saw deleted
-/// before it counts as gone (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`). IBM Cloud VPC does not document
-/// a lag after `POST /instances`; the window only costs time on an id that never existed.
-const NOT_FOUND_WINDOW: std::time::Duration = std::time::Duration::from_secs(120);
-/// The setting of [`NOT_FOUND_WINDOW`].
-pub const NOT_FOUND_WINDOW_SETTING: &str = "IBMCLOUD_NOT_FOUND_WINDOW_SECS";
+/// The not-found window: how long the VPC API must keep answering 404 for an instance this
+/// process never saw deleted before it counts as gone (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, 120 s).
+/// IBM Cloud VPC does not document a lag after `POST /instances`; the window only costs time
+/// on an id that never existed.
+static KIND: Kind = Kind {
+    name: NAME,
+    cloud: "IBM Cloud VPC",
+    not_found_setting: "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
+    not_found_window: std::time::Duration::from_secs(120),
+};
 
 #[derive(Deserialize)]
 struct VpcInstance {
@@ -76,19 +74,8 @@ impl IbmCloudVpcProvider {
     /// Never calls the cloud.
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = VpcSettings::from_config(config)?;
-        let redactor = Redactor::new(settings.iam.secrets());
-        let http = Http::new(NAME, calls, redactor, settings.policy.clone())?;
-        Ok(IbmCloudVpcProvider {
-            cloud: Cloud::new(http, Iam::new(settings.iam.clone())),
-            settings,
-            owner: OwnerTag::from_config(config)?,
-            not_found: NotFoundWindow::from_config(
-                config,
-                "IBM Cloud VPC",
-                NOT_FOUND_WINDOW_SETTING,
-                NOT_FOUND_WINDOW,
-            )?,
-        })
+        let backend = Backend::new(config, calls, &KIND, &settings)?;
+        Ok(IbmCloudVpcProvider { backend, settings })
     }
 
     fn url(&self, path: &str) -> String {
@@ -100,6 +87,7 @@ impl IbmCloudVpcProvider {
         let what = format!("reading instance {id}");
         let url = self.url(&format!("/instances/{id}"));
         let answer = self
+            .backend
             .cloud
             .call("GetInstance", &what, |client, token| {
                 versioned(client.get(&url), token)
@@ -118,6 +106,7 @@ impl IbmCloudVpcProvider {
         let mut start: Option<String> = None;
         loop {
             let answer = self
+                .backend
                 .cloud
                 .call("ListInstances", "listing instances", |client, token| {
                     let request = versioned(client.get(&url), token).query(&[("limit", PAGE)]);
@@ -128,7 +117,7 @@ impl IbmCloudVpcProvider {
                 })
                 .await?;
             if answer.is_gone() {
-                return Err(answer.into_error("listing instances", &self.cloud.http));
+                return Err(answer.into_error("listing instances", &self.backend.cloud.http));
             }
             let page: InstanceCollection = answer.json("listing instances")?;
             instances.extend(page.instances);
@@ -194,61 +183,17 @@ impl Provider for IbmCloudVpcProvider {
     }
 
     fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
-        match instance_id::vpc_problem(instance_id) {
-            None => Ok(()),
-            Some(problem) => Err(Error::invalid(
-                "instance_id",
-                format!("not an IBM Cloud VPC instance id: {problem}"),
-            )),
-        }
+        instance_id::check("an IBM Cloud VPC", instance_id::vpc_problem(instance_id))
     }
 
+    /// Floating IPs bound to the instance are not released: cloud-api-adaptor creates none (its
+    /// ibmcloud provider), so one bound to a peer-pod VM is an operator's reservation. Deleting
+    /// the instance unbinds it, and it stays reserved for its owner. The VPC deletes the network
+    /// interfaces and the boot volume (`delete_volume_on_instance_delete`) with the instance.
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
-        let Some(instance) = self.instance(instance_id).await? else {
-            // Believed only after this process's own accepted delete, or once it persisted.
-            return self
-                .not_found
-                .answer(instance_id, std::time::Instant::now());
-        };
-        self.not_found.found(instance_id);
-        // Its user tags by the CRN the instance lookup above gave.
-        delete::check_owner(
-            &self.cloud,
-            &self.settings.tagging_url,
-            &self.owner,
-            instance_id,
-            instance.crn.as_deref(),
-        )
-        .await?;
-        // Floating IPs bound to the instance are not released: cloud-api-adaptor creates none
-        // (its ibmcloud provider), so one bound to a peer-pod VM is an operator's reservation.
-        // Deleting the instance unbinds it, and it stays reserved for its owner.
         let what = format!("deleting instance {instance_id}");
-        if instance.status != "deleting" {
-            let url = self.url(&format!("/instances/{instance_id}"));
-            let answer = self
-                .cloud
-                .call("DeleteInstance", &what, |c, t| versioned(c.delete(&url), t))
-                .await?;
-            if answer.is_gone() {
-                return Ok(DeleteOutcome::AlreadyGone);
-            }
-        }
-        // Accepted now or before (`deleting`): a later 404 confirms it.
-        self.not_found
-            .delete_accepted(instance_id, std::time::Instant::now());
-        // Deleted only once a later lookup answers 404: the VPC deletes the network interfaces
-        // and the boot volume (`delete_volume_on_instance_delete`) with the instance.
-        delete::confirm_gone(self.cloud.http.policy(), &what, || async {
-            self.instance(instance_id).await.map(|i| i.is_none())
-        })
-        .await?;
-        tracing::info!(
-            instance_id,
-            "IBM Cloud VPC instance deleted and confirmed gone"
-        );
-        Ok(DeleteOutcome::Deleted)
+        self.backend.delete(self, instance_id, &what).await
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
@@ -264,12 +209,19 @@ impl Provider for IbmCloudVpcProvider {
                 "listing instances needs the VPC region: set IBMCLOUD_ZONE (e.g. us-south-1) or a regional IBMCLOUD_VPC_ENDPOINT",
             ));
         };
-        search::instances(&self.cloud, &self.settings.search_url, region, selector).await
+        search::instances(
+            &self.backend.cloud,
+            &self.settings.search_url,
+            region,
+            selector,
+        )
+        .await
     }
 
     async fn health(&self) -> Health {
         let url = self.url("/instances");
         let answer = self
+            .backend
             .cloud
             .call("ListInstances", "listing instances", |client, token| {
                 versioned(client.get(&url), token).query(&[("limit", "1")])
@@ -283,7 +235,7 @@ impl Provider for IbmCloudVpcProvider {
             Ok(answer) => Health {
                 healthy: false,
                 message: answer
-                    .into_error("listing instances", &self.cloud.http)
+                    .into_error("listing instances", &self.backend.cloud.http)
                     .to_string(),
             },
             Err(error) => Health {
@@ -291,6 +243,30 @@ impl Provider for IbmCloudVpcProvider {
                 message: error.to_string(),
             },
         }
+    }
+}
+
+#[async_trait]
+impl Instances for IbmCloudVpcProvider {
+    /// An instance already `deleting` is not sent a DELETE again.
+    async fn look_up(&self, instance_id: &str) -> Result<Lookup, Error> {
+        Ok(match self.instance(instance_id).await? {
+            Some(instance) => Lookup::Found {
+                deleting: instance.status == "deleting",
+                crn: instance.crn,
+            },
+            None => Lookup::Unknown,
+        })
+    }
+
+    async fn send_delete(&self, instance_id: &str, what: &str) -> Result<bool, Error> {
+        let url = self.url(&format!("/instances/{instance_id}"));
+        let answer = self
+            .backend
+            .cloud
+            .call("DeleteInstance", what, |c, t| versioned(c.delete(&url), t))
+            .await?;
+        Ok(answer.is_gone())
     }
 }
 
