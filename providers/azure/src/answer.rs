@@ -146,12 +146,14 @@ struct OperationStatus {
 
 /// Reads an `Azure-AsyncOperation` status body. Only `Succeeded`, `Failed` and `Canceled` are
 /// terminal; every other value (`InProgress`, `Accepted`, `Deleting`, ...) means running.
-pub fn async_operation_progress(body: &[u8]) -> Result<Progress, String> {
-    let answer: OperationStatus =
-        serde_json::from_slice(body).map_err(|e| format!("unreadable operation status: {e}"))?;
-    let status = answer
-        .status
-        .ok_or_else(|| "operation status without a status field".to_owned())?;
+/// `what` names the wait for the error.
+pub fn async_operation_progress(body: &[u8], what: &str) -> Result<Progress, Error> {
+    let answer: OperationStatus = serde_json::from_slice(body).map_err(|e| {
+        Error::internal(format!("{what}: unreadable operation status: {e}")).with_source(e)
+    })?;
+    let status = answer.status.ok_or_else(|| {
+        Error::internal(format!("{what}: operation status without a status field"))
+    })?;
     Ok(match status.as_str() {
         s if s.eq_ignore_ascii_case("Succeeded") => Progress::Succeeded,
         s if s.eq_ignore_ascii_case("Failed") || s.eq_ignore_ascii_case("Canceled") => {
@@ -355,16 +357,17 @@ mod tests {
 
     #[test]
     fn operation_status_bodies_are_read() {
-        assert_eq!(
-            async_operation_progress(br#"{"startTime":"2017-01-06T18:58:24.7596323+00:00","status":"InProgress","name":"9a06"}"#),
+        assert!(matches!(
+            async_operation_progress(br#"{"startTime":"2017-01-06T18:58:24.7596323+00:00","status":"InProgress","name":"9a06"}"#, "op"),
             Ok(Progress::Running)
-        );
-        assert_eq!(
-            async_operation_progress(br#"{"status":"Succeeded"}"#),
+        ));
+        assert!(matches!(
+            async_operation_progress(br#"{"status":"Succeeded"}"#, "op"),
             Ok(Progress::Succeeded)
-        );
+        ));
         let failed = async_operation_progress(
             br#"{"status":"Failed","error":{"code":"Conflict","message":"busy"}}"#,
+            "op",
         )
         .expect("readable");
         assert!(
@@ -372,11 +375,23 @@ mod tests {
             "{failed:?}"
         );
         assert!(matches!(
-            async_operation_progress(br#"{"status":"Canceled"}"#),
+            async_operation_progress(br#"{"status":"Canceled"}"#, "op"),
             Ok(Progress::Failed { .. })
         ));
-        assert!(async_operation_progress(b"{}").is_err());
-        assert!(async_operation_progress(b"<html>").is_err());
+        assert!(async_operation_progress(b"{}", "op").is_err());
+        let unreadable = async_operation_progress(b"<html>", "op").expect_err("not JSON");
+        assert!(
+            unreadable
+                .to_string()
+                .starts_with("internal: op: unreadable operation status: "),
+            "{unreadable}"
+        );
+        // serde's error is the source.
+        assert!(
+            std::error::Error::source(&unreadable)
+                .is_some_and(|source| source.is::<serde_json::Error>()),
+            "{unreadable:?}"
+        );
     }
 
     #[test]

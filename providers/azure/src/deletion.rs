@@ -465,8 +465,7 @@ async fn wait(
             .await?;
         let progress = match &target {
             PollTarget::AsyncOperation(_) if answer.is_success() => {
-                answer::async_operation_progress(&answer.body)
-                    .map_err(|problem| Error::internal(format!("{what}: {problem}")))?
+                answer::async_operation_progress(&answer.body, what)?
             }
             PollTarget::AsyncOperation(_) => return Err(arm.failure(&answer, what)),
             PollTarget::Location(_) => match answer::location_progress(answer.status) {
