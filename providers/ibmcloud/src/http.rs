@@ -44,7 +44,7 @@ impl Answer {
     /// The body as `T`, or an internal error naming the call.
     pub fn json<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, Error> {
         serde_json::from_str(&self.body)
-            .map_err(|e| Error::internal(format!("{what}: unreadable answer: {e}")))
+            .map_err(|e| Error::internal(format!("{what}: unreadable answer: {e}")).with_source(e))
     }
 }
 
@@ -164,16 +164,18 @@ impl Http {
             rustls::crypto::ring::default_provider(),
         ))
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::tls(e.to_string()))?;
+        .map_err(|e| Error::tls(e.to_string()).with_source(e))?;
         let tls = rustls_platform_verifier::BuilderVerifierExt::with_platform_verifier(tls)
-            .map_err(|e| Error::tls(e.to_string()))?
+            .map_err(|e| Error::tls(e.to_string()).with_source(e))?
             .with_no_client_auth();
         let client = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .timeout(policy.request_timeout)
             .connect_timeout(policy.request_timeout.min(Duration::from_secs(10)))
             .build()
-            .map_err(|e| Error::internal(format!("building the HTTP client: {e}")))?;
+            .map_err(|e| {
+                Error::internal(format!("building the HTTP client: {e}")).with_source(e)
+            })?;
         Ok(Http {
             client,
             calls,
@@ -255,10 +257,13 @@ impl Http {
                 }
                 (Next::Answer, Ok(answer)) => return Ok(answer),
                 (Next::Answer, Err(e)) => {
+                    // The message is redacted; the transport's error stays its source (it never
+                    // carries the API key, which goes in a request body).
                     return Err(match transport_error(what, e) {
-                        Error::Unavailable { message, .. } => {
-                            Error::unavailable(self.redactor.redact(&message))
-                        }
+                        Error::Unavailable { message, source } => Error::Unavailable {
+                            message: self.redactor.redact(&message),
+                            source,
+                        },
                         other => other,
                     });
                 }
@@ -270,6 +275,21 @@ impl Http {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreadable_answer_keeps_the_parse_error_as_its_source() {
+        let answer = Answer {
+            status: StatusCode::OK,
+            body: "{not json".into(),
+            retry_after: None,
+        };
+        let error = answer
+            .json::<serde_json::Value>("reading instance i-1")
+            .expect_err("not JSON");
+        assert!(matches!(error, Error::Internal { .. }), "{error:?}");
+        let source = std::error::Error::source(&error).expect("the parse error");
+        assert!(source.is::<serde_json::Error>(), "{source:?}");
+    }
 
     #[test]
     fn a_conflict_is_retryable_and_names_the_clouds_wait() {

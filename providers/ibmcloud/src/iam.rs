@@ -103,6 +103,7 @@ impl Iam {
                             "reading the compute resource token {}: {e}",
                             cr_token_file.display()
                         ))
+                        .with_source(e)
                     })?;
                 Ok(vec![
                     ("grant_type", secret(CR_TOKEN_GRANT)),
@@ -130,8 +131,9 @@ impl Iam {
 /// or 401: either way this service's own credentials are the problem.
 fn token_answer(answer: Answer, http: &Http) -> Result<TokenAnswer, Error> {
     match answer.status.as_u16() {
-        200..=299 => serde_json::from_str(&answer.body)
-            .map_err(|e| Error::internal(format!("IAM token answer unreadable: {e}"))),
+        200..=299 => serde_json::from_str(&answer.body).map_err(|e| {
+            Error::internal(format!("IAM token answer unreadable: {e}")).with_source(e)
+        }),
         400 | 401 => Err(Error::cloud_unauthenticated(format!(
             "IAM refused the credentials: HTTP {}: {}",
             answer.status.as_u16(),

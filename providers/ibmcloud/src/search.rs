@@ -124,7 +124,7 @@ pub async fn instances(
             fields: &FIELDS,
             search_cursor: cursor.as_deref(),
         })
-        .map_err(|e| Error::internal(format!("{WHAT}: {e}")))?;
+        .map_err(|e| Error::internal(format!("{WHAT}: {e}")).with_source(e))?;
         let answer = cloud
             .call("SearchResources", WHAT, |client, token| {
                 client
