@@ -3,7 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use peerpods_provider_core::{Error, ProviderConfig};
+use peerpods_provider_core::ProviderConfig;
+use peerpods_provider_core::config::{SettingsRefusal, typed};
 
 use crate::machine_address::MachineAddress;
 
@@ -33,6 +34,12 @@ pub struct ConfigProblem {
     pub reason: String,
 }
 
+impl SettingsRefusal for ConfigProblem {
+    fn refused(key: &'static str, reason: String) -> Self {
+        problem(key, reason)
+    }
+}
+
 fn problem(key: &'static str, reason: impl Into<String>) -> ConfigProblem {
     ConfigProblem {
         key,
@@ -49,11 +56,8 @@ impl ByomSettings {
         pod_namespace: Option<String>,
     ) -> Result<Self, ConfigProblem> {
         let lookup = |key: &str| config.get(key).map(str::to_owned);
-        let max_range = match config.positive("MAX_RANGE_IPS") {
-            Ok(n) => n.unwrap_or(DEFAULT_MAX_RANGE_IPS),
-            Err(Error::Config { message, .. }) => return Err(problem("MAX_RANGE_IPS", message)),
-            Err(other) => return Err(problem("MAX_RANGE_IPS", other.to_string())),
-        };
+        let max_range = typed("MAX_RANGE_IPS", config.positive("MAX_RANGE_IPS"))?
+            .unwrap_or(DEFAULT_MAX_RANGE_IPS);
         let pool_ips = lookup("VM_POOL_IPS").ok_or_else(|| {
             problem(
                 "VM_POOL_IPS",
