@@ -11,6 +11,7 @@
 //!   and inspect its state with the real AWS SDK.
 //! - [`provider_checks`]: what every cloud backend's tests check of its `Provider` against its
 //!   emulator (malformed ids, throttling, deletions under way, ownership).
+//! - [`silent_host`]: a TCP host that accepts connections and never answers (a hung libvirt host).
 
 pub mod byom;
 pub mod cloud;
@@ -20,6 +21,7 @@ pub mod idle_connections;
 pub mod metrics;
 pub mod moto;
 pub mod provider_checks;
+pub mod silent_host;
 
 /// What the shared helpers report instead of panicking (where a caller outside tests uses them).
 #[derive(Debug, thiserror::Error)]

@@ -261,15 +261,20 @@ fn python() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/venv/bin/python")
 }
 
-/// The moto server of this test binary, started on first use with `env` set for it. Panics when moto
-/// cannot be started, with [`shared`]'s error (how to install it): for tests.
-pub fn moto_with_env(env: &[(&str, &str)]) -> &'static Moto {
-    shared(env).unwrap_or_else(|e| panic!("{e}"))
+/// The moto server of this test binary, shared by its tests. Panics when moto cannot be started, with
+/// [`shared`]'s error (how to install it): for tests.
+pub fn moto() -> &'static Moto {
+    shared(&[]).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The moto server of this test binary.
-pub fn moto() -> &'static Moto {
-    moto_with_env(&[])
+/// A moto server of its own, with `env` set for it: for a test that needs a server-wide setting (e.g.
+/// request authentication) without imposing it on the binary's other tests. It stops when dropped.
+/// Panics when moto cannot be started (with how to install it): for tests.
+pub fn moto_with_env(env: &[(&str, &str)]) -> Moto {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log_path = std::env::temp_dir().join(format!("moto-{}-own-{n}.log", std::process::id()));
+    Moto::start(&python(), &log_path, env).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The moto server of this process, started on first use with `env` set for it (the Python of

@@ -79,6 +79,29 @@ fn a_pair_that_imports_each_other_is_found() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn a_pair_inside_a_test_binary_of_several_files_is_found() {
+    let dir = tempfile_dir("binary");
+    let write = |file: &str, text: &str| {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write("Cargo.toml", "[package]");
+    write("tests/it/main.rs", "mod a; mod b;");
+    write("tests/it/a.rs", "use crate::b::Y;\npub struct X;");
+    write("tests/it/b.rs", "use crate::a::X;\npub struct Y;");
+    let mut roots = Vec::new();
+    collect_crate_dirs(&dir, &mut roots);
+    let found: Vec<String> = roots.iter().flat_map(|r| mutual_imports(r)).collect();
+    assert_eq!(found.len(), 1, "{roots:?}: {found:?}");
+    assert!(
+        found[0].contains("a.rs <->") && found[0].ends_with("b.rs"),
+        "{found:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 fn tempfile_dir(name: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("layering-{name}"));
     let _ = std::fs::remove_dir_all(&dir);
@@ -99,6 +122,15 @@ fn collect_crate_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
             if dir.join(part).is_dir() {
                 out.push(dir.join(part));
             }
+        }
+        // A test binary of several files (`tests/it/main.rs`) is a crate root of its own.
+        if let Ok(tests) = std::fs::read_dir(dir.join("tests")) {
+            let mut binaries: Vec<PathBuf> = tests
+                .filter_map(|e| Some(e.ok()?.path()))
+                .filter(|p| p.join("main.rs").is_file())
+                .collect();
+            binaries.sort();
+            out.extend(binaries);
         }
     }
     for child in children {
@@ -154,6 +186,10 @@ fn collect_rust_files(root: &Path, dir: &Path, out: &mut BTreeMap<Module, PathBu
     for entry in entries.filter_map(Result::ok) {
         let path = entry.path();
         if path.is_dir() {
+            // Another crate root (a test binary of several files) is read on its own.
+            if path.join("main.rs").is_file() {
+                continue;
+            }
             collect_rust_files(root, &path, out);
         } else if path.extension().is_some_and(|e| e == "rs") {
             let relative = path.strip_prefix(root).unwrap().with_extension("");

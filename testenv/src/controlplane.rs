@@ -1,9 +1,10 @@
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
@@ -48,6 +49,29 @@ pub fn shared() -> &'static ControlPlane {
     SHARED.get_or_init(|| match ControlPlane::start() {
         Ok(cp) => cp,
         Err(e) => panic!("local control plane: {e}"),
+    })
+}
+
+/// The control plane of one group of tests in this process, started on first use. For a test binary of
+/// several modules (`tests/it/`) whose modules were test binaries of their own: a module whose tests install
+/// cluster-wide objects (CRDs, webhook configurations, cluster roles) passes `module_path!()`, and the other
+/// modules' tests never meet those objects, as when each module was a process of its own.
+///
+/// # Panics
+/// As [`shared`].
+pub fn shared_for(group: &'static str) -> &'static ControlPlane {
+    static GROUPS: Mutex<BTreeMap<&'static str, &'static OnceLock<ControlPlane>>> =
+        Mutex::new(BTreeMap::new());
+    // Only the lookup holds the lock: groups start their control planes side by side, and the OnceLock makes the
+    // tests of one group wait for the one start.
+    let cell: &'static OnceLock<ControlPlane> = GROUPS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .entry(group)
+        .or_insert_with(|| Box::leak(Box::new(OnceLock::new())));
+    cell.get_or_init(|| match ControlPlane::start() {
+        Ok(cp) => cp,
+        Err(e) => panic!("local control plane of {group}: {e}"),
     })
 }
 

@@ -17,6 +17,59 @@ pub fn repo_root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// The name the test harness knows a test by, from the path of the module it is in (`module_path!()`) and its
+/// function's name: the module path below the test crate's root (`it::telemetry` gives `telemetry::<function>`).
+/// For re-running one test of the binary in a child process with `--exact`; [`crate::test_name!`] fills in the
+/// module path.
+pub fn harness_name(module_path: &str, function: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{function}"),
+        None => function.to_owned(),
+    }
+}
+
+/// The name the test harness knows test `$function` of the calling module by ([`harness_name`]).
+#[macro_export]
+macro_rules! test_name {
+    ($function:literal) => {
+        $crate::harness_name(module_path!(), $function)
+    };
+}
+
+/// Set in the child process [`in_a_process_of_its_own`] starts.
+const OWN_PROCESS_ENV: &str = "TESTENV_OWN_PROCESS";
+
+/// Runs the test `test_name` (of the calling test binary; [`crate::test_name!`] gives it) again in a child process
+/// of its own with `env` set, and returns `true` when called there. Outside, it waits for that run, asserts it
+/// passed and returns `false`. For a test that sets something process-wide (the global tracing subscriber, an
+/// environment variable read at start-up) in a test binary whose other tests run beside it:
+///
+/// ```ignore
+/// if !testenv::in_a_process_of_its_own(&testenv::test_name!("my_test"), &[]) { return; }
+/// ```
+///
+/// # Panics
+/// Outside: when the child cannot be started or its run of the test fails (with its output).
+pub fn in_a_process_of_its_own(test_name: &str, env: &[(&str, String)]) -> bool {
+    if std::env::var_os(OWN_PROCESS_ENV).is_some() {
+        return true;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let child = std::process::Command::new(exe)
+        .args([test_name, "--exact", "--include-ignored", "--nocapture"])
+        .env(OWN_PROCESS_ENV, "1")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .expect("running the test in a process of its own");
+    let stdout = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success() && stdout.contains("1 passed"),
+        "{test_name} failed in its own process:\n{stdout}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    false
+}
+
 /// Creates a namespace named `<prefix>-<random>` and waits until its `default` ServiceAccount exists (Pods
 /// cannot be created before that). Returns its name.
 pub async fn namespace(client: &Client, prefix: &str) -> String {
@@ -177,4 +230,16 @@ pub async fn service_account_token(
         .await
         .unwrap_or_else(|e| panic!("TokenRequest for {ns}/{sa}: {e}"));
     response.status.and_then(|s| s.token).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::harness_name;
+
+    #[test]
+    fn a_tests_harness_name_is_its_path_below_the_crate_root() {
+        assert_eq!(harness_name("it::telemetry", "spans"), "telemetry::spans");
+        assert_eq!(harness_name("it::deploy::chart", "x"), "deploy::chart::x");
+        assert_eq!(harness_name("isolation", "probe"), "probe");
+    }
 }

@@ -3,7 +3,8 @@
 //! built from the Go module in `testenv/controlplane` and run on 127.0.0.1.
 //!
 //! One control plane starts per test process, on first use ([`shared`]); each test gets its own namespace
-//! ([`namespace`]). By default there is no scheduler and no kubelet: Pods stay Pending and Node objects are created through
+//! ([`namespace`]). In a test binary of several modules, a module whose tests install cluster-wide objects takes
+//! a control plane of its own ([`shared_for`]`(module_path!())`). By default there is no scheduler and no kubelet: Pods stay Pending and Node objects are created through
 //! the API.
 //!
 //! With a control plane of its own serving on the node address, a test can add a real node ([`node`]: kubelet,
@@ -21,9 +22,9 @@ mod helpers;
 pub mod node;
 pub mod proxy;
 
-pub use controlplane::{ControlPlane, Options, binary_path, shared};
+pub use controlplane::{ControlPlane, Options, binary_path, shared, shared_for};
 pub use error::Error;
 pub use helpers::{
-    apply_crds, credential_id, namespace, repo_root, service_account_token, wait_for,
-    wait_for_event,
+    apply_crds, credential_id, harness_name, in_a_process_of_its_own, namespace, repo_root,
+    service_account_token, wait_for, wait_for_event,
 };
