@@ -54,4 +54,5 @@ node-images: node-binaries buildah
 # `--workspace` keeps the workspace's feature set: with `-p deploy-tests`, Cargo would build its dependencies a
 # second time with other features.
 test-node: node images-check tilt
-	$(CARGO) test --workspace --test node --locked -- --ignored --test-threads=1
+	$(CARGO) test --workspace --test it --locked -- --ignored --test-threads=1 --exact \
+	  node::the_chart_runs_on_a_node node::tilt_cluster_mode_deploys_onto_the_node

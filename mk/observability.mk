@@ -5,7 +5,7 @@
 #                       the chart renders them with its default thresholds; part of `make test` (CHECKS)
 #
 # promtool and prometheus come from Debian's `prometheus` package: promtool here, the real Prometheus in
-# deploy-tests/tests/prometheus.rs (an integration test: the package is installed before those run).
+# deploy-tests/tests/it/prometheus.rs (an integration test: the package is installed before those run).
 
 PROMTOOL := /usr/bin/promtool
 SYSTEM_PACKAGES += prometheus

@@ -499,7 +499,7 @@ pub const WEBHOOK_CPU_REQUEST: &str = "10m";
 /// Memory the webhook container requests: its resident set at rest with room for ordinary pods' admissions.
 pub const WEBHOOK_MEMORY_REQUEST: &str = "64Mi";
 /// The webhook container's memory limit: its worst case, every share of its admission budget taken by the
-/// largest reviews at once (peerpods-webhook's `ADMISSION_BUDGET_BYTES`, measured by its `tests/memory.rs`),
+/// largest reviews at once (peerpods-webhook's `ADMISSION_BUDGET_BYTES`, measured by its `tests/it/memory.rs`),
 /// with headroom. No CPU limit: throttling a webhook only turns load into API server time-outs.
 pub const WEBHOOK_MEMORY_LIMIT: &str = "320Mi";
 

@@ -40,7 +40,7 @@ pub const MAX_REVIEW_BYTES: usize = 7 * 1024 * 1024;
 /// Request bytes being read and decided at once, over all connections. Each admission takes its body's size
 /// (its `Content-Length`, at least [`ADMISSION_MIN_SHARE`]) from this budget before its body is read, and gives
 /// it back once its answer is encoded, so the memory admissions take together follows this budget (a decision
-/// takes a small multiple of its body: see `tests/memory.rs`), whatever the number or size of requests. One
+/// takes a small multiple of its body: see `tests/it/memory.rs`), whatever the number or size of requests. One
 /// largest review fits with room for small ones beside it.
 pub const ADMISSION_BUDGET_BYTES: usize = 12 * 1024 * 1024;
 /// The least share of the budget an admission takes: it also bounds how many are decided at once (192).

@@ -1,5 +1,5 @@
 // Command caa-reference serves cloud-api-adaptor v0.22's pod mutation for the side-by-side test of
-// peerpods-webhook (webhook/tests/caa_parity.rs). It is test tooling, never shipped.
+// peerpods-webhook (webhook/tests/it/caa_parity.rs). It is test tooling, never shipped.
 //
 // cloud-api-adaptor's webhook module is not served by the Go module proxy, so its mutation (about sixty lines in
 // src/webhook/pkg/mutating and pkg/utils of the v0.22 release) is restated in mutation.go. Everything around it is

@@ -1,0 +1,1155 @@
+//! The Helm chart against the real API server of the local control plane.
+//!
+//! - Rendering: `helm lint` and `helm template` with the default, the full and the add-on values; every object
+//!   is validated by kubeconform (schemas from this API server, CRDs included) and by the API server itself
+//!   (server-side apply, dry run, strict field validation). The chart's values schema refuses bad values.
+//! - Installing: `helm install`, then the three service binaries run out of cluster as the chart's
+//!   ServiceAccounts with the chart's configuration, and a deleted PeerPod's VM is deleted and its finalizer
+//!   released: the chart's RBAC is enough. Reading the cloud credentials as anything but provider-service is
+//!   refused, and every permission the chart grants our services is one they used (the API server's audit
+//!   log): it is not too much.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+use deploy_tests::rbac;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use peerpods_proto::v1::{GetCapacityRequest, ListInstancesRequest};
+
+/// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
+/// rendered and linted, but neither kubeconform nor the API server can check them here.
+const FOREIGN_KINDS: [&str; 4] = ["Certificate", "Issuer", "ServiceMonitor", "PrometheusRule"];
+
+/// The values of a release on libvirt's test driver (no tags there, provider-service in development mode): the
+/// chart's defaults alone refuse to render without a cluster tag.
+const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
+
+/// The CRDs are installed by whichever test comes first (Helm's crds/ or apply); never both at once.
+static CRDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
+    let cp = control_plane();
+    let client = cp.client().await;
+    {
+        let _crds = CRDS.lock().await;
+        testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
+        testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
+    }
+    wait_for_openapi_kind(&client, "confidentialcontainers.org", "PeerPod").await;
+    wait_for_openapi_kind(&client, "confidentialcontainers.org", "PeerPodConfig").await;
+    let schema_dir = tempfile::tempdir().expect("temp dir");
+    let location = write_schemas(&client, schema_dir.path(), true).await;
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+
+    for (case, values) in [
+        ("default", vec![DEV_VALUES]),
+        ("full", vec!["deploy/tests/values-full.yaml"]),
+        (
+            "addons",
+            vec![DEV_VALUES, "deploy/tests/values-addons.yaml"],
+        ),
+        // Beside cloud-api-adaptor's chart (docs/alongside-caa.md): peer-pod-config-ctrl off.
+        (
+            "alongside-caa",
+            vec![
+                DEV_VALUES,
+                "deploy/chart/peerpods/examples/alongside-caa.yaml",
+            ],
+        ),
+        // The same with our webhook instead of CAA's (webhook.enabled=true).
+        (
+            "alongside-caa-our-webhook",
+            vec![
+                DEV_VALUES,
+                "deploy/chart/peerpods/examples/alongside-caa.yaml",
+                "deploy/tests/values-our-webhook.yaml",
+            ],
+        ),
+    ] {
+        let mut lint = vec!["lint", "--strict", CHART, "--kube-version", KUBE_VERSION];
+        for v in &values {
+            lint.extend(["-f", v]);
+        }
+        run_ok(&tool("helm"), &lint, None).await;
+
+        let ns = testenv::namespace(&client, &format!("render-{case}")).await;
+        let manifest = render("peerpods", &ns, &values).await;
+        let docs = documents(&manifest);
+        let (foreign, ours): (Vec<_>, Vec<_>) = docs
+            .iter()
+            .partition(|d| FOREIGN_KINDS.contains(&kind_of(d)));
+        assert!(
+            ours.iter()
+                .filter(|d| kind_of(d) == "CustomResourceDefinition")
+                .count()
+                == 2,
+            "{case}: the chart must carry both CRDs"
+        );
+        if case == "addons" {
+            assert_eq!(
+                foreign.len(),
+                8,
+                "addons: 2 Issuers, 2 Certificates, 3 ServiceMonitors and a PrometheusRule expected"
+            );
+        } else {
+            assert!(foreign.is_empty(), "{case}: unexpected add-on objects");
+        }
+        let checked = ours.iter().map(|d| format!("---\n{d}")).collect::<String>();
+
+        let summary = run_ok(
+            &tool("kubeconform"),
+            &[
+                "-strict",
+                "-summary",
+                "-schema-location",
+                &location,
+                "-kubernetes-version",
+                KUBE_VERSION,
+                "-",
+            ],
+            Some(&checked),
+        )
+        .await;
+        assert!(
+            summary.contains(&format!(
+                "Valid: {}, Invalid: 0, Errors: 0, Skipped: 0",
+                ours.len()
+            )),
+            "{case}: kubeconform: {summary}"
+        );
+
+        let applied = run_ok(
+            &tool("kubectl"),
+            &[
+                "--kubeconfig",
+                &kubeconfig,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "--field-manager=chart-check",
+                "--dry-run=server",
+                "--validate=strict",
+                "-f",
+                "-",
+            ],
+            Some(&checked),
+        )
+        .await;
+        assert_eq!(
+            applied
+                .lines()
+                .filter(|l| l.ends_with("(server dry run)"))
+                .count(),
+            ours.len(),
+            "{case}: the API server accepted only:\n{applied}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validators_refuse_a_broken_object() {
+    // The checks above are only worth something if they can fail: a Deployment with a misspelt field and a
+    // string where a number belongs must be refused by both.
+    let cp = control_plane();
+    let client = cp.client().await;
+    let schema_dir = tempfile::tempdir().expect("temp dir");
+    let location = write_schemas(&client, schema_dir.path(), true).await;
+    let ns = testenv::namespace(&client, "broken").await;
+    let manifest = render("peerpods", &ns, &[DEV_VALUES]).await;
+    let deployment = documents(&manifest)
+        .into_iter()
+        .find(|d| kind_of(d) == "Deployment")
+        .expect("a Deployment");
+    let broken = deployment.replacen("replicas: 2", "replicas: two\n  replica: 2", 1);
+    assert_ne!(broken, deployment);
+
+    let (ok, out, _) = run(
+        &tool("kubeconform"),
+        &["-strict", "-summary", "-schema-location", &location, "-"],
+        Some(&broken),
+    )
+    .await;
+    assert!(
+        !ok && out.contains("Invalid: 1"),
+        "kubeconform accepted: {out}"
+    );
+
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    let (ok, _, err) = run(
+        &tool("kubectl"),
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "--validate=strict",
+            "-f",
+            "-",
+        ],
+        Some(&broken),
+    )
+    .await;
+    assert!(
+        !ok && err.contains(".spec.replica"),
+        "the API server accepted: {err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn values_schema_refuses_bad_values() {
+    for (set, complaint) in [
+        ("peerpodCtrl.replicas=-1", "replicas"),
+        ("peerpodCtrl.orphans.policy=sometimes", "policy"),
+        ("providerService.grpcPort=70000", "grpcPort"),
+        ("providerService.deleteUntagged=yes", "deleteUntagged"),
+        ("providerService.cloudProviders={nimbus}", "cloudProviders"),
+        ("networkPolicy.caaNodeCIDRs[0]=not-a-cidr", "caaNodeCIDRs"),
+        ("peerPodConfigCtrl.enabled=sometimes", "enabled"),
+        ("webhook.enabled=sometimes", "enabled"),
+        ("webhook.failurePolicy=Never", "failurePolicy"),
+        (
+            "webhook.targetRuntimeClass=Kata_Remote",
+            "targetRuntimeClass",
+        ),
+        ("unknownSetting=true", "unknownSetting"),
+    ] {
+        let (ok, _, err) = run(
+            &tool("helm"),
+            &[
+                "template",
+                "x",
+                CHART,
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+                set,
+            ],
+            None,
+        )
+        .await;
+        assert!(
+            !ok && err.contains(complaint),
+            "--set {set} was accepted: {err}"
+        );
+    }
+}
+
+/// Only this cluster's VMs by default: with the chart's default values (no cluster tag, any cloud) `helm
+/// template` and `helm install` fail and say what to set; so do values naming a cloud with tags. A cluster tag,
+/// the explicit `deleteUntagged: allow`, or clouds without tags render, and pass the choice on to
+/// provider-service.
+#[tokio::test(flavor = "multi_thread")]
+async fn default_values_fail_without_a_cluster_tag() {
+    let template = |sets: &'static [&'static str]| async move {
+        let mut args = vec!["template", "x", CHART, "--kube-version", KUBE_VERSION];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        run(&tool("helm"), &args, None).await
+    };
+    for sets in [
+        &[][..],
+        &["providerService.cloudProviders={aws}"][..],
+        &[
+            "providerService.cloudProviders={libvirt,gcp}",
+            "providerService.deleteUntagged=deny",
+        ][..],
+    ] {
+        let (ok, _, err) = template(sets).await;
+        assert!(!ok, "{sets:?} rendered without a cluster tag");
+        assert!(
+            err.contains("no cluster tag")
+                && err.contains("peerpodCtrl.orphans.clusterTag")
+                && err.contains("providerService.deleteUntagged=allow"),
+            "{sets:?}: {err}"
+        );
+    }
+    // helm install refuses the defaults the same way, before creating anything (the CRDs are left to the
+    // other tests).
+    let cp = control_plane();
+    let client = cp.client().await;
+    let ns = testenv::namespace(&client, "no-cluster-tag").await;
+    let (ok, _, err) = helm(
+        cp,
+        &["install", "x", CHART, "--skip-crds", "--namespace", &ns],
+    )
+    .await;
+    assert!(!ok && err.contains("no cluster tag"), "helm install: {err}");
+    let deployments: Api<Deployment> = Api::namespaced(client, &ns);
+    assert!(
+        deployments
+            .list(&ListParams::default())
+            .await
+            .expect("list Deployments")
+            .items
+            .is_empty(),
+        "helm install created Deployments"
+    );
+
+    for (sets, env) in [
+        (
+            &["peerpodCtrl.orphans.clusterTag=peerpods.io/cluster=prod"][..],
+            "CLUSTER_TAG",
+        ),
+        (
+            &["providerService.deleteUntagged=allow"][..],
+            "DELETE_UNTAGGED",
+        ),
+        (&["providerService.cloudProviders={libvirt,byom}"][..], ""),
+    ] {
+        let (ok, out, err) = template(sets).await;
+        assert!(ok, "{sets:?}: {err}");
+        if !env.is_empty() {
+            assert!(
+                out.contains(&format!("name: {env}")),
+                "{sets:?} does not set {env}"
+            );
+        }
+        assert!(
+            !out.contains("PROVIDER_SERVICE_DEVELOPMENT"),
+            "development mode is never a default"
+        );
+    }
+}
+
+async fn sa_client(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    sa: &str,
+) -> (String, kube::Client) {
+    // The chart must have created it: service_account_token would otherwise create it quietly.
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .get(sa)
+        .await
+        .unwrap_or_else(|e| panic!("ServiceAccount {ns}/{sa} from the chart: {e}"));
+    let token = testenv::service_account_token(admin, ns, sa, &[]).await;
+    let client = cp.client_with_token(&token).await;
+    (token, client)
+}
+
+fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {
+    matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_credentials() {
+    let cp = control_plane();
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "chart").await;
+    let release = ns.clone();
+    let fullname = format!("{release}-peerpods");
+    let work = tempfile::tempdir().expect("temp dir");
+
+    // helm install, as a user would (no --wait: the local control plane has no kubelet to run Pods).
+    let installed = {
+        let _crds = CRDS.lock().await;
+        let started = Instant::now();
+        helm_ok(
+            cp,
+            &[
+                "install",
+                &release,
+                CHART,
+                "-f",
+                DEV_VALUES,
+                "--namespace",
+                &ns,
+            ],
+        )
+        .await;
+        started.elapsed()
+    };
+    eprintln!("helm install took {installed:?}");
+    for crd in [
+        "deploy/crds/peerpods.yaml",
+        "deploy/crds/peerpodconfigs.yaml",
+    ] {
+        testenv::apply_crds(&admin, crd).await;
+    }
+
+    // The operator's provider configuration: libvirt's test driver with one VM.
+    let vm = uuid::Uuid::new_v4().to_string();
+    let host = work.path().join("libvirt-host.xml");
+    std::fs::write(&host, libvirt_host(std::slice::from_ref(&vm))).expect("libvirt host file");
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("peer-pods-cm".into());
+    cm.data = Some(BTreeMap::from([
+        ("CLOUD_PROVIDER".into(), "libvirt".into()),
+        ("LIBVIRT_URI".into(), format!("test://{}", host.display())),
+    ]));
+    config_maps
+        .create(&PostParams::default(), &cm)
+        .await
+        .expect("peer-pods-cm");
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("peer-pods-secret".into());
+    secret.string_data = Some(BTreeMap::from([("LIBVIRT_POOL".into(), "default".into())]));
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("peer-pods-secret");
+
+    // An upgrade keeps provider-service's certificate (and so the CA every client trusts).
+    let tls_secret = format!("{fullname}-provider-service-tls");
+    let issued = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    helm_ok(
+        cp,
+        &[
+            "upgrade",
+            &release,
+            CHART,
+            "-f",
+            DEV_VALUES,
+            "--namespace",
+            &ns,
+        ],
+    )
+    .await;
+    let kept = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    assert!(
+        issued.is_some() && issued == kept,
+        "helm upgrade replaced the certificate"
+    );
+
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    let ps_deploy = deployment_of(&deployments, &fullname, "provider-service").await;
+    let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
+    let cc_deploy = deployment_of(&deployments, &fullname, "peer-pod-config-ctrl").await;
+    let (_, ps_client) = sa_client(cp, &admin, &ns, &service_account_of(&ps_deploy)).await;
+    let (_, pc_client) = sa_client(cp, &admin, &ns, &service_account_of(&pc_deploy)).await;
+    let (_, cc_client) = sa_client(cp, &admin, &ns, &service_account_of(&cc_deploy)).await;
+    let (_, caa_client) = sa_client(cp, &admin, &ns, "cloud-api-adaptor").await;
+
+    // provider-service: its volumes laid out as a kubelet would; its own token, as the RBAC check below
+    // counts its requests, not the test's.
+    let ProviderServiceLayout {
+        env: ps_env,
+        grpc_port,
+        admin: ps_admin,
+        token: ps_token,
+    } = lay_out_provider_service(cp, &admin, &ns, &ps_deploy, work.path()).await;
+    let mut provider = Service::start(
+        "provider-service",
+        &service_binary("provider-service"),
+        &ps_env,
+        ps_admin,
+        work.path(),
+    );
+    provider.wait_ready().await;
+
+    // The controllers: chart environment, a token for the audience of the chart's projected volume, the CA
+    // from the chart's Secret, and provider-service on 127.0.0.1 verified under the chart's Service name.
+    let start_controller =
+        async |name: &str, replica: u32, deployment: &Deployment, client_for_api: &str| {
+            let pod = format!("{name}-{replica}");
+            let ControllerLayout {
+                env,
+                admin: admin_addr,
+                ..
+            } = lay_out_controller(
+                cp,
+                &admin,
+                &ns,
+                deployment,
+                &pod,
+                client_for_api,
+                grpc_port,
+                work.path(),
+            )
+            .await;
+            let mut service =
+                Service::start(&pod, &service_binary(name), &env, admin_addr, work.path());
+            service.wait_ready().await;
+            (service, env)
+        };
+    let pc_api_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&pc_deploy), &[]).await;
+    let (peerpod_ctrl, pc_env) =
+        start_controller("peerpod-ctrl", 0, &pc_deploy, &pc_api_token).await;
+    let cc_api_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&cc_deploy), &[]).await;
+    let (config_ctrl, _) =
+        start_controller("peer-pod-config-ctrl", 0, &cc_deploy, &cc_api_token).await;
+    // Each controller's second replica gets a token of its own, so the audit log tells its requests apart.
+    let pc_standby_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&pc_deploy), &[]).await;
+    let cc_follower_token =
+        testenv::service_account_token(&admin, &ns, &service_account_of(&cc_deploy), &[]).await;
+    let pc_standby_credential = testenv::credential_id(&admin, &pc_standby_token).await;
+    let cc_follower_credential = testenv::credential_id(&admin, &cc_follower_token).await;
+    // The credentials our services run with, as the API server names them in its audit log.
+    let mut workloads = std::collections::BTreeSet::from([
+        pc_standby_credential.clone(),
+        cc_follower_credential.clone(),
+    ]);
+    for token in [&ps_token, &pc_api_token, &cc_api_token] {
+        workloads.insert(testenv::credential_id(&admin, token).await);
+    }
+
+    // Both controllers elected themselves on their Leases in the release namespace.
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+    for (lease, holder) in [
+        (pc_env["LEASE_NAME"].as_str(), "peerpod-ctrl-0"),
+        ("peer-pod-config-ctrl", "peer-pod-config-ctrl-0"),
+    ] {
+        testenv::wait_for(
+            &format!("Lease {lease} held by {holder}"),
+            Duration::from_secs(30),
+            || async {
+                let l = leases.get_opt(lease).await.ok().flatten()?;
+                (l.spec?.holder_identity.as_deref() == Some(holder)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // Only a replica waiting for its Lease watches it (for the release), and a lone replica may take its
+    // Lease before that watch has started: so each controller gets a second replica, a follower, and the test
+    // goes on only once the audit log shows the follower's watch. The chart's Lease grants are then used in
+    // every run, whatever the timing.
+    // peerpod-ctrl's follower then takes over when the leader stops, through that watch, and does the work
+    // below.
+    let (standby, _) = start_controller("peerpod-ctrl", 1, &pc_deploy, &pc_standby_token).await;
+    lease_watch_seen(cp, &pc_standby_credential, &ns, &pc_env["LEASE_NAME"]).await;
+    // peer-pod-config-ctrl's follower stays one to the end, beside the leader.
+    let (config_follower, _) =
+        start_controller("peer-pod-config-ctrl", 1, &cc_deploy, &cc_follower_token).await;
+    lease_watch_seen(cp, &cc_follower_credential, &ns, "peer-pod-config-ctrl").await;
+    let mut stopped = peerpod_ctrl;
+    stopped.terminate().await;
+    let peerpod_ctrl = standby;
+    testenv::wait_for(
+        "Lease taken over by peerpod-ctrl-1",
+        Duration::from_secs(60),
+        || async {
+            let l = leases.get_opt(&pc_env["LEASE_NAME"]).await.ok().flatten()?;
+            (l.spec?.holder_identity.as_deref() == Some("peerpod-ctrl-1")).then_some(())
+        },
+    )
+    .await;
+
+    // Callers' views through the chart's TLS name: each chart ServiceAccount may call exactly its methods
+    // (providerService.callerMethods); an account the chart does not list is refused.
+    let audience = pc_env_audience(&ps_env);
+    let token_of =
+        async |sa: &str| testenv::service_account_token(&admin, &ns, sa, &[&audience]).await;
+    let caa_token = token_of("cloud-api-adaptor").await;
+    let peerpod_ctrl_token = token_of(&format!("{fullname}-peerpod-ctrl")).await;
+    let stranger = token_of("default").await;
+    let ca_file = work.path().join("peerpod-ctrl-0/mount/ca.crt");
+    let server_name = format!("{fullname}-provider-service.{ns}.svc");
+    let caller = |token: &str| {
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let token_file = work.path().join(format!("caller-token-{call}"));
+        std::fs::write(&token_file, token).expect("token file");
+        provider_client(grpc_port, &ca_file, &server_name, &token_file)
+    };
+    let list_vms = async |token: &str| {
+        caller(token)
+            .list_instances(ListInstancesRequest {
+                cloud_provider: "libvirt".into(),
+                tag_selector: Default::default(),
+            })
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .instances
+                    .into_iter()
+                    .map(|i| i.instance_id)
+                    .collect::<Vec<_>>()
+            })
+    };
+    let reason = |status: &tonic::Status| {
+        use tonic_types::StatusExt;
+        status.get_details_error_info().map(|i| i.reason)
+    };
+    // CAA asks for capacity, but lists nothing.
+    caller(&caa_token)
+        .get_capacity(GetCapacityRequest {
+            cloud_provider: "libvirt".into(),
+        })
+        .await
+        .expect("CAA asks for capacity");
+    let refused = list_vms(&caa_token)
+        .await
+        .expect_err("CAA may not list instances");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("MethodNotAllowed"));
+    // peerpod-ctrl lists (orphan scan).
+    let vms = list_vms(&peerpod_ctrl_token)
+        .await
+        .expect("peerpod-ctrl lists VMs");
+    assert!(vms.contains(&vm), "VM {vm} in {vms:?}");
+    let refused = list_vms(&stranger)
+        .await
+        .expect_err("default ServiceAccount must be refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("CallerNotAllowed"));
+
+    // The PeerPod cleanup story: CAA (as its chart ServiceAccount) records the VM in a PeerPod owned by the
+    // Pod; the Pod is deleted; the garbage collector deletes the PeerPod; peerpod-ctrl deletes the VM through
+    // provider-service and releases the finalizer.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let pod = workload_pod(&pods, "workload").await;
+    let resource = peerpod_resource();
+    let peerpod: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPod",
+        "metadata": {
+            "name": "workload-resource-x7k2p",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "workload",
+                                 "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+            "finalizers": ["peer.pod/finalizer"]
+        },
+        "spec": {"cloudProvider": "libvirt", "instanceID": vm},
+        "status": {}
+    }))
+    .expect("PeerPod");
+    Api::<DynamicObject>::namespaced_with(caa_client.clone(), &ns, &resource)
+        .create(&PostParams::default(), &peerpod)
+        .await
+        .expect("cloud-api-adaptor creates the PeerPod");
+    pods.delete("workload", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    let peerpods: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &resource);
+    wait_gone(
+        "PeerPod gone (VM deleted, finalizer released)",
+        &peerpods,
+        "workload-resource-x7k2p",
+        Duration::from_secs(60),
+    )
+    .await;
+    let vms = list_vms(&peerpod_ctrl_token)
+        .await
+        .expect("peerpod-ctrl lists VMs");
+    assert!(!vms.contains(&vm), "VM {vm} still there: {vms:?}");
+
+    // peer-pod-config-ctrl with the chart's RBAC: a PeerPodConfig gets its CAA DaemonSet, which runs as the
+    // chart's CAA ServiceAccount, and the webhook serving certificate.
+    let ppc_gvk = GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig");
+    let ppc_resource = ApiResource::from_gvk_with_plural(&ppc_gvk, "peerpodconfigs");
+    let config: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPodConfig",
+        "metadata": {"name": "peerpodconfig"},
+        "spec": {"limit": "4", "nodeSelector": {"node.kubernetes.io/worker": ""}}
+    }))
+    .expect("PeerPodConfig");
+    Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &ppc_resource)
+        .create(&PostParams::default(), &config)
+        .await
+        .expect("create PeerPodConfig");
+    let daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let daemonset = testenv::wait_for("CAA DaemonSet", Duration::from_secs(60), || async {
+        daemonsets
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let caa_pod = daemonset.spec.template.spec.clone().expect("CAA pod spec");
+    assert_eq!(
+        caa_pod.service_account_name.as_deref(),
+        Some("cloud-api-adaptor")
+    );
+
+    // CAA is wired to provider-service out of the box: endpoint, CA and a projected token in its environment.
+    // Laid out as the kubelet would (the token minted for the DaemonSet's ServiceAccount and audience, ca.crt
+    // from the projected Secret), CAA's settings reach provider-service and may ask what CAA asks.
+    let caa_env: BTreeMap<String, String> = caa_pod.containers[0]
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect();
+    let endpoint = &caa_env["PROVIDER_SERVICE_ENDPOINT"];
+    // The chart's Service port; the test's provider-service listens on a free loopback port instead.
+    assert_eq!(endpoint, &format!("https://{server_name}:50051"));
+    let projected = caa_pod
+        .volumes
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|v| v.name == "provider-service")
+        .and_then(|v| v.projected)
+        .and_then(|p| p.sources)
+        .expect("CAA's provider-service volume");
+    let audience_of_caa = projected
+        .iter()
+        .find_map(|s| s.service_account_token.as_ref()?.audience.clone())
+        .expect("projected token");
+    let ca_secret = projected
+        .iter()
+        .find_map(|s| s.secret.as_ref().map(|s| s.name.clone()))
+        .expect("projected CA");
+    let mount = work.path().join("caa");
+    std::fs::create_dir_all(&mount).expect("CAA mount");
+    let caa_projected_token =
+        testenv::service_account_token(&admin, &ns, "cloud-api-adaptor", &[&audience_of_caa]).await;
+    std::fs::write(mount.join("token"), caa_projected_token).expect("token");
+    let ca = secrets
+        .get(&ca_secret)
+        .await
+        .expect("CA Secret")
+        .data
+        .expect("data");
+    std::fs::write(mount.join("ca.crt"), &ca["ca.crt"].0).expect("ca.crt");
+    for (key, file) in [
+        ("PROVIDER_SERVICE_TOKEN_FILE", "token"),
+        ("PROVIDER_SERVICE_CA_FILE", "ca.crt"),
+    ] {
+        assert!(
+            caa_env[key].ends_with(&format!("/{file}")),
+            "{key}={}",
+            caa_env[key]
+        );
+    }
+    // The Service name resolves in a cluster; here provider-service listens on loopback.
+    let mut caa = provider_client(
+        grpc_port,
+        &mount.join("ca.crt"),
+        &server_name,
+        &mount.join("token"),
+    );
+    caa.get_capacity(GetCapacityRequest {
+        cloud_provider: "libvirt".into(),
+    })
+    .await
+    .expect("CAA asks for capacity with its wiring");
+    let gone = caa
+        .delete_instance(peerpods_proto::v1::DeleteInstanceRequest {
+            cloud_provider: "libvirt".into(),
+            instance_id: uuid::Uuid::new_v4().to_string(),
+            requester: None,
+            accept_in_progress: false,
+        })
+        .await
+        .expect("CAA deletes with its wiring")
+        .into_inner();
+    assert_eq!(gone.result(), peerpods_proto::v1::DeleteResult::AlreadyGone);
+    testenv::wait_for(
+        "webhook serving certificate",
+        Duration::from_secs(60),
+        || async { secrets.get_opt("webhook-server-cert").await.ok().flatten() },
+    )
+    .await;
+    capacity_story(&admin, &ns, &ppc_resource).await;
+
+    // CAA recorded a second PeerPod for the same Pod (a retried sandbox): peerpod-ctrl deletes the older one,
+    // and cleans it up like any other.
+    let peerpods_as_caa = Api::<DynamicObject>::namespaced_with(caa_client.clone(), &ns, &resource);
+    let retried = workload_pod(&pods, "retried").await;
+    let older = peerpod_of(
+        &retried,
+        "retried-resource-aaaaa",
+        &uuid::Uuid::new_v4().to_string(),
+    );
+    peerpods_as_caa
+        .create(&PostParams::default(), &older)
+        .await
+        .expect("CAA creates the first PeerPod");
+    // Creation times have whole seconds: make the second one visibly newer.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let newer = peerpod_of(
+        &retried,
+        "retried-resource-bbbbb",
+        &uuid::Uuid::new_v4().to_string(),
+    );
+    peerpods_as_caa
+        .create(&PostParams::default(), &newer)
+        .await
+        .expect("CAA creates the second PeerPod");
+    wait_gone(
+        "the older PeerPod of the Pod deleted and cleaned up",
+        &peerpods,
+        "retried-resource-aaaaa",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        exists(&peerpods, "retried-resource-bbbbb").await,
+        "the newer PeerPod stays"
+    );
+
+    // provider-service is down while a PeerPod waits for cleanup: peerpod-ctrl records why in the PeerPod's
+    // status and in a Warning Event, which repeats (one Event with a count) while it retries; once
+    // provider-service is back the cleanup completes.
+    let flaky = workload_pod(&pods, "flaky").await;
+    peerpods_as_caa
+        .create(
+            &PostParams::default(),
+            &peerpod_of(
+                &flaky,
+                "flaky-resource-ccccc",
+                &uuid::Uuid::new_v4().to_string(),
+            ),
+        )
+        .await
+        .expect("CAA creates the PeerPod");
+    provider.terminate().await;
+    pods.delete("flaky", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), &ns);
+    testenv::wait_for_event(
+        "a repeated Warning Event about the PeerPod's cleanup",
+        &events,
+        Duration::from_secs(60),
+        |e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("flaky-resource-ccccc")
+                && e.type_.as_deref() == Some("Warning")
+                && e.series.as_ref().is_some_and(|s| s.count >= 2)
+        },
+    )
+    .await;
+    let waiting = peerpods
+        .get("flaky-resource-ccccc")
+        .await
+        .expect("the PeerPod waits for its cleanup");
+    let conditions = waiting.data["status"]["conditions"].as_array().cloned();
+    assert!(
+        conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c["status"] == "False"),
+        "the failure is in the status: {}",
+        waiting.data["status"]
+    );
+    let mut provider = Service::start(
+        "provider-service-again",
+        &service_binary("provider-service"),
+        &ps_env,
+        ps_admin,
+        work.path(),
+    );
+    provider.wait_ready().await;
+    pods.delete("retried", &DeleteParams::background())
+        .await
+        .expect("delete Pod");
+    for name in ["flaky-resource-ccccc", "retried-resource-bbbbb"] {
+        wait_gone(
+            &format!("PeerPod {name} cleaned up"),
+            &peerpods,
+            name,
+            Duration::from_secs(120),
+        )
+        .await;
+    }
+
+    // Not too much: nobody reads the cloud credentials through the API; provider-service gets them mounted.
+    let credentials = |c: &kube::Client| Api::<Secret>::namespaced(c.clone(), &ns);
+    assert!(
+        forbidden(credentials(&ps_client).get("peer-pods-secret").await),
+        "provider-service read peer-pods-secret through the API"
+    );
+    assert!(
+        forbidden(credentials(&pc_client).get("peer-pods-secret").await),
+        "peerpod-ctrl read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&cc_client).get("peer-pods-secret").await),
+        "peer-pod-config-ctrl read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&caa_client).get("peer-pods-secret").await),
+        "cloud-api-adaptor read peer-pods-secret"
+    );
+    assert!(
+        forbidden(credentials(&pc_client).list(&ListParams::default()).await),
+        "peerpod-ctrl listed Secrets"
+    );
+    assert!(
+        forbidden(credentials(&cc_client).list(&ListParams::default()).await),
+        "peer-pod-config-ctrl listed Secrets"
+    );
+    assert!(
+        forbidden(credentials(&ps_client).list(&ListParams::default()).await),
+        "provider-service listed Secrets"
+    );
+    assert!(
+        forbidden(
+            credentials(&ps_client)
+                .get(&secret_of(&ps_deploy, "tls"))
+                .await
+        ),
+        "provider-service read its serving certificate through the API"
+    );
+    assert!(
+        forbidden(
+            Api::<Pod>::namespaced(pc_client.clone(), &ns)
+                .list(&ListParams::default())
+                .await
+        ),
+        "peerpod-ctrl listed Pods"
+    );
+
+    // Enough, everywhere: no request of the controllers was refused along the way (a refused watch only
+    // shows in the log).
+    for service in [
+        &stopped,
+        &peerpod_ctrl,
+        &config_ctrl,
+        &config_follower,
+        &provider,
+    ] {
+        let log = service.log_text();
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{} was refused something:\n{log}",
+            service.name
+        );
+    }
+    drop((
+        stopped,
+        peerpod_ctrl,
+        config_ctrl,
+        config_follower,
+        provider,
+    ));
+
+    // No more than needed: every permission the installed chart grants was used by one of our services along
+    // the way (the requests the API server allowed to the tokens they ran with, from its audit log).
+    let uses = rbac::uses(&cp.audit_events().expect("audit log"), &workloads);
+    let grants = rbac::grants(&rbac_of(&render(&release, &ns, &[DEV_VALUES]).await));
+    let unused: Vec<String> = rbac::unused(&grants, &uses)
+        .into_iter()
+        .filter(|g| !unseen(g))
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "the chart grants permissions none of our services used; remove them, or add a scenario whose code \
+         path needs them:\n  {}",
+        unused.join("\n  ")
+    );
+    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+}
+
+/// Waits until the API server's audit log shows an allowed watch on the Lease `lease` in `ns`, made with
+/// `credential` (as [`testenv::credential_id`] names it).
+async fn lease_watch_seen(cp: &testenv::ControlPlane, credential: &str, ns: &str, lease: &str) {
+    testenv::wait_for(
+        &format!("a watch on Lease {ns}/{lease} by the follower ({credential}) in the audit log"),
+        Duration::from_secs(60),
+        || async {
+            let events = cp.audit_events().ok()?;
+            events
+                .iter()
+                .any(|e| {
+                    e.verb == "watch"
+                        && e.allowed()
+                        && e.credential_id() == Some(credential)
+                        && e.object_ref.as_ref().is_some_and(|o| {
+                            o.api_group == "coordination.k8s.io"
+                                && o.resource == "leases"
+                                && o.namespace == ns
+                                && o.name == lease
+                        })
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
+/// A PeerPod as cloud-api-adaptor records a VM: owned by the Pod, with its finalizer.
+fn peerpod_of(pod: &Pod, name: &str, vm: &str) -> DynamicObject {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "confidentialcontainers.org/v1alpha1",
+        "kind": "PeerPod",
+        "metadata": {
+            "name": name,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                                 "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+            "finalizers": ["peer.pod/finalizer"]
+        },
+        "spec": {"cloudProvider": "libvirt", "instanceID": vm},
+        "status": {}
+    }))
+    .expect("PeerPod")
+}
+
+/// peer-pod-config-ctrl's node story for the PeerPodConfig `peerpodconfig` in `ns`: a worker node joins and
+/// gets its share of the limit; a new limit is advertised again (the same Event, counted); deleting the
+/// PeerPodConfig takes the capacity back and removes the webhook configuration before the finalizer goes.
+async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResource) {
+    use k8s_openapi::api::core::v1::Node;
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node_name = format!("{ns}-worker");
+    let node: Node = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": node_name, "labels": {"node.kubernetes.io/worker": ""}}
+    }))
+    .expect("Node");
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .expect("create Node");
+    let capacity = async |what: &str, want: fn(Option<&str>) -> bool| {
+        testenv::wait_for(what, Duration::from_secs(60), || async {
+            let node = nodes.get(&node_name).await.ok()?;
+            let value = node
+                .status
+                .and_then(|s| s.capacity)
+                .and_then(|mut c| c.remove("kata.peerpods.io/vm"))
+                .map(|q| q.0);
+            want(value.as_deref()).then_some(())
+        })
+        .await
+    };
+    capacity("the worker advertises peer-pod VMs", |v| v.is_some()).await;
+    let configs = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, ppc_resource);
+    configs
+        .patch(
+            "peerpodconfig",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"limit": "1"}})),
+        )
+        .await
+        .expect("change the limit");
+    capacity("the worker advertises the new limit", |v| v == Some("1")).await;
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(admin.clone(), ns);
+    testenv::wait_for_event(
+        "one CapacityChanged Event, counted twice",
+        &events,
+        Duration::from_secs(30),
+        |e| {
+            e.reason.as_deref() == Some("CapacityChanged")
+                && e.series.as_ref().is_some_and(|s| s.count >= 2)
+        },
+    )
+    .await;
+    configs
+        .delete("peerpodconfig", &DeleteParams::default())
+        .await
+        .expect("delete PeerPodConfig");
+    wait_gone(
+        "the PeerPodConfig cleaned up and gone",
+        &configs,
+        "peerpodconfig",
+        Duration::from_secs(60),
+    )
+    .await;
+    capacity("no peer-pod VMs advertised any more", |v| {
+        v.is_none_or(|v| v == "0")
+    })
+    .await;
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(admin.clone());
+    assert!(
+        !exists(
+            &webhooks,
+            "peer-pods-webhook-mutating-webhook-configuration"
+        )
+        .await,
+        "the webhook configuration was removed"
+    );
+    nodes
+        .delete(&node_name, &DeleteParams::default())
+        .await
+        .expect("delete Node");
+}
+
+/// Grants no audit event can show, each with the code path that needs it (ServiceAccount name or its suffix
+/// after the release's full name, verb, API group, resource):
+/// - cloud-api-adaptor is not in this repository, so no scenario here runs it. Upstream
+///   (confidential-containers/cloud-api-adaptor, in the DaemonSet peer-pod-config-ctrl creates) it uses, under
+///   the chart's `cloud-api-adaptor` ServiceAccount: `k8sops.PeerPodService.OwnPeerPod` (get its Pod, create
+///   the PeerPod the Pod owns), `k8sops.PeerPodService.ReleasePeerPod` (get its Pod, patch the PeerPod's
+///   finalizer away once the VM is gone) and `AdvertiseExtendedResources` (get its node, patch the node and its
+///   status with the peer-pod VM capacity).
+/// - peer-pod-config-ctrl's owned objects carry `blockOwnerDeletion` (`objects.rs`, `controller_owner_ref`).
+///   Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) then check `update` on
+///   `peerpodconfigs/finalizers`; that check runs inside admission and writes no audit event of its own, and
+///   the local control plane runs without that plugin.
+const UNSEEN_GRANTS: [(&str, &str, &str, &str); 7] = [
+    (
+        "cloud-api-adaptor",
+        "create",
+        "confidentialcontainers.org",
+        "peerpods",
+    ),
+    (
+        "cloud-api-adaptor",
+        "patch",
+        "confidentialcontainers.org",
+        "peerpods",
+    ),
+    ("cloud-api-adaptor", "get", "", "pods"),
+    ("cloud-api-adaptor", "get", "", "nodes"),
+    ("cloud-api-adaptor", "patch", "", "nodes"),
+    ("cloud-api-adaptor", "patch", "", "nodes/status"),
+    (
+        "peer-pod-config-ctrl",
+        "update",
+        "confidentialcontainers.org",
+        "peerpodconfigs/finalizers",
+    ),
+];
+
+fn unseen(grant: &rbac::Grant) -> bool {
+    let account = grant.user.rsplit(':').next().unwrap_or_default();
+    UNSEEN_GRANTS.iter().any(|(sa, verb, group, resource)| {
+        (account == *sa || account.ends_with(&format!("-{sa}")))
+            && grant.verb == *verb
+            && grant.api_group == *group
+            && grant.resource == *resource
+    })
+}
+
+/// The audience provider-service checks (from its chart environment).
+fn pc_env_audience(ps_env: &BTreeMap<String, String>) -> String {
+    ps_env.get("AUDIENCE").cloned().expect("AUDIENCE")
+}
+
+/// provider-service drains its deletes on SIGTERM (provider-service/README.md, "Deadlines"): the kubelet's grace
+/// period must cover the SHUTDOWN_GRACE it is told and a moment to exit, and SHUTDOWN_GRACE the
+/// longest a detached delete runs (330 s: Azure's 300 s wait and its last calls), or SIGKILL cuts deletes off.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_service_gets_the_time_to_finish_its_deletes_on_shutdown() {
+    let manifest = render("peerpods", "drain", &[DEV_VALUES]).await;
+    let deployment: Deployment = documents(&manifest)
+        .iter()
+        .filter(|d| kind_of(d) == "Deployment")
+        .map(|d| serde_saphyr::from_str::<Deployment>(d).expect("a Deployment"))
+        .find(|d| {
+            d.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.ends_with("provider-service"))
+        })
+        .expect("the provider-service Deployment");
+    let pod = deployment.spec.template.spec.expect("pod spec");
+    let container = &pod.containers[0];
+    let grace = container
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "SHUTDOWN_GRACE")
+        .and_then(|e| e.value.as_deref())
+        .map(|v| peerpods_runtime::args::duration(v).expect("a duration"))
+        .expect("SHUTDOWN_GRACE");
+    let kubelet_grace = pod
+        .termination_grace_period_seconds
+        .expect("terminationGracePeriodSeconds");
+    assert!(grace >= Duration::from_secs(330), "{grace:?}");
+    assert!(
+        kubelet_grace >= grace.as_secs() as i64 + 10,
+        "terminationGracePeriodSeconds {kubelet_grace} < SHUTDOWN_GRACE {grace:?} + 10 s"
+    );
+}

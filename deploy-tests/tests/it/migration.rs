@@ -1,0 +1,246 @@
+//! The switch from upstream's peerpod-ctrl (cloud-api-adaptor's chart, its `resourceCtrl` subchart) to ours, as
+//! docs/migrating.md does it, on a cluster with live PeerPods and PeerPods being deleted (held by
+//! `peer.pod/finalizer`), one of them after upstream's controller had already deleted its VM. Afterwards no PeerPod
+//! is lost, every terminating one is cleaned up and released only once its VM is gone, no VM is deleted twice or
+//! left behind, and the live PeerPods keep their VMs. Runs on a control plane of its own (`testenv::shared_for`): it
+//! installs cluster-wide CRDs.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use crate::caa::*;
+use crate::support::{
+    exists, helm_ok, kubectl_ok, peerpod_resource, wait_established, wait_gone, workload_pod,
+};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams};
+
+/// docs/migrating.md, step 1, for Helm before 3.17: the ownership metadata `peerpods-crds` (in `default`) needs.
+const ADOPT_PATCH: &str = r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":"Helm"},"annotations":{"meta.helm.sh/release-name":"peerpods-crds","meta.helm.sh/release-namespace":"default"}}}"#;
+
+fn uuids(n: usize) -> Vec<String> {
+    (0..n).map(|_| uuid::Uuid::new_v4().to_string()).collect()
+}
+
+fn has_finalizer(peerpod: &DynamicObject) -> bool {
+    peerpod
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each_vm_once() {
+    let cp = testenv::shared_for(module_path!());
+    let admin = cp.client().await;
+    let work = tempfile::tempdir().expect("temp dir");
+    // Live Pods' VMs; VMs of Pods being deleted; one VM upstream's controller deleted before it stopped (its
+    // PeerPod still holds the finalizer); a VM CAA creates after the switch.
+    let live_vms = uuids(3);
+    let doomed_vms = uuids(3);
+    let deleted_by_upstream = uuid::Uuid::new_v4().to_string();
+    let later_vm = uuid::Uuid::new_v4().to_string();
+    let on_host: Vec<String> = [&live_vms[..], &doomed_vms[..], &[later_vm.clone()][..]].concat();
+
+    // Before: CAA's chart as its users run it, upstream's peerpod-ctrl included.
+    let chart = install_caa(cp, work.path(), &on_host).await;
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
+    let cluster_roles: Api<ClusterRole> = Api::all(admin.clone());
+    assert!(exists(&deployments, "peerpodctrl-controller-manager").await);
+    assert!(exists(&cluster_roles, "peerpodctrl-manager-role").await);
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    wait_established(&crds, PEERPODS_CRD).await;
+
+    // The workloads: CAA (its chart's ServiceAccount and RBAC) records each VM in a PeerPod owned by its Pod.
+    let workloads = testenv::namespace(&admin, "workload").await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &workloads);
+    let peerpods: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), &workloads, &peerpod_resource());
+    let caa = caa_client(cp).await;
+    let mut live = BTreeSet::new();
+    for (i, vm) in live_vms.iter().enumerate() {
+        let pod = workload_pod(&pods, &format!("live-{i}")).await;
+        live.insert(caa_records_vm(&caa, &pod, vm).await);
+    }
+    let mut terminating = Vec::new();
+    for (i, vm) in doomed_vms
+        .iter()
+        .chain(std::iter::once(&deleted_by_upstream))
+        .enumerate()
+    {
+        let name = format!("doomed-{i}");
+        let pod = workload_pod(&pods, &name).await;
+        terminating.push(caa_records_vm(&caa, &pod, vm).await);
+        pods.delete(&name, &DeleteParams::background())
+            .await
+            .expect("delete Pod");
+    }
+    // The garbage collector deletes each deleted Pod's PeerPod; the finalizer holds it (upstream's controller has
+    // no Pod to run in here: the cleanup waits, as during a switch).
+    for name in &terminating {
+        testenv::wait_for(
+            &format!("PeerPod {name} terminating"),
+            Duration::from_secs(60),
+            || async {
+                let p = peerpods.get_opt(name).await.ok().flatten()?;
+                (p.metadata.deletion_timestamp.is_some() && has_finalizer(&p)).then_some(())
+            },
+        )
+        .await;
+    }
+
+    // The switch, docs/migrating.md.
+    // 1. peerpods-crds takes the PeerPod CRD over (the Helm-before-3.17 way: ownership metadata, then install).
+    kubectl_ok(
+        cp,
+        &[
+            "patch",
+            "crd",
+            PEERPODS_CRD,
+            "--type",
+            "merge",
+            "-p",
+            ADOPT_PATCH,
+        ],
+    )
+    .await;
+    helm_ok(cp, &INSTALL_CRDS).await;
+    // 2. Upstream's controller off, and gone before ours starts.
+    turn_off_upstream_controller(cp, &chart).await;
+    kubectl_ok(
+        cp,
+        &[
+            "wait",
+            "--for=delete",
+            "pod",
+            "-l",
+            "control-plane=controller-manager",
+            "--namespace",
+            CAA_NS,
+            "--timeout=120s",
+        ],
+    )
+    .await;
+    assert!(!exists(&deployments, "peerpodctrl-controller-manager").await);
+    assert!(
+        !exists(&cluster_roles, "peerpodctrl-manager-role").await,
+        "upstream's controller keeps no RBAC"
+    );
+    // 3. Ours, beside CAA's chart.
+    install_ours(cp).await;
+    let mut ours = Ours::prepare(cp, work.path()).await;
+
+    // peerpod-ctrl before provider-service answers (its Pods still starting): with no VM deleted, no PeerPod is
+    // released. The first failed delete is reported with a Warning Event; the others may be held back by the
+    // controller's circuit breaker (which writes nothing for them), so the Event is awaited for any one of them and
+    // then every terminating PeerPod must still be there with its finalizer.
+    ours.start_peerpod_ctrl().await;
+    let events: Api<Event> = Api::namespaced(admin.clone(), &workloads);
+    testenv::wait_for_event(
+        "a Warning Event about a terminating PeerPod",
+        &events,
+        Duration::from_secs(60),
+        |e| {
+            e.type_.as_deref() == Some("Warning")
+                && e.regarding
+                    .as_ref()
+                    .and_then(|r| r.name.as_ref())
+                    .is_some_and(|n| terminating.contains(n))
+        },
+    )
+    .await;
+    for name in &terminating {
+        let held = peerpods
+            .get(name)
+            .await
+            .unwrap_or_else(|e| panic!("PeerPod {name} released without a delete: {e}"));
+        assert!(has_finalizer(&held), "{name} lost its finalizer");
+    }
+
+    // provider-service up: every terminating PeerPod is cleaned up.
+    ours.start_provider().await;
+    for name in &terminating {
+        wait_gone(
+            &format!("PeerPod {name} cleaned up and gone"),
+            &peerpods,
+            name,
+            Duration::from_secs(120),
+        )
+        .await;
+    }
+
+    // CAA goes on as before: a new VM, its Pod deleted, cleaned up by ours.
+    let caa = caa_client(cp).await;
+    caa_vm_cleaned_up(&caa, &pods, &peerpods, "later", &later_vm).await;
+
+    // No PeerPod lost: exactly the live ones remain, untouched.
+    let remaining = peerpods
+        .list(&ListParams::default())
+        .await
+        .expect("list PeerPods")
+        .items;
+    let names: BTreeSet<String> = remaining
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert_eq!(names, live, "the PeerPods left are the live ones");
+    for p in &remaining {
+        assert!(
+            p.metadata.deletion_timestamp.is_none() && has_finalizer(p),
+            "live PeerPod {:?} changed",
+            p.metadata.name
+        );
+    }
+    // No VM left behind, the live ones kept.
+    let mut vms = ours.vms().await;
+    vms.sort();
+    let mut want = live_vms.clone();
+    want.sort();
+    assert_eq!(vms, want, "libvirt holds exactly the live Pods' VMs");
+    // Each VM deleted once, by our peerpod-ctrl; upstream's already deleted one answered as gone, never deleted
+    // again; the live ones never asked for.
+    let answers = ours.delete_answers();
+    let deleted = |vm: &str| {
+        answers
+            .iter()
+            .filter(|(id, outcome, _)| id == vm && outcome == "deleted")
+            .count()
+    };
+    for vm in doomed_vms.iter().chain(std::iter::once(&later_vm)) {
+        assert_eq!(deleted(vm), 1, "VM {vm} deletes: {answers:?}");
+    }
+    assert_eq!(deleted(&deleted_by_upstream), 0, "{answers:?}");
+    assert!(
+        answers
+            .iter()
+            .any(|(id, outcome, _)| id == &deleted_by_upstream && outcome == "already_gone"),
+        "the VM upstream deleted was looked up: {answers:?}"
+    );
+    for vm in &live_vms {
+        assert!(
+            answers.iter().all(|(id, _, _)| id != vm),
+            "a live Pod's VM {vm} was asked to be deleted: {answers:?}"
+        );
+    }
+    assert!(
+        answers
+            .iter()
+            .all(|(_, _, caller)| caller == &ours.peerpod_ctrl_caller),
+        "{answers:?}"
+    );
+    // The cloud calls provider-service counts agree: one libvirt delete per outcome in its log.
+    assert_eq!(
+        ours.metric(
+            "provider_service_cloud_api_calls_total",
+            &[("provider", "libvirt"), ("operation", "delete_domain")],
+        )
+        .await,
+        answers.len() as f64,
+        "provider-service's count of libvirt deletes against its log: {answers:?}"
+    );
+}
