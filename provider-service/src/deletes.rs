@@ -213,7 +213,7 @@ impl Deletes {
         let instance_id = instance_id.to_owned();
         tokio::spawn(
             async move {
-                let _ends = ends;
+                let ends = ends;
                 let outcome =
                     match tokio::time::timeout(bound, provider.delete_instance(&instance_id)).await
                     {
@@ -234,6 +234,10 @@ impl Deletes {
                         tracing::warn!(error = %e, reason = e.reason(), "instance delete failed");
                     }
                 }
+                // Leave the running set before answering: a call that comes once a caller has this answer
+                // starts a delete of its own and is told what the cloud says then (`AlreadyGone`), rather
+                // than joining this one and being told `Deleted` a second time.
+                drop(ends);
                 finished.send_replace(Some(outcome.map_err(Arc::new)));
             }
             .instrument(span),
