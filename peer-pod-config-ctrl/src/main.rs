@@ -2,12 +2,21 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
 use peerpods_provider_client::ProviderArgs;
-use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs};
-use peerpods_runtime::binary::{self, Started};
+use peerpods_runtime::args::ControllerArgs;
+use peerpods_runtime::binary::{self, Wiring};
+
+const COMPONENT: &str = "peer-pod-config-ctrl";
+
+/// This binary as the runtime's [`binary::Controller::main`] runs it.
+const CONTROLLER: binary::Controller<Metrics, peer_pod_config_ctrl::Error> = binary::Controller {
+    component: COMPONENT,
+    crd_yaml: peer_pod_config_ctrl::crd::crd_yaml,
+    register_metrics: Metrics::register,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -16,7 +25,7 @@ use peerpods_runtime::binary::{self, Started};
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<binary::Command>,
     /// Namespace of the owned objects (DaemonSet, webhook, Lease); PeerPodConfigs are acted on only here.
     #[arg(
         long,
@@ -28,11 +37,7 @@ struct Cli {
     #[command(flatten)]
     provider: ProviderArgs,
     #[command(flatten)]
-    leader: LeaderArgs,
-    #[command(flatten)]
-    admin: AdminArgs,
-    #[command(flatten)]
-    health: HealthArgs,
+    shared: ControllerArgs,
     /// provider-service as the CAA DaemonSet should call it (https://<service>.<namespace>.svc:<port>): CAA
     /// gets the endpoint, the CA and a projected token in PROVIDER_SERVICE_* variables. Unset: CAA is not wired.
     #[arg(long, env = "CAA_PROVIDER_ENDPOINT")]
@@ -52,39 +57,23 @@ struct Cli {
     caa_provider_server_name: Option<String>,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Print the PeerPodConfig CustomResourceDefinition as YAML and exit.
-    Crd,
+impl binary::ControllerCli for Cli {
+    fn parts(&self) -> (Option<binary::Command>, &ControllerArgs, &str) {
+        (self.command, &self.shared, &self.namespace)
+    }
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(Command::Crd) = cli.command {
-        return binary::print_crd(peer_pod_config_ctrl::crd::crd_yaml());
-    }
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let (admin, health) = (cli.admin.clone(), cli.health.clone());
-    binary::run_controller(COMPONENT, &admin, &health, registry, |started| {
-        serve(cli, metrics, started)
-    })
-    .await
+    CONTROLLER.main(Cli::parse(), serve).await
 }
 
-async fn serve(
-    cli: Cli,
-    metrics: Metrics,
-    Started { shutdown, health }: Started,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let client = kube::Client::try_default().await?;
+async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary::BoxError> {
     let provider = cli
         .provider
         .client_config()
         .map(|config| peerpods_provider_client::connect(&config))
         .transpose()?;
-    let identity = cli.leader.identity(COMPONENT);
     if cli
         .caa_provider_endpoint
         .as_deref()
@@ -106,58 +95,39 @@ async fn serve(
     let settings = Settings {
         namespace: cli.namespace.clone(),
         provider,
-        instance: Some(identity.clone()),
+        instance: Some(wiring.identity.clone()),
         caa_provider_service,
     };
-    let leader = cli.leader.config(COMPONENT, &cli.namespace);
-    tracing::info!(identity, namespace = %cli.namespace, leader_elect = leader.is_some(), "starting");
-    controller::run(client, settings, metrics, leader, shutdown, Some(health))
-        .await
-        .map_err(Into::into)
+    tracing::info!(identity = wiring.identity, namespace = %cli.namespace, leader_elect = wiring.leader.is_some(), "starting");
+    let Wiring {
+        started,
+        client,
+        leader,
+        ..
+    } = wiring;
+    controller::run(
+        client,
+        settings,
+        metrics,
+        leader,
+        started.shutdown,
+        Some(started.health),
+    )
+    .await
+    .map_err(Into::into)
 }
-
-const COMPONENT: &str = "peer-pod-config-ctrl";
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use peerpods_runtime::args::unread_env;
     use std::time::Duration;
 
-    #[test]
-    fn flags_fit_together() {
-        Cli::command().debug_assert();
-    }
-
-    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working.
+    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working (the
+    /// shared groups' variables are checked where the groups are defined), and the flags fit together.
     #[test]
     fn the_flags_and_variables_deployments_use_are_accepted() {
-        let command = Cli::command();
-        let envs: Vec<String> = command
-            .get_arguments()
-            .filter_map(|a| a.get_env())
-            .map(|e| e.to_string_lossy().into_owned())
-            .collect();
-        for env in [
-            "PEERPODS_NAMESPACE",
-            "PROVIDER_ENDPOINT",
-            "PROVIDER_AUTH",
-            "PROVIDER_CA",
-            "PROVIDER_SERVER_NAME",
-            "TOKEN_FILE",
-            "PROVIDER_TIMEOUT",
-            "CAA_PROVIDER_ENDPOINT",
-            "CAA_PROVIDER_CA_SECRET",
-            "CAA_PROVIDER_AUDIENCE",
-            "CAA_PROVIDER_SERVER_NAME",
-            "ADMIN_LISTEN",
-            "LEADER_ELECT",
-            "LEASE_NAME",
-            "LOG_FORMAT",
-            "POD_NAME",
-        ] {
-            assert!(envs.iter().any(|e| e == env), "{env} is not read");
-        }
         let cli = Cli::try_parse_from([
             "peer-pod-config-ctrl",
             "--admin-listen",
@@ -178,11 +148,23 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.provider.client_config().unwrap().token_file, None);
-        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(
             (lease.lease_name.as_str(), lease.namespace.as_str()),
             ("peer-pod-config-ctrl", "pp-system")
         );
+        let unread = unread_env(
+            &Cli::command(),
+            &[
+                "PEERPODS_NAMESPACE",
+                "CAA_PROVIDER_ENDPOINT",
+                "CAA_PROVIDER_CA_SECRET",
+                "CAA_PROVIDER_AUDIENCE",
+                "CAA_PROVIDER_SERVER_NAME",
+            ],
+        );
+        assert!(unread.is_empty(), "not read: {unread:?}");
+        Cli::command().debug_assert();
     }
 
     #[test]
@@ -194,9 +176,9 @@ mod tests {
         );
         assert_eq!(cli.provider.provider_timeout, Duration::from_secs(90));
         assert_eq!(cli.namespace, "confidential-containers-system");
-        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(cli.shared.admin.admin_listen.to_string(), "0.0.0.0:8080");
         let cli = Cli::try_parse_from(["peer-pod-config-ctrl", "--leader-elect"]).unwrap();
-        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(lease.lease_name, "peer-pod-config-ctrl");
         assert_eq!(
             (lease.lease_duration, lease.renew_before),

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, ValueEnum};
 use kube::runtime::events::Reporter;
 use peerpod_ctrl::decide::Backoff;
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
@@ -12,11 +12,20 @@ use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::reverse::ReverseSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
 use peerpods_provider_client::ProviderArgs;
-use peerpods_runtime::args::{AdminArgs, HealthArgs, LeaderArgs, duration};
-use peerpods_runtime::binary::{self, Started};
+use peerpods_runtime::args::{ControllerArgs, duration};
+use peerpods_runtime::binary::{self, Wiring};
 
 /// Where provider-service listens in local development; this controller cannot work without one.
 const LOCAL_PROVIDER: &str = "http://127.0.0.1:50051";
+
+const COMPONENT: &str = "peerpod-ctrl";
+
+/// This binary as the runtime's [`binary::Controller::main`] runs it.
+const CONTROLLER: binary::Controller<Metrics, peerpod_ctrl::Error> = binary::Controller {
+    component: COMPONENT,
+    crd_yaml: peerpod_ctrl::crd::crd_yaml,
+    register_metrics: Metrics::register,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -26,15 +35,11 @@ const LOCAL_PROVIDER: &str = "http://127.0.0.1:50051";
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Option<binary::Command>,
     #[command(flatten)]
     provider: ProviderArgs,
     #[command(flatten)]
-    leader: LeaderArgs,
-    #[command(flatten)]
-    admin: AdminArgs,
-    #[command(flatten)]
-    health: HealthArgs,
+    shared: ControllerArgs,
     /// PeerPod reconciles in flight at once.
     #[arg(long, env = "CONCURRENCY", default_value_t = 32)]
     concurrency: u16,
@@ -74,10 +79,10 @@ struct Cli {
     reverse_grace: Duration,
 }
 
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Print the PeerPod CustomResourceDefinition as YAML and exit.
-    Crd,
+impl binary::ControllerCli for Cli {
+    fn parts(&self) -> (Option<binary::Command>, &ControllerArgs, &str) {
+        (self.command, &self.shared, &self.namespace)
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -88,31 +93,15 @@ enum Policy {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(Command::Crd) = cli.command {
-        return binary::print_crd(peerpod_ctrl::crd::crd_yaml());
-    }
-    let mut registry = prometheus_client::registry::Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let (admin, health) = (cli.admin.clone(), cli.health.clone());
-    binary::run_controller(COMPONENT, &admin, &health, registry, |started| {
-        serve(cli, metrics, started)
-    })
-    .await
+    CONTROLLER.main(Cli::parse(), serve).await
 }
 
-async fn serve(
-    cli: Cli,
-    metrics: Metrics,
-    Started { shutdown, health }: Started,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let client = kube::Client::try_default().await?;
+async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary::BoxError> {
     let provider_config = cli
         .provider
         .client_config()
         .ok_or("--provider-endpoint is required")?;
     let provider = Provider::connect(&provider_config)?;
-    let identity = cli.leader.identity(COMPONENT);
     let settings = Settings {
         reconciler: ReconcilerSettings {
             concurrency: cli.concurrency,
@@ -141,71 +130,33 @@ async fn serve(
         },
         reporter: Reporter {
             controller: COMPONENT.into(),
-            instance: Some(identity.clone()),
+            instance: Some(wiring.identity.clone()),
         },
     };
-    let leader = cli.leader.config(COMPONENT, &cli.namespace);
-    tracing::info!(identity, endpoint = %provider_config.endpoint, leader_elect = leader.is_some(), "starting");
+    tracing::info!(identity = wiring.identity, endpoint = %provider_config.endpoint, leader_elect = wiring.leader.is_some(), "starting");
     peerpod_ctrl::run_until(
-        client,
+        wiring.client,
         provider,
         metrics,
         settings,
-        leader,
-        shutdown,
-        Some(health),
+        wiring.leader,
+        wiring.started.shutdown,
+        Some(wiring.started.health),
     )
     .await?;
     Ok(())
 }
 
-const COMPONENT: &str = "peerpod-ctrl";
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use peerpods_runtime::args::unread_env;
 
-    #[test]
-    fn flags_fit_together() {
-        Cli::command().debug_assert();
-    }
-
-    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working.
+    /// Every flag and environment variable the chart (deploy/), the Tiltfile and mk/ pass keeps working (the
+    /// shared groups' variables are checked where the groups are defined), and the flags fit together.
     #[test]
     fn the_flags_and_variables_deployments_use_are_accepted() {
-        let command = Cli::command();
-        let envs: Vec<String> = command
-            .get_arguments()
-            .filter_map(|a| a.get_env())
-            .map(|e| e.to_string_lossy().into_owned())
-            .collect();
-        for env in [
-            "PROVIDER_ENDPOINT",
-            "PROVIDER_AUTH",
-            "PROVIDER_CA",
-            "PROVIDER_SERVER_NAME",
-            "TOKEN_FILE",
-            "PROVIDER_TIMEOUT",
-            "ADMIN_LISTEN",
-            "LEADER_ELECT",
-            "LEASE_NAME",
-            "LEASE_DURATION",
-            "LEASE_RENEW_BEFORE",
-            "LOG_FORMAT",
-            "POD_NAME",
-            "POD_NAMESPACE",
-            "CONCURRENCY",
-            "RETRY_MAX_DELAY",
-            "ORPHAN_SCAN_INTERVAL",
-            "ORPHAN_GRACE",
-            "ORPHAN_POLICY",
-            "CLUSTER_TAG",
-            "ORPHAN_DELETE_MAX",
-            "ORPHAN_DELETE_MAX_PERCENT",
-        ] {
-            assert!(envs.iter().any(|e| e == env), "{env} is not read");
-        }
         let cli = Cli::try_parse_from([
             "peerpod-ctrl",
             "--provider-endpoint",
@@ -236,11 +187,27 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.retry_max_delay, Duration::from_secs(30));
-        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(
             (lease.namespace.as_str(), lease.identity.as_str()),
             ("ns", "pod-0")
         );
+        let unread = unread_env(
+            &Cli::command(),
+            &[
+                "POD_NAMESPACE",
+                "CONCURRENCY",
+                "RETRY_MAX_DELAY",
+                "ORPHAN_SCAN_INTERVAL",
+                "ORPHAN_GRACE",
+                "ORPHAN_POLICY",
+                "CLUSTER_TAG",
+                "ORPHAN_DELETE_MAX",
+                "ORPHAN_DELETE_MAX_PERCENT",
+            ],
+        );
+        assert!(unread.is_empty(), "not read: {unread:?}");
+        Cli::command().debug_assert();
     }
 
     #[test]
@@ -249,8 +216,13 @@ mod tests {
         let provider = cli.provider.client_config().unwrap();
         assert_eq!(provider.endpoint, LOCAL_PROVIDER);
         assert_eq!(provider.timeout, Some(Duration::from_secs(90)));
-        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
-        assert!(cli.leader.config(COMPONENT, &cli.namespace).is_none());
+        assert_eq!(cli.shared.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert!(
+            cli.shared
+                .leader
+                .config(COMPONENT, &cli.namespace)
+                .is_none()
+        );
         assert_eq!(
             (cli.orphan_delete_max, cli.orphan_delete_max_percent),
             (10, 50)
@@ -259,7 +231,7 @@ mod tests {
             Cli::try_parse_from(["peerpod-ctrl", "--orphan-delete-max-percent", "101"]).is_err()
         );
         let cli = Cli::try_parse_from(["peerpod-ctrl", "--leader-elect"]).unwrap();
-        let lease = cli.leader.config(COMPONENT, &cli.namespace).unwrap();
+        let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(
             (lease.lease_name.as_str(), lease.namespace.as_str()),
             ("peerpod-ctrl", "default")

@@ -81,6 +81,24 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every variable the chart (deploy/), the Tiltfile and mk/ set for the provider-service client is read.
+    #[test]
+    fn the_variables_deployments_set_are_read() {
+        use clap::CommandFactory;
+        let unread = peerpods_runtime::args::unread_env(
+            &Cli::command(),
+            &[
+                "PROVIDER_ENDPOINT",
+                "PROVIDER_AUTH",
+                "PROVIDER_CA",
+                "PROVIDER_SERVER_NAME",
+                "TOKEN_FILE",
+                "PROVIDER_TIMEOUT",
+            ],
+        );
+        assert!(unread.is_empty(), "not read: {unread:?}");
+    }
+
     #[test]
     fn defaults() {
         let cli = Cli::try_parse_from(["x"]).unwrap();

@@ -5,6 +5,7 @@
 //! - [`AdminArgs`]: admin server address, log format, OTLP endpoint (every service).
 //! - [`LeaderArgs`]: leader election on a Lease (the controllers; feature `controller`).
 //! - [`HealthArgs`]: how long a controller's watch may make no progress before `/healthz` fails.
+//! - [`ControllerArgs`]: the three above, as every controller takes them.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -96,6 +97,32 @@ impl LeaderArgs {
     }
 }
 
+/// The flags every controller shares, flattened into each controller's `Cli` in one piece.
+#[cfg(feature = "controller")]
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub leader: LeaderArgs,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+    #[command(flatten)]
+    pub health: HealthArgs,
+}
+
+/// Of `names`, those no flag of `command` reads from the environment: a binary's tests check against it that
+/// every variable its deployments set is still read.
+pub fn unread_env<'a>(command: &clap::Command, names: &[&'a str]) -> Vec<&'a str> {
+    let read: Vec<_> = command
+        .get_arguments()
+        .filter_map(|a| a.get_env())
+        .collect();
+    names
+        .iter()
+        .copied()
+        .filter(|name| !read.iter().any(|env| env == name))
+        .collect()
+}
+
 /// Liveness of a controller's watches (see [`crate::health`]).
 #[derive(clap::Args, Debug, Clone)]
 pub struct HealthArgs {
@@ -121,11 +148,7 @@ mod tests {
     #[derive(Parser, Debug)]
     struct Cli {
         #[command(flatten)]
-        admin: AdminArgs,
-        #[command(flatten)]
-        leader: LeaderArgs,
-        #[command(flatten)]
-        health: HealthArgs,
+        shared: ControllerArgs,
     }
 
     #[cfg(feature = "controller")]
@@ -135,14 +158,37 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// Every variable the chart (deploy/), the Tiltfile and mk/ set for a controller's shared flags is read.
+    #[cfg(feature = "controller")]
+    #[test]
+    fn the_variables_deployments_set_are_read() {
+        use clap::CommandFactory;
+        let unread = unread_env(
+            &Cli::command(),
+            &[
+                "ADMIN_LISTEN",
+                "LOG_FORMAT",
+                "LEADER_ELECT",
+                "LEASE_NAME",
+                "LEASE_DURATION",
+                "LEASE_RENEW_BEFORE",
+                "POD_NAME",
+            ],
+        );
+        assert!(unread.is_empty(), "not read: {unread:?}");
+    }
+
     #[cfg(feature = "controller")]
     #[test]
     fn defaults() {
         let cli = Cli::try_parse_from(["x"]).unwrap();
-        assert_eq!(cli.admin.admin_listen.to_string(), "0.0.0.0:8080");
-        assert_eq!(cli.admin.log_format, LogFormat::Text);
-        assert!(cli.leader.config("peerpod-ctrl", "ns").is_none());
-        assert_eq!(cli.health.watch_stall_timeout, Duration::from_secs(180));
+        assert_eq!(cli.shared.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(cli.shared.admin.log_format, LogFormat::Text);
+        assert!(cli.shared.leader.config("peerpod-ctrl", "ns").is_none());
+        assert_eq!(
+            cli.shared.health.watch_stall_timeout,
+            Duration::from_secs(180)
+        );
     }
 
     #[cfg(feature = "controller")]
@@ -150,6 +196,7 @@ mod tests {
     fn lease_defaults_to_the_controller_and_its_namespace() {
         let cli = Cli::try_parse_from(["x", "--leader-elect", "--identity", "pod-0"]).unwrap();
         let lease = cli
+            .shared
             .leader
             .config("peer-pod-config-ctrl", "pp-system")
             .unwrap();
@@ -175,7 +222,7 @@ mod tests {
             "4s",
         ])
         .unwrap();
-        let lease = cli.leader.config("peerpod-ctrl", "ns").unwrap();
+        let lease = cli.shared.leader.config("peerpod-ctrl", "ns").unwrap();
         assert_eq!(
             (lease.lease_name.as_str(), lease.namespace.as_str()),
             ("mine", "elsewhere")

@@ -1,6 +1,7 @@
-//! What every controller binary's `main` does, written once: print its CRD for the `crd` subcommand, or run
-//! telemetry, the admin server (health and metrics) and the controller until SIGTERM, and turn the outcome
-//! into the exit code. `main.rs` only parses flags and builds the controller's settings.
+//! What every controller binary's `main` does, written once ([`Controller::main`]): print its CRD for the
+//! `crd` subcommand, or run telemetry, the admin server (health and metrics) and the controller until SIGTERM,
+//! with a Kubernetes client, the replica's identity and its Lease, and turn the outcome into the exit code.
+//! `main.rs` only parses flags and builds the controller's settings.
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -10,8 +11,83 @@ use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{AdminServer, Readiness};
-use crate::args::{AdminArgs, HealthArgs};
+use crate::args::{AdminArgs, ControllerArgs, HealthArgs};
 use crate::health::Health;
+use crate::leader::LeaderConfig;
+
+/// The subcommands every controller has, next to its default of running.
+#[derive(clap::Subcommand, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Print this controller's CustomResourceDefinition as YAML and exit.
+    Crd,
+}
+
+/// A controller binary as [`Controller::main`] runs it: its name, its CRD and its metrics.
+pub struct Controller<M, E> {
+    pub component: &'static str,
+    pub crd_yaml: fn() -> Result<String, E>,
+    pub register_metrics: fn(&mut Registry) -> M,
+}
+
+/// What [`Controller::main`] hands a controller besides its metrics.
+pub struct Wiring {
+    /// The process's shutdown and the health the controller's watches report.
+    pub started: Started,
+    /// A client from the environment (in-cluster or kubeconfig).
+    pub client: kube::Client,
+    /// This replica's name (Lease holder, Event reporter).
+    pub identity: String,
+    /// The Lease to compete for; `None` without `--leader-elect`.
+    pub leader: Option<LeaderConfig>,
+}
+
+/// A controller's errors as its `main` reports them.
+pub type BoxError = Box<dyn std::error::Error>;
+
+/// A controller's parsed command line, as [`Controller::main`] reads it.
+pub trait ControllerCli {
+    /// The subcommand (if any), the flags every controller shares, and the controller's own namespace (the
+    /// Lease's unless `--lease-namespace` says otherwise).
+    fn parts(&self) -> (Option<Command>, &ControllerArgs, &str);
+}
+
+impl<M, E: std::fmt::Display> Controller<M, E> {
+    /// The binary's `main` once its flags are parsed: for the `crd` subcommand prints the CRD; otherwise
+    /// registers the metrics and runs `controller` with the command line under [`run_controller`], with the
+    /// [`Wiring`] the shared flags ask for.
+    pub async fn main<C, F, Fut>(self, cli: C, controller: F) -> ExitCode
+    where
+        C: ControllerCli,
+        F: FnOnce(C, M, Wiring) -> Fut,
+        Fut: Future<Output = Result<(), BoxError>>,
+    {
+        let (command, shared, namespace) = cli.parts();
+        if command == Some(Command::Crd) {
+            return print_crd((self.crd_yaml)());
+        }
+        let (args, namespace) = (shared.clone(), namespace.to_owned());
+        let mut registry = Registry::default();
+        let metrics = (self.register_metrics)(&mut registry);
+        let component = self.component;
+        run_controller(
+            component,
+            &args.admin,
+            &args.health,
+            registry,
+            |started| async move {
+                let client = kube::Client::try_default().await?;
+                let wiring = Wiring {
+                    started,
+                    client,
+                    identity: args.leader.identity(component),
+                    leader: args.leader.config(component, &namespace),
+                };
+                controller(cli, metrics, wiring).await
+            },
+        )
+        .await
+    }
+}
 
 /// The `crd` subcommand: prints the CustomResourceDefinition YAML, or the error.
 pub fn print_crd<E: std::fmt::Display>(yaml: Result<String, E>) -> ExitCode {
