@@ -16,11 +16,19 @@ mod tests {
 
     #[test]
     fn uuids_are_five_groups_of_hex_digits() {
-        assert!(is_uuid("2f9d7c66-0c1e-4b7e-9e38-5c2a8f1d3b4a"));
-        assert!(is_uuid("ABCDEF01-2345-6789-abcd-ef0123456789"));
-        assert!(!is_uuid("00000000-1111-2222-3333-44444444444"));
-        assert!(!is_uuid("0000000g-1111-2222-3333-444444444444"));
-        assert!(!is_uuid("00000000-1111-2222-3333-444444444444-5"));
-        assert!(!is_uuid(""));
+        for uuid in [
+            "2f9d7c66-0c1e-4b7e-9e38-5c2a8f1d3b4a",
+            "ABCDEF01-2345-6789-abcd-ef0123456789",
+        ] {
+            assert!(is_uuid(uuid), "{uuid}");
+        }
+        for not_uuid in [
+            "00000000-1111-2222-3333-44444444444",
+            "0000000g-1111-2222-3333-444444444444",
+            "00000000-1111-2222-3333-444444444444-5",
+            "",
+        ] {
+            assert!(!is_uuid(not_uuid), "{not_uuid}");
+        }
     }
 }
