@@ -297,71 +297,15 @@ macro_rules! fault_suite {
         $(#[$not_shown_meta:meta])*
         not_shown_yet: $not_shown:ident($not_shown_config:expr) $(,)?
     ) => {
-        #[tokio::test(flavor = "multi_thread")]
-        async fn throttling_is_retryable() {
-            let emulator = $emulator();
-            let provider = $provider(
-                &emulator,
-                &[],
-                $crate::fault_checks::CloudCalls::default(),
-            )
-            .await;
-            $crate::fault_checks::throttling_is_retryable(&emulator, &provider, "podvm-throttled")
-                .await;
-        }
-
-        #[tokio::test(flavor = "multi_thread")]
-        async fn server_errors_are_retried_then_unavailable() {
-            let emulator = $emulator();
-            let provider = $provider(
-                &emulator,
-                &[],
-                $crate::fault_checks::CloudCalls::default(),
-            )
-            .await;
-            $crate::fault_checks::server_errors_are_retried_then_unavailable(
-                &emulator,
-                &provider,
-                "podvm-5xx",
-            )
-            .await;
-        }
-
+        $crate::fault_suite!(@check $emulator, $provider, throttling_is_retryable(&[], "podvm-throttled"));
+        $crate::fault_suite!(@check $emulator, $provider,
+            server_errors_are_retried_then_unavailable(&[], "podvm-5xx"));
         $(
-            #[tokio::test(flavor = "multi_thread")]
-            async fn a_hang_ends_at_the_deadline_as_unavailable() {
-                let emulator = $emulator();
-                let provider = $provider(
-                    &emulator,
-                    $hang_config,
-                    $crate::fault_checks::CloudCalls::default(),
-                )
-                .await;
-                $crate::fault_checks::a_hang_ends_at_the_deadline_as_unavailable(
-                    &emulator,
-                    &provider,
-                    "podvm-hang",
-                )
-                .await;
-            }
+            $crate::fault_suite!(@check $emulator, $provider,
+                a_hang_ends_at_the_deadline_as_unavailable($hang_config, "podvm-hang"));
         )?
-
-        #[tokio::test(flavor = "multi_thread")]
-        async fn slow_answers_and_long_operations_complete() {
-            let emulator = $emulator();
-            let provider = $provider(
-                &emulator,
-                &[],
-                $crate::fault_checks::CloudCalls::default(),
-            )
-            .await;
-            $crate::fault_checks::slow_answers_and_long_operations_complete(
-                &emulator,
-                &provider,
-                "podvm-slow",
-            )
-            .await;
-        }
+        $crate::fault_suite!(@check $emulator, $provider,
+            slow_answers_and_long_operations_complete(&[], "podvm-slow"));
 
         #[tokio::test(flavor = "multi_thread")]
         async fn every_attempt_is_counted_as_the_cloud_answered() {
@@ -377,22 +321,30 @@ macro_rules! fault_suite {
             .await;
         }
 
-        $(#[$not_shown_meta])*
+        $crate::fault_suite!(@check $emulator, $provider, $(#[$not_shown_meta])*
+            $not_shown: a_new_vm_the_cloud_does_not_show_yet_is_not_gone($not_shown_config, "podvm-new"));
+    };
+    // A test named after the check it runs.
+    (@check $emulator:ident, $provider:ident, $check:ident($config:expr, $vm_name:literal)) => {
+        $crate::fault_suite!(@check $emulator, $provider, $check: $check($config, $vm_name));
+    };
+    // One test running `check` on a VM called `vm_name`, against a fresh emulator and a provider built with
+    // `config` added to the emulator's.
+    (
+        @check $emulator:ident, $provider:ident, $(#[$meta:meta])*
+        $test:ident: $check:ident($config:expr, $vm_name:literal)
+    ) => {
+        $(#[$meta])*
         #[tokio::test(flavor = "multi_thread")]
-        async fn $not_shown() {
+        async fn $test() {
             let emulator = $emulator();
             let provider = $provider(
                 &emulator,
-                $not_shown_config,
+                $config,
                 $crate::fault_checks::CloudCalls::default(),
             )
             .await;
-            $crate::fault_checks::a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
-                &emulator,
-                &provider,
-                "podvm-new",
-            )
-            .await;
+            $crate::fault_checks::$check(&emulator, &provider, $vm_name).await;
         }
     };
 }
