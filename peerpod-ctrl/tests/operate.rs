@@ -12,6 +12,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use peerpod_ctrl::crd::FINALIZER;
+use peerpod_ctrl::orphans::OrphanPolicy;
 use support::{Controller, ControllerOptions, ProviderService, Scenario};
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -199,10 +200,7 @@ async fn orphan_events_land_in_the_controllers_namespace() {
     let s = Scenario::start("orphan-ns").await;
     let provider = ProviderService::start(None).await;
     let orphan = s.define_domain(true);
-    let mut options = ControllerOptions::new(provider.addr);
-    options.cluster_tag = true;
-    options.orphan_interval = Duration::from_millis(500);
-    options.orphan_grace = Duration::ZERO;
+    let mut options = ControllerOptions::scanning_orphans(provider.addr, OrphanPolicy::Report);
     options.namespace = s.ns.clone();
     let ctrl = Controller::start(s.client.clone(), options).await;
     let related = format!("libvirt/{orphan}");

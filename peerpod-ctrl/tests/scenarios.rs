@@ -5,12 +5,10 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
-use peerpods_runtime::leader::LeaderConfig;
 use peerpods_runtime::status::apply_status;
 use support::{
     Controller, ControllerOptions, ProviderService, Scenario, applied_status_fields, unused_addr,
@@ -21,6 +19,18 @@ const MINUTE: Duration = Duration::from_secs(60);
 fn cleaned(p: &PeerPod) -> Option<(String, String)> {
     p.cleaned_condition()
         .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Waits until the cleanup of PeerPod `name` is held for `reason` (its Cleaned condition False), and checks
+/// that our finalizer stays. Returns the PeerPod as it was then.
+async fn wait_held(s: &Scenario, name: &str, reason: &str) -> PeerPod {
+    let held = s
+        .wait_peerpod(name, &format!("condition {reason}"), |p| {
+            cleaned(p) == Some(("False".into(), reason.into()))
+        })
+        .await;
+    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    held
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -79,9 +89,7 @@ async fn caa_create_body_and_release_patch_are_accepted() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_the_pod_deletes_its_vm_and_releases_the_peerpod() {
-    let s = Scenario::start("story").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, provider, ctrl) = Scenario::with_controller("story").await;
 
     let pod = s.create_pod("web").await;
     let vm = s.define_domain(true);
@@ -113,15 +121,12 @@ async fn deleting_the_pod_deletes_its_vm_and_releases_the_peerpod() {
         ctrl.metric("peerpod_ctrl_finalizer_release_seconds_count", &[]),
         1
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_peerpod_released_by_caa_needs_no_provider_call() {
-    let s = Scenario::start("released").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, provider, ctrl) = Scenario::with_controller("released").await;
     // Another party's finalizer keeps the object visible while Terminating; ours is already gone.
     let hold = "example.com/hold".to_string();
     s.create_peerpod_with(
@@ -157,15 +162,12 @@ async fn a_peerpod_released_by_caa_needs_no_provider_call() {
         released.status.is_none_or(|st| st.conditions.is_empty()),
         "nothing was written"
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_already_gone_vm_is_released_in_one_pass() {
-    let s = Scenario::start("gone").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, provider, ctrl) = Scenario::with_controller("gone").await;
     let never_existed = uuid::Uuid::new_v4().to_string();
     s.create_peerpod("gone", None, "libvirt", &never_existed)
         .await;
@@ -180,25 +182,19 @@ async fn an_already_gone_vm_is_released_in_one_pass() {
         1
     );
     s.wait_event_reason("gone", "InstanceAlreadyGone").await;
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn provider_service_down_keeps_the_finalizer_until_it_is_back() {
     let s = Scenario::start("down").await;
     let addr = unused_addr();
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+    let ctrl = s.start_controller(ControllerOptions::new(addr)).await;
     let vm = s.define_domain(false);
     s.create_peerpod("waiting", None, "libvirt", &vm).await;
     s.delete_peerpod("waiting").await;
 
-    let held = s
-        .wait_peerpod("waiting", "condition ProviderUnavailable", |p| {
-            cleaned(p) == Some(("False".into(), "ProviderUnavailable".into()))
-        })
-        .await;
-    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    wait_held(&s, "waiting", "ProviderUnavailable").await;
     assert!(s.domain_exists(&vm));
     s.wait_event_reason("waiting", "ProviderUnavailable").await;
     assert!(
@@ -212,17 +208,15 @@ async fn provider_service_down_keeps_the_finalizer_until_it_is_back() {
     s.wait_peerpod_gone("waiting", MINUTE).await;
     assert!(!s.domain_exists(&vm));
     assert_eq!(provider.delete_calls("libvirt"), 1);
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unknown_provider_and_empty_id_are_reported_without_a_hot_loop() {
-    let s = Scenario::start("invalid").await;
-    let provider = ProviderService::start(None).await;
+    let (s, provider) = Scenario::with_provider("invalid").await;
     let mut options = ControllerOptions::new(provider.addr);
     options.retry_cap = Duration::from_secs(300);
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let ctrl = s.start_controller(options).await;
     s.create_peerpod("unknown", None, "made-up-cloud", "vm-1")
         .await;
     s.create_peerpod("empty", None, "libvirt", "").await;
@@ -239,12 +233,7 @@ async fn unknown_provider_and_empty_id_are_reported_without_a_hot_loop() {
         Some(("False".into(), "ProviderRejected".into()))
     );
     assert_eq!(unknown.finalizers(), [FINALIZER.to_string()]);
-    let empty = s
-        .wait_peerpod("empty", "condition InvalidInstance", |p| {
-            cleaned(p) == Some(("False".into(), "InvalidInstance".into()))
-        })
-        .await;
-    assert_eq!(empty.finalizers(), [FINALIZER.to_string()]);
+    wait_held(&s, "empty", "InvalidInstance").await;
 
     // Give a hot loop every chance to show: with backoff, nothing more happens for the full cap.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -265,15 +254,12 @@ async fn unknown_provider_and_empty_id_are_reported_without_a_hot_loop() {
         ),
         1
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_finalizer_survives_the_release() {
-    let s = Scenario::start("shared").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, _provider, ctrl) = Scenario::with_controller("shared").await;
     let vm = s.define_domain(false);
     let finalizers = vec![
         "example.com/first".to_string(),
@@ -302,8 +288,7 @@ async fn another_finalizer_survives_the_release() {
         cleaned(&released),
         Some(("True".into(), "InstanceDeleted".into()))
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 /// Status is written by server-side apply: `managedFields` name peerpod-ctrl's field manager as the owner of
@@ -311,9 +296,7 @@ async fn another_finalizer_survives_the_release() {
 /// are a map keyed by type). A merge patch would show as an Update and rewrite the whole list.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_is_applied_under_our_field_manager_and_other_conditions_stay() {
-    let s = Scenario::start("applied").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, _provider, ctrl) = Scenario::with_controller("applied").await;
     let vm = s.define_domain(false);
     // Another party's finalizer keeps the PeerPod, and with it the status written, after the release.
     let finalizers = vec![FINALIZER.to_string(), "example.com/hold".to_string()];
@@ -417,15 +400,12 @@ async fn status_is_applied_under_our_field_manager_and_other_conditions_stay() {
         now.status.and_then(|st| st.reason).as_deref(),
         Some("InstanceDeleted")
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_older_peerpod_of_the_same_pod_is_deleted_and_its_vm_reaped() {
-    let s = Scenario::start("stale").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, _provider, ctrl) = Scenario::with_controller("stale").await;
     let pod = s.create_pod("app").await;
     let old_vm = s.define_domain(false);
     let old = s
@@ -462,15 +442,12 @@ async fn an_older_peerpod_of_the_same_pod_is_deleted_and_its_vm_reaped() {
         ctrl.metric("peerpod_ctrl_stale_peerpods_deleted_total", &[]),
         1
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn peerpods_without_owners_are_left_alone() {
-    let s = Scenario::start("ownerless").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, _provider, ctrl) = Scenario::with_controller("ownerless").await;
     let first_vm = s.define_domain(false);
     s.create_peerpod("orphaned-a", None, "libvirt", &first_vm)
         .await;
@@ -478,10 +455,7 @@ async fn peerpods_without_owners_are_left_alone() {
     s.create_peerpod("orphaned-b", None, "libvirt", &second_vm)
         .await;
     // The controller keeps working: a cleanup right after goes through.
-    let vm = s.define_domain(false);
-    s.create_peerpod("after", None, "libvirt", &vm).await;
-    s.delete_peerpod("after").await;
-    s.wait_peerpod_gone("after", MINUTE).await;
+    s.delete_a_peerpod_of_a_new_vm("after").await;
     for name in ["orphaned-a", "orphaned-b"] {
         let p = s
             .peerpods()
@@ -495,8 +469,7 @@ async fn peerpods_without_owners_are_left_alone() {
         ctrl.metric("peerpod_ctrl_stale_peerpods_deleted_total", &[]),
         0
     );
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 /// Orphans on two clouds: libvirt's test driver and AWS (the real SDK against moto). Every orphan VM gets an Event
@@ -519,11 +492,8 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     let foreign = s.define_domain(false);
     s.create_peerpod("tracked", None, "libvirt", &tracked).await;
 
-    let mut options = ControllerOptions::new(provider.addr);
-    options.cluster_tag = true;
-    options.orphan_interval = Duration::from_millis(500);
-    options.orphan_grace = Duration::ZERO;
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let options = ControllerOptions::scanning_orphans(provider.addr, OrphanPolicy::Report);
+    let ctrl = s.start_controller(options).await;
     testenv::wait_for("an orphan report", MINUTE, || async {
         (ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "libvirt")]) == 2
             && ctrl.metric("peerpod_ctrl_orphan_instances", &[("provider", "aws")]) == 1)
@@ -559,17 +529,13 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     assert_eq!(provider.delete_calls("libvirt"), 0);
     ctrl.stop().await;
 
-    let mut options = ControllerOptions::new(provider.addr);
-    options.cluster_tag = true;
-    options.orphan_interval = Duration::from_millis(500);
-    options.orphan_grace = Duration::ZERO;
-    options.orphan_policy = OrphanPolicy::Delete;
+    let mut options = ControllerOptions::scanning_orphans(provider.addr, OrphanPolicy::Delete);
     // Two of three libvirt VMs and the one AWS VM are orphans: above the default share, on purpose here.
     options.orphan_cap = OrphanCap {
         max: 10,
         max_percent: 100,
     };
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let ctrl = s.start_controller(options).await;
     testenv::wait_for("the orphan VMs deleted", MINUTE, || async {
         (!s.domain_exists(&untracked)
             && !s.domain_exists(&untracked_too)
@@ -594,68 +560,37 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
     );
     ctrl.stop().await;
     // Leave the test driver as we found it.
-    for vm in [tracked, foreign] {
-        if let Ok(d) = s.libvirt.lookup_domain_by_uuid_string(&vm) {
-            let _ = d.destroy();
-            let _ = d.undefine();
-        }
-    }
+    s.remove_domains([&tracked, &foreign]);
     s.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_two_replicas_only_the_leader_acts_and_stopping_it_hands_over() {
-    let s = Scenario::start("ha").await;
-    let provider = ProviderService::start(None).await;
-    let lease = |identity: &str| LeaderConfig {
-        // Far longer than any wait below: the leader never misses a renewal on a loaded machine, and the
-        // standby taking over within the wait proves the handover follows the release, not the expiry.
-        lease_duration: Duration::from_secs(300),
-        renew_before: Duration::from_secs(60),
-        ..LeaderConfig::new("peerpod-ctrl", s.ns.clone(), identity)
-    };
+    let (s, provider) = Scenario::with_provider("ha").await;
+    // Far longer than any wait below: the leader never misses a renewal on a loaded machine, and the standby
+    // taking over within the wait proves the handover follows the release, not the expiry.
+    let lease = |identity| s.lease(identity, Duration::from_secs(300), MINUTE);
     let mut a = ControllerOptions::new(provider.addr);
     a.leader = Some(lease("replica-a"));
-    let first = Controller::start(s.client.clone(), a).await;
-    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let holder = || async {
-        leases
-            .get_opt("peerpod-ctrl")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-    };
-    testenv::wait_for("replica-a to lead", MINUTE, || async {
-        (holder().await.as_deref() == Some("replica-a")).then_some(())
-    })
-    .await;
+    let first = s.start_controller(a).await;
+    s.wait_lease_holder("replica-a to lead", "replica-a").await;
     let mut b = ControllerOptions::new(provider.addr);
     b.leader = Some(lease("replica-b"));
-    let second = Controller::start(s.client.clone(), b).await;
+    let second = s.start_controller(b).await;
 
-    let vm = s.define_domain(false);
-    s.create_peerpod("one", None, "libvirt", &vm).await;
-    s.delete_peerpod("one").await;
-    s.wait_peerpod_gone("one", MINUTE).await;
+    s.delete_a_peerpod_of_a_new_vm("one").await;
     assert_eq!(first.metric("peerpod_ctrl_instance_deletes_total", &[]), 1);
     assert_eq!(
         second.metric("peerpod_ctrl_reconciles_total", &[]),
         0,
         "the standby does nothing"
     );
-    assert_eq!(holder().await.as_deref(), Some("replica-a"));
+    assert_eq!(s.lease_holder().await.as_deref(), Some("replica-a"));
 
     // SIGTERM-like stop of the leader: it releases the Lease, the standby takes over.
     first.stop().await;
-    testenv::wait_for("replica-b to lead", MINUTE, || async {
-        (holder().await.as_deref() == Some("replica-b")).then_some(())
-    })
-    .await;
-    let vm = s.define_domain(false);
-    s.create_peerpod("two", None, "libvirt", &vm).await;
-    s.delete_peerpod("two").await;
-    s.wait_peerpod_gone("two", MINUTE).await;
+    s.wait_lease_holder("replica-b to lead", "replica-b").await;
+    let vm = s.delete_a_peerpod_of_a_new_vm("two").await;
     assert!(!s.domain_exists(&vm));
     assert_eq!(second.metric("peerpod_ctrl_instance_deletes_total", &[]), 1);
     second.stop().await;
@@ -666,9 +601,7 @@ async fn with_two_replicas_only_the_leader_acts_and_stopping_it_hands_over() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_storm_of_deleted_peerpods_is_drained() {
     const N: usize = 200;
-    let s = Scenario::start("storm").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, provider, ctrl) = Scenario::with_controller("storm").await;
     let mut vms = Vec::with_capacity(N);
     for i in 0..N {
         let vm = s.define_domain(false);
@@ -705,8 +638,7 @@ async fn a_storm_of_deleted_peerpods_is_drained() {
         "every VM is deleted"
     );
     assert_eq!(provider.delete_calls("libvirt"), N as u64);
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 /// Chaos: while a storm of PeerPods is being deleted, the controller and provider-service are killed and
@@ -716,10 +648,9 @@ async fn a_storm_of_deleted_peerpods_is_drained() {
 async fn kills_and_restarts_during_a_storm_lose_nothing_and_delete_nothing_else() {
     const DELETED: usize = 200;
     const KEPT: usize = 20;
-    let s = Scenario::start("chaos").await;
-    let mut provider = ProviderService::start(None).await;
+    let (s, mut provider) = Scenario::with_provider("chaos").await;
     let addr = provider.addr;
-    let mut ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+    let mut ctrl = s.start_controller(ControllerOptions::new(addr)).await;
     let mut doomed = Vec::with_capacity(DELETED);
     for i in 0..DELETED {
         let vm = s.define_domain(false);
@@ -750,7 +681,7 @@ async fn kills_and_restarts_during_a_storm_lose_nothing_and_delete_nothing_else(
         ctrl.kill().await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         provider.stop();
-        ctrl = Controller::start(s.client.clone(), ControllerOptions::new(addr)).await;
+        ctrl = s.start_controller(ControllerOptions::new(addr)).await;
         tokio::time::sleep(Duration::from_millis(300)).await;
         provider = ProviderService::start(Some(addr)).await;
     }
@@ -782,57 +713,28 @@ async fn kills_and_restarts_during_a_storm_lose_nothing_and_delete_nothing_else(
         assert_eq!(p.finalizers(), [FINALIZER.to_string()]);
     }
     ctrl.stop().await;
-    for vm in kept {
-        if let Ok(d) = s.libvirt.lookup_domain_by_uuid_string(&vm) {
-            let _ = d.destroy();
-            let _ = d.undefine();
-        }
-    }
+    s.remove_domains(&kept);
     s.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crashed_leader_is_replaced_once_its_lease_expires() {
-    let s = Scenario::start("crash").await;
-    let provider = ProviderService::start(None).await;
-    let lease = |identity: &str| LeaderConfig {
-        lease_duration: Duration::from_secs(8),
-        renew_before: Duration::from_secs(3),
-        ..LeaderConfig::new("peerpod-ctrl", s.ns.clone(), identity)
-    };
-    let leases: Api<Lease> = Api::namespaced(s.client.clone(), &s.ns);
-    let holder = || async {
-        leases
-            .get_opt("peerpod-ctrl")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|l| l.spec?.holder_identity)
-    };
+    let (s, provider) = Scenario::with_provider("crash").await;
+    let lease = |identity| s.lease(identity, Duration::from_secs(8), Duration::from_secs(3));
     let mut x = ControllerOptions::new(provider.addr);
     x.leader = Some(lease("replica-x"));
-    let crashing = Controller::start(s.client.clone(), x).await;
-    testenv::wait_for("replica-x to lead", MINUTE, || async {
-        (holder().await.as_deref() == Some("replica-x")).then_some(())
-    })
-    .await;
+    let crashing = s.start_controller(x).await;
+    s.wait_lease_holder("replica-x to lead", "replica-x").await;
     let mut y = ControllerOptions::new(provider.addr);
     y.leader = Some(lease("replica-y"));
-    let survivor = Controller::start(s.client.clone(), y).await;
+    let survivor = s.start_controller(y).await;
 
     // A crash releases nothing: the Lease still names replica-x until it expires.
     crashing.kill().await;
-    assert_eq!(holder().await.as_deref(), Some("replica-x"));
-    testenv::wait_for(
-        "replica-y to take over the expired Lease",
-        MINUTE,
-        || async { (holder().await.as_deref() == Some("replica-y")).then_some(()) },
-    )
-    .await;
-    let vm = s.define_domain(false);
-    s.create_peerpod("after-crash", None, "libvirt", &vm).await;
-    s.delete_peerpod("after-crash").await;
-    s.wait_peerpod_gone("after-crash", MINUTE).await;
+    assert_eq!(s.lease_holder().await.as_deref(), Some("replica-x"));
+    s.wait_lease_holder("replica-y to take over the expired Lease", "replica-y")
+        .await;
+    let vm = s.delete_a_peerpod_of_a_new_vm("after-crash").await;
     assert!(!s.domain_exists(&vm));
     assert_eq!(
         survivor.metric("peerpod_ctrl_instance_deletes_total", &[]),
@@ -849,9 +751,7 @@ async fn a_cleanup_costs_two_writes_the_event_and_the_finalizer_patch() {
     use futures::StreamExt;
     use kube::runtime::watcher;
 
-    let s = Scenario::start("writes").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, _provider, ctrl) = Scenario::with_controller("writes").await;
     let vm = s.define_domain(false);
     s.create_peerpod("counted", None, "libvirt", &vm).await;
 
@@ -900,8 +800,7 @@ async fn a_cleanup_costs_two_writes_the_event_and_the_finalizer_patch() {
     );
     let reasons = s.wait_event_reason("counted", "InstanceDeleted").await;
     assert_eq!(reasons, ["InstanceDeleted".to_string()], "one Event");
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 /// Ready once the PeerPod watch has listed; an idle but connected controller stays live, because its heartbeat
@@ -952,9 +851,7 @@ async fn ready_after_the_first_list_and_live_while_idle() {
 /// PeerPod names it, the VM is deleted as usual.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_peerpods_naming_one_vm_keep_it_while_one_is_live() {
-    let s = Scenario::start("namesakes").await;
-    let provider = ProviderService::start(None).await;
-    let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
+    let (s, provider, ctrl) = Scenario::with_controller("namesakes").await;
     let vm = s.define_domain(false);
     // Another party's finalizer keeps the first one readable after the release, so its condition can be read.
     let hold = "example.com/hold".to_string();
@@ -1007,8 +904,7 @@ async fn two_peerpods_naming_one_vm_keep_it_while_one_is_live() {
     s.wait_peerpod_gone("restored", MINUTE).await;
     assert!(!s.domain_exists(&vm));
     assert_eq!(provider.delete_calls("libvirt"), 1);
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }
 
 /// `peerpods.io/do-not-delete` on a PeerPod keeps its VM on every path: the cleanup of the PeerPod (finalizer
@@ -1018,14 +914,9 @@ async fn two_peerpods_naming_one_vm_keep_it_while_one_is_live() {
 async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
     use kube::api::{Patch, PatchParams};
 
-    let s = Scenario::start("do-not-delete").await;
-    let provider = ProviderService::start(None).await;
-    let mut options = ControllerOptions::new(provider.addr);
-    options.cluster_tag = true;
-    options.orphan_interval = Duration::from_millis(500);
-    options.orphan_grace = Duration::ZERO;
-    options.orphan_policy = OrphanPolicy::Delete;
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let (s, provider) = Scenario::with_provider("do-not-delete").await;
+    let options = ControllerOptions::scanning_orphans(provider.addr, OrphanPolicy::Delete);
+    let ctrl = s.start_controller(options).await;
     let protect = |value: Option<&str>| serde_json::json!({"metadata": {"annotations": {"peerpods.io/do-not-delete": value}}});
     let annotate = |name: &'static str, value: Option<&'static str>| {
         let api = s.peerpods();
@@ -1042,12 +933,7 @@ async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
     s.create_peerpod("held", None, "libvirt", &held_vm).await;
     annotate("held", Some("true")).await;
     s.delete_peerpod("held").await;
-    let held = s
-        .wait_peerpod("held", "condition DoNotDelete", |p| {
-            cleaned(p) == Some(("False".into(), "DoNotDelete".into()))
-        })
-        .await;
-    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    wait_held(&s, "held", "DoNotDelete").await;
     assert!(s.domain_exists(&held_vm));
     s.wait_event_reason("held", "DoNotDelete").await;
 
@@ -1128,19 +1014,14 @@ async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
 /// namespace, log, metric).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orphan_scan_over_its_cap_deletes_nothing_and_says_why() {
-    let s = Scenario::start("orphan-cap").await;
-    let provider = ProviderService::start(None).await;
+    let (s, provider) = Scenario::with_provider("orphan-cap").await;
     let orphans: Vec<String> = (0..3).map(|_| s.define_domain(true)).collect();
-    let mut options = ControllerOptions::new(provider.addr);
-    options.cluster_tag = true;
-    options.orphan_interval = Duration::from_millis(500);
-    options.orphan_grace = Duration::ZERO;
-    options.orphan_policy = OrphanPolicy::Delete;
+    let mut options = ControllerOptions::scanning_orphans(provider.addr, OrphanPolicy::Delete);
     options.orphan_cap = OrphanCap {
         max: 2,
         max_percent: 100,
     };
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let ctrl = s.start_controller(options).await;
     testenv::wait_for("two refused scans", MINUTE, || async {
         (ctrl.metric(
             "peerpod_ctrl_orphan_deletions_refused_total",
@@ -1182,8 +1063,7 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
     use peerpod_ctrl::orphans::{FirstSeen, OrphanSettings, Scanner};
     use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
 
-    let s = Scenario::start("unsynced").await;
-    let provider = ProviderService::start(None).await;
+    let (s, provider) = Scenario::with_provider("unsynced").await;
     let tracked_elsewhere = s.define_domain(true);
     let mut scanner = Scanner {
         provider: Provider::connect(&ProviderClientConfig {
@@ -1243,16 +1123,11 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
     let provider = ProviderService::start_with_config(&clouds).await;
     let mut options = ControllerOptions::new(provider.addr);
     options.retry_cap = Duration::from_secs(300);
-    let ctrl = Controller::start(s.client.clone(), options).await;
+    let ctrl = s.start_controller(options).await;
 
     s.create_peerpod("tagged", None, "aws", &protected).await;
     s.delete_peerpod("tagged").await;
-    let held = s
-        .wait_peerpod("tagged", "condition DoNotDelete", |p| {
-            cleaned(p) == Some(("False".into(), "DoNotDelete".into()))
-        })
-        .await;
-    assert_eq!(held.finalizers(), [FINALIZER.to_string()]);
+    let held = wait_held(&s, "tagged", "DoNotDelete").await;
     let message = held.cleaned_condition().map(|c| c.message.clone());
     assert!(
         message
@@ -1270,6 +1145,5 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
     assert_eq!(provider.delete_calls("aws"), 1, "a hold is not retried hot");
     assert_eq!(moto::state_of(&ec2, &protected).await, "running");
     s.wait_event_reason("tagged", "DoNotDelete").await;
-    ctrl.stop().await;
-    s.cleanup().await;
+    s.finish(ctrl).await;
 }

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -54,6 +55,33 @@ impl Scenario {
             libvirt,
             _serial: serial,
         }
+    }
+
+    /// A scenario with provider-service (libvirt test driver) and peerpod-ctrl (default options) running.
+    pub async fn with_controller(prefix: &str) -> (Scenario, ProviderService, Controller) {
+        let (s, provider) = Scenario::with_provider(prefix).await;
+        let ctrl = s
+            .start_controller(ControllerOptions::new(provider.addr))
+            .await;
+        (s, provider, ctrl)
+    }
+
+    /// A scenario with provider-service (libvirt test driver) running, for a controller the scenario starts.
+    pub async fn with_provider(prefix: &str) -> (Scenario, ProviderService) {
+        let s = Scenario::start(prefix).await;
+        let provider = ProviderService::start(None).await;
+        (s, provider)
+    }
+
+    /// peerpod-ctrl with `options`, on this scenario's cluster.
+    pub async fn start_controller(&self, options: ControllerOptions) -> Controller {
+        Controller::start(self.client.clone(), options).await
+    }
+
+    /// The end of a scenario: stops `ctrl` as SIGTERM would, then cleans up (see [`Scenario::cleanup`]).
+    pub async fn finish(self, ctrl: Controller) {
+        ctrl.stop().await;
+        self.cleanup().await;
     }
 
     pub fn peerpods(&self) -> Api<PeerPod> {
@@ -271,6 +299,48 @@ impl Scenario {
         self.libvirt.lookup_domain_by_uuid_string(uuid).is_ok()
     }
 
+    /// A PeerPod of a fresh libvirt VM, deleted and waited out (a minute at most). Returns the VM's UUID.
+    pub async fn delete_a_peerpod_of_a_new_vm(&self, name: &str) -> String {
+        let vm = self.define_domain(false);
+        self.create_peerpod(name, None, "libvirt", &vm).await;
+        self.delete_peerpod(name).await;
+        self.wait_peerpod_gone(name, Duration::from_secs(60)).await;
+        vm
+    }
+
+    /// The Lease a peerpod-ctrl replica called `identity` competes for in this namespace.
+    pub fn lease(
+        &self,
+        identity: &str,
+        duration: Duration,
+        renew_before: Duration,
+    ) -> LeaderConfig {
+        LeaderConfig {
+            lease_duration: duration,
+            renew_before,
+            ..LeaderConfig::new("peerpod-ctrl", self.ns.clone(), identity)
+        }
+    }
+
+    /// Who holds peerpod-ctrl's Lease in this namespace, if the Lease exists and names anyone.
+    pub async fn lease_holder(&self) -> Option<String> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), &self.ns);
+        leases
+            .get_opt("peerpod-ctrl")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec?.holder_identity)
+    }
+
+    /// Waits (a minute at most) until `identity` holds peerpod-ctrl's Lease.
+    pub async fn wait_lease_holder(&self, what: &str, identity: &str) {
+        testenv::wait_for(what, Duration::from_secs(60), || async {
+            (self.lease_holder().await.as_deref() == Some(identity)).then_some(())
+        })
+        .await;
+    }
+
     /// Destroys and undefines the domains a scenario leaves, so a later orphan scan in this process does not
     /// find them.
     pub fn remove_domains<'a>(&self, uuids: impl IntoIterator<Item = &'a String>) {
@@ -450,6 +520,18 @@ impl ControllerOptions {
             namespace: "default".into(),
             reverse_interval: Duration::ZERO,
             reverse_grace: Duration::from_secs(3600),
+        }
+    }
+
+    /// Orphan scans of this cluster's tagged VMs every half second, with no grace, reporting what they find
+    /// (`policy` [`OrphanPolicy::Report`]) or deleting it ([`OrphanPolicy::Delete`]).
+    pub fn scanning_orphans(provider: SocketAddr, policy: OrphanPolicy) -> Self {
+        ControllerOptions {
+            cluster_tag: true,
+            orphan_interval: Duration::from_millis(500),
+            orphan_grace: Duration::ZERO,
+            orphan_policy: policy,
+            ..ControllerOptions::new(provider)
         }
     }
 }
