@@ -1,9 +1,7 @@
 //! The Power Virtual Server backend against the PowerVS emulator: the real IAM exchange, Power
 //! Cloud API and Global Tagging calls, driven only through the `Provider` API.
 
-mod ibm_support;
-
-use ibm_support::{
+use crate::ibm_support::{
     Backend, assert_config_error, assert_deleted, assert_throttled_for,
     assert_unauthenticated_and_key_never_shown, selector, started,
 };
@@ -39,7 +37,7 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone() {
-    ibm_support::an_instance_that_is_gone_is_already_gone::<PowerVsEmulator>(
+    crate::ibm_support::an_instance_that_is_gone_is_already_gone::<PowerVsEmulator>(
         "00000000-0000-4000-8000-000000000999",
         "POWERVS_NOT_FOUND_WINDOW_SECS",
     )
@@ -135,7 +133,7 @@ async fn server_errors_are_retried_until_the_cloud_answers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
-    ibm_support::malformed_ids_are_invalid_without_any_request::<PowerVsEmulator>(
+    crate::ibm_support::malformed_ids_are_invalid_without_any_request::<PowerVsEmulator>(
         &[
             "",
             "podvm-nginx-1a2b3c4d",
@@ -251,7 +249,7 @@ async fn health_reports_the_workspace() {
 /// `NotOwnedByCluster` and kept: no DELETE is sent for it. This cluster's is deleted.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
-    ibm_support::another_clusters_instances_are_refused_and_kept::<PowerVsEmulator>(
+    crate::ibm_support::another_clusters_instances_are_refused_and_kept::<PowerVsEmulator>(
         &[&[("coco-pod-vm", "c2")], &[]],
         |emulator, _| assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0),
     )
@@ -263,7 +261,7 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 /// `peerpods-do-not-delete:false` does not protect.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
-    ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<PowerVsEmulator>(
+    crate::ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<PowerVsEmulator>(
         |emulator, _| assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0),
     )
     .await;
@@ -274,7 +272,7 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
 /// a lookup answers that the instance is gone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
-    ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+    crate::ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
         PowerVsEmulator,
     >()
     .await;

@@ -5,9 +5,7 @@
 //! same delete completes once the status allows it. (Throttling, 429 with `Retry-After`, is
 //! `Throttled` in `vpc.rs` and `powervs.rs`.)
 
-mod ibm_support;
-
-use ibm_support::{Backend, assert_deleted};
+use crate::ibm_support::{Backend, assert_deleted};
 use peerpods_emulator_ibmcloud::{PowerVsEmulator, VpcEmulator, examples};
 use peerpods_provider_core::{CloudCalls, Error, Provider};
 

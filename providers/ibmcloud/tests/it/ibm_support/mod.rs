@@ -1,7 +1,6 @@
 //! What the tests of both IBM Cloud backends share: each backend against its emulator
 //! ([`Backend`]), configurations with keys set or left out, and the checks every test of a
 //! refusal makes.
-#![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::time::Duration;
 

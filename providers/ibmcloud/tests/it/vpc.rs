@@ -1,11 +1,9 @@
 //! The IBM Cloud VPC backend against the VPC emulator: the real IAM exchange, VPC and Global
 //! Tagging calls, driven only through the `Provider` API.
 
-mod ibm_support;
-
 use std::time::Duration;
 
-use ibm_support::{
+use crate::ibm_support::{
     Backend, assert_config_error, assert_throttled_for, assert_unauthenticated_and_key_never_shown,
     config_without, selector, started,
 };
@@ -66,11 +64,12 @@ async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_flo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_that_is_gone_is_already_gone_every_time() {
-    let (emulator, calls) = ibm_support::an_instance_that_is_gone_is_already_gone::<VpcEmulator>(
-        "0717_00000000-0000-4000-8000-000000000999",
-        "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
-    )
-    .await;
+    let (emulator, calls) =
+        crate::ibm_support::an_instance_that_is_gone_is_already_gone::<VpcEmulator>(
+            "0717_00000000-0000-4000-8000-000000000999",
+            "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
+        )
+        .await;
     assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 1);
     assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 1);
 }
@@ -94,7 +93,7 @@ async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
     let (emulator, _) =
-        ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+        crate::ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
             VpcEmulator,
         >()
         .await;
@@ -146,7 +145,7 @@ async fn a_cloud_that_keeps_failing_is_unavailable_after_bounded_retries() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn malformed_ids_are_invalid_without_any_request() {
-    ibm_support::malformed_ids_are_invalid_without_any_request::<VpcEmulator>(
+    crate::ibm_support::malformed_ids_are_invalid_without_any_request::<VpcEmulator>(
         &[
             "",
             "i-0123456789abcdef0",
@@ -495,7 +494,7 @@ async fn a_trusted_profile_is_assumed_with_the_compute_resource_token() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
-    ibm_support::another_clusters_instances_are_refused_and_kept::<VpcEmulator>(
+    crate::ibm_support::another_clusters_instances_are_refused_and_kept::<VpcEmulator>(
         &[&[("coco-pod-vm", "c2")]],
         |emulator, _| assert_eq!(emulator.requests_to("DELETE /v1/instances/{id}"), 0),
     )
@@ -507,8 +506,8 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
 /// is sent for it; `peerpods-do-not-delete:false` does not protect.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
-    ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<VpcEmulator>(|_, calls| {
-        assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0)
-    })
+    crate::ibm_support::an_instance_tagged_do_not_delete_is_refused_and_kept::<VpcEmulator>(
+        |_, calls| assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 0),
+    )
     .await;
 }
