@@ -51,23 +51,23 @@ pub fn review(body: &[u8], target: &Target) -> (Outcome, AdmissionReview<Dynamic
     }
     let request: AdmissionRequest<DynamicObject> =
         match serde_json::from_slice::<AdmissionReview<DynamicObject>>(body)
-            .map_err(|e| e.to_string())
+            .map_err(|e| Error::malformed_from("", e))
             .and_then(|review| {
                 // The answer echoes the request's apiVersion and kind: one the API server does not send is
                 // refused rather than echoed.
                 let types = &review.types;
                 if !is_review_type(types) {
-                    return Err(format!(
+                    return Err(Error::malformed(format!(
                         "{} {} is not an AdmissionReview of {}",
                         types.api_version,
                         types.kind,
                         REVIEW_VERSIONS.join(" or ")
-                    ));
+                    )));
                 }
-                review.try_into().map_err(|e| format!("{e}"))
+                review.try_into().map_err(|e| Error::malformed_from("", e))
             }) {
             Ok(request) => request,
-            Err(reason) => return unreadable(&Error::MalformedRequest(reason), 400),
+            Err(error) => return unreadable(&error, 400),
         };
     let allowed = AdmissionResponse::from(&request);
     let pod = match pod_created(&request) {
@@ -163,11 +163,11 @@ fn review_pod_creation(
             request: RequestObject { object: Some(pod) },
         }) => pod,
         Ok(_) => {
-            let error = Error::MalformedRequest("a create request without an object".into());
+            let error = Error::malformed("a create request without an object");
             return refuse(&request, allowed, &error);
         }
         Err(e) => {
-            let error = Error::MalformedRequest(format!("the object is not a Pod: {e}"));
+            let error = Error::malformed_from("the object is not a Pod", e);
             return refuse(&request, allowed, &error);
         }
     };
@@ -219,7 +219,7 @@ fn answer_with_patch(
             );
             (Outcome::Mutated, response.into_review())
         }
-        Err(e) => refuse(request, allowed, &Error::Patch(e.to_string())),
+        Err(e) => refuse(request, allowed, &Error::Patch(e.into())),
     }
 }
 
@@ -242,14 +242,12 @@ fn pod_created(request: &AdmissionRequest<DynamicObject>) -> Result<Option<Pod>,
         return Ok(None);
     }
     let Some(object) = &request.object else {
-        return Err(Error::MalformedRequest(
-            "a create request without an object".into(),
-        ));
+        return Err(Error::malformed("a create request without an object"));
     };
     serde_json::to_value(object)
         .and_then(serde_json::from_value)
         .map(Some)
-        .map_err(|e| Error::MalformedRequest(format!("the object is not a Pod: {e}")))
+        .map_err(|e| Error::malformed_from("the object is not a Pod", e))
 }
 
 fn refuse(

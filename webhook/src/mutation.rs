@@ -327,8 +327,7 @@ pub fn patch_view(pod: &PodView, target: &Target) -> Result<Option<Patch>, Error
                 &cleared
             };
             if !has_resources(resources.as_ref(), wanted) {
-                let value =
-                    serde_json::to_value(wanted).map_err(|e| Error::Patch(e.to_string()))?;
+                let value = serde_json::to_value(wanted).map_err(|e| Error::Patch(e.into()))?;
                 operations.push(add(&["spec", list, &index.to_string(), "resources"], value));
             }
         }

@@ -249,7 +249,7 @@ async fn mutate(State(state): State<AppState>, request: Request) -> Response {
     {
         Ok(body) => body,
         Err(_) => {
-            let error = Error::MalformedRequest(format!(
+            let error = Error::malformed(format!(
                 "the request body: not read within {} s",
                 state.limits.body_read_timeout.as_secs()
             ));
@@ -260,10 +260,12 @@ async fn mutate(State(state): State<AppState>, request: Request) -> Response {
     };
     let (outcome, review) = match body {
         Ok(body) => admission::review(&body, &state.target),
-        Err(rejection) => admission::unreadable(
-            &Error::MalformedRequest(format!("the request body: {}", rejection.body_text())),
-            rejection.status().as_u16(),
-        ),
+        Err(rejection) => {
+            let status = rejection.status().as_u16();
+            // A rejection's text is its body text, so the message reads as it always has.
+            let error = Error::malformed_from("the request body", rejection);
+            admission::unreadable(&error, status)
+        }
     };
     state.metrics.count(outcome);
     // Encoded while the share is held: the answer (a patch per container) is part of what the share bounds.

@@ -60,7 +60,7 @@ impl ServingCert {
     pub fn reload(&self) -> Result<bool, Error> {
         let read = |path: &Path| {
             std::fs::read(path)
-                .map_err(|e| Error::Certificate(format!("reading {}: {e}", path.display())))
+                .map_err(|e| Error::certificate_from(format!("reading {}", path.display()), e))
         };
         let files = (read(&self.cert_path)?, read(&self.key_path)?);
         let unchanged = self
@@ -101,7 +101,7 @@ impl ServingCert {
     ) -> Result<Arc<rustls::ServerConfig>, Error> {
         policy
             .server_config(self.clone(), &[b"http/1.1"])
-            .map_err(|e| Error::Certificate(e.to_string()))
+            .map_err(|e| Error::certificate_from("", e))
     }
 }
 
@@ -117,21 +117,23 @@ impl ResolvesServerCert for ServingCert {
 fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, Error> {
     let chain = CertificateDer::pem_slice_iter(cert)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Certificate(format!("{CERT_FILE}: {e}")))?;
+        .map_err(|e| Error::certificate_from(CERT_FILE, e))?;
     if chain.is_empty() {
-        return Err(Error::Certificate(format!(
+        return Err(Error::certificate(format!(
             "{CERT_FILE} holds no certificate"
         )));
     }
-    // Never echo key material: only say what kind of problem it is.
-    let key = PrivateKeyDer::from_pem_slice(key)
-        .map_err(|e| Error::Certificate(format!("{KEY_FILE}: {e}")))?;
+    // Never echo key material: only say what kind of problem it is. The PEM and rustls errors kept as the
+    // source quote no key bytes either (a section's BEGIN/END marker line, a base64 decoder's position, "no
+    // supported key type"), so they may stay in the chain.
+    let key =
+        PrivateKeyDer::from_pem_slice(key).map_err(|e| Error::certificate_from(KEY_FILE, e))?;
     let signing = rustls::crypto::ring::sign::any_supported_type(&key)
-        .map_err(|e| Error::Certificate(format!("{KEY_FILE}: {e}")))?;
+        .map_err(|e| Error::certificate_from(KEY_FILE, e))?;
     let certified = CertifiedKey::new(chain, signing);
-    certified
-        .keys_match()
-        .map_err(|e| Error::Certificate(format!("{CERT_FILE} and {KEY_FILE} do not match: {e}")))?;
+    certified.keys_match().map_err(|e| {
+        Error::certificate_from(format!("{CERT_FILE} and {KEY_FILE} do not match"), e)
+    })?;
     Ok(Arc::new(certified))
 }
 
@@ -191,6 +193,7 @@ impl axum::serve::Listener for TlsListener {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::error::Error as _;
 
     fn pair(name: &str) -> (String, String) {
         let key = rcgen::KeyPair::generate().unwrap();
@@ -213,6 +216,19 @@ mod tests {
         let missing = serving.reload().unwrap_err();
         assert_eq!(missing.reason(), "Certificate");
         assert!(missing.to_string().contains(CERT_FILE), "{missing}");
+        // The read's own error is the source, and the text is the one `/readyz` and the log always showed.
+        let read = missing
+            .source()
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the failed read is the source");
+        assert_eq!(read.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            missing.to_string(),
+            format!(
+                "serving certificate: reading {}: {read}",
+                dir.path().join(CERT_FILE).display()
+            )
+        );
         assert!(!serving.is_loaded());
 
         let first = pair("one.example");
@@ -226,6 +242,14 @@ mod tests {
         std::fs::write(dir.path().join(KEY_FILE), &second.1).unwrap();
         let mismatch = serving.reload().unwrap_err();
         assert!(mismatch.to_string().contains("do not match"), "{mismatch}");
+        let rustls = mismatch
+            .source()
+            .and_then(|s| s.downcast_ref::<rustls::Error>())
+            .expect("rustls's refusal is the source");
+        assert_eq!(
+            mismatch.to_string(),
+            format!("serving certificate: {CERT_FILE} and {KEY_FILE} do not match: {rustls}")
+        );
         assert!(serving.is_loaded());
 
         write(dir.path(), &second);
@@ -237,6 +261,7 @@ mod tests {
             garbage.to_string().contains("holds no certificate"),
             "{garbage}"
         );
+        assert!(garbage.source().is_none(), "no other error said so");
         assert!(serving.is_loaded());
     }
 }
