@@ -127,6 +127,15 @@ mod tests {
             .collect()
     }
 
+    /// A whole list (as the watcher delivers one, first or after a relist) of `peerpods`; returns the
+    /// names it requests.
+    fn listed(cache: &mut Cache, peerpods: impl IntoIterator<Item = PeerPod>) -> Vec<String> {
+        let mut events = vec![Event::Init];
+        events.extend(peerpods.into_iter().map(Event::InitApply));
+        events.push(Event::InitDone);
+        requested(cache, events)
+    }
+
     fn names(refs: Vec<ObjectRef<PeerPod>>) -> Vec<String> {
         refs.into_iter().map(|r| r.name).collect()
     }
@@ -172,14 +181,7 @@ mod tests {
     #[test]
     fn status_updates_are_cached_but_not_reconciled() {
         let mut cache = Cache::default();
-        requested(
-            &mut cache,
-            vec![
-                Event::Init,
-                Event::InitApply(peerpod("a", "pod-1", "1")),
-                Event::InitDone,
-            ],
-        );
+        listed(&mut cache, [peerpod("a", "pod-1", "1")]);
         let mut updated = peerpod("a", "pod-1", "2");
         updated.status = Some(PeerPodStatus {
             cleand: true,
@@ -197,24 +199,20 @@ mod tests {
     #[test]
     fn a_relist_reconciles_only_what_changed_while_the_watch_was_down() {
         let mut cache = Cache::default();
-        requested(
+        listed(
             &mut cache,
-            vec![
-                Event::Init,
-                Event::InitApply(peerpod("same", "pod-1", "1")),
-                Event::InitApply(peerpod("moved", "pod-2", "1")),
-                Event::InitApply(peerpod("gone", "pod-3", "1")),
-                Event::InitDone,
+            [
+                peerpod("same", "pod-1", "1"),
+                peerpod("moved", "pod-2", "1"),
+                peerpod("gone", "pod-3", "1"),
             ],
         );
-        let relisted = requested(
+        let relisted = listed(
             &mut cache,
-            vec![
-                Event::Init,
-                Event::InitApply(peerpod("same", "pod-1", "1")),
-                Event::InitApply(peerpod("moved", "pod-4", "5")),
-                Event::InitApply(peerpod("new", "pod-5", "6")),
-                Event::InitDone,
+            [
+                peerpod("same", "pod-1", "1"),
+                peerpod("moved", "pod-4", "5"),
+                peerpod("new", "pod-5", "6"),
             ],
         );
         assert_eq!(relisted, ["moved", "new"]);
@@ -232,14 +230,7 @@ mod tests {
     #[test]
     fn an_owner_change_and_a_deletion_keep_the_index_in_step_with_the_store() {
         let mut cache = Cache::default();
-        requested(
-            &mut cache,
-            vec![
-                Event::Init,
-                Event::InitApply(peerpod("a", "pod-1", "1")),
-                Event::InitDone,
-            ],
-        );
+        listed(&mut cache, [peerpod("a", "pod-1", "1")]);
         assert_eq!(
             requested(&mut cache, vec![Event::Apply(peerpod("a", "pod-2", "2"))]),
             ["a"]
