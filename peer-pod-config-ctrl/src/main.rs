@@ -155,13 +155,8 @@ mod tests {
         );
         let unread = unread_env(
             &Cli::command(),
-            &[
-                "PEERPODS_NAMESPACE",
-                "CAA_PROVIDER_ENDPOINT",
-                "CAA_PROVIDER_CA_SECRET",
-                "CAA_PROVIDER_AUDIENCE",
-                "CAA_PROVIDER_SERVER_NAME",
-            ],
+            "PEERPODS_NAMESPACE CAA_PROVIDER_ENDPOINT CAA_PROVIDER_CA_SECRET \
+             CAA_PROVIDER_AUDIENCE CAA_PROVIDER_SERVER_NAME",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
         Cli::command().debug_assert();

@@ -194,17 +194,9 @@ mod tests {
         );
         let unread = unread_env(
             &Cli::command(),
-            &[
-                "POD_NAMESPACE",
-                "CONCURRENCY",
-                "RETRY_MAX_DELAY",
-                "ORPHAN_SCAN_INTERVAL",
-                "ORPHAN_GRACE",
-                "ORPHAN_POLICY",
-                "CLUSTER_TAG",
-                "ORPHAN_DELETE_MAX",
-                "ORPHAN_DELETE_MAX_PERCENT",
-            ],
+            "POD_NAMESPACE CONCURRENCY RETRY_MAX_DELAY ORPHAN_SCAN_INTERVAL \
+             ORPHAN_GRACE ORPHAN_POLICY CLUSTER_TAG ORPHAN_DELETE_MAX \
+             ORPHAN_DELETE_MAX_PERCENT",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
         Cli::command().debug_assert();

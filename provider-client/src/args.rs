@@ -87,14 +87,8 @@ mod tests {
         use clap::CommandFactory;
         let unread = peerpods_runtime::args::unread_env(
             &Cli::command(),
-            &[
-                "PROVIDER_ENDPOINT",
-                "PROVIDER_AUTH",
-                "PROVIDER_CA",
-                "PROVIDER_SERVER_NAME",
-                "TOKEN_FILE",
-                "PROVIDER_TIMEOUT",
-            ],
+            "PROVIDER_ENDPOINT PROVIDER_AUTH PROVIDER_CA PROVIDER_SERVER_NAME \
+             TOKEN_FILE PROVIDER_TIMEOUT",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
     }

@@ -109,16 +109,15 @@ pub struct ControllerArgs {
     pub health: HealthArgs,
 }
 
-/// Of `names`, those no flag of `command` reads from the environment: a binary's tests check against it that
-/// every variable its deployments set is still read.
-pub fn unread_env<'a>(command: &clap::Command, names: &[&'a str]) -> Vec<&'a str> {
+/// Of `names` (separated by white space), those no flag of `command` reads from the environment: a binary's
+/// tests check against it that every variable its deployments set is still read.
+pub fn unread_env<'a>(command: &clap::Command, names: &'a str) -> Vec<&'a str> {
     let read: Vec<_> = command
         .get_arguments()
         .filter_map(|a| a.get_env())
         .collect();
     names
-        .iter()
-        .copied()
+        .split_whitespace()
         .filter(|name| !read.iter().any(|env| env == name))
         .collect()
 }
@@ -165,17 +164,14 @@ mod tests {
         use clap::CommandFactory;
         let unread = unread_env(
             &Cli::command(),
-            &[
-                "ADMIN_LISTEN",
-                "LOG_FORMAT",
-                "LEADER_ELECT",
-                "LEASE_NAME",
-                "LEASE_DURATION",
-                "LEASE_RENEW_BEFORE",
-                "POD_NAME",
-            ],
+            "ADMIN_LISTEN LOG_FORMAT LEADER_ELECT LEASE_NAME LEASE_DURATION \
+             LEASE_RENEW_BEFORE POD_NAME",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
+        assert_eq!(
+            unread_env(&Cli::command(), "ADMIN_LISTEN NOT_A_FLAG"),
+            ["NOT_A_FLAG"]
+        );
     }
 
     #[cfg(feature = "controller")]
