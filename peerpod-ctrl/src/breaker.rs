@@ -114,11 +114,11 @@ pub struct Breakers {
 /// neither does throttling, by provider-service or the cloud (a rate, not an outage).
 pub fn scope_of(cloud: &str, error: &Error) -> Option<Scope> {
     match error {
-        Error::ProviderUnavailable(_) | Error::ProviderUnauthorized(_) => {
+        Error::ProviderUnavailable { .. } | Error::ProviderUnauthorized { .. } => {
             Some(Scope::ProviderService)
         }
         Error::CloudFailed { .. } if error.is_throttling() => None,
-        Error::ProviderFailed(_) | Error::CloudFailed { .. } => {
+        Error::ProviderFailed { .. } | Error::CloudFailed { .. } => {
             Some(Scope::Cloud(cloud.to_owned()))
         }
         _ => None,
@@ -414,7 +414,10 @@ mod tests {
     use super::*;
 
     fn unavailable() -> Error {
-        Error::ProviderUnavailable("connection refused".into())
+        Error::ProviderUnavailable {
+            message: "connection refused".into(),
+            source: None,
+        }
     }
 
     fn waits(a: &Admission) -> bool {
@@ -495,7 +498,10 @@ mod tests {
     fn a_cloud_opens_after_failures_in_a_row_and_alone() {
         let b = Breakers::default();
         let now = Instant::now();
-        let failed = Error::ProviderFailed("500 from the cloud".into());
+        let failed = Error::ProviderFailed {
+            message: "500 from the cloud".into(),
+            source: None,
+        };
         for _ in 1..CLOUD_THRESHOLD {
             assert!(b.record("azure", Some(&failed), now).is_empty());
         }
@@ -517,6 +523,7 @@ mod tests {
         Error::ProviderThrottled {
             message: "too many calls".into(),
             retry_after: None,
+            source: None,
         }
     }
 
@@ -525,6 +532,7 @@ mod tests {
             reason: crate::error::REASON_CLOUD_THROTTLED,
             message: "429 Throttling.User".into(),
             retry_after: Some(Duration::from_secs(2)),
+            source: None,
         }
     }
 
@@ -533,6 +541,7 @@ mod tests {
             reason: "CloudUnavailable",
             message: "503 ServiceUnavailable".into(),
             retry_after: None,
+            source: None,
         }
     }
 
@@ -598,7 +607,10 @@ mod tests {
         let next = later + Duration::from_millis(1);
         assert_eq!(b.admit("azure", next), Admission::Go { probe: true });
         // So does an answer about the probe's own VM.
-        let protected = Error::InstanceProtected("tagged".into());
+        let protected = Error::InstanceProtected {
+            message: "tagged".into(),
+            source: None,
+        };
         assert!(b.record("azure", Some(&protected), next).is_empty());
         assert_eq!(b.admit("azure", next), Admission::Go { probe: true });
     }
@@ -621,9 +633,18 @@ mod tests {
         let b = Breakers::default();
         let now = Instant::now();
         for error in [
-            Error::ProviderRejected("bad id".into()),
-            Error::InstanceProtected("tagged".into()),
-            Error::ProviderPrecondition("not configured".into()),
+            Error::ProviderRejected {
+                message: "bad id".into(),
+                source: None,
+            },
+            Error::InstanceProtected {
+                message: "tagged".into(),
+                source: None,
+            },
+            Error::ProviderPrecondition {
+                message: "not configured".into(),
+                source: None,
+            },
         ] {
             for _ in 0..10 {
                 assert!(b.record("aws", Some(&error), now).is_empty());

@@ -3,7 +3,14 @@
 
 use std::time::Duration;
 
+use peerpods_runtime::{Cause, with_cause};
+
 /// Everything that can go wrong while cleaning up PeerPods.
+///
+/// The variants made from provider-service's answer (`Provider*`, `InstanceProtected`, `CloudFailed`) keep the
+/// gRPC status as their `source`: one made on this side of the connection carries the transport's error under
+/// it (the refused TCP connect, the reset stream), which its message alone does not name. Their text is the
+/// status's code and message only, so conditions and Events read as before.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The PeerPod names no provider or no instance, so there is nothing that could be deleted safely.
@@ -11,17 +18,31 @@ pub enum Error {
     InvalidInstance(String),
     /// provider-service rejected the request as malformed (gRPC INVALID_ARGUMENT): unknown provider,
     /// malformed instance ID. Retrying the same request cannot help.
-    #[error("provider-service rejected the instance: {0}")]
-    ProviderRejected(String),
+    #[error("provider-service rejected the instance: {message}")]
+    ProviderRejected {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// provider-service cannot act in its current configuration (gRPC FAILED_PRECONDITION), for example the
     /// provider is not configured. Needs an operator; retried slowly in case the configuration is fixed.
-    #[error("provider-service cannot delete the instance in its current configuration: {0}")]
-    ProviderPrecondition(String),
+    #[error("provider-service cannot delete the instance in its current configuration: {message}")]
+    ProviderPrecondition {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// provider-service refuses to delete the VM because it carries the `peerpods.io/do-not-delete` tag
     /// (FAILED_PRECONDITION, reason `DoNotDelete`). A deliberate hold, not a failure to retry: it stays until
     /// someone removes the tag, so it is retried only at the backoff cap.
-    #[error("provider-service refuses to delete the instance, it is marked do-not-delete: {0}")]
-    InstanceProtected(String),
+    #[error(
+        "provider-service refuses to delete the instance, it is marked do-not-delete: {message}"
+    )]
+    InstanceProtected {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// provider-service refused the request (FAILED_PRECONDITION) for a reason it named in
     /// `google.rpc.ErrorInfo`: its cluster-tag guard (`NotOwnedByCluster`), a provider it has no configuration
     /// for (`ProviderNotConfigured`), the cloud rejecting its credentials (`CloudUnauthenticated`). The reason
@@ -32,19 +53,31 @@ pub enum Error {
         reason: &'static str,
         message: String,
         permanent: bool,
+        #[source]
+        source: Option<Cause>,
     },
     /// provider-service did not accept our credentials (UNAUTHENTICATED / PERMISSION_DENIED).
-    #[error("provider-service refused our credentials: {0}")]
-    ProviderUnauthorized(String),
+    #[error("provider-service refused our credentials: {message}")]
+    ProviderUnauthorized {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// The cloud or provider-service asked us to slow down (RESOURCE_EXHAUSTED).
     #[error("provider-service is throttling: {message}")]
     ProviderThrottled {
         message: String,
         retry_after: Option<Duration>,
+        #[source]
+        source: Option<Cause>,
     },
     /// provider-service could not be reached or is not ready (UNAVAILABLE, DEADLINE_EXCEEDED, connect errors).
-    #[error("provider-service is unavailable: {0}")]
-    ProviderUnavailable(String),
+    #[error("provider-service is unavailable: {message}")]
+    ProviderUnavailable {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// The call was not made: the circuit breaker holds calls back while provider-service or a cloud is down
     /// (see `breaker`). Not a failure of this PeerPod; retried once the breaker's probe may have closed it.
     #[error("{scope} is down ({cause}); the call waits for the circuit breaker's probe")]
@@ -54,8 +87,12 @@ pub enum Error {
         retry_in: Duration,
     },
     /// provider-service answered with an unexpected error (INTERNAL, UNKNOWN, ...).
-    #[error("provider-service failed: {0}")]
-    ProviderFailed(String),
+    #[error("provider-service failed: {message}")]
+    ProviderFailed {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// provider-service works, the cloud behind it failed, as provider-service's `google.rpc.ErrorInfo`
     /// names it: unreachable or answering 5xx (`CloudUnavailable`), throttling (`CloudThrottled`). Retried with
     /// backoff (after the cloud's delay when it gave one); the circuit breaker counts it against that cloud.
@@ -64,6 +101,8 @@ pub enum Error {
         reason: &'static str,
         message: String,
         retry_after: Option<Duration>,
+        #[source]
+        source: Option<Cause>,
     },
     /// Somebody changed the finalizers between our read and our patch; the next pass sees the new state.
     #[error("finalizers changed concurrently; will re-read")]
@@ -77,9 +116,14 @@ pub enum Error {
     /// The Lease could not be created or kept.
     #[error("leader election failed: {0}")]
     LeaderElection(#[source] peerpods_runtime::Error),
-    /// A setting makes no sense (for example a provider endpoint that is not a URI).
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    /// A setting makes no sense (for example a provider endpoint that is not a URI); `source` is the error that
+    /// said so (the provider-service client's), if any.
+    #[error("invalid configuration: {}", with_cause(message, source))]
+    Config {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
 }
 
 /// Longest message a condition or an Event carries: enough for a person to read what failed; a dump of a
@@ -100,24 +144,41 @@ pub fn human_message(message: &str) -> String {
 pub const REASON_CLOUD_THROTTLED: &str = "CloudThrottled";
 
 impl Error {
+    /// [`Error::Config`] that no other error caused.
+    pub fn config(message: impl Into<String>) -> Self {
+        Error::Config {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Config`]: `message` names the setting (empty: the cause says it all), `source` is the error that
+    /// refused it.
+    pub fn config_from(message: impl Into<String>, source: impl Into<Cause>) -> Self {
+        Error::Config {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
     /// Stable, CamelCase reason for conditions, Events and metric labels.
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidInstance(_) => "InvalidInstance",
-            Error::ProviderRejected(_) => "ProviderRejected",
-            Error::ProviderPrecondition(_) => "ProviderPrecondition",
-            Error::InstanceProtected(_) => "DoNotDelete",
+            Error::ProviderRejected { .. } => "ProviderRejected",
+            Error::ProviderPrecondition { .. } => "ProviderPrecondition",
+            Error::InstanceProtected { .. } => "DoNotDelete",
             Error::ProviderRefused { reason, .. } => reason,
-            Error::ProviderUnauthorized(_) => "ProviderUnauthorized",
+            Error::ProviderUnauthorized { .. } => "ProviderUnauthorized",
             Error::ProviderThrottled { .. } => "ProviderThrottled",
-            Error::ProviderUnavailable(_) => "ProviderUnavailable",
-            Error::ProviderFailed(_) => "ProviderFailed",
+            Error::ProviderUnavailable { .. } => "ProviderUnavailable",
+            Error::ProviderFailed { .. } => "ProviderFailed",
             Error::CloudFailed { reason, .. } => reason,
             Error::CircuitOpen { .. } => "CircuitOpen",
             Error::FinalizerConflict => "FinalizerConflict",
             Error::Kube(_) => "KubernetesApiError",
             Error::CrdSerialization(_) => "CrdSerialization",
-            Error::Config(_) => "InvalidConfiguration",
+            Error::Config { .. } => "InvalidConfiguration",
             Error::LeaderElection(_) => "LeaderElection",
         }
     }
@@ -128,15 +189,15 @@ impl Error {
         matches!(
             self,
             Error::InvalidInstance(_)
-                | Error::ProviderRejected(_)
-                | Error::ProviderPrecondition(_)
-                | Error::InstanceProtected(_)
+                | Error::ProviderRejected { .. }
+                | Error::ProviderPrecondition { .. }
+                | Error::InstanceProtected { .. }
                 | Error::ProviderRefused {
                     permanent: true,
                     ..
                 }
                 | Error::CrdSerialization(_)
-                | Error::Config(_)
+                | Error::Config { .. }
         )
     }
 
@@ -189,5 +250,29 @@ mod tests {
         assert_eq!(error.source().map(ToString::to_string), Some(text));
         let crd = Error::CrdSerialization(std::fmt::Error.into());
         assert!(crd.source().is_some(), "{crd}");
+
+        // The provider-service client's refusal of its settings: the same text as when it was a string.
+        let refused =
+            peerpods_provider_client::connect(&peerpods_provider_client::ProviderClientConfig {
+                endpoint: "https://provider-service:50051".into(),
+                ..Default::default()
+            });
+        let Err(client) = refused else {
+            panic!("an https endpoint without a CA file is refused");
+        };
+        let text = client.to_string();
+        let config = Error::config_from("", client);
+        assert_eq!(config.to_string(), format!("invalid configuration: {text}"));
+        assert!(
+            config
+                .source()
+                .and_then(|s| s.downcast_ref::<peerpods_provider_client::Error>())
+                .is_some(),
+            "{config}"
+        );
+        assert_eq!(config.reason(), "InvalidConfiguration");
+        assert!(config.is_permanent());
+        let own = Error::config("cluster tag \"x\" is not KEY=VALUE");
+        assert!(own.source().is_none());
     }
 }

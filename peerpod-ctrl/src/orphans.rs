@@ -58,7 +58,7 @@ pub use crate::decide::OrphanCap;
 pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
     match text.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => Err(Error::Config(format!(
+        _ => Err(Error::config(format!(
             "cluster tag {text:?} is not KEY=VALUE"
         ))),
     }
@@ -300,7 +300,7 @@ impl Scanner {
                     continue;
                 }
                 // Tagged do-not-delete after it was listed: a hold, not a failed scan.
-                Err(error @ Error::InstanceProtected(_)) => {
+                Err(error @ Error::InstanceProtected { .. }) => {
                     info!(provider, instance_id = %vm.instance_id, %error, "orphan VM protected; not deleted");
                     self.publish(
                         &vm,

@@ -9,6 +9,8 @@ use peerpods_proto::v1::{
 };
 use tonic::Code;
 
+use peerpods_runtime::Cause;
+
 use crate::Error;
 use crate::error::human_message;
 
@@ -88,7 +90,7 @@ impl Provider {
     pub fn connect(config: &ProviderClientConfig) -> Result<Self, Error> {
         peerpods_provider_client::connect(config)
             .map(Provider::new)
-            .map_err(|e| Error::Config(e.to_string()))
+            .map_err(|e| Error::config_from("", e))
     }
 
     fn request<T>(&self, message: T) -> tonic::Request<T> {
@@ -132,9 +134,10 @@ impl Provider {
                     .and_then(|d| Duration::try_from(d).ok()),
             }),
             // Never treat an answer we do not understand as "gone": that could leak a VM.
-            DeleteResult::Unspecified => Err(Error::ProviderFailed(
-                "DeleteInstance answered without a result".into(),
-            )),
+            DeleteResult::Unspecified => Err(Error::ProviderFailed {
+                message: "DeleteInstance answered without a result".into(),
+                source: None,
+            }),
         }
     }
 
@@ -223,8 +226,10 @@ pub fn status_error(status: &tonic::Status) -> Error {
     let message = human_message(&format!("{code:?}: {}", status.message()));
     let info = status.get_error_details().error_info().cloned();
     let reason = info.as_ref().map(|i| i.reason.as_str());
+    // The status itself is the source: a status made by this side's transport carries its error under it.
+    let source = Some(Cause::from(status.clone()));
     if reason == Some(REASON_DO_NOT_DELETE) {
-        return Error::InstanceProtected(message);
+        return Error::InstanceProtected { message, source };
     }
     // Only named refusals of a precondition or of the cloud's permission: a caller's PERMISSION_DENIED stays
     // ProviderUnauthorized, which the circuit breaker counts against provider-service, and INVALID_ARGUMENT
@@ -235,6 +240,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
             message,
             // A configuration or a guard does not change by itself.
             permanent: true,
+            source,
         };
     }
     if let Some(reason) = reason.and_then(|r| cloud_failure_reason(code, r)) {
@@ -242,27 +248,33 @@ pub fn status_error(status: &tonic::Status) -> Error {
             reason,
             message,
             retry_after: peerpods_provider_client::retry_after(status),
+            source,
         };
     }
     match code {
         // OUT_OF_RANGE: a field (or the whole message) larger than provider-service takes. The same request
         // fails the same way every time: permanent, never a hot loop.
-        Code::InvalidArgument | Code::OutOfRange => Error::ProviderRejected(message),
-        Code::FailedPrecondition => Error::ProviderPrecondition(message),
+        Code::InvalidArgument | Code::OutOfRange => Error::ProviderRejected { message, source },
+        Code::FailedPrecondition => Error::ProviderPrecondition { message, source },
         Code::ResourceExhausted => Error::ProviderThrottled {
             retry_after: peerpods_provider_client::retry_after(status),
             message,
+            source,
         },
         Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-            Error::ProviderUnavailable(message)
+            Error::ProviderUnavailable { message, source }
         }
-        Code::Unauthenticated | Code::PermissionDenied => Error::ProviderUnauthorized(message),
+        Code::Unauthenticated | Code::PermissionDenied => {
+            Error::ProviderUnauthorized { message, source }
+        }
         // provider-service puts an ErrorInfo on every error it answers (provider.proto), its framework's
         // included: an UNKNOWN or INTERNAL without one was made on this side of the connection, by the
         // transport (a connection cut mid-call, a broken HTTP/2 stream). provider-service is not reachable
         // then, it did not fail.
-        Code::Unknown | Code::Internal if info.is_none() => Error::ProviderUnavailable(message),
-        _ => Error::ProviderFailed(message),
+        Code::Unknown | Code::Internal if info.is_none() => {
+            Error::ProviderUnavailable { message, source }
+        }
+        _ => Error::ProviderFailed { message, source },
     }
 }
 
@@ -270,6 +282,46 @@ pub fn status_error(status: &tonic::Status) -> Error {
 mod tests {
     use super::*;
     use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn the_status_is_the_source_and_the_transport_error_under_it_is_kept() {
+        use std::error::Error as _;
+        // What tonic hands back when the connect fails: a terse message, the reason in the source.
+        let mut status = tonic::Status::unavailable("tcp connect error");
+        status.set_source(std::sync::Arc::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        )));
+        let error = status_error(&status);
+        assert_eq!(error.reason(), "ProviderUnavailable");
+        assert_eq!(
+            error.to_string(),
+            "provider-service is unavailable: Unavailable: tcp connect error"
+        );
+        let answer = error
+            .source()
+            .and_then(|s| s.downcast_ref::<tonic::Status>())
+            .expect("the gRPC status is the source");
+        assert_eq!(answer.code(), Code::Unavailable);
+        let refused = error
+            .source()
+            .and_then(|s| s.source())
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the transport's error is under the status");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+
+        // Every class built from an answer keeps it.
+        for status in [
+            tonic::Status::invalid_argument("instance_id: bad"),
+            tonic::Status::failed_precondition("aws not configured"),
+            tonic::Status::resource_exhausted("slow down"),
+            tonic::Status::unauthenticated("no token"),
+            tonic::Status::not_found("x"),
+        ] {
+            let error = status_error(&status);
+            assert!(error.source().is_some(), "{}: {error}", error.reason());
+        }
+    }
 
     #[test]
     fn status_codes_map_to_retry_classes() {
