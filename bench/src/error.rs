@@ -5,8 +5,15 @@ use peerpods_runtime::{Cause, with_cause};
 /// Everything that can stop a scenario. [`Error::Missing`] makes the scenario report "skipped"; the rest "failed".
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Something the scenario needs is not installed. `hint` says how to install it (quoting the error that
+    /// showed it missing); `source` is that error (the failed spawn of moto's Python or of `go`), if any.
     #[error("{what} is not available ({hint})")]
-    Missing { what: String, hint: String },
+    Missing {
+        what: String,
+        hint: String,
+        #[source]
+        source: Option<Cause>,
+    },
     /// A process (moto, a service) could not be started; `message` names the program.
     #[error("starting {name}: {}", with_cause(message, source))]
     Start {

@@ -51,6 +51,7 @@ where
         return Error::Missing {
             what: "moto".into(),
             hint: error.to_string(),
+            source: Some(Box::new(error)),
         };
     }
     Error::Start {
@@ -136,7 +137,7 @@ mod tests {
     async fn without_moto_the_scenario_is_skipped_saying_how_to_install_it() {
         let logs = tempfile::tempdir().expect("log directory");
         let missing = start(Path::new("/nonexistent/venv/bin/python"), logs.path()).await;
-        let Err(Error::Missing { what, hint }) = missing else {
+        let Err(Error::Missing { what, hint, source }) = missing else {
             panic!("not Missing: {:?}", missing.err());
         };
         assert_eq!(what, "moto");
@@ -144,5 +145,18 @@ mod tests {
             hint.contains("`make moto` installs moto[ec2,server]"),
             "{hint}"
         );
+        // The failed spawn stays reachable: test-support's error, with the OS's error under it.
+        let source = source.expect("the failed start is the source");
+        let start = source
+            .downcast_ref::<test_support::Error>()
+            .expect("test-support's error is the source");
+        assert!(
+            matches!(start, test_support::Error::MotoMissing { .. }),
+            "{start}"
+        );
+        let os = std::error::Error::source(start)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .expect("the spawn's error is under it");
+        assert_eq!(os.kind(), std::io::ErrorKind::NotFound);
     }
 }

@@ -53,6 +53,7 @@ impl Service {
             return Err(Error::Missing {
                 what: format!("{} binary {}", spec.name, spec.program.display()),
                 hint: "make bench builds it with cargo build --release".into(),
+                source: None,
             });
         }
         std::fs::create_dir_all(spec.log_dir)

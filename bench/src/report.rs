@@ -468,6 +468,7 @@ mod tests {
             cloud_calls: Outcome::from_result(Err(Error::Missing {
                 what: "moto".into(),
                 hint: "make moto".into(),
+                source: None,
             })),
             convergence: Outcome::from_result(Err(Error::setup("broken"))),
             grpc: Outcome::skipped("not selected"),

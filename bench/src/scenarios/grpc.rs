@@ -204,6 +204,7 @@ async fn go_client(calls: usize, config: &ProviderClientConfig) -> Result<GoFigu
         .map_err(|e| Error::Missing {
             what: "go".into(),
             hint: format!("the Go client benchmark needs the Go toolchain: {e}"),
+            source: Some(Box::new(e)),
         })?;
     let text = String::from_utf8_lossy(&output.stdout).into_owned();
     if !output.status.success() {
