@@ -1,18 +1,16 @@
 //! peerpod-ctrl against the real control plane and the real provider-service (libvirt test driver).
 //! Each scenario reads like the story it checks.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{
+    Controller, ControllerOptions, ProviderService, Scenario, applied_status_fields, unused_addr,
+};
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
 use peerpods_runtime::status::apply_status;
-use support::{
-    Controller, ControllerOptions, ProviderService, Scenario, applied_status_fields, unused_addr,
-};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -38,7 +36,7 @@ async fn caa_create_body_and_release_patch_are_accepted() {
     let s = Scenario::start("caa-wire").await;
     let pod = s.create_pod("nginx").await;
     // Exactly CAA's body, with the name, namespace and owner replaced as the fixture's README says.
-    let body = include_str!("fixtures/caa-peerpod.json")
+    let body = include_str!("../fixtures/caa-peerpod.json")
         .replace(
             "\"namespace\":\"default\"",
             &format!("\"namespace\":\"{}\"", s.ns),
@@ -70,7 +68,7 @@ async fn caa_create_body_and_release_patch_are_accepted() {
 
     // CAA's release: delete, then its JSON patch removing every finalizer.
     s.delete_peerpod("nginx-resource-q7z9r").await;
-    let patch = include_str!("fixtures/caa-release-patch.json");
+    let patch = include_str!("../fixtures/caa-release-patch.json");
     let url = format!(
         "/apis/confidentialcontainers.org/v1alpha1/namespaces/{}/peerpods/nginx-resource-q7z9r",
         s.ns
@@ -480,9 +478,13 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
 
     let s = Scenario::start("orphans").await;
     let (_moto_serial, ec2) = moto::alone().await;
-    let aws_orphan = moto::run_instances(&ec2, 1, &[(support::TAG_KEY, support::TAG_VALUE)])
-        .await
-        .remove(0);
+    let aws_orphan = moto::run_instances(
+        &ec2,
+        1,
+        &[(crate::support::TAG_KEY, crate::support::TAG_VALUE)],
+    )
+    .await
+    .remove(0);
     let aws_foreign = moto::run_instances(&ec2, 1, &[]).await.remove(0);
     let clouds = moto::moto().config(&[("CLOUD_PROVIDER", "libvirt,aws")]);
     let provider = ProviderService::start_with_config(&clouds).await;
@@ -972,7 +974,7 @@ async fn a_do_not_delete_peerpod_or_vm_survives_every_path() {
 
     // Orphan path: of two orphans with this cluster's tag, the one tagged do-not-delete stays.
     let protected_orphan = s.define_domain_with_tags(&[
-        (support::TAG_KEY, support::TAG_VALUE),
+        (crate::support::TAG_KEY, crate::support::TAG_VALUE),
         ("peerpods.io/do-not-delete", "true"),
     ]);
     let orphan = s.define_domain(true);
@@ -1084,7 +1086,10 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
             interval: Duration::from_secs(3600),
             grace: Duration::ZERO,
             policy: OrphanPolicy::Delete,
-            cluster_tag: Some((support::TAG_KEY.into(), support::TAG_VALUE.into())),
+            cluster_tag: Some((
+                crate::support::TAG_KEY.into(),
+                crate::support::TAG_VALUE.into(),
+            )),
             event_namespace: "default".into(),
             cap: OrphanCap {
                 max: 100,

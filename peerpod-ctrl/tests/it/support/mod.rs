@@ -1,6 +1,5 @@
 //! Real parts for the scenarios: the local control plane (testenv), provider-service started in-process on
 //! 127.0.0.1 with libvirt's `test:///default` driver, and peerpod-ctrl itself, each stopped by the test.
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -473,7 +472,6 @@ pub fn count_metric(registry: &Registry, name: &str, labels: &[(&str, &str)]) ->
 /// peerpod-ctrl running in this process.
 pub struct Controller {
     pub registry: Arc<Registry>,
-    pub identity: String,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), peerpod_ctrl::Error>>,
 }
@@ -582,7 +580,7 @@ impl Controller {
             },
             reporter: Reporter {
                 controller: "peerpod-ctrl".into(),
-                instance: Some(identity.clone()),
+                instance: Some(identity),
             },
         };
         let shutdown = CancellationToken::new();
@@ -597,7 +595,6 @@ impl Controller {
         ));
         Controller {
             registry: Arc::new(registry),
-            identity,
             shutdown,
             task,
         }

@@ -1,14 +1,11 @@
 //! provider-service's CA rotates under a running peerpod-ctrl (cert-manager re-issues it; the
 //! mounted CA file changes in place): cleanups go on without restarting the controller.
-#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
-
-mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
+use crate::support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
 
 const MINUTE: Duration = Duration::from_secs(60);
 const SERVER_NAME: &str = "provider-service.peerpods.svc";

@@ -1,14 +1,11 @@
 //! The PeerPod cleanup story on every cloud that has a local emulator, and on a byom pool: a Pod's PeerPod is deleted while CAA failed
 //! to delete the VM → peerpod-ctrl asks provider-service (in-process, the real backend and its real client code)
 //! → the VM and every part created with it are gone from the emulator → the finalizer is released.
-#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
-
-mod support;
 
 use std::time::Duration;
 
+use crate::support::{Controller, ControllerOptions, ProviderService, Scenario};
 use kube::api::DeleteParams;
-use support::{Controller, ControllerOptions, ProviderService, Scenario};
 use test_support::byom::Pool;
 use test_support::cloud::{self, CloudEmulator};
 

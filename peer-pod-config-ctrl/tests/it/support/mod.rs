@@ -1,6 +1,5 @@
 //! A PeerPodConfig controller running in-process against the local control plane, with helpers to create Node
 //! objects through the API and read back what they advertise.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -39,6 +38,28 @@ pub struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// Deletes every PeerPod of the control plane (there are none unless their CRD is installed). A PeerPodConfig's
+/// deletion waits for the peer pods of the whole cluster, so each scenario starts with none: one that an earlier
+/// scenario left behind (on purpose, as forcing a held deletion does, or by failing) would hold this one's.
+async fn remove_every_peer_pod(client: &Client) {
+    let resource = kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod"),
+        "peerpods",
+    );
+    let all: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &resource);
+    let Ok(list) = all.list(&ListParams::default()).await else {
+        return;
+    };
+    for peer_pod in list.items {
+        let namespace = peer_pod.namespace().unwrap_or_default();
+        let api: Api<kube::core::DynamicObject> =
+            Api::namespaced_with(client.clone(), &namespace, &resource);
+        let _ = api
+            .delete(&peer_pod.name_any(), &DeleteParams::default())
+            .await;
+    }
+}
+
 impl Scenario {
     /// A namespace (the controller's PEERPODS_NAMESPACE) with the ServiceAccounts the owned objects name, and a
     /// running controller.
@@ -61,6 +82,7 @@ impl Scenario {
         let serial = SERIAL.lock().await;
         let client = testenv::shared().client().await;
         testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
+        remove_every_peer_pod(&client).await;
         let ns = testenv::namespace(&client, prefix).await;
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
         for name in ["cloud-api-adaptor", "peer-pods-webhook"] {

@@ -2,8 +2,6 @@
 //! the controller makes; the shared control plane keeps none): under an outage (its CRD missing), and in a steady
 //! state (no reads of what it watches).
 
-mod support;
-
 use std::time::Duration;
 
 use peer_pod_config_ctrl::controller::{self, Settings};

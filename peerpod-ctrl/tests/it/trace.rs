@@ -1,19 +1,29 @@
 //! One trace runs from the reconcile of a deleted PeerPod into provider-service's handling of the
 //! DeleteInstance call: the controller sends the W3C trace context, provider-service continues it.
-//! A test binary of its own, because it installs the process-wide tracing subscriber.
-
-mod support;
+//! It runs in a process of its own (`testenv::in_a_process_of_its_own`): it installs the process-wide tracing
+//! subscriber.
 
 use std::time::Duration;
 
+use crate::support::{Controller, ControllerOptions, ProviderService, Scenario};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-use support::{Controller, ControllerOptions, ProviderService, Scenario};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-#[tokio::test(flavor = "multi_thread")]
-async fn one_trace_runs_from_the_reconcile_into_provider_service() {
+#[test]
+fn one_trace_runs_from_the_reconcile_into_provider_service() {
+    let test = testenv::test_name!("one_trace_runs_from_the_reconcile_into_provider_service");
+    if testenv::in_a_process_of_its_own(&test, &[]) {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(scenario());
+    }
+}
+
+async fn scenario() {
     let exporter = InMemorySpanExporter::default();
     let tracer_provider = SdkTracerProvider::builder()
         .with_simple_exporter(exporter.clone())

@@ -1,10 +1,9 @@
 //! What operators steer, against the real control plane: deleting a PeerPodConfig waits while peer pods still
 //! run (or until forced), and a node's own `kata.peerpods.io/vm-limit` label overrides its share.
 
-mod support;
-
 use std::collections::BTreeMap;
 
+use crate::support::{Scenario, TIMEOUT};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
@@ -13,7 +12,6 @@ use kube::core::GroupVersionKind;
 use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::hold::{DELETION_HELD, FORCE_DELETE};
 use peer_pod_config_ctrl::spread::VM_LIMIT_LABEL;
-use support::{Scenario, TIMEOUT};
 
 const NAME: &str = "peerpodconfig";
 

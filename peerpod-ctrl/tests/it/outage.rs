@@ -1,17 +1,15 @@
 //! provider-service unavailable during a cleanup: the API writes stay bounded (a circuit breaker holds the
 //! calls, a failure is written once per change of class), and every PeerPod is cleaned once it is back.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::watcher;
-use support::{Controller, ControllerOptions, ProviderService, Scenario, unused_addr};
 
 /// How long provider-service stays away once the PeerPods are deleted: with the scenario's 2 s retry cap, every
 /// PeerPod would be retried about five times.

@@ -1,11 +1,10 @@
 //! PeerPodConfig scenarios against the real control plane (testenv), with Node objects created through the API.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::support::{ProviderService, Scenario, TIMEOUT};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Secret, Service};
@@ -18,7 +17,6 @@ use peer_pod_config_ctrl::objects::{
     CAA_DAEMONSET, EXTENDED_RESOURCE, WEBHOOK_CERT_SECRET, WEBHOOK_CONFIGURATION,
     WEBHOOK_DEPLOYMENT, WEBHOOK_SERVICE,
 };
-use support::{ProviderService, Scenario, TIMEOUT};
 
 const NAME: &str = "peerpodconfig";
 
@@ -934,12 +932,12 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readiness_waits_for_the_first_list_and_turns_false_while_the_api_server_stalls_and_liveness_stays()
  {
+    use crate::support::{StallingProxy, http_get};
     use peer_pod_config_ctrl::controller::{NODE_WATCH, Settings, run};
     use peer_pod_config_ctrl::metrics::Metrics;
     use peerpods_runtime::admin::{AdminServer, Readiness};
     use peerpods_runtime::health::{Health, Liveness};
     use std::time::Duration;
-    use support::{StallingProxy, http_get};
     use tokio_util::sync::CancellationToken;
 
     const BOUND: Duration = Duration::from_secs(3);

@@ -3,17 +3,15 @@
 //! shows as is), the reason of each refusal, where orphan Events land, and reverse collection (a live
 //! PeerPod whose VM vanished behind everyone's back).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::support::{Controller, ControllerOptions, ProviderService, Scenario};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use peerpod_ctrl::crd::FINALIZER;
 use peerpod_ctrl::orphans::OrphanPolicy;
-use support::{Controller, ControllerOptions, ProviderService, Scenario};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -160,7 +158,7 @@ async fn a_refusal_by_the_cluster_tag_guard_says_so() {
     let s = Scenario::start("guard").await;
     let (_moto_serial, ec2) = moto::alone().await;
     let foreign = moto::run_instances(&ec2, 1, &[]).await.remove(0);
-    let tag = format!("{}={}", support::TAG_KEY, support::TAG_VALUE);
+    let tag = format!("{}={}", crate::support::TAG_KEY, crate::support::TAG_VALUE);
     let provider = ProviderService::start_with_config(
         &moto::moto().config(&[("CLUSTER_TAG", tag.as_str()), ("DELETE_UNTAGGED", "deny")]),
     )
@@ -271,7 +269,7 @@ async fn a_live_peerpod_whose_vm_vanished_is_reported_and_nothing_is_deleted() {
         "InstanceMissing"
     );
     // Applied under reverse collection's own field manager: the InstancePresent condition and the state.
-    let applied = support::applied_status_fields(&p, peerpod_ctrl::reverse::FIELD_MANAGER)
+    let applied = crate::support::applied_status_fields(&p, peerpod_ctrl::reverse::FIELD_MANAGER)
         .expect("reverse collection applied the status");
     assert!(
         applied["f:conditions"]
@@ -330,7 +328,7 @@ async fn a_live_peerpod_whose_vm_vanished_is_reported_and_nothing_is_deleted() {
 
 /// ListInstances calls provider-service answered, any provider.
 fn provider_list_calls(provider: &ProviderService) -> u64 {
-    support::count_metric(
+    crate::support::count_metric(
         &provider.registry,
         "provider_service_grpc_calls_total",
         &[("method", "ListInstances")],

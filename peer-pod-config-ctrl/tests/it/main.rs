@@ -1,0 +1,10 @@
+//! peer-pod-config-ctrl's integration tests, one binary: PeerPodConfig scenarios against the real control
+//! plane (Node objects created through the API), one at a time (`Scenario`); the CAA DaemonSet compared with
+//! cloud-api-adaptor's own chart; the API requests it makes, counted on control planes of their own.
+
+mod caa_daemonset;
+mod crd_drift;
+mod operate;
+mod outage;
+mod scenarios;
+mod support;
