@@ -11,7 +11,7 @@
 # 10% throttling, 5% hangs on every cloud request); it prints per cloud the cleanup time, release p50/p95, VMs
 # leaked and finalizers released early (both must be 0, else the run fails) and the cloud requests and
 # DeleteInstance calls per PeerPod. Its reduced size (20 PeerPods per cloud) is the integration test
-# bench/tests/fault_storm.rs, which make test runs; make bench is not part of make test.
+# bench/tests/it/fault_storm.rs, which make test runs; make bench is not part of make test.
 #
 #   make bench BENCH_SCENARIOS=fault_storm BENCH_FAULT_STORM=100 BENCH_FAULT_STORM_CLOUDS=aws,azure
 #

@@ -8,7 +8,6 @@
 //! leads to that file's module. An inline `mod tests { use super::*; }` names its own file.
 //! A parent module and its children may use each other (`use super::*` is how a child reads its
 //! parent's shared items); cycles through three or more files are not looked for.
-#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! builds of provider-service and peerpod-ctrl, the clouds at once. No VM may be left behind and no finalizer released while its VM
 //! or a part of it still exists. `make bench` runs the same scenario with 500 PeerPods per cloud and prints the
 //! times; nothing here depends on them.
-#![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,0 +1,3 @@
+//! The deletion model's integration test, in the one test binary of the crate.
+
+mod check;
