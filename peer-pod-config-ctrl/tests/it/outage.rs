@@ -190,10 +190,11 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
             .await
             .expect("create Node");
     }
+    let (controller_client, controller_user) = client_of_its_own(&cp, &client, &ns).await;
     let metrics = Metrics::default();
     let stop = CancellationToken::new();
     let running = controller::new(
-        client.clone(),
+        controller_client,
         Settings {
             namespace: ns.clone(),
             provider: None,
@@ -283,28 +284,29 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
         }
     }
     assert!(settled, "the controller kept writing");
+    // The controller's GETs of what it watches, as "resource namespace/name".
     let gets = || {
         cp.audit_events()
             .expect("audit events")
             .into_iter()
             .filter(|e| e.stage == "ResponseComplete" && e.verb == "get")
-            .filter(|e| {
-                e.object_ref
-                    .as_ref()
-                    .is_some_and(|o| COMPARED.contains(&o.resource.as_str()))
-            })
-            .count()
+            .filter(|e| e.user.username == controller_user)
+            .filter_map(|e| e.object_ref)
+            .filter(|o| COMPARED.contains(&o.resource.as_str()))
+            .map(|o| format!("{} {}/{}", o.resource, o.namespace, o.name))
+            .collect::<Vec<_>>()
     };
     let (gets_before, writes_before, nodes_before) =
-        (gets(), metrics.writes(), node_versions().await);
+        (gets().len(), metrics.writes(), node_versions().await);
 
     for round in 0..5 {
         poke(round.to_string()).await;
     }
-    let new_gets = gets() - gets_before;
-    assert_eq!(
-        new_gets, 0,
-        "{new_gets} GETs of watched objects in 5 reconciles"
+    let new_gets = &gets()[gets_before..];
+    assert!(
+        new_gets.is_empty(),
+        "{} GETs of watched objects in 5 reconciles: {new_gets:?}",
+        new_gets.len()
     );
     assert_eq!(
         metrics.writes(),
@@ -319,4 +321,45 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
     stop.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     cp.stop();
+}
+
+/// A client of `cp` for the controller under test, as a ServiceAccount of its own bound to `cluster-admin`, and
+/// that account's user name. kube-controller-manager uses the admin credentials too (its garbage collector GETs an
+/// owner now and then, when its graph has not seen it yet); by user, the audit log tells the controller's requests
+/// from its.
+async fn client_of_its_own(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+) -> (kube::Client, String) {
+    use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+    use kube::api::{ObjectMeta, PostParams};
+
+    let account = "peer-pod-config-ctrl";
+    let token = testenv::service_account_token(admin, ns, account, &[]).await;
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(format!("{ns}-{account}")),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: account.into(),
+            namespace: Some(ns.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    kube::Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("bind the controller's ServiceAccount to cluster-admin");
+    (
+        cp.client_with_token(&token).await,
+        format!("system:serviceaccount:{ns}:{account}"),
+    )
 }
