@@ -152,6 +152,22 @@ impl ControlPlane {
         })
     }
 
+    /// A control plane of its own that keeps its audit log ([`Options::audit`]), for async code: the start takes
+    /// seconds, so it runs on a blocking thread and the caller's runtime goes on meanwhile.
+    ///
+    /// # Panics
+    /// When the start panicked.
+    pub async fn start_audited() -> Result<Self, Error> {
+        tokio::task::spawn_blocking(|| {
+            Self::start_with(Options {
+                audit: true,
+                ..Options::default()
+            })
+        })
+        .await
+        .unwrap_or_else(|e| panic!("starting an audited control plane: {e}"))
+    }
+
     /// Every request the API server has answered so far (and every watch it has started), from its audit log.
     /// Only for a control plane started with [`Options::audit`].
     pub fn audit_events(&self) -> Result<Vec<AuditEvent>, Error> {

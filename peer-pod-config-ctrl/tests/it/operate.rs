@@ -3,12 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::{Scenario, TIMEOUT};
+use crate::support::{Scenario, TIMEOUT, peer_pod_resource};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::hold::{DELETION_HELD, FORCE_DELETE};
 use peer_pod_config_ctrl::spread::VM_LIMIT_LABEL;
@@ -16,11 +15,7 @@ use peer_pod_config_ctrl::spread::VM_LIMIT_LABEL;
 const NAME: &str = "peerpodconfig";
 
 fn peerpods(s: &Scenario) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod"),
-        "peerpods",
-    );
-    Api::namespaced_with(s.client.clone(), &s.ns, &resource)
+    Api::namespaced_with(s.client.clone(), &s.ns, &peer_pod_resource())
 }
 
 /// A PeerPod as cloud-api-adaptor records a running peer pod (without the finalizer, so deleting it is

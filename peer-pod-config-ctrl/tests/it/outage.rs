@@ -22,15 +22,9 @@ const WINDOW: Duration = Duration::from_secs(30);
 /// the watch re-lists about every second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_its_crd_the_controller_backs_off_and_starts_once_it_is_installed() {
-    let cp = tokio::task::spawn_blocking(|| {
-        testenv::ControlPlane::start_with(testenv::Options {
-            audit: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("join")
-    .expect("audited control plane");
+    let cp = testenv::ControlPlane::start_audited()
+        .await
+        .expect("audited control plane");
     let client = cp.client().await;
     let ns = testenv::namespace(&client, "ppc-nocrd").await;
     let stop = CancellationToken::new();
@@ -161,15 +155,9 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
     use kube::api::{ListParams, Patch, PatchParams, PostParams};
     use peer_pod_config_ctrl::metrics::ResultLabels;
 
-    let cp = tokio::task::spawn_blocking(|| {
-        testenv::ControlPlane::start_with(testenv::Options {
-            audit: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("join")
-    .expect("audited control plane");
+    let cp = testenv::ControlPlane::start_audited()
+        .await
+        .expect("audited control plane");
     let client = cp.client().await;
     testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
     let ns = testenv::namespace(&client, "ppc-cached").await;

@@ -332,15 +332,9 @@ async fn token_review_authenticates_a_service_account_token_for_its_audience() {
 #[tokio::test(flavor = "multi_thread")]
 async fn audit_log_records_who_did_what_with_which_credential() {
     // A control plane of its own: the shared one keeps no audit log.
-    let cp = tokio::task::spawn_blocking(|| {
-        testenv::ControlPlane::start_with(testenv::Options {
-            audit: true,
-            ..Default::default()
-        })
-    })
-    .await
-    .expect("join")
-    .expect("audited control plane");
+    let cp = testenv::ControlPlane::start_audited()
+        .await
+        .expect("audited control plane");
     let admin = cp.client().await;
     let ns = testenv::namespace(&admin, "audit").await;
     let first = testenv::service_account_token(&admin, &ns, "app", &[]).await;

@@ -38,14 +38,19 @@ pub struct Running {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// cloud-api-adaptor's PeerPod, read as a dynamic object: this controller only cares whether one exists.
+pub fn peer_pod_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk_with_plural(
+        &kube::core::GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod"),
+        "peerpods",
+    )
+}
+
 /// Deletes every PeerPod of the control plane (there are none unless their CRD is installed). A PeerPodConfig's
 /// deletion waits for the peer pods of the whole cluster, so each scenario starts with none: one that an earlier
 /// scenario left behind (on purpose, as forcing a held deletion does, or by failing) would hold this one's.
 async fn remove_every_peer_pod(client: &Client) {
-    let resource = kube::core::ApiResource::from_gvk_with_plural(
-        &kube::core::GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod"),
-        "peerpods",
-    );
+    let resource = peer_pod_resource();
     let all: Api<kube::core::DynamicObject> = Api::all_with(client.clone(), &resource);
     let Ok(list) = all.list(&ListParams::default()).await else {
         return;
