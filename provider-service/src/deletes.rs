@@ -213,7 +213,6 @@ impl Deletes {
         let instance_id = instance_id.to_owned();
         tokio::spawn(
             async move {
-                let ends = ends;
                 let outcome =
                     match tokio::time::timeout(bound, provider.delete_instance(&instance_id)).await
                     {
