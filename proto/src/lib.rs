@@ -4,19 +4,14 @@
 //! - [`ProviderName`]: the values of `cloud_provider` (cloud-api-adaptor's `CLOUD_PROVIDER` names).
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 
-mod provider_name;
-
-pub use provider_name::{ProviderName, UnknownProviderName};
+pub use peerpods_protocol::{ProviderName, UnknownProviderName};
 
 /// The key that marks something as not to be deleted, on both sides of the API: as a tag (label)
 /// on a VM, provider-service refuses every delete of it (`FAILED_PRECONDITION`, reason
 /// `DoNotDelete`); as an annotation on a PeerPod, peerpod-ctrl leaves its VM alone. Any value
-/// counts except `false`.
-pub const DO_NOT_DELETE: &str = "peerpods.io/do-not-delete";
-
-/// [`DO_NOT_DELETE`] spelled so that every cloud can carry it as a VM tag: GCP label keys, Azure tag
-/// names and IBM Cloud user tags (`peerpods-do-not-delete:true`) allow no `/`. Either key marks a VM.
-pub const DO_NOT_DELETE_PORTABLE: &str = "peerpods-do-not-delete";
+/// counts except `false`. [`DO_NOT_DELETE_PORTABLE`] is the same mark spelled so that every cloud
+/// can carry it as a VM tag. The rule lives with the protocol.
+pub use peerpods_protocol::{DO_NOT_DELETE, DO_NOT_DELETE_PORTABLE};
 
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.

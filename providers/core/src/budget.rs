@@ -3,8 +3,13 @@
 //! never takes the slots cleanups need. Every backend is wrapped in one ([`Budgeted`]), whatever
 //! the cloud; backends that bound their calls further (AWS's own semaphore and rate limit) keep
 //! doing so inside it.
+//!
+//! A delete's time bound ([`Budgeted::with_delete_bound`]) starts once the delete holds its slot:
+//! in a storm of slow deletes the ones queued for a slot wait as long as the slots stay taken,
+//! and that wait is not theirs to be cut short for (they have not asked the cloud anything yet).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use tokio::sync::Semaphore;
@@ -37,6 +42,8 @@ pub struct Budgeted {
     inner: Arc<dyn Provider>,
     deletes: Semaphore,
     reads: Semaphore,
+    /// The longest one delete runs once it holds its slot; `None`: as long as the backend takes.
+    delete_bound: Option<Duration>,
 }
 
 impl Budgeted {
@@ -45,7 +52,16 @@ impl Budgeted {
             inner,
             deletes: Semaphore::new(budget.deletes.max(1)),
             reads: Semaphore::new(budget.reads.max(1)),
+            delete_bound: None,
         }
+    }
+
+    /// Each delete ends within `bound` of taking its slot: a backend still deleting then is
+    /// answered `Unavailable` (retryable; every backend resumes a partial delete on the next
+    /// call). The wait for a slot does not count.
+    pub fn with_delete_bound(mut self, bound: Duration) -> Self {
+        self.delete_bound = Some(bound);
+        self
     }
 
     /// Delete slots free now (for tests and figures).
@@ -72,7 +88,18 @@ impl Provider for Budgeted {
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let _slot = self.deletes.acquire().await.map_err(|_| closed())?;
-        self.inner.delete_instance(instance_id).await
+        // The delete starts now, and so does its bound.
+        let Some(bound) = self.delete_bound else {
+            return self.inner.delete_instance(instance_id).await;
+        };
+        match tokio::time::timeout(bound, self.inner.delete_instance(instance_id)).await {
+            Ok(outcome) => outcome,
+            Err(_elapsed) => Err(Error::unavailable(format!(
+                "the delete of {instance_id} did not end within {} s of its start; ask again to \
+                 resume it",
+                bound.as_secs_f64()
+            ))),
+        }
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
@@ -179,5 +206,79 @@ mod tests {
         for read in reads {
             read.abort();
         }
+    }
+
+    /// A backend whose deletes take as many milliseconds as their id says (`hang`: forever).
+    struct Timed {
+        started: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Provider for Timed {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            match instance_id.parse() {
+                Ok(millis) => tokio::time::sleep(std::time::Duration::from_millis(millis)).await,
+                Err(_) => std::future::pending::<()>().await,
+            }
+            Ok(DeleteOutcome::Deleted)
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_delete_bound_starts_with_the_delete_not_with_the_wait_for_its_slot() {
+        let timed = Arc::new(Timed {
+            started: AtomicUsize::new(0),
+        });
+        let bound = Duration::from_secs(2);
+        let budgeted = Arc::new(
+            Budgeted::new(
+                timed.clone(),
+                CallBudget {
+                    deletes: 1,
+                    reads: 1,
+                },
+            )
+            .with_delete_bound(bound),
+        );
+        // The one slot goes to a delete that never ends; the next one queues behind it.
+        let hung = tokio::spawn({
+            let b = budgeted.clone();
+            async move { b.delete_instance("hang").await }
+        });
+        while timed.started.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        let queued = tokio::spawn({
+            let b = budgeted.clone();
+            // Half the bound: it ends within its own bound, but only 1.5 bounds after it queued.
+            async move { b.delete_instance("1000").await }
+        });
+        let hung = hung.await.unwrap();
+        assert!(
+            matches!(&hung, Err(Error::Unavailable { .. })),
+            "a hung delete ends at its bound: {hung:?}"
+        );
+        assert_eq!(queued.await.unwrap().unwrap(), DeleteOutcome::Deleted);
+        assert_eq!(timed.started.load(Ordering::SeqCst), 2);
+        assert_eq!(budgeted.free_delete_slots(), 1);
     }
 }

@@ -12,12 +12,15 @@
 //! - [`Redactor`]: keeps configured secrets out of cloud error texts.
 //! - [`NotFoundWindow`]: when a cloud's NotFound for an instance proves it gone (eventual
 //!   consistency after a create).
+//! - [`deletion`]: the driver of the protocol's deletion engine, and the [`DeletionPorts`] a
+//!   backend implements for it.
 //!
 //! A cloud backend is its own crate (`providers/<cloud>`) that implements [`Provider`] with this
 //! crate alone; provider-service maps a configured name to the backend (behind a cargo feature).
 
 mod budget;
 pub mod config;
+pub mod deletion;
 mod error;
 pub mod http;
 mod ids;
@@ -29,6 +32,7 @@ mod redact;
 
 pub use budget::{Budgeted, CallBudget};
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
+pub use deletion::{Deleter, DeletionPorts, Pace};
 pub use error::Error;
 pub use ids::is_uuid;
 pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
@@ -38,6 +42,7 @@ pub use ownership::{
     parse_tags, require_owner_choice,
 };
 pub use peerpods_proto::ProviderName;
+pub use peerpods_protocol::{Guard, InstanceKey, Window};
 pub use provider::{
     Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider, Requester,
     TagSelector,

@@ -56,14 +56,7 @@ pub fn require_owner_choice(cloud: ProviderName, config: &ProviderConfig) -> Res
 /// [`DO_NOT_DELETE_PORTABLE_TAG`]): any value (even empty) except `false` in any letter case, the
 /// one way to say "no" without removing the tag. A key set to `false` does not cancel the other.
 pub fn do_not_delete(tags: &BTreeMap<String, String>) -> Option<(&'static str, &str)> {
-    [DO_NOT_DELETE_TAG, DO_NOT_DELETE_PORTABLE_TAG]
-        .into_iter()
-        .find_map(|key| {
-            tags.get(key)
-                .map(String::as_str)
-                .filter(|v| !v.trim().eq_ignore_ascii_case("false"))
-                .map(|value| (key, value))
-        })
+    peerpods_protocol::guard::do_not_delete(tags)
 }
 
 /// The tag an instance must carry to be deleted; `None` when deletes are not restricted.
@@ -98,6 +91,11 @@ impl OwnerTag {
     /// Deletes restricted to instances carrying `tag` (`None`: not restricted).
     pub fn requiring(tag: Option<(String, String)>) -> Self {
         OwnerTag(tag)
+    }
+
+    /// The deletion engine's guard for this tag.
+    pub fn guard(&self) -> peerpods_protocol::Guard {
+        peerpods_protocol::Guard::new(self.0.clone())
     }
 
     /// The required tag, if deletes are restricted.

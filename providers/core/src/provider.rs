@@ -13,13 +13,22 @@ use crate::{Error, ProviderName};
 /// Tags an instance must carry, each with exactly this value. Empty matches every instance.
 pub type TagSelector = BTreeMap<String, String>;
 
-/// What deleting an instance did. Both are success: gone is never an error.
+/// What deleting an instance did, as the deletion engine judged it ([`crate::deletion`]).
+/// `Deleted` and `AlreadyGone` are success (gone is never an error); `NotYetVisible` is a wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeleteOutcome {
-    /// The instance existed and is deleted (or the cloud accepted its deletion).
+    /// The instance existed and is confirmed gone, with its own parts.
     Deleted,
-    /// The instance did not exist (any more).
+    /// The instance did not exist (any more), confirmed past the consistency window.
     AlreadyGone,
+    /// The cloud has not shown the instance for `unknown_for`, less than its consistency window
+    /// `window` (set by the configuration key `setting`): it may be a new instance the cloud
+    /// does not show everywhere yet. Not gone, not a failure: ask again later.
+    NotYetVisible {
+        unknown_for: Duration,
+        window: Duration,
+        setting: &'static str,
+    },
 }
 
 impl DeleteOutcome {
@@ -28,7 +37,13 @@ impl DeleteOutcome {
         match self {
             DeleteOutcome::Deleted => "deleted",
             DeleteOutcome::AlreadyGone => "already_gone",
+            DeleteOutcome::NotYetVisible { .. } => "not_yet_visible",
         }
+    }
+
+    /// Whether the instance is confirmed gone.
+    pub fn is_gone(self) -> bool {
+        matches!(self, DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone)
     }
 }
 

@@ -36,6 +36,29 @@ impl ProviderName {
         ProviderName::Byom,
     ];
 
+    /// The cloud's canonical form of an instance id, so that one instance has one identity in
+    /// every comparison (decisions, reverse collection, de-duplication, the consistency window).
+    /// Surrounding whitespace never belongs to an id. Where the cloud itself compares ids
+    /// without regard to case, the canonical form is lower case:
+    /// - Azure: an ARM resource id (`/subscriptions/…/virtualMachines/<name>`) is
+    ///   case-insensitive, and ARM answers it in varying case.
+    /// - libvirt and IBM Power Virtual Server: a UUID, which is a number however it is spelled.
+    /// - AWS and Alibaba Cloud (`i-…`), GCP (an instance name, lower case by rule), IBM Cloud VPC
+    ///   (`0717_…`) and byom (an IP address) are compared exactly as the cloud spells them.
+    pub fn canonical_instance_id(self, instance_id: &str) -> String {
+        let id = instance_id.trim();
+        match self {
+            ProviderName::Azure | ProviderName::Libvirt | ProviderName::IbmcloudPowervs => {
+                id.to_ascii_lowercase()
+            }
+            ProviderName::Aws
+            | ProviderName::Gcp
+            | ProviderName::Ibmcloud
+            | ProviderName::Alibabacloud
+            | ProviderName::Byom => id.to_owned(),
+        }
+    }
+
     /// The wire name, as cloud-api-adaptor spells it.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -114,6 +137,31 @@ mod tests {
         expected.sort_unstable();
         assert_eq!(names, expected);
         assert_eq!(names[0], "alibabacloud");
+    }
+
+    #[test]
+    fn ids_compare_as_their_cloud_compares_them() {
+        let azure = "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/PodVM-a";
+        assert_eq!(
+            ProviderName::Azure.canonical_instance_id(azure),
+            azure.to_ascii_lowercase()
+        );
+        let uuid = " 1B4E28BA-2FA1-11D2-883F-0016D3CCA427 ";
+        for cloud in [ProviderName::Libvirt, ProviderName::IbmcloudPowervs] {
+            assert_eq!(
+                cloud.canonical_instance_id(uuid),
+                "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
+            );
+        }
+        for (cloud, id) in [
+            (ProviderName::Aws, "i-0ABC"),
+            (ProviderName::Alibabacloud, "i-Bp1X"),
+            (ProviderName::Gcp, "PodVm-x"),
+            (ProviderName::Ibmcloud, "0717_Ab"),
+            (ProviderName::Byom, "fe80::A"),
+        ] {
+            assert_eq!(cloud.canonical_instance_id(&format!(" {id}\n")), id);
+        }
     }
 
     #[test]

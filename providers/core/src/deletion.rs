@@ -1,0 +1,207 @@
+//! Drives the protocol's deletion engine ([`peerpods_protocol::engine`]) against one cloud. The
+//! engine owns every rule of "deleted"; a backend only implements [`DeletionPorts`], the calls
+//! that look, list and delete, translating the cloud's answers into the engine's observations.
+//! No backend can answer [`DeleteOutcome::Deleted`] or [`DeleteOutcome::AlreadyGone`] by itself:
+//! only [`Deleter::delete`] turns the engine's verdict into an outcome.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use peerpods_protocol::engine::{Command, Deletion, Observation, Verdict};
+use peerpods_protocol::window::Book;
+use peerpods_protocol::{Guard, InstanceKey, Refusal, Window};
+
+pub use peerpods_protocol::engine::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie, Waiting};
+
+use crate::{DeleteOutcome, Error, ProviderConfig, ProviderName};
+
+/// The calls a backend makes for the engine. Each translates the cloud's answer and nothing
+/// more: a NotFound is [`Sighting::NotFound`] (the engine judges it), a refusal for the
+/// instance's state is [`DeleteAnswer::WrongState`], a failure of the call is an [`Error`].
+#[async_trait]
+pub trait DeletionPorts: Send + Sync {
+    /// Looks the instance up (by id, so that a cloud that lists it shows it).
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error>;
+
+    /// Asks the cloud to delete the instance.
+    async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error>;
+
+    /// Every part attached to the instance or named for it, each with how it is tied to the
+    /// VM. A cloud whose VMs have no parts of their own to delete lists none.
+    async fn parts(&self, _instance: &InstanceKey) -> Result<Vec<Part>, Error> {
+        Ok(Vec::new())
+    }
+
+    /// Asks the cloud to delete one part the engine chose from [`DeletionPorts::parts`].
+    async fn delete_part(
+        &self,
+        instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<DeleteAnswer, Error> {
+        Err(no_parts(instance, part))
+    }
+
+    /// Looks one part up.
+    async fn look_up_part(&self, instance: &InstanceKey, part: &PartId) -> Result<Sighting, Error> {
+        Err(no_parts(instance, part))
+    }
+}
+
+fn no_parts(instance: &InstanceKey, part: &PartId) -> Error {
+    Error::internal(format!(
+        "{instance}: the backend lists no parts, yet was asked about {} {}",
+        part.kind.as_str(),
+        part.id
+    ))
+}
+
+/// How long the driver waits before looking again, per thing it waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// While the cloud deletes the instance.
+    pub deleting: Duration,
+    /// After the cloud refused the delete for the instance's state, or answered NotFound.
+    pub busy: Duration,
+    /// While a part is deleted, refused or unconfirmed.
+    pub part: Duration,
+}
+
+impl Pace {
+    /// The same wait for everything.
+    pub const fn every(wait: Duration) -> Self {
+        Pace {
+            deleting: wait,
+            busy: wait,
+            part: wait,
+        }
+    }
+
+    fn of(&self, waiting: Waiting) -> Duration {
+        match waiting {
+            Waiting::CloudDeleting => self.deleting,
+            Waiting::CloudBusy | Waiting::Confirming => self.busy,
+            Waiting::Part(_) => self.part,
+        }
+    }
+}
+
+/// Reads a consistency window from `setting` (whole seconds; `0` trusts a NotFound at once),
+/// `default` when unset; a value that is not a number is a config error naming the key.
+pub fn window_from_config(
+    config: &ProviderConfig,
+    setting: &'static str,
+    default: Duration,
+) -> Result<Window, Error> {
+    Ok(Window(config.duration_secs(setting)?.unwrap_or(default)))
+}
+
+/// The deletions of one backend: its guard, its pace, and what it remembers of each instance
+/// between deletions (the consistency window's memos, keyed by [`InstanceKey`]).
+#[derive(Debug)]
+pub struct Deleter {
+    provider: ProviderName,
+    guard: Guard,
+    pace: Pace,
+    /// The configuration key of the window, named when an instance is not yet visible.
+    window_setting: &'static str,
+    book: Mutex<Book<Instant>>,
+}
+
+impl Deleter {
+    pub fn new(
+        provider: ProviderName,
+        guard: Guard,
+        window: Window,
+        window_setting: &'static str,
+        pace: Pace,
+    ) -> Self {
+        Deleter {
+            provider,
+            guard,
+            pace,
+            window_setting,
+            book: Mutex::new(Book::new(window)),
+        }
+    }
+
+    pub fn window(&self) -> Window {
+        self.book().window()
+    }
+
+    pub fn guard(&self) -> &Guard {
+        &self.guard
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book<Instant>> {
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Deletes `instance_id` (already validated) through `ports`, by the engine's rules, until
+    /// the engine finishes or a call fails. A failure leaves what was learnt in the memo, so the
+    /// next delete resumes from it.
+    pub async fn delete(
+        &self,
+        ports: &(impl DeletionPorts + ?Sized),
+        instance_id: &str,
+    ) -> Result<DeleteOutcome, Error> {
+        let key = InstanceKey::new(self.provider, instance_id);
+        let (window, memo) = {
+            let mut book = self.book();
+            (book.window(), book.recall(&key, Instant::now()))
+        };
+        let mut deletion = Deletion::new(self.guard.clone(), window, memo);
+        let mut observation = Observation::Start;
+        loop {
+            let command = deletion.step(observation, Instant::now());
+            self.book().keep(&key, deletion.memo());
+            tracing::debug!(instance = %key, ?command, "deletion step");
+            observation = match command {
+                Command::LookUp => Observation::Instance(ports.look_up(&key).await?),
+                Command::RequestDelete => {
+                    Observation::DeleteAnswered(ports.request_delete(&key).await?)
+                }
+                Command::ListParts => Observation::Parts(ports.parts(&key).await?),
+                Command::DeletePart(part) => {
+                    Observation::PartDeleteAnswered(ports.delete_part(&key, &part).await?)
+                }
+                Command::LookUpPart(part) => {
+                    Observation::Part(ports.look_up_part(&key, &part).await?)
+                }
+                Command::Wait(waiting) => {
+                    tokio::time::sleep(self.pace.of(waiting)).await;
+                    Observation::Waited
+                }
+                Command::Finish(verdict) => {
+                    for (part, refusal) in deletion.kept() {
+                        tracing::info!(instance = %key, part = %part.id, kind = part.kind.as_str(), %refusal, "part of the VM left alone");
+                    }
+                    return self.outcome(instance_id, verdict);
+                }
+            };
+        }
+    }
+
+    fn outcome(&self, instance_id: &str, verdict: Verdict) -> Result<DeleteOutcome, Error> {
+        match verdict {
+            Verdict::Deleted => Ok(DeleteOutcome::Deleted),
+            Verdict::AlreadyGone => Ok(DeleteOutcome::AlreadyGone),
+            Verdict::NotYetVisible {
+                unknown_for,
+                window,
+            } => Ok(DeleteOutcome::NotYetVisible {
+                unknown_for,
+                window,
+                setting: self.window_setting,
+            }),
+            Verdict::Refused(Refusal::DoNotDelete { tag, value }) => Err(Error::DoNotDelete {
+                instance_id: instance_id.to_owned(),
+                tag,
+                value,
+            }),
+            Verdict::Refused(refusal) => Err(Error::NotOwnedByCluster {
+                message: format!("instance {instance_id}: {refusal}"),
+            }),
+        }
+    }
+}
