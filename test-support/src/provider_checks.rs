@@ -154,8 +154,9 @@ pub async fn deleting_twice_is_already_gone(
 }
 
 /// `unknown` (well formed, never created, never seen deleted by `provider`) answers 404, which
-/// inside the cloud's not-found window may be a VM created moments ago: the answer is retryable
-/// (`Unavailable`) and names the window's key `window_key`.
+/// inside the cloud's not-found window may be a VM created moments ago: the deletion engine
+/// answers a wait ([`DeleteOutcome::NotYetVisible`], naming the window's key `window_key`), not
+/// gone and not a failure.
 pub async fn an_unknown_vm_is_not_gone_inside_the_not_found_window(
     emulator: &dyn CloudEmulator,
     provider: &dyn Provider,
@@ -164,8 +165,8 @@ pub async fn an_unknown_vm_is_not_gone_inside_the_not_found_window(
 ) {
     let answer = provider.delete_instance(unknown).await;
     assert!(
-        matches!(&answer, Err(Error::Unavailable { message, .. }) if message.contains(window_key)),
-        "{}: {unknown}: expected Unavailable naming {window_key}, got {answer:?}",
+        matches!(&answer, Ok(DeleteOutcome::NotYetVisible { setting, .. }) if *setting == window_key),
+        "{}: {unknown}: expected NotYetVisible naming {window_key}, got {answer:?}",
         emulator.provider()
     );
 }
