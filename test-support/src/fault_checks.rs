@@ -42,14 +42,15 @@ async fn delete_once(provider: &dyn Provider, id: &str) -> Result<DeleteOutcome,
         .unwrap_or_else(|_| panic!("DeleteInstance of {id} did not answer within {PATIENCE:?}"))
 }
 
-/// Asks again, as peerpod-ctrl does, while the answer is retryable, until the VM is answered
-/// gone; then checks the emulator agrees.
+/// Asks again, as peerpod-ctrl does, while the answer is retryable (or a wait: not yet
+/// visible), until the VM is answered gone; then checks the emulator agrees.
 pub async fn delete_until_gone(emulator: &dyn CloudEmulator, provider: &dyn Provider, id: &str) {
     let deadline = Instant::now() + PATIENCE;
     loop {
         match delete_once(provider, id).await {
             Ok(DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone) => break,
-            Err(Error::Throttled { .. } | Error::Unavailable { .. })
+            Ok(DeleteOutcome::NotYetVisible { .. })
+            | Err(Error::Throttled { .. } | Error::Unavailable { .. })
                 if Instant::now() < deadline =>
             {
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -161,7 +162,8 @@ pub async fn slow_answers_and_long_operations_complete(
 }
 
 /// A VM created moments ago that the cloud does not show yet (NotFound for its first seconds)
-/// is never answered gone while it exists: the answer is retryable.
+/// is never answered gone while it exists: the answer is retryable, or a wait (not yet
+/// visible, from a backend on the deletion engine).
 pub async fn a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
     emulator: &dyn CloudEmulator,
     provider: &dyn Provider,
@@ -176,7 +178,8 @@ pub async fn a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
     assert!(
         matches!(
             answer,
-            Err(Error::Unavailable { .. } | Error::Throttled { .. })
+            Ok(DeleteOutcome::NotYetVisible { .. })
+                | Err(Error::Unavailable { .. } | Error::Throttled { .. })
         ),
         "{}: a VM not yet visible was answered {answer:?}",
         emulator.provider()
