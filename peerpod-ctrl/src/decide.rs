@@ -12,61 +12,41 @@ use json_patch::{Patch, PatchOperation, RemoveOperation, TestOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
+use peerpods_protocol::InstanceKey;
+use peerpods_protocol::decide::{self as kernel, Gone, PeerPodFacts, Progress};
+
 use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
 use crate::provider::Deleted;
 
-/// What a PeerPod needs from this controller right now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cleanup {
-    /// Not being deleted. Nothing to clean up (stale siblings may still need deleting).
-    Live,
-    /// Being deleted without `peer.pod/finalizer`: cloud-api-adaptor deleted the VM and released it already.
-    AlreadyReleased,
-    /// Being deleted with the finalizer: delete this VM, then release the finalizer.
-    DeleteInstance {
-        provider: String,
-        instance_id: String,
-    },
-    /// Being deleted with the finalizer, but another PeerPod that is not being deleted names the same VM (a
-    /// restore or a copy made two): the VM is still in use, so release the finalizer WITHOUT deleting it.
-    StillReferenced {
-        provider: String,
-        instance_id: String,
-        /// `namespace/name` of the live PeerPod.
-        by: String,
-    },
-    /// Being deleted with the finalizer, but annotated `peerpods.io/do-not-delete`: the VM is not deleted and
-    /// the finalizer stays until someone removes the annotation.
-    Held,
-    /// Being deleted with the finalizer, but the spec does not say which VM. The finalizer stays: nothing
-    /// proves the VM is gone, so an operator has to look.
-    Invalid(String),
+/// What a PeerPod needs from this controller right now: the protocol's decision kernel, which
+/// the model checker runs too.
+pub use peerpods_protocol::decide::{Cleanup, Hold};
+
+/// The one thing a reconcile does for a PeerPod, decided once from what is known before it acts (see
+/// [`peerpods_protocol::decide::Plan`]). `reconcile` carries the plan out; it never asks again between its
+/// own acts.
+pub type Plan = peerpods_protocol::decide::Plan<Instant>;
+
+/// The facts of `peerpod` the decision kernel reads.
+pub fn facts(peerpod: &PeerPod) -> PeerPodFacts {
+    PeerPodFacts {
+        uid: peerpod.metadata.uid.clone(),
+        name: format!(
+            "{}/{}",
+            peerpod.namespace().unwrap_or_default(),
+            peerpod.name_any()
+        ),
+        deleting: peerpod.metadata.deletion_timestamp.is_some(),
+        finalizer: peerpod.finalizers().iter().any(|f| f == FINALIZER),
+        do_not_delete: do_not_delete(peerpod),
+        cloud_provider: peerpod.spec.cloud_provider.clone(),
+        instance_id: peerpod.spec.instance_id.clone(),
+    }
 }
 
-/// Decides the cleanup for one PeerPod from its own state. Only `deletionTimestamp` set AND our finalizer
-/// present means work; the do-not-delete annotation turns that work into a hold. Whether another PeerPod
-/// still names the VM is [`cleanup_among`]'s part.
+/// The cleanup of one PeerPod from its own state ([`kernel::cleanup`]).
 pub fn cleanup(peerpod: &PeerPod) -> Cleanup {
-    if peerpod.metadata.deletion_timestamp.is_none() {
-        return Cleanup::Live;
-    }
-    if !peerpod.finalizers().iter().any(|f| f == FINALIZER) {
-        return Cleanup::AlreadyReleased;
-    }
-    if do_not_delete(peerpod) {
-        return Cleanup::Held;
-    }
-    let provider = peerpod.spec.cloud_provider.trim();
-    let instance_id = peerpod.spec.instance_id.trim();
-    match (provider.is_empty(), instance_id.is_empty()) {
-        (true, true) => Cleanup::Invalid("spec.cloudProvider and spec.instanceID are empty".into()),
-        (true, false) => Cleanup::Invalid("spec.cloudProvider is empty".into()),
-        (false, true) => Cleanup::Invalid("spec.instanceID is empty".into()),
-        (false, false) => Cleanup::DeleteInstance {
-            provider: provider.to_string(),
-            instance_id: instance_id.to_string(),
-        },
-    }
+    kernel::cleanup(&facts(peerpod))
 }
 
 /// [`cleanup`], refined by what else the cache holds: a VM that a live PeerPod (`live_namesakes`, see
@@ -75,90 +55,17 @@ pub fn cleanup_among<'a>(
     peerpod: &PeerPod,
     live_namesakes: impl IntoIterator<Item = &'a PeerPod>,
 ) -> Cleanup {
-    match cleanup(peerpod) {
-        Cleanup::DeleteInstance {
-            provider,
-            instance_id,
-        } => match live_namesakes
-            .into_iter()
-            .find(|other| is_live_namesake(peerpod, other))
-        {
-            Some(other) => Cleanup::StillReferenced {
-                provider,
-                instance_id,
-                by: format!(
-                    "{}/{}",
-                    other.namespace().unwrap_or_default(),
-                    other.name_any()
-                ),
-            },
-            None => Cleanup::DeleteInstance {
-                provider,
-                instance_id,
-            },
-        },
-        decision => decision,
-    }
+    let others: Vec<PeerPodFacts> = live_namesakes.into_iter().map(facts).collect();
+    kernel::cleanup_among(&facts(peerpod), &others)
 }
 
-/// Whether `other` is a different PeerPod, not being deleted, that names the same VM as `peerpod` (same
-/// provider and instance ID, see [`instance_key`]).
+/// Whether `other` is a different PeerPod, not being deleted, that names the same VM as `peerpod` (the same
+/// [`InstanceKey`]).
 pub fn is_live_namesake(peerpod: &PeerPod, other: &PeerPod) -> bool {
+    // Cheap refusals first: this runs over the whole cache for each PeerPod being deleted.
     other.metadata.deletion_timestamp.is_none()
-        && other.metadata.uid != peerpod.metadata.uid
         && !other.spec.instance_id.trim().is_empty()
-        && instance_key(&other.spec.cloud_provider, &other.spec.instance_id)
-            == instance_key(&peerpod.spec.cloud_provider, &peerpod.spec.instance_id)
-}
-
-/// The one thing a reconcile does for a PeerPod, decided once from what is known before it acts: the PeerPod,
-/// a live PeerPod naming the same VM (if any), and what provider-service last said about a delete it is still
-/// running for it. `reconcile` carries the plan out; it never asks again between its own acts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
-    /// Not being deleted: reap older PeerPods of the same Pod, if any.
-    ReapStale,
-    /// Being deleted and released already (cloud-api-adaptor deleted the VM): nothing to do.
-    Nothing,
-    /// Ask provider-service to delete the VM. Its answer ends the pass: confirmed gone releases the finalizer,
-    /// still in progress waits (see [`after_in_progress`]), an error keeps the finalizer and backs off.
-    Delete {
-        provider: String,
-        instance_id: String,
-        /// provider-service already answered in progress for this VM (its delete runs on there): a later
-        /// "already gone" is the end of that delete, so it is reported as deleted.
-        in_progress: bool,
-    },
-    /// provider-service is deleting the VM and asked for time: keep the finalizer and ask again at `until`.
-    Wait {
-        provider: String,
-        instance_id: String,
-        until: Instant,
-    },
-    /// Release the finalizer WITHOUT deleting the VM: the live PeerPod `by` (`namespace/name`) still names it.
-    Release {
-        provider: String,
-        instance_id: String,
-        by: String,
-    },
-    /// Keep the VM and the finalizer until an operator acts.
-    Hold(Hold),
-}
-
-/// Why a cleanup waits for an operator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Hold {
-    /// The PeerPod is annotated `peerpods.io/do-not-delete`.
-    DoNotDelete,
-    /// The spec does not say which VM: nothing could prove it gone.
-    Invalid(String),
-}
-
-impl Plan {
-    /// Whether the plan is about a PeerPod waiting for its cleanup (a failure then shows on the object).
-    pub fn is_cleanup(&self) -> bool {
-        !matches!(self, Plan::ReapStale | Plan::Nothing)
-    }
+        && kernel::is_live_namesake(&facts(peerpod), &facts(other))
 }
 
 /// A delete provider-service answered "still in progress" for, as this controller remembers it between passes.
@@ -175,8 +82,12 @@ pub struct InProgress {
 }
 
 impl InProgress {
-    fn is_for(&self, provider: &str, instance_id: &str) -> bool {
-        self.provider == provider && self.instance_id == instance_id
+    fn progress(&self) -> Progress<Instant> {
+        Progress {
+            provider: self.provider.clone(),
+            instance_id: self.instance_id.clone(),
+            ask_again_at: self.ask_again_at,
+        }
     }
 }
 
@@ -188,36 +99,12 @@ pub fn plan(
     progress: Option<&InProgress>,
     now: Instant,
 ) -> Plan {
-    match cleanup_among(peerpod, live_namesake) {
-        Cleanup::Live => Plan::ReapStale,
-        Cleanup::AlreadyReleased => Plan::Nothing,
-        Cleanup::Held => Plan::Hold(Hold::DoNotDelete),
-        Cleanup::Invalid(why) => Plan::Hold(Hold::Invalid(why)),
-        Cleanup::StillReferenced {
-            provider,
-            instance_id,
-            by,
-        } => Plan::Release {
-            provider,
-            instance_id,
-            by,
-        },
-        Cleanup::DeleteInstance {
-            provider,
-            instance_id,
-        } => match progress.filter(|p| p.is_for(&provider, &instance_id)) {
-            Some(p) if now < p.ask_again_at => Plan::Wait {
-                provider,
-                instance_id,
-                until: p.ask_again_at,
-            },
-            p => Plan::Delete {
-                provider,
-                instance_id,
-                in_progress: p.is_some(),
-            },
-        },
-    }
+    kernel::plan(
+        &facts(peerpod),
+        live_namesake.map(facts).as_ref(),
+        progress.map(InProgress::progress).as_ref(),
+        now,
+    )
 }
 
 /// What to remember after provider-service answered "still in progress" at `now`: when to ask again, by the
@@ -233,7 +120,7 @@ pub fn after_in_progress(
     now: Instant,
     wall_clock: jiff::Timestamp,
 ) -> InProgress {
-    let previous = previous.filter(|p| p.is_for(provider, instance_id));
+    let previous = previous.filter(|p| p.progress().is_for(provider, instance_id));
     let asks = previous.map_or(1, |p| p.asks.saturating_add(1));
     InProgress {
         provider: provider.to_string(),
@@ -247,9 +134,13 @@ pub fn after_in_progress(
 /// How a confirmed end is reported: "already gone" after provider-service said it was deleting the VM is the
 /// end of that delete, not a VM someone else removed.
 pub fn confirmed(answer: Deleted, in_progress: bool) -> Deleted {
-    match answer {
-        Deleted::AlreadyGone if in_progress => Deleted::Deleted,
-        answer => answer,
+    let gone = match answer {
+        Deleted::Deleted => Gone::Deleted,
+        Deleted::AlreadyGone => Gone::AlreadyGone,
+    };
+    match kernel::confirmed(gone, in_progress) {
+        Gone::Deleted => Deleted::Deleted,
+        Gone::AlreadyGone => Deleted::AlreadyGone,
     }
 }
 
@@ -328,14 +219,14 @@ pub fn stale_peerpods<'a>(group: &[&'a PeerPod]) -> Vec<&'a PeerPod> {
         .collect()
 }
 
-/// Key identifying a VM across PeerPods and `ListInstances`: provider plus ID. IDs are compared
-/// case-insensitively because libvirt UUIDs and Azure resource IDs are case-insensitive and the other
-/// providers' IDs are lowercase anyway.
+/// Key identifying a VM across PeerPods and `ListInstances`: provider plus the id in the cloud's canonical
+/// form ([`InstanceKey`]: one comparison rule per cloud, the same everywhere an instance is compared). An
+/// unknown provider's ids compare as written (trimmed).
 pub fn instance_key(provider: &str, instance_id: &str) -> (String, String) {
-    (
-        provider.trim().to_string(),
-        instance_id.trim().to_ascii_lowercase(),
-    )
+    match InstanceKey::parse(provider, instance_id) {
+        Some(key) => (key.provider().as_str().to_owned(), key.id().to_owned()),
+        None => (provider.trim().to_owned(), instance_id.trim().to_owned()),
+    }
 }
 
 /// The VMs some PeerPod (live or being deleted) refers to.

@@ -7,7 +7,9 @@
 //! - [`guard`]: what may be deleted (do-not-delete, the cluster tag).
 //! - [`window`]: when a cloud's NotFound may be believed.
 //! - [`engine`]: the deletion engine, `step(observation) -> command`.
+//! - [`decide`]: peerpod-ctrl's decision kernel, over plain facts of a PeerPod.
 
+pub mod decide;
 pub mod engine;
 pub mod guard;
 mod identity;

@@ -1,0 +1,489 @@
+//! peerpod-ctrl's decision kernel: what one reconcile does for a PeerPod, from plain facts (no
+//! Kubernetes types), so that the controller and the model checker run the same rules.
+//!
+//! Only `deletionTimestamp` set AND `peer.pod/finalizer` present means work; the do-not-delete
+//! annotation turns that work into a hold; a live PeerPod naming the same instance (a restore or
+//! a copy) means the VM is still in use: release without deleting it.
+
+use crate::InstanceKey;
+use crate::window::Moment;
+
+/// What the kernel reads of a PeerPod. peerpod-ctrl builds it from the object; the model from
+/// its state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PeerPodFacts {
+    pub uid: Option<String>,
+    /// `namespace/name`, for messages.
+    pub name: String,
+    /// `deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `peer.pod/finalizer` is present.
+    pub finalizer: bool,
+    /// Annotated do-not-delete (any value but `false`).
+    pub do_not_delete: bool,
+    pub cloud_provider: String,
+    pub instance_id: String,
+}
+
+impl PeerPodFacts {
+    /// The instance this PeerPod names: a known provider and a non-empty id.
+    pub fn instance(&self) -> Option<InstanceKey> {
+        if self.instance_id.trim().is_empty() {
+            return None;
+        }
+        InstanceKey::parse(&self.cloud_provider, &self.instance_id)
+    }
+}
+
+/// What a PeerPod needs from the controller, from its own facts and the live namesake's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Cleanup {
+    /// Not being deleted.
+    Live,
+    /// Being deleted without the finalizer: cloud-api-adaptor deleted the VM and released it.
+    AlreadyReleased,
+    /// Being deleted with the finalizer: delete this VM, then release the finalizer.
+    DeleteInstance {
+        provider: String,
+        instance_id: String,
+    },
+    /// Being deleted with the finalizer, but the live PeerPod `by` names the same VM: release
+    /// the finalizer WITHOUT deleting the VM.
+    StillReferenced {
+        provider: String,
+        instance_id: String,
+        by: String,
+    },
+    /// Being deleted with the finalizer, but annotated do-not-delete: keep both.
+    Held,
+    /// Being deleted with the finalizer, but the spec does not say which VM: keep the finalizer.
+    Invalid(String),
+}
+
+/// The cleanup a PeerPod needs from its own facts alone.
+pub fn cleanup(peerpod: &PeerPodFacts) -> Cleanup {
+    if !peerpod.deleting {
+        return Cleanup::Live;
+    }
+    if !peerpod.finalizer {
+        return Cleanup::AlreadyReleased;
+    }
+    if peerpod.do_not_delete {
+        return Cleanup::Held;
+    }
+    let provider = peerpod.cloud_provider.trim();
+    let instance_id = peerpod.instance_id.trim();
+    match (provider.is_empty(), instance_id.is_empty()) {
+        (true, true) => Cleanup::Invalid("spec.cloudProvider and spec.instanceID are empty".into()),
+        (true, false) => Cleanup::Invalid("spec.cloudProvider is empty".into()),
+        (false, true) => Cleanup::Invalid("spec.instanceID is empty".into()),
+        (false, false) => Cleanup::DeleteInstance {
+            provider: provider.to_owned(),
+            instance_id: instance_id.to_owned(),
+        },
+    }
+}
+
+/// Whether `other` is another PeerPod, not being deleted, that names the same instance as
+/// `peerpod` (by [`InstanceKey`]: the same provider and the cloud's canonical id).
+pub fn is_live_namesake(peerpod: &PeerPodFacts, other: &PeerPodFacts) -> bool {
+    !other.deleting
+        && other.uid != peerpod.uid
+        && other
+            .instance()
+            .is_some_and(|instance| peerpod.instance() == Some(instance))
+}
+
+/// [`cleanup`], refined by the live PeerPods that may name the same VM: a VM a live PeerPod
+/// still names is never deleted.
+pub fn cleanup_among<'a>(
+    peerpod: &PeerPodFacts,
+    live_namesakes: impl IntoIterator<Item = &'a PeerPodFacts>,
+) -> Cleanup {
+    match cleanup(peerpod) {
+        Cleanup::DeleteInstance {
+            provider,
+            instance_id,
+        } => match live_namesakes
+            .into_iter()
+            .find(|other| is_live_namesake(peerpod, other))
+        {
+            Some(other) => Cleanup::StillReferenced {
+                provider,
+                instance_id,
+                by: other.name.clone(),
+            },
+            None => Cleanup::DeleteInstance {
+                provider,
+                instance_id,
+            },
+        },
+        decision => decision,
+    }
+}
+
+/// Why a cleanup waits for an operator.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Hold {
+    /// The PeerPod is annotated do-not-delete.
+    DoNotDelete,
+    /// The spec does not say which VM: nothing could prove it gone.
+    Invalid(String),
+}
+
+/// The one thing a reconcile does for a PeerPod, decided once before it acts.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Plan<M> {
+    /// Not being deleted: reap older PeerPods of the same Pod, if any.
+    ReapStale,
+    /// Released already (cloud-api-adaptor deleted the VM): nothing to do.
+    Nothing,
+    /// Ask provider-service to delete the VM; only its confirmed end releases the finalizer.
+    Delete {
+        provider: String,
+        instance_id: String,
+        /// provider-service answered in progress for this VM before: a later "already gone" is
+        /// the end of that delete.
+        in_progress: bool,
+    },
+    /// provider-service is deleting the VM and asked for time: ask again at `until`.
+    Wait {
+        provider: String,
+        instance_id: String,
+        until: M,
+    },
+    /// Release the finalizer WITHOUT deleting the VM: the live PeerPod `by` still names it.
+    Release {
+        provider: String,
+        instance_id: String,
+        by: String,
+    },
+    /// Keep the VM and the finalizer until an operator acts.
+    Hold(Hold),
+}
+
+impl<M> Plan<M> {
+    /// Whether the plan is about a PeerPod waiting for its cleanup.
+    pub fn is_cleanup(&self) -> bool {
+        !matches!(self, Plan::ReapStale | Plan::Nothing)
+    }
+}
+
+/// A delete provider-service answered "in progress" for, as the controller remembers it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Progress<M> {
+    pub provider: String,
+    pub instance_id: String,
+    /// Not before this is provider-service asked again.
+    pub ask_again_at: M,
+}
+
+impl<M> Progress<M> {
+    /// Whether this progress is about the instance `provider`/`instance_id` names.
+    pub fn is_for(&self, provider: &str, instance_id: &str) -> bool {
+        match (
+            InstanceKey::parse(&self.provider, &self.instance_id),
+            InstanceKey::parse(provider, instance_id),
+        ) {
+            (Some(remembered), Some(asked)) => remembered == asked,
+            _ => self.provider == provider && self.instance_id == instance_id,
+        }
+    }
+}
+
+/// The plan for `peerpod`: `live_namesake` is a live PeerPod naming the same VM, if one is
+/// known; `progress` what the controller remembers of a delete in progress.
+pub fn plan<M: Moment>(
+    peerpod: &PeerPodFacts,
+    live_namesake: Option<&PeerPodFacts>,
+    progress: Option<&Progress<M>>,
+    now: M,
+) -> Plan<M> {
+    match cleanup_among(peerpod, live_namesake) {
+        Cleanup::Live => Plan::ReapStale,
+        Cleanup::AlreadyReleased => Plan::Nothing,
+        Cleanup::Held => Plan::Hold(Hold::DoNotDelete),
+        Cleanup::Invalid(why) => Plan::Hold(Hold::Invalid(why)),
+        Cleanup::StillReferenced {
+            provider,
+            instance_id,
+            by,
+        } => Plan::Release {
+            provider,
+            instance_id,
+            by,
+        },
+        Cleanup::DeleteInstance {
+            provider,
+            instance_id,
+        } => match progress.filter(|p| p.is_for(&provider, &instance_id)) {
+            Some(p) if now < p.ask_again_at => Plan::Wait {
+                provider,
+                instance_id,
+                until: p.ask_again_at,
+            },
+            p => Plan::Delete {
+                provider,
+                instance_id,
+                in_progress: p.is_some(),
+            },
+        },
+    }
+}
+
+/// How a confirmed end is reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Gone {
+    Deleted,
+    AlreadyGone,
+}
+
+/// "Already gone" after provider-service said it was deleting the VM is the end of that delete,
+/// not a VM someone else removed.
+pub fn confirmed(answer: Gone, in_progress: bool) -> Gone {
+    match answer {
+        Gone::AlreadyGone if in_progress => Gone::Deleted,
+        answer => answer,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    fn facts(name: &str) -> PeerPodFacts {
+        PeerPodFacts {
+            uid: Some(format!("uid-{name}")),
+            name: format!("ns/{name}"),
+            deleting: false,
+            finalizer: true,
+            do_not_delete: false,
+            cloud_provider: "libvirt".into(),
+            instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+        }
+    }
+
+    fn deleting(name: &str) -> PeerPodFacts {
+        PeerPodFacts {
+            deleting: true,
+            ..facts(name)
+        }
+    }
+
+    fn delete(in_progress: bool) -> Plan<Instant> {
+        Plan::Delete {
+            provider: "libvirt".into(),
+            instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+            in_progress,
+        }
+    }
+
+    #[test]
+    fn only_a_deleting_peerpod_with_the_finalizer_is_work() {
+        assert_eq!(cleanup(&facts("a")), Cleanup::Live);
+        let released = PeerPodFacts {
+            finalizer: false,
+            ..deleting("a")
+        };
+        assert_eq!(cleanup(&released), Cleanup::AlreadyReleased);
+        let held = PeerPodFacts {
+            do_not_delete: true,
+            ..deleting("a")
+        };
+        assert_eq!(cleanup(&held), Cleanup::Held);
+        let padded = PeerPodFacts {
+            cloud_provider: " libvirt ".into(),
+            instance_id: " id ".into(),
+            ..deleting("a")
+        };
+        assert_eq!(
+            cleanup(&padded),
+            Cleanup::DeleteInstance {
+                provider: "libvirt".into(),
+                instance_id: "id".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_incomplete_spec_is_invalid_and_names_what_is_missing() {
+        for (provider, id, missing) in [
+            ("", "", "spec.cloudProvider and spec.instanceID are empty"),
+            (" ", "id", "spec.cloudProvider is empty"),
+            ("aws", "  ", "spec.instanceID is empty"),
+        ] {
+            let p = PeerPodFacts {
+                cloud_provider: provider.into(),
+                instance_id: id.into(),
+                ..deleting("a")
+            };
+            assert_eq!(cleanup(&p), Cleanup::Invalid(missing.into()));
+            assert_eq!(
+                plan::<Instant>(&p, None, None, Instant::now()),
+                Plan::Hold(Hold::Invalid(missing.into()))
+            );
+        }
+    }
+
+    #[test]
+    fn a_live_namesake_is_another_live_peerpod_naming_the_same_instance() {
+        let gone = deleting("a");
+        let copy = facts("b");
+        assert!(is_live_namesake(&gone, &copy));
+        // The same instance however its id is written.
+        let lower = PeerPodFacts {
+            instance_id: copy.instance_id.to_ascii_lowercase(),
+            ..copy.clone()
+        };
+        assert!(is_live_namesake(&gone, &lower));
+        // Not itself, not one being deleted, not another instance or provider, not an empty id.
+        assert!(!is_live_namesake(
+            &gone,
+            &PeerPodFacts {
+                name: "x".into(),
+                ..facts("a")
+            }
+        ));
+        assert!(!is_live_namesake(&gone, &deleting("b")));
+        for other in [
+            PeerPodFacts {
+                instance_id: "other".into(),
+                ..facts("b")
+            },
+            PeerPodFacts {
+                cloud_provider: "azure".into(),
+                ..facts("b")
+            },
+            PeerPodFacts {
+                cloud_provider: "nimbus".into(),
+                ..facts("b")
+            },
+        ] {
+            assert!(!is_live_namesake(&gone, &other), "{other:?}");
+        }
+        let empty = PeerPodFacts {
+            instance_id: " ".into(),
+            ..deleting("a")
+        };
+        assert!(!is_live_namesake(
+            &empty,
+            &PeerPodFacts {
+                instance_id: " ".into(),
+                ..facts("b")
+            }
+        ));
+        assert_eq!(empty.instance(), None);
+        assert_eq!(
+            facts("b").instance(),
+            InstanceKey::parse("libvirt", "1b4e28ba-2fa1-11d2-883f-0016d3cca427")
+        );
+    }
+
+    #[test]
+    fn a_vm_a_live_peerpod_names_is_released_not_deleted() {
+        let now = Instant::now();
+        let gone = deleting("a");
+        assert_eq!(
+            plan(&gone, Some(&facts("b")), None, now),
+            Plan::Release {
+                provider: "libvirt".into(),
+                instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+                by: "ns/b".into(),
+            }
+        );
+        assert_eq!(plan(&gone, Some(&deleting("b")), None, now), delete(false));
+        assert_eq!(
+            cleanup_among(&gone, [&deleting("b"), &facts("c")]),
+            Cleanup::StillReferenced {
+                provider: "libvirt".into(),
+                instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+                by: "ns/c".into(),
+            }
+        );
+        // A live PeerPod is never cleaned up, whatever names its VM.
+        assert_eq!(
+            plan(&facts("a"), Some(&facts("b")), None, now),
+            Plan::ReapStale
+        );
+    }
+
+    #[test]
+    fn the_plan_follows_the_cleanup() {
+        let now = Instant::now();
+        assert_eq!(
+            plan::<Instant>(&facts("a"), None, None, now),
+            Plan::ReapStale
+        );
+        let released = PeerPodFacts {
+            finalizer: false,
+            ..deleting("a")
+        };
+        assert_eq!(plan::<Instant>(&released, None, None, now), Plan::Nothing);
+        let held = PeerPodFacts {
+            do_not_delete: true,
+            ..deleting("a")
+        };
+        assert_eq!(
+            plan::<Instant>(&held, None, None, now),
+            Plan::Hold(Hold::DoNotDelete)
+        );
+        assert_eq!(
+            plan::<Instant>(&deleting("a"), None, None, now),
+            delete(false)
+        );
+        assert!(!Plan::<Instant>::ReapStale.is_cleanup());
+        assert!(!Plan::<Instant>::Nothing.is_cleanup());
+        assert!(delete(false).is_cleanup());
+        assert!(Plan::<Instant>::Hold(Hold::DoNotDelete).is_cleanup());
+    }
+
+    #[test]
+    fn a_delete_in_progress_waits_until_its_time_then_asks_again() {
+        let now = Instant::now();
+        let later = now + Duration::from_secs(5);
+        let progress = Progress {
+            provider: "libvirt".into(),
+            instance_id: "1b4e28ba-2fa1-11d2-883f-0016d3cca427".into(),
+            ask_again_at: later,
+        };
+        assert_eq!(
+            plan(&deleting("a"), None, Some(&progress), now),
+            Plan::Wait {
+                provider: "libvirt".into(),
+                instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+                until: later,
+            }
+        );
+        assert_eq!(
+            plan(&deleting("a"), None, Some(&progress), later),
+            delete(true)
+        );
+        // Progress of another instance is not this one's.
+        let other = Progress {
+            instance_id: "other".into(),
+            ..progress.clone()
+        };
+        assert_eq!(plan(&deleting("a"), None, Some(&other), now), delete(false));
+        // Unknown providers compare as written.
+        let odd = Progress {
+            provider: "nimbus".into(),
+            instance_id: "X".into(),
+            ask_again_at: later,
+        };
+        assert!(odd.is_for("nimbus", "X"));
+        assert!(!odd.is_for("nimbus", "x"));
+        assert!(!odd.is_for("nimbu", "X"));
+        assert!(progress.is_for("libvirt", " 1B4E28BA-2FA1-11D2-883F-0016D3CCA427"));
+        assert!(!progress.is_for("azure", "1b4e28ba-2fa1-11d2-883f-0016d3cca427"));
+    }
+
+    #[test]
+    fn already_gone_after_in_progress_is_the_end_of_our_delete() {
+        assert_eq!(confirmed(Gone::AlreadyGone, true), Gone::Deleted);
+        assert_eq!(confirmed(Gone::AlreadyGone, false), Gone::AlreadyGone);
+        assert_eq!(confirmed(Gone::Deleted, false), Gone::Deleted);
+        assert_eq!(confirmed(Gone::Deleted, true), Gone::Deleted);
+    }
+}
