@@ -654,6 +654,29 @@ mod tests {
     }
 
     #[test]
+    fn one_instance_has_one_key_in_every_comparison() {
+        // ARM answers an Azure id in another case than CAA wrote it: still the same VM (reverse collection
+        // must not flag the live PeerPod as missing, nor an orphan scan its VM).
+        assert_eq!(
+            instance_key(
+                "azure",
+                "/subscriptions/S/resourceGroups/RG/providers/Microsoft.Compute/virtualMachines/VM"
+            ),
+            instance_key(
+                " azure ",
+                "/subscriptions/s/resourcegroups/rg/providers/microsoft.compute/virtualmachines/vm"
+            )
+        );
+        // EC2 ids are exact.
+        assert_ne!(instance_key("aws", "i-0ABC"), instance_key("aws", "i-0abc"));
+        // Unknown providers compare as written.
+        assert_eq!(
+            instance_key(" nimbus", " X "),
+            ("nimbus".to_string(), "X".to_string())
+        );
+    }
+
+    #[test]
     fn orphans_are_old_untracked_vms() {
         let tracked = tracked_instances([&peerpod("a", 0)]);
         let vms = vec![vm("ID-A", 0), vm("lost", 0), vm("young", 95)];

@@ -197,10 +197,11 @@ impl ReverseScanner {
         let mut missing_per_provider: BTreeMap<String, i64> = BTreeMap::new();
         for (provider, peerpods) in by_provider {
             let listed = match self.provider.instances(&provider, &BTreeMap::new()).await {
+                // One identity per instance: the cloud's canonical id, as every other comparison.
                 Ok(instances) => instances
                     .into_iter()
-                    .map(|i| i.instance_id)
-                    .collect::<HashSet<String>>(),
+                    .map(|i| crate::decide::instance_key(&provider, &i.instance_id))
+                    .collect::<HashSet<(String, String)>>(),
                 Err(error) => {
                     warn!(provider, reason = error.reason(), %error, "reverse scan: cannot list instances");
                     report.failed.push(provider);
@@ -213,7 +214,7 @@ impl ReverseScanner {
                 let who = subject(&p);
                 let verdict = judge(
                     &who,
-                    listed.contains(&p.spec.instance_id),
+                    listed.contains(&crate::decide::instance_key(&provider, &p.spec.instance_id)),
                     &mut self.absent_since,
                     now,
                     self.settings.grace,
