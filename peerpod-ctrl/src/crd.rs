@@ -42,6 +42,7 @@ pub fn do_not_delete_value(value: &str) -> bool {
     namespaced,
     status = "PeerPodStatus",
     doc = "A cloud VM that runs one peer pod. Deleting it deletes the VM before the finalizer is released.",
+    selectable = ".spec.instanceID",
     printcolumn = r#"{"name":"State","type":"string","description":"Where the PeerPod is in its life: Live, InstanceMissing (the cloud reports its VM gone), WaitingForCloud (deleting the VM failed or is not confirmed yet; see Reason), Held (do-not-delete) or Released (VM gone or deliberately kept, finalizer released)","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Cloud","type":"string","priority":1,"description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,

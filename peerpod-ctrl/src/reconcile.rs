@@ -33,7 +33,7 @@ use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPo
 use crate::decide::{self, Hold, InProgress, Plan};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
-use crate::provider::{About, DeleteAnswer, Deleted, Provider};
+use crate::provider::{About, DeleteAnswer, Deleted, Provider, Waiting};
 use crate::{Error, FIELD_MANAGER};
 
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
@@ -240,6 +240,15 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
                 instance_id,
                 in_progress,
             } => {
+                // The cache may lag a restore that made a live copy of this PeerPod a moment ago. Before the
+                // first delete request, a consistent read of the PeerPods naming the instance narrows that race
+                // to the time between this read and the cloud's accepting the delete.
+                if !in_progress
+                    && let Some(by) = live_namesake_by_quorum(&peerpod, &ctx, &instance_id).await?
+                {
+                    return release_still_referenced(&peerpod, &ctx, &provider, &instance_id, &by)
+                        .await;
+                }
                 let seen = *ctx
                     .deletion_seen()
                     .entry(key.clone())
@@ -336,27 +345,54 @@ async fn delete_instance(
             return Err(error);
         }
     };
+    // What the last in-progress answer waited for, as the condition it wrote says: the cloud to show the VM,
+    // or its delete.
+    let waited_to_show = peerpod
+        .cleaned_condition()
+        .is_some_and(|c| c.reason == REASON_NOT_YET_VISIBLE);
     let outcome = match answer {
-        DeleteAnswer::Gone(outcome) => decide::confirmed(outcome, in_progress.is_some()),
-        DeleteAnswer::InProgress { retry_after } => {
+        // Gone once the cloud's window passed without showing the VM: it was already gone, nothing deleted it.
+        DeleteAnswer::Gone(outcome) => {
+            decide::confirmed(outcome, in_progress.is_some() && !waited_to_show)
+        }
+        // A wait, whatever it waits for: counted as in progress, never as a failure (no Warning, and the
+        // breaker saw an answer).
+        DeleteAnswer::InProgress {
+            retry_after,
+            waiting,
+        } => {
             ctx.metrics.instance_delete(provider, "in_progress");
             let now = Instant::now();
+            let wall_clock = jiff::Timestamp::now();
+            // The same wait goes on (its start, its backoff); another one starts afresh. Not yet visible, it
+            // started when provider-service first missed the VM.
+            let same = waited_to_show == matches!(waiting, Waiting::NotYetVisible { .. });
+            let started = match waiting {
+                Waiting::NotYetVisible {
+                    unknown_for: Some(unknown_for),
+                } => wall_clock.checked_sub(unknown_for).unwrap_or(wall_clock),
+                _ => wall_clock,
+            };
             let next = decide::after_in_progress(
-                in_progress.as_ref(),
+                in_progress.as_ref().filter(|_| same),
                 provider,
                 instance_id,
                 retry_after,
                 &ctx.backoff,
                 decide::seed(&namespace, &name),
                 now,
-                jiff::Timestamp::now(),
+                started,
             );
             let wait = next.ask_again_at.saturating_duration_since(now);
             let since = next.since;
             let asks = next.asks;
             ctx.in_progress().insert(key.clone(), next);
-            return delete_in_progress(peerpod, ctx, provider, instance_id, since, asks, wait)
-                .await;
+            let waited = Waited {
+                waiting,
+                since,
+                asks,
+            };
+            return delete_in_progress(peerpod, ctx, provider, instance_id, waited, wait).await;
         }
     };
     ctx.in_progress().remove(key);
@@ -397,42 +433,68 @@ async fn delete_instance(
     Ok(Action::await_change())
 }
 
-/// provider-service is still deleting the VM (its delete runs on there, whatever this controller does): the
-/// finalizer stays, the Cleaned condition says DeleteInProgress (written, and an Event published, once when the
-/// state begins: its message does not change while it lasts), and the next ask comes after `wait`.
+/// What an in-progress delete waits for, since when (the first answer of this wait) and how many answers said so.
+struct Waited {
+    waiting: Waiting,
+    since: jiff::Timestamp,
+    asks: u32,
+}
+
+/// The VM is not confirmed gone and nothing failed: provider-service is still deleting it (its delete runs on
+/// there, whatever this controller does), or the cloud does not show it yet, inside its consistency window. The
+/// finalizer stays, the Cleaned condition says what it waits for and since when (DeleteInProgress or
+/// InstanceNotYetVisible; written, and a Normal Event published, once when the wait begins: its message does not
+/// change while it lasts), and the next ask comes after `wait`.
 async fn delete_in_progress(
     peerpod: &PeerPod,
     ctx: &Context,
     provider: &str,
     instance_id: &str,
-    since: jiff::Timestamp,
-    asks: u32,
+    waited: Waited,
     wait: Duration,
 ) -> Result<Action, Error> {
-    info!(
-        provider,
-        instance_id,
+    let Waited {
+        waiting,
+        since,
         asks,
-        wait_ms = wait.as_millis() as u64,
-        "provider-service is still deleting the instance; finalizer kept, asking again later"
-    );
-    let message = format!(
-        "provider-service is deleting {provider} instance {instance_id} (since {since}); the finalizer stays \
-         until the VM is confirmed gone"
-    );
+    } = waited;
+    let reason = waiting.reason();
+    let message = match waiting {
+        Waiting::CloudDeleting => {
+            info!(
+                provider,
+                instance_id,
+                asks,
+                wait_ms = wait.as_millis() as u64,
+                "provider-service is still deleting the instance; finalizer kept, asking again later"
+            );
+            format!(
+                "provider-service is deleting {provider} instance {instance_id} (since {since}); the finalizer \
+                 stays until the VM is confirmed gone"
+            )
+        }
+        Waiting::NotYetVisible { unknown_for } => {
+            info!(
+                provider,
+                instance_id,
+                asks,
+                unknown_for_ms = unknown_for.map(|d| d.as_millis() as u64),
+                wait_ms = wait.as_millis() as u64,
+                "the cloud does not show the instance yet; finalizer kept, asking again later"
+            );
+            format!(
+                "waiting for the cloud to show {provider} instance {instance_id}: not shown since {since}, within \
+                 the cloud's consistency window (a new VM may not show everywhere at once); the finalizer stays \
+                 until the VM is deleted, or confirmed gone once the window has passed"
+            )
+        }
+    };
     let entering = peerpod
         .cleaned_condition()
-        .is_none_or(|c| c.reason != REASON_DELETE_IN_PROGRESS || c.message != message);
+        .is_none_or(|c| c.reason != reason || c.message != message);
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if !set_condition(
-        &api,
-        peerpod,
-        Cleaned::pending(REASON_DELETE_IN_PROGRESS),
-        &message,
-    )
-    .await?
-    {
+    if !set_condition(&api, peerpod, Cleaned::pending(reason), &message).await? {
         return Ok(Action::await_change());
     }
     if entering {
@@ -440,7 +502,7 @@ async fn delete_in_progress(
             ctx,
             peerpod,
             EventType::Normal,
-            REASON_DELETE_IN_PROGRESS,
+            reason,
             "DeleteInstance",
             message,
         )
@@ -482,6 +544,27 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
 /// Another PeerPod that is not being deleted names the same VM: deleting it would take the VM from under
 /// that one. The PeerPod being deleted is released without a DeleteInstance call; the condition (written
 /// first, so it is there while the object still is) and the Event name the live PeerPod.
+/// A live PeerPod naming the same instance, read from the API server with a consistent read (never from
+/// the cache): `namespace/name`, if any. The field selector is served by the CRD's selectable field
+/// `spec.instanceID`; the kernel then compares by instance identity.
+async fn live_namesake_by_quorum(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    instance_id: &str,
+) -> Result<Option<String>, Error> {
+    let api: Api<PeerPod> = Api::all(ctx.client.clone());
+    // No resourceVersion: the API server answers from its latest state (a consistent read), not a cache.
+    let params = kube::api::ListParams::default().fields(&format!("spec.instanceID={instance_id}"));
+    let listed = api.list(&params).await?;
+    let facts = decide::facts(peerpod);
+    Ok(listed
+        .items
+        .iter()
+        .map(decide::facts)
+        .find(|other| peerpods_protocol::decide::is_live_namesake(&facts, other))
+        .map(|other| other.name))
+}
+
 async fn release_still_referenced(
     peerpod: &PeerPod,
     ctx: &Context,
@@ -533,6 +616,9 @@ pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
 /// Condition reason (and Event reason) of a PeerPod whose VM provider-service is still deleting: the finalizer
 /// stays and provider-service is asked again after its retry advice.
 pub const REASON_DELETE_IN_PROGRESS: &str = "DeleteInProgress";
+/// Condition reason (and Event reason) of a PeerPod whose VM the cloud does not show yet, inside its consistency
+/// window: a wait, not a failure; the finalizer stays and provider-service is asked again after its retry advice.
+pub const REASON_NOT_YET_VISIBLE: &str = "InstanceNotYetVisible";
 
 /// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
 async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {
