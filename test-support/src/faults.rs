@@ -1,8 +1,10 @@
 //! The fault layer every cloud emulator (`emulators/<cloud>`) puts in front of its API, so that
 //! the emulators behave like clouds rather than flatter the backends: each request may be slow,
 //! hang, fail with a 5xx or be throttled at a rate, and a new instance may be unknown for its
-//! first seconds (EC2-style eventual consistency). Long-running operations that take N polls are
-//! each emulator's own (its operation resource), configured from [`Faults::operation_polls`].
+//! first seconds (EC2-style eventual consistency), to each kind of call on its own
+//! ([`Visibility`]: a lookup by id, a list, a deletion), or found by one answer and not the next
+//! ([`Flapping`]). Long-running operations that take N polls are each emulator's own (its
+//! operation resource), configured from [`Faults::operation_polls`].
 //!
 //! The layer decides; the emulator answers, with its cloud's own status and error body for a
 //! throttled request, a server error and an unknown instance (each emulator's README names them).
@@ -23,6 +25,10 @@ use std::time::{Duration, Instant};
 /// | `server_error_rate` | `PEERPODS_EMULATOR_SERVER_ERROR_RATE` |
 /// | `throttle_rate` | `PEERPODS_EMULATOR_THROTTLE_RATE` |
 /// | `invisible_after_create` | `PEERPODS_EMULATOR_INVISIBLE_SECS` |
+/// | `invisible.get`, `.list`, `.delete` | `PEERPODS_EMULATOR_INVISIBLE_GET_SECS`, `..._LIST_SECS`, `..._DELETE_SECS` |
+/// | `flapping.window`, `.answers` | `PEERPODS_EMULATOR_FLAP_SECS`, `PEERPODS_EMULATOR_FLAP_ANSWERS` |
+/// | `flapping.kinds` | `PEERPODS_EMULATOR_FLAP_KINDS` (`get,list,delete`, the default when flapping is on) |
+/// | `flapping.miss_rate` | `PEERPODS_EMULATOR_FLAP_RATE` (default 0.5 when flapping is on) |
 /// | `operation_polls` | `PEERPODS_EMULATOR_OPERATION_POLLS` |
 /// | `seed` | `PEERPODS_EMULATOR_SEED` |
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -38,9 +44,15 @@ pub struct Faults {
     pub server_error_rate: f64,
     /// Share of requests (0 to 1) answered with the cloud's throttling answer.
     pub throttle_rate: f64,
-    /// An instance created less than this long ago is unknown (the cloud's not-found answer) to
-    /// every request that names it.
+    /// An instance created less than this long ago is unknown to every kind of call (the
+    /// cloud's not-found answer, or left out of a list): [`Visibility::all`] of it, added to
+    /// [`Self::invisible`].
     pub invisible_after_create: Duration,
+    /// How long after its creation each kind of call does not see an instance (the longer of
+    /// this and `invisible_after_create` holds for each kind).
+    pub invisible: Visibility,
+    /// Answers that disagree between calls: found, not found, found.
+    pub flapping: Flapping,
     /// Long-running operations (a VM's deletion) finish after this many polls or looks; `None`
     /// leaves the emulator's own setting.
     pub operation_polls: Option<u32>,
@@ -55,18 +67,48 @@ impl Faults {
         fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
             std::env::var(name).ok()?.trim().parse().ok()
         }
+        fn secs(name: &str) -> Duration {
+            Duration::try_from_secs_f64(var(name).unwrap_or(0.0)).unwrap_or_default()
+        }
         Faults {
             latency: Duration::from_millis(var("PEERPODS_EMULATOR_LATENCY_MS").unwrap_or(0)),
             hang_rate: var("PEERPODS_EMULATOR_HANG_RATE").unwrap_or(0.0),
             hang_for: Duration::from_secs(var("PEERPODS_EMULATOR_HANG_SECS").unwrap_or(0)),
             server_error_rate: var("PEERPODS_EMULATOR_SERVER_ERROR_RATE").unwrap_or(0.0),
             throttle_rate: var("PEERPODS_EMULATOR_THROTTLE_RATE").unwrap_or(0.0),
-            invisible_after_create: Duration::from_secs_f64(
-                var("PEERPODS_EMULATOR_INVISIBLE_SECS").unwrap_or(0.0),
-            ),
+            invisible_after_create: secs("PEERPODS_EMULATOR_INVISIBLE_SECS"),
+            invisible: Visibility {
+                get: secs("PEERPODS_EMULATOR_INVISIBLE_GET_SECS"),
+                list: secs("PEERPODS_EMULATOR_INVISIBLE_LIST_SECS"),
+                delete: secs("PEERPODS_EMULATOR_INVISIBLE_DELETE_SECS"),
+            },
+            flapping: {
+                let window = secs("PEERPODS_EMULATOR_FLAP_SECS");
+                let answers = var("PEERPODS_EMULATOR_FLAP_ANSWERS").unwrap_or(0);
+                if window.is_zero() && answers == 0 {
+                    Flapping::default()
+                } else {
+                    let kinds = std::env::var("PEERPODS_EMULATOR_FLAP_KINDS")
+                        .ok()
+                        .map(|text| CallKind::parse_list(&text))
+                        .unwrap_or_else(|| CallKind::ALL.to_vec());
+                    Flapping {
+                        kinds,
+                        window,
+                        answers,
+                        miss_rate: var("PEERPODS_EMULATOR_FLAP_RATE").unwrap_or(0.5),
+                    }
+                }
+            },
             operation_polls: var("PEERPODS_EMULATOR_OPERATION_POLLS"),
             seed: var("PEERPODS_EMULATOR_SEED").unwrap_or(0),
         }
+    }
+
+    /// How long after its creation a call of `kind` does not see an instance: the longer of
+    /// `invisible_after_create` and the kind's own window.
+    pub fn hidden_for(&self, kind: CallKind) -> Duration {
+        self.invisible_after_create.max(self.invisible.window(kind))
     }
 
     /// The mix of the fault storm (`make bench`, its reduced test): 20% server errors, 10%
@@ -80,6 +122,142 @@ impl Faults {
             seed,
             ..Faults::default()
         }
+    }
+}
+
+/// A kind of call that can find an instance, each hidden on its own ([`Visibility`],
+/// [`Flapping`]). Each emulator's README names its calls of each kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CallKind {
+    /// A lookup of the instance by its id (a `GET` of the instance); hidden, it is the cloud's
+    /// not-found answer.
+    Get,
+    /// A list or filtered query that would list the instance (a list with a filter, a search,
+    /// a describe by ids); hidden, the answer leaves it out.
+    List,
+    /// A deletion of the instance; hidden, it is the cloud's not-found answer to the deletion
+    /// (while a lookup may show it).
+    Delete,
+}
+
+impl CallKind {
+    /// Every kind.
+    pub const ALL: [CallKind; 3] = [CallKind::Get, CallKind::List, CallKind::Delete];
+
+    /// The kind's name in the environment and in moto's knobs: `get`, `list`, `delete`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::Get => "get",
+            CallKind::List => "list",
+            CallKind::Delete => "delete",
+        }
+    }
+
+    /// The kinds a comma-separated list names (`get,list`); unknown names are skipped.
+    pub fn parse_list(text: &str) -> Vec<CallKind> {
+        text.split(',')
+            .filter_map(|name| {
+                CallKind::ALL
+                    .into_iter()
+                    .find(|kind| kind.name() == name.trim().to_ascii_lowercase())
+            })
+            .collect()
+    }
+}
+
+/// How long after its creation each kind of call does not see an instance (zero: it sees it at
+/// once). Eventual consistency as clouds have it: a list may show a new instance a lookup does
+/// not know yet, a lookup may find one a deletion answers not found, and the reverse.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Visibility {
+    /// Lookups by id ([`CallKind::Get`]).
+    pub get: Duration,
+    /// Lists and filtered queries ([`CallKind::List`]).
+    pub list: Duration,
+    /// Deletions ([`CallKind::Delete`]).
+    pub delete: Duration,
+}
+
+impl Visibility {
+    /// Every kind of call for `window`.
+    pub fn all(window: Duration) -> Self {
+        Visibility {
+            get: window,
+            list: window,
+            delete: window,
+        }
+    }
+
+    /// Only `kinds`, for `window`; the others see the instance at once.
+    pub fn only(kinds: &[CallKind], window: Duration) -> Self {
+        let mut visibility = Visibility::default();
+        for kind in kinds {
+            *visibility.window_mut(*kind) = window;
+        }
+        visibility
+    }
+
+    /// The window of `kind`.
+    pub fn window(&self, kind: CallKind) -> Duration {
+        match kind {
+            CallKind::Get => self.get,
+            CallKind::List => self.list,
+            CallKind::Delete => self.delete,
+        }
+    }
+
+    fn window_mut(&mut self, kind: CallKind) -> &mut Duration {
+        match kind {
+            CallKind::Get => &mut self.get,
+            CallKind::List => &mut self.list,
+            CallKind::Delete => &mut self.delete,
+        }
+    }
+}
+
+/// Answers that disagree between calls: while an instance flaps, each answer of the `kinds` about
+/// it draws whether it is found (the draw repeats with [`Faults::seed`], the instance's id and
+/// how many answers about it came before, whatever other requests do meanwhile), so lookups go
+/// found, not found, found. An instance flaps within `window` of its creation and for its first
+/// `answers` answers (counted from when the knobs were set); a zero bound does not bound, and
+/// with both zero nothing flaps. A kind's [`Visibility`] window hides it first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Flapping {
+    /// The kinds of call whose answers flap (empty: none).
+    pub kinds: Vec<CallKind>,
+    /// How long after its creation an instance flaps; zero: no time bound.
+    pub window: Duration,
+    /// How many answers about an instance (of the `kinds`, together) flap; zero: no count bound.
+    pub answers: u32,
+    /// Share (0 to 1) of flapping answers that do not find the instance.
+    pub miss_rate: f64,
+}
+
+impl Flapping {
+    /// `kinds` flap, half their answers not found, within `window` of the creation.
+    pub fn within(window: Duration, kinds: &[CallKind]) -> Self {
+        Flapping {
+            kinds: kinds.to_vec(),
+            window,
+            answers: 0,
+            miss_rate: 0.5,
+        }
+    }
+
+    /// `kinds` flap, half their answers not found, for an instance's first `answers` answers.
+    pub fn for_answers(answers: u32, kinds: &[CallKind]) -> Self {
+        Flapping {
+            kinds: kinds.to_vec(),
+            window: Duration::ZERO,
+            answers,
+            miss_rate: 0.5,
+        }
+    }
+
+    fn is_on(&self) -> bool {
+        !self.kinds.is_empty()
+            && self.miss_rate > 0.0
+            && (!self.window.is_zero() || self.answers > 0)
     }
 }
 
@@ -112,6 +290,8 @@ struct Inner {
     rng: u64,
     injected: Injected,
     created: HashMap<String, Instant>,
+    /// Flapping answers about each instance since the knobs were set.
+    flaps: HashMap<String, u64>,
 }
 
 /// One emulator's fault layer.
@@ -153,6 +333,7 @@ impl FaultLayer {
         inner.rng = faults.seed ^ 0x9e37_79b9_7f4a_7c15;
         inner.faults = faults;
         inner.injected = Injected::default();
+        inner.flaps.clear();
     }
 
     pub fn faults(&self) -> Faults {
@@ -204,21 +385,22 @@ impl FaultLayer {
         }
     }
 
-    /// Records that the instance `id` was created now (for `invisible_after_create`).
+    /// Records that the instance `id` was created now (for the visibility windows and flapping).
     pub fn created(&self, id: &str) {
         self.lock().created.insert(id.to_owned(), Instant::now());
     }
 
-    /// Whether a request naming instance `id` is answered "not found" because it was created
-    /// less than `invisible_after_create` ago (counted as injected).
-    pub fn invisible(&self, id: &str) -> bool {
+    /// Whether a call of `kind` about instance `id` does not see it: created less than the
+    /// kind's window ago ([`Faults::hidden_for`]), or a flapping answer drawn not found. The
+    /// emulator then answers its cloud's not-found (a lookup, a deletion) or leaves the instance
+    /// out (a list). Each hide is counted as injected (`not_found`). Instances the layer was not
+    /// told of ([`Self::created`]) are always seen.
+    pub fn hides(&self, id: &str, kind: CallKind) -> bool {
         let mut inner = self.lock();
-        let window = inner.faults.invisible_after_create;
-        let hidden = !window.is_zero()
-            && inner
-                .created
-                .get(id)
-                .is_some_and(|at| at.elapsed() < window);
+        let Some(age) = inner.created.get(id).map(Instant::elapsed) else {
+            return false;
+        };
+        let hidden = age < inner.faults.hidden_for(kind) || inner.flap(id, kind, age);
         if hidden {
             inner.injected.not_found += 1;
         }
@@ -229,6 +411,34 @@ impl FaultLayer {
     pub fn operation_polls(&self) -> Option<u32> {
         self.lock().faults.operation_polls
     }
+}
+
+impl Inner {
+    /// Whether this answer about `id` (of `kind`, `age` after its creation) flaps to not found.
+    fn flap(&mut self, id: &str, kind: CallKind, age: Duration) -> bool {
+        let flapping = &self.faults.flapping;
+        if !flapping.is_on()
+            || !flapping.kinds.contains(&kind)
+            || (!flapping.window.is_zero() && age >= flapping.window)
+        {
+            return false;
+        }
+        let (answers, miss_rate, seed) = (flapping.answers, flapping.miss_rate, self.faults.seed);
+        let count = self.flaps.entry(id.to_owned()).or_default();
+        if answers > 0 && *count >= u64::from(answers) {
+            return false;
+        }
+        let mut state = seed ^ fnv1a(id.as_bytes()) ^ count.wrapping_mul(0xa076_1d64_78bd_642f);
+        *count += 1;
+        next_unit(&mut state) < miss_rate
+    }
+}
+
+/// FNV-1a of `bytes`: an instance's part of its flapping draws.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 /// A uniform draw in [0, 1) from a splitmix64 sequence: repeatable from the seed, no dependency.
@@ -270,7 +480,10 @@ mod tests {
         let layer = FaultLayer::default();
         assert!((0..1000).all(|_| layer.draw() == (Duration::ZERO, Fault::None)));
         layer.created("vm-1");
-        assert!(!layer.invisible("vm-1"));
+        for kind in CallKind::ALL {
+            assert!((0..100).all(|_| !layer.hides("vm-1", kind)), "{kind:?}");
+        }
+        assert_eq!(layer.injected().not_found, 0);
     }
 
     #[test]
@@ -280,15 +493,160 @@ mod tests {
             ..Faults::default()
         });
         layer.created("new");
-        assert!(layer.invisible("new"));
-        assert!(!layer.invisible("never-created-here"));
+        for kind in CallKind::ALL {
+            assert!(layer.hides("new", kind), "{kind:?}");
+        }
+        assert_eq!(layer.injected().not_found, 3);
+        assert!(!layer.hides("never-created-here", CallKind::Get));
         layer.set(Faults {
             invisible_after_create: Duration::from_nanos(1),
             ..Faults::default()
         });
         std::thread::sleep(Duration::from_millis(2));
-        assert!(!layer.invisible("new"));
+        for kind in CallKind::ALL {
+            assert!(!layer.hides("new", kind), "{kind:?}");
+        }
         assert_eq!(layer.injected().not_found, 0);
+    }
+
+    #[test]
+    fn each_kind_of_call_has_its_own_window() {
+        let hour = Duration::from_secs(3600);
+        for kind in CallKind::ALL {
+            let layer = FaultLayer::new(Faults {
+                invisible: Visibility::only(&[kind], hour),
+                ..Faults::default()
+            });
+            layer.created("new");
+            for other in CallKind::ALL {
+                assert_eq!(
+                    layer.hides("new", other),
+                    other == kind,
+                    "{kind:?}: {other:?}"
+                );
+            }
+            assert_eq!(layer.injected().not_found, 1);
+        }
+        // The longer of the all-kinds window and a kind's own holds.
+        let faults = Faults {
+            invisible_after_create: Duration::from_secs(5),
+            invisible: Visibility {
+                list: hour,
+                ..Visibility::default()
+            },
+            ..Faults::default()
+        };
+        assert_eq!(faults.hidden_for(CallKind::Get), Duration::from_secs(5));
+        assert_eq!(faults.hidden_for(CallKind::List), hour);
+        assert_eq!(
+            Visibility::all(hour),
+            Visibility::only(&CallKind::ALL, hour)
+        );
+    }
+
+    /// Found (`true`) or not, for `answers` answers of `kind` about `id`.
+    fn answers(layer: &FaultLayer, id: &str, kind: CallKind, answers: usize) -> Vec<bool> {
+        (0..answers).map(|_| !layer.hides(id, kind)).collect()
+    }
+
+    #[test]
+    fn a_flapping_instance_is_found_then_not_then_found_again_as_the_seed_draws() {
+        let flapping = |seed| {
+            let layer = FaultLayer::new(Faults {
+                flapping: Flapping::for_answers(40, &[CallKind::Get]),
+                seed,
+                ..Faults::default()
+            });
+            layer.created("flap");
+            (layer.clone_answers("flap"), layer.injected())
+        };
+        let (first, injected) = flapping(3);
+        let found_after_a_miss = first
+            .windows(3)
+            .any(|w| w == [true, false, true].as_slice());
+        assert!(found_after_a_miss, "{first:?}");
+        // About half of the 40 flapping answers miss, each counted; the 41st on are all found.
+        let misses = first[..40].iter().filter(|found| !**found).count();
+        assert!((10..=30).contains(&misses), "{first:?}");
+        assert_eq!(injected.not_found, misses as u64);
+        assert!(first[40..].iter().all(|found| *found), "{first:?}");
+        // Repeatable with the seed, another with another seed.
+        assert_eq!(first, flapping(3).0);
+        assert_ne!(first, flapping(4).0);
+    }
+
+    impl FaultLayer {
+        /// 60 answers of a lookup of `id`.
+        fn clone_answers(&self, id: &str) -> Vec<bool> {
+            answers(self, id, CallKind::Get, 60)
+        }
+    }
+
+    #[test]
+    fn an_instance_flaps_alone_whatever_other_requests_draw() {
+        let faults = Faults {
+            flapping: Flapping::within(Duration::from_secs(3600), &[CallKind::List]),
+            throttle_rate: 0.5,
+            seed: 9,
+            ..Faults::default()
+        };
+        let alone = FaultLayer::new(faults.clone());
+        alone.created("a");
+        let busy = FaultLayer::new(faults);
+        busy.created("a");
+        busy.created("b");
+        let mut seen_alone = Vec::new();
+        let mut seen_busy = Vec::new();
+        for _ in 0..30 {
+            seen_alone.push(!alone.hides("a", CallKind::List));
+            let _ = busy.draw();
+            let _ = busy.hides("b", CallKind::List);
+            seen_busy.push(!busy.hides("a", CallKind::List));
+        }
+        assert_eq!(seen_alone, seen_busy);
+        assert!(seen_alone.contains(&false) && seen_alone.contains(&true));
+        // Only the kinds named flap.
+        assert!(answers(&alone, "a", CallKind::Get, 50).iter().all(|f| *f));
+        assert!(
+            answers(&alone, "a", CallKind::Delete, 50)
+                .iter()
+                .all(|f| *f)
+        );
+    }
+
+    #[test]
+    fn flapping_ends_with_its_window_and_a_visibility_window_hides_first() {
+        let layer = FaultLayer::new(Faults {
+            flapping: Flapping::within(Duration::from_nanos(1), &CallKind::ALL),
+            ..Faults::default()
+        });
+        layer.created("old");
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(answers(&layer, "old", CallKind::Get, 50).iter().all(|f| *f));
+        let layer = FaultLayer::new(Faults {
+            invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(3600)),
+            flapping: Flapping::within(Duration::from_secs(3600), &CallKind::ALL),
+            ..Faults::default()
+        });
+        layer.created("new");
+        assert!(
+            answers(&layer, "new", CallKind::Delete, 50)
+                .iter()
+                .all(|f| !*f)
+        );
+        assert!(answers(&layer, "new", CallKind::Get, 50).contains(&false));
+    }
+
+    #[test]
+    fn kinds_are_named_in_lists() {
+        assert_eq!(
+            CallKind::parse_list("get, LIST,bogus"),
+            vec![CallKind::Get, CallKind::List]
+        );
+        assert_eq!(
+            CallKind::parse_list("get,list,delete"),
+            CallKind::ALL.to_vec()
+        );
     }
 
     #[tokio::test]

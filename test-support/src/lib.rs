@@ -12,6 +12,8 @@
 //! - [`provider_checks`]: what every cloud backend's tests check of its `Provider` against its
 //!   emulator (malformed ids, throttling, deletions under way, ownership).
 //! - [`silent_host`]: a TCP host that accepts connections and never answers (a hung libvirt host).
+//! - [`visibility_checks`]: what every emulator's tests check of its eventual consistency, kind of
+//!   call by kind of call, and of flapping answers.
 
 pub mod byom;
 pub mod cloud;
@@ -22,6 +24,7 @@ pub mod metrics;
 pub mod moto;
 pub mod provider_checks;
 pub mod silent_host;
+pub mod visibility_checks;
 
 /// What the shared helpers report instead of panicking (where a caller outside tests uses them).
 #[derive(Debug, thiserror::Error)]

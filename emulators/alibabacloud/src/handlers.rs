@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde_json::{Value, json};
 
-use test_support::faults::Fault;
+use test_support::faults::{CallKind, Fault};
 
 use crate::signature::{expected_signature, parse_authorization, query_params, sha256_hex};
 use crate::state::State as Account;
@@ -253,8 +253,11 @@ fn serve(
     }
     match action.as_str() {
         "DescribeInstances" => describe_instances(account, &params),
-        // An instance created moments ago may still be unknown (the fault layer's window).
-        "DeleteInstance" if get("InstanceId").is_some_and(|id| account.faults.invisible(&id)) => {
+        // An instance created moments ago may be unknown to a deletion (the fault layer's
+        // visibility and flapping), whatever `DescribeInstances` lists.
+        "DeleteInstance"
+            if get("InstanceId").is_some_and(|id| account.faults.hides(&id, CallKind::Delete)) =>
+        {
             error(
                 account,
                 404,
@@ -404,8 +407,9 @@ fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Res
         .instances
         .iter()
         .filter(|(id, _)| ids.as_ref().is_none_or(|ids| ids.contains(id)))
-        // A lookup by id does not see an instance created moments ago (the fault layer's window).
-        .filter(|(id, _)| ids.is_none() || !account.faults.invisible(id))
+        // An instance created moments ago may be missing from the answer, whether asked for by
+        // id or by tag (the fault layer's visibility and flapping of lists).
+        .filter(|(id, _)| !account.faults.hides(id, CallKind::List))
         .filter(|(_, i)| {
             tags.iter().all(|(key, value)| {
                 i.tags

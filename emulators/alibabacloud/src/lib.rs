@@ -10,6 +10,8 @@
 mod handlers;
 mod signature;
 mod state;
+#[cfg(test)]
+mod visibility_tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};

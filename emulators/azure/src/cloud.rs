@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Value, json};
+use test_support::faults::{CallKind, FaultLayer};
 
 pub const SUBSCRIPTION_ID: &str = "6a1e3b9c-2f4d-4e8a-9b1c-0d2e3f4a5b6c";
 pub const RESOURCE_GROUP: &str = "peerpods-rg";
@@ -485,7 +486,8 @@ impl Cloud {
             })
     }
 
-    /// Answers one request. `query` is the raw query string, `authorization` the header.
+    /// Answers one request. `query` is the raw query string, `authorization` the header;
+    /// `faults` says which calls do not see a new VM yet.
     pub fn handle(
         &mut self,
         method: &str,
@@ -493,6 +495,7 @@ impl Cloud {
         query: &str,
         authorization: Option<&str>,
         body: &[u8],
+        faults: &FaultLayer,
     ) -> Reply {
         let segments: Vec<String> = path
             .trim_start_matches('/')
@@ -541,7 +544,7 @@ impl Cloud {
                 "The api-version query parameter (?api-version=) is required for all requests.",
             );
         }
-        self.arm(method, &segments, query)
+        self.arm(method, &segments, query, faults)
     }
 
     fn token(&mut self, tenant: &str, body: &[u8]) -> Reply {
@@ -572,7 +575,7 @@ impl Cloud {
         Reply::json(200, body)
     }
 
-    fn arm(&mut self, method: &str, segments: &[&str], query: &str) -> Reply {
+    fn arm(&mut self, method: &str, segments: &[&str], query: &str, faults: &FaultLayer) -> Reply {
         let sub = SUBSCRIPTION_ID.to_ascii_lowercase();
         let rg = RESOURCE_GROUP.to_ascii_lowercase();
         match segments {
@@ -594,7 +597,23 @@ impl Cloud {
                 "providers",
                 "microsoft.compute",
                 "virtualmachines",
-            ] if method == "GET" => self.list_vms(query),
+            ] if method == "GET" => self.list_vms(query, faults),
+            // A VM created moments ago may be unknown to a lookup or a deletion, each on its own
+            // (the fault layer's visibility and flapping).
+            [
+                "subscriptions",
+                _,
+                "resourcegroups",
+                _,
+                "providers",
+                "microsoft.compute",
+                "virtualmachines",
+                name,
+            ] if (method == "GET" && faults.hides(name, CallKind::Get))
+                || (method == "DELETE" && faults.hides(name, CallKind::Delete)) =>
+            {
+                Reply::vm_not_found(name)
+            }
             [
                 "subscriptions",
                 _,
@@ -744,7 +763,7 @@ impl Cloud {
         }
     }
 
-    fn list_vms(&self, query: &str) -> Reply {
+    fn list_vms(&self, query: &str, faults: &FaultLayer) -> Reply {
         let skip: usize = query
             .split('&')
             .find_map(|p| {
@@ -754,15 +773,20 @@ impl Cloud {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let size = self.knobs.page_size.max(1);
-        let page: Vec<Value> = self
+        // A VM created moments ago may be missing from the list (the fault layer's visibility).
+        let listed: Vec<&VmRecord> = self
             .vms
             .values()
+            .filter(|vm| !faults.hides(&key(&vm.name), CallKind::List))
+            .collect();
+        let page: Vec<Value> = listed
+            .iter()
             .skip(skip)
             .take(size)
             .map(|vm| self.vm_body(vm))
             .collect();
         let mut body = json!({ "value": page });
-        if skip + size < self.vms.len() {
+        if skip + size < listed.len() {
             body["nextLink"] = json!(format!(
                 "{}/subscriptions/{SUBSCRIPTION_ID}/resourceGroups/{RESOURCE_GROUP}/providers/Microsoft.Compute/virtualMachines?api-version={COMPUTE_API}&%24skiptoken={}",
                 self.base,

@@ -9,6 +9,8 @@
 
 mod cloud;
 mod tls;
+#[cfg(test)]
+mod visibility_tests;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -324,11 +326,6 @@ async fn serve(
             Fault::ServerError | Fault::Hang(_) => return into_response(Reply::server_error(500)),
             Fault::None => {}
         }
-        if let Some(name) = vm_named(method.as_str(), uri.path())
-            && faults.invisible(&name)
-        {
-            return into_response(Reply::vm_not_found(&name));
-        }
         if let Some(polls) = faults.operation_polls() {
             lock(&cloud).knobs.polls_before_done = polls;
         }
@@ -343,21 +340,9 @@ async fn serve(
         uri.query().unwrap_or(""),
         authorization.as_deref(),
         &body,
+        &faults,
     );
     into_response(reply)
-}
-
-/// The VM a `GET` or `DELETE` of `.../virtualMachines/<name>` names (lower case), if any.
-fn vm_named(method: &str, path: &str) -> Option<String> {
-    if method != "GET" && method != "DELETE" {
-        return None;
-    }
-    let lower = path.to_ascii_lowercase();
-    let segments: Vec<&str> = lower.trim_matches('/').split('/').collect();
-    match segments.as_slice() {
-        [.., "virtualmachines", name] => Some((*name).to_owned()),
-        _ => None,
-    }
 }
 
 fn into_response(reply: Reply) -> Response<Body> {

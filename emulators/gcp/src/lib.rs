@@ -18,6 +18,8 @@
 
 mod filter;
 mod jwt;
+#[cfg(test)]
+mod visibility_tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -28,7 +30,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
-use test_support::faults::{Fault, FaultLayer};
+use test_support::faults::{CallKind, Fault, FaultLayer};
 
 /// The project the emulator serves.
 pub const PROJECT: &str = "emulated-project";
@@ -472,7 +474,7 @@ impl Cloud {
         }
     }
 
-    fn list_instances(&self, query: &HashMap<String, String>) -> Response {
+    fn list_instances(&self, query: &HashMap<String, String>, faults: &FaultLayer) -> Response {
         let wanted = match query.get("filter").map(|f| filter::labels(f)) {
             None => Vec::new(),
             Some(Ok(labels)) => labels,
@@ -485,6 +487,8 @@ impl Cloud {
             .vms
             .iter()
             .filter(|(_, vm)| wanted.iter().all(|(k, v)| vm.labels.get(k) == Some(v)))
+            // A new instance may be missing from a list (the fault layer's visibility).
+            .filter(|(name, _)| !faults.hides(name, CallKind::List))
             .collect();
         let max = query
             .get("maxResults")
@@ -550,12 +554,6 @@ async fn handle(
         Fault::ServerError | Fault::Hang(_) => return server_error(503),
         Fault::None => {}
     }
-    if let [.., "instances", name] = path.split('/').collect::<Vec<_>>().as_slice()
-        && (method == Method::GET || method == Method::DELETE)
-        && faults.invisible(name)
-    {
-        return error_response(ERROR_NOT_FOUND, &instance_path(name));
-    }
     let mut cloud = state.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(polls) = faults.operation_polls() {
         cloud.operation_polls = polls;
@@ -615,13 +613,24 @@ async fn handle(
     };
     let (get, delete) = (method == Method::GET, method == Method::DELETE);
     match segments.as_slice() {
+        // An instance created moments ago may be unknown to a lookup or a deletion, each on its
+        // own (the fault layer's visibility and flapping).
+        [_, _, _, _, _, _, "instances", name]
+            if (get || delete)
+                && zonal(&segments)
+                && faults.hides(name, if get { CallKind::Get } else { CallKind::Delete }) =>
+        {
+            error_response(ERROR_NOT_FOUND, &instance_path(name))
+        }
         [_, _, _, _, _, _, "instances", name] if delete && zonal(&segments) => {
             cloud.delete_instance(name, query.get("requestId"))
         }
         [_, _, _, _, _, _, "instances", name] if get && zonal(&segments) => {
             cloud.get_instance(name)
         }
-        [_, _, _, _, _, _, "instances"] if get && zonal(&segments) => cloud.list_instances(&query),
+        [_, _, _, _, _, _, "instances"] if get && zonal(&segments) => {
+            cloud.list_instances(&query, &faults)
+        }
         [_, _, _, _, _, _, "operations", name] if get && zonal(&segments) => {
             cloud.get_operation(name)
         }

@@ -9,6 +9,8 @@ mod common;
 mod front_door;
 mod powervs;
 mod search;
+#[cfg(test)]
+mod visibility_tests;
 mod vpc;
 
 pub use common::{ACCOUNT_ID, API_KEY, IbmEmulator, Knobs};

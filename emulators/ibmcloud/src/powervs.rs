@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
-use test_support::faults::FaultLayer;
+use test_support::faults::{CallKind, FaultLayer};
 
 use crate::common::{ACCOUNT_ID, answer, fixture, lock, uuid_like};
 use crate::front_door::{
@@ -179,15 +179,24 @@ impl Cloud for Power {
             (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances"]) => {
                 let mut body = fixture(PVM_INSTANCES);
                 body["pvmInstances"] = visible(&account.instances)
+                    // A new instance may be missing from the list (the fault layer's visibility).
+                    .filter(|(id, _)| !faults.hides(id, CallKind::List))
                     .map(|(id, i)| reference_json(id, i))
                     .collect();
                 answer(StatusCode::OK, &body)
             }
-            // An instance created moments ago may still be unknown (the fault layer's window).
-            (
-                &Method::GET | &Method::DELETE,
-                ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id],
-            ) if faults.invisible(id) => not_found(id),
+            // An instance created moments ago may be unknown to a lookup or a deletion, each on
+            // its own (the fault layer's visibility and flapping).
+            (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id])
+                if faults.hides(id, CallKind::Get) =>
+            {
+                not_found(id)
+            }
+            (&Method::DELETE, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id])
+                if faults.hides(id, CallKind::Delete) =>
+            {
+                not_found(id)
+            }
             (&Method::GET, ["pcloud", "v1", "cloud-instances", _, "pvm-instances", id]) => {
                 get_instance(account, id)
             }

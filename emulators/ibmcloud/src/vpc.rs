@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
-use test_support::faults::FaultLayer;
+use test_support::faults::{CallKind, FaultLayer};
 
 use crate::common::{ACCOUNT_ID, answer, fixture, lock, no_content, uuid_like};
 use crate::front_door::{
@@ -274,11 +274,15 @@ impl Cloud for Vpc {
         let (method, path, query) = (request.method, request.path, request.query);
         match (method, path) {
             (&Method::POST, ["v3", "resources", "search"]) => {
-                search_resources(account, query, request.body)
+                search_resources(account, query, request.body, faults)
             }
-            (&Method::GET, ["v1", "instances"]) => list_instances(account, query),
-            // An instance created moments ago may still be unknown (the fault layer's window).
-            (&Method::GET | &Method::DELETE, ["v1", "instances", id]) if faults.invisible(id) => {
+            (&Method::GET, ["v1", "instances"]) => list_instances(account, query, faults),
+            // An instance created moments ago may be unknown to a lookup or a deletion, each on
+            // its own (the fault layer's visibility and flapping).
+            (&Method::GET, ["v1", "instances", id]) if faults.hides(id, CallKind::Get) => {
+                not_found(id, "Instance not found")
+            }
+            (&Method::DELETE, ["v1", "instances", id]) if faults.hides(id, CallKind::Delete) => {
                 not_found(id, "Instance not found")
             }
             (&Method::GET, ["v1", "instances", id]) => get_instance(account, id),
@@ -346,7 +350,11 @@ fn instance_json(base: &str, id: &str, i: &VpcInstance, deleting: bool) -> Value
     v
 }
 
-fn list_instances(state: &Account<Vpc>, query: &BTreeMap<String, String>) -> Response {
+fn list_instances(
+    state: &Account<Vpc>,
+    query: &BTreeMap<String, String>,
+    faults: &FaultLayer,
+) -> Response {
     let limit: usize = query
         .get("limit")
         .and_then(|l| l.parse().ok())
@@ -354,11 +362,22 @@ fn list_instances(state: &Account<Vpc>, query: &BTreeMap<String, String>) -> Res
         .clamp(1, 100);
     let base = &state.cloud.base_url;
     let start = query.get("start").cloned().unwrap_or_default();
-    let page: Vec<(&String, &VpcInstance)> =
-        state.instances.range(start..).take(limit + 1).collect();
+    // An instance created moments ago may be missing from the list (the fault layer's
+    // visibility): from its page and from the total.
+    let listed: Vec<(&String, &VpcInstance)> = state
+        .instances
+        .iter()
+        .filter(|(id, _)| !faults.hides(id, CallKind::List))
+        .collect();
+    let page: Vec<(&String, &VpcInstance)> = listed
+        .iter()
+        .filter(|(id, _)| **id >= start)
+        .take(limit + 1)
+        .copied()
+        .collect();
     let mut body = fixture(INSTANCE_COLLECTION);
     body["limit"] = json!(limit);
-    body["total_count"] = json!(state.instances.len());
+    body["total_count"] = json!(listed.len());
     body["first"]["href"] = json!(format!("{base}/v1/instances?limit={limit}"));
     body["instances"] = page
         .iter()
@@ -381,12 +400,14 @@ fn list_instances(state: &Account<Vpc>, query: &BTreeMap<String, String>) -> Res
 /// What Global Search indexes of this account: the region's instances (once `search_lag` has
 /// passed since their creation) with their user tags, its floating IPs, and the instances of
 /// other regions.
-fn search_documents(state: &Account<Vpc>) -> Vec<search::Document> {
+fn search_documents(state: &Account<Vpc>, faults: &FaultLayer) -> Vec<search::Document> {
     let region = search::region_of_zone(ZONE);
     let instances = state
         .instances
         .iter()
         .filter(|(_, i)| i.created.elapsed() >= state.cloud.search_lag)
+        // The fault layer's visibility of lists holds for the search too.
+        .filter(|(id, _)| !faults.hides(id, CallKind::List))
         .map(|(_, i)| search::Document {
             crn: i.crn.clone(),
             name: i.name.clone(),
@@ -420,8 +441,9 @@ fn search_resources(
     state: &mut Account<Vpc>,
     query: &BTreeMap<String, String>,
     body: &[u8],
+    faults: &FaultLayer,
 ) -> Response {
-    let documents = search_documents(state);
+    let documents = search_documents(state, faults);
     match search::answer(&mut state.cloud.cursors, &documents, query, body) {
         Ok(page) => answer(StatusCode::OK, &page),
         Err(message) => bad_request(&message),
