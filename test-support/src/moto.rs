@@ -10,9 +10,11 @@
 //! The wrapper serves moto's own WSGI application behind a fault layer, which also counts the EC2
 //! calls by the access key that signed them (the bench's cloud-call figures): what moto never
 //! does, EC2 does, and [`Faults`] turns it on. EC2's
-//! eventual consistency (`InvalidInstanceID.NotFound` for given ids, or for every instance during
-//! its first seconds after `RunInstances`), server errors and throttling at a rate, each answered
-//! with EC2's own XML error body. Off unless set; [`Moto::reset`] turns it off again.
+//! eventual consistency (`InvalidInstanceID.NotFound` for given ids, or during an instance's first
+//! seconds after `RunInstances`, to each kind of call on its own: a call naming it, a filtered
+//! `DescribeInstances` that leaves it out, a `TerminateInstances`; or flapping between answers),
+//! server errors and throttling at a rate, each answered with EC2's own XML error body. Off unless
+//! set; [`Moto::reset`] turns it off again.
 #![allow(clippy::unwrap_used)] // test support: a failed setup ends the test with its message
 
 use std::collections::BTreeMap;
@@ -24,6 +26,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
+
+pub use crate::faults::{CallKind, Flapping, Visibility};
 
 pub const ACCESS_KEY_ID: &str = "AKIDTESTPEERPODS";
 /// Dummy, but treated as a secret by the provider: tests check it never shows up in errors.
@@ -40,6 +44,7 @@ pub const IMAGE_ID: &str = "ami-12c6146b";
 /// clears faults and counts. A harness of its own runs it through [`Moto::start`].
 pub const WRAPPER: &str = r#"
 import collections, io, json, random, re, sys, threading, time, urllib.parse, uuid
+import xml.etree.ElementTree as ElementTree
 from werkzeug.serving import make_server
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
@@ -47,6 +52,7 @@ lock = threading.Lock()
 faults = {}
 created = {}
 injected = collections.Counter()
+flaps = collections.Counter()
 requests = collections.defaultdict(collections.Counter)
 rng = random.Random(0)
 credential = re.compile(r"Credential=([^/]+)/")
@@ -68,6 +74,62 @@ def not_found_message(ids):
     if len(ids) == 1:
         return "The instance ID '%s' does not exist" % ids[0]
     return "The instance IDs '%s' do not exist" % ", ".join(ids)
+
+def hides(instance, kind, now):
+    # Whether a call of kind ("get", "list" or "delete") does not see the instance: launched
+    # less than the kind's window ago, or a flapping answer drawn not found (the draw repeats
+    # with the seed, the id and the answers about it before). Called with the lock held.
+    at = created.get(instance)
+    if at is None:
+        return False
+    age = now - at
+    window = max(faults.get("invisible_for_secs", 0), faults.get("invisible", {}).get(kind, 0))
+    if age < window:
+        return True
+    flapping = faults.get("flapping") or {}
+    bound, answers = flapping.get("window_secs", 0), flapping.get("answers", 0)
+    if kind not in flapping.get("kinds", ()) or flapping.get("miss_rate", 0) <= 0:
+        return False
+    if (not bound and not answers) or (bound and age >= bound) or (answers and flaps[instance] >= answers):
+        return False
+    count = flaps[instance]
+    flaps[instance] += 1
+    draw = random.Random("%s:%s:%d" % (faults.get("seed", 0), instance, count)).random()
+    return draw < flapping["miss_rate"]
+
+def lists_hide():
+    # Whether a list (DescribeInstances without InstanceId.N) may leave instances out.
+    flapping = faults.get("flapping") or {}
+    return (faults.get("invisible_for_secs", 0) > 0 or faults.get("invisible", {}).get("list", 0) > 0
+            or "list" in flapping.get("kinds", ()))
+
+def without_hidden(text):
+    # The DescribeInstances answer without the instances a list does not see (counted), and
+    # without reservations left empty, as EC2 lists them.
+    root = ElementTree.fromstring(text)
+    namespace = root.tag[1:].partition("}")[0] if root.tag.startswith("{") else ""
+    name = lambda tag: "{%s}%s" % (namespace, tag) if namespace else tag
+    reservations = root.find(name("reservationSet"))
+    if reservations is None:
+        return text
+    now, changed = time.monotonic(), False
+    with lock:
+        for reservation in list(reservations):
+            instances = reservation.find(name("instancesSet"))
+            if instances is None:
+                continue
+            for item in list(instances):
+                instance = item.findtext(name("instanceId"))
+                if instance and hides(instance, "list", now):
+                    instances.remove(item)
+                    injected["not_found"] += 1
+                    changed = True
+            if len(instances) == 0:
+                reservations.remove(reservation)
+    if not changed:
+        return text
+    ElementTree.register_namespace("", namespace)
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root)
 
 def fault_for(action, key, ids):
     # (seconds to wait first, the fault to answer or None)
@@ -93,9 +155,9 @@ def fault_for(action, key, ids):
             message = refusal["message"].replace("{id}", ids[0] if ids else "")
             return delay, (refusal["status"], refusal["code"], message)
         hidden = set(faults.get("hidden_ids", ()))
-        window = faults.get("invisible_for_secs", 0)
+        kind = "delete" if action == "TerminateInstances" else "get"
         now = time.monotonic()
-        unknown = [i for i in ids if i in hidden or now - created.get(i, float("-inf")) < window]
+        unknown = [i for i in ids if i in hidden or hides(i, kind, now)]
         if unknown:
             injected["not_found"] += 1
             return delay, ("400 Bad Request", "InvalidInstanceID.NotFound", not_found_message(unknown))
@@ -114,6 +176,7 @@ def faulty(app):
                     faults.update(json.loads(body or b"{}"))
                     rng.seed(faults.get("seed", 0))
                     injected.clear()
+                    flaps.clear()
                 text = json.dumps(dict(injected)).encode()
             return answer(start_response, "200 OK", "application/json", text)
         if path == "/peerpods-requests":
@@ -125,6 +188,7 @@ def faulty(app):
                 faults.clear()
                 created.clear()
                 injected.clear()
+                flaps.clear()
                 requests.clear()
             return app(environ, start_response)
         query = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
@@ -141,17 +205,25 @@ def faulty(app):
             time.sleep(delay)
         if fault:
             return ec2_error(start_response, *fault)
-        if action != "RunInstances":
+        with lock:
+            listing = (action == "DescribeInstances" and not ids and lists_hide()
+                       and faults.get("access_key") in (None, key))
+        if action != "RunInstances" and not listing:
             return app(environ, start_response)
-        # Remember when each instance was launched: it may be unknown for its first seconds.
         started = {}
         def keep(status, headers, exc_info=None):
             started["status"], started["headers"] = status, headers
         text = b"".join(app(environ, keep))
-        with lock:
-            for instance in launched.findall(text):
-                created[instance.decode()] = time.monotonic()
-        start_response(started["status"], started["headers"])
+        if action == "RunInstances":
+            # Remember when each instance was launched: it may be unknown for its first seconds.
+            with lock:
+                for instance in launched.findall(text):
+                    created[instance.decode()] = time.monotonic()
+        elif started["status"].startswith("200"):
+            # A list (a filtered DescribeInstances) leaves out the instances it does not see.
+            text = without_hidden(text)
+        headers = [(k, v) for k, v in started["headers"] if k.lower() != "content-length"]
+        start_response(started["status"], headers + [("Content-Length", str(len(text)))])
         return [text]
     return handle
 
@@ -164,16 +236,30 @@ server.shutdown()
 
 /// What EC2 does and moto does not, for the layer in front of moto to answer instead of it.
 /// Faults apply to EC2 calls (requests with an `Action`), after the latency, in this order:
-/// throttling, server errors, hangs, unknown instances; a request they spare reaches moto.
+/// throttling, server errors, hangs, unknown instances; a request they spare reaches moto, and a
+/// list's answer then leaves out the instances the list does not see.
+///
+/// The kinds of call ([`CallKind`]) of EC2: `get` is any call naming the instance as
+/// `InstanceId.N` but `TerminateInstances` (e.g. `DescribeInstances` by ids), answered
+/// `InvalidInstanceID.NotFound` (HTTP 400) naming the ids it does not see; `delete` is
+/// `TerminateInstances`, answered the same; `list` is a `DescribeInstances` without
+/// `InstanceId.N` (with `Filter.N`, e.g. `instance-id` or `tag:...`, or none), whose answer leaves
+/// the instance out (and a reservation left empty). Each instance left out is counted in
+/// `not_found`; a call naming ids counts once.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Faults {
     /// Instance ids EC2 answers `InvalidInstanceID.NotFound` for (HTTP 400), in any call that
-    /// names them as `InstanceId.N`, whether moto knows them or not.
+    /// names them as `InstanceId.N`, whether moto knows them or not. Lists still show them.
     pub hidden_ids: Vec<String>,
     /// EC2's eventual consistency: an instance launched through this server less than this long
-    /// ago is `InvalidInstanceID.NotFound` in any call that names it as `InstanceId.N`. Calls
-    /// that select instances by filter (e.g. `instance-id`) still list it: not modelled.
+    /// ago is unknown to every kind of call ([`Visibility::all`] of it, added to `invisible`).
     pub invisible_after_launch: Duration,
+    /// How long after its launch each kind of call does not see an instance (the longer of this
+    /// and `invisible_after_launch` holds for each kind).
+    pub invisible: Visibility,
+    /// Answers that disagree between calls, drawn from `seed` as the emulators' fault layer
+    /// draws them ([`Flapping`]).
+    pub flapping: Flapping,
     /// Share of calls (0 to 1) answered HTTP 500 `InternalError`.
     pub server_error_rate: f64,
     /// Share of calls (0 to 1) answered HTTP 503 `RequestLimitExceeded`, as EC2 throttles.
@@ -353,6 +439,17 @@ impl Moto {
         let body = serde_json::json!({
             "hidden_ids": faults.hidden_ids,
             "invisible_for_secs": faults.invisible_after_launch.as_secs_f64(),
+            "invisible": {
+                "get": faults.invisible.get.as_secs_f64(),
+                "list": faults.invisible.list.as_secs_f64(),
+                "delete": faults.invisible.delete.as_secs_f64(),
+            },
+            "flapping": {
+                "kinds": faults.flapping.kinds.iter().map(|kind| kind.name()).collect::<Vec<_>>(),
+                "window_secs": faults.flapping.window.as_secs_f64(),
+                "answers": faults.flapping.answers,
+                "miss_rate": faults.flapping.miss_rate,
+            },
             "server_error_rate": faults.server_error_rate,
             "throttle_rate": faults.throttle_rate,
             "latency_secs": faults.latency.as_secs_f64(),

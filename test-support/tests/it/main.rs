@@ -1,4 +1,6 @@
-//! test-support's integration test, in the one test binary of the crate: the workspace's layering.
+//! test-support's integration tests, in the one test binary of the crate: the workspace's layering,
+//! and the eventual consistency of the layer in front of moto.
 #![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod layering;
+mod moto_visibility;
