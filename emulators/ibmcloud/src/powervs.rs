@@ -280,7 +280,15 @@ fn get_instance(state: &mut Account<Power>, id: &str) -> Response {
         return not_found(id);
     }
     match state.lookup(id) {
-        Lookup::Shown(instance, _) => answer(StatusCode::OK, &instance_json(id, instance)),
+        Lookup::Shown(instance, deleting) => {
+            let mut body = instance_json(id, instance);
+            // What the Power API shows of an instance whose deletion runs (terraform-provider-ibm
+            // waits on it: `PIInstanceDeleting`).
+            if deleting {
+                body["status"] = json!("DELETING");
+            }
+            answer(StatusCode::OK, &body)
+        }
         Lookup::Gone => not_found(id),
     }
 }
