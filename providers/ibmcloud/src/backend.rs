@@ -1,24 +1,38 @@
-//! What the VPC and PowerVS backends are made of alike (an authenticated cloud, the owner tag
-//! checked before every delete, the window after which a 404 proves an instance gone) and the
-//! delete they run alike; each backend brings its lookup and its DELETE ([`Instances`]).
+//! What the VPC and PowerVS backends are made of alike (an authenticated cloud, Global Tagging
+//! for an instance's user tags, the deletion engine's driver with the owner guard and the
+//! not-found window) and the delete they run alike: the engine's, through each backend's ports
+//! ([`Lookups`]), bounded by the delete timeout.
+//!
+//! Parts: none are listed. What cloud-api-adaptor creates with a VPC instance (its network
+//! interfaces, its boot volume with `delete_volume_on_instance_delete`) and with a PVM instance
+//! is deleted by the cloud in the instance's own deletion; a floating IP bound to a peer-pod VM
+//! is an operator's reservation (cloud-api-adaptor creates none) and is never deleted.
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use async_trait::async_trait;
+use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Sighting, window_from_config};
 use peerpods_provider_core::{
-    CloudCalls, DeleteOutcome, Error, NotFoundWindow, OwnerTag, ProviderConfig, Redactor,
+    CloudCalls, DeleteOutcome, Deleter, Error, InstanceKey, OwnerTag, Pace, ProviderConfig,
+    ProviderName, Redactor,
 };
+use reqwest::StatusCode;
 
 use crate::cloud::Cloud;
-use crate::delete;
-use crate::http::Http;
+use crate::http::{Answer, Http};
 use crate::iam::Iam;
 use crate::settings::Common;
+use crate::tags;
 
 /// Which backend: the facts the shared parts need.
 pub struct Kind {
     /// The `cloud_provider` name (metrics, logs).
     pub name: &'static str,
+    /// The same, as the deletion engine keys instances.
+    pub provider: ProviderName,
     /// The cloud in messages, e.g. `IBM Cloud VPC`.
     pub cloud: &'static str,
     /// The setting of the not-found window, and the window when it is not set.
@@ -29,19 +43,18 @@ pub struct Kind {
 /// The parts both backends are made of.
 pub struct Backend {
     pub cloud: Cloud,
-    /// Global Tagging, where the owner check reads an instance's user tags.
+    /// Global Tagging, where an instance's user tags are read.
     tagging_url: String,
-    /// `CLUSTER_TAG` / `DELETE_UNTAGGED`, checked with do-not-delete before every delete.
-    owner: OwnerTag,
-    /// When a 404 of an instance proves it gone (see `NotFoundWindow`).
-    not_found: NotFoundWindow,
+    /// The deletion engine's driver: the guard (`CLUSTER_TAG`, do-not-delete), the not-found
+    /// window, the pace of lookups (`IBMCLOUD_DELETE_POLL_MS`).
+    deleter: Deleter,
     kind: &'static Kind,
 }
 
-/// What the cloud says of an instance before its delete.
-pub enum Lookup {
-    /// It is there: its CRN (where its user tags are attached) and whether its deletion is
-    /// already under way (the DELETE is not sent again).
+/// What the cloud shows of an instance, before its tags are read.
+pub enum Shown {
+    /// It is there: its CRN (where its user tags are attached) and whether the cloud shows it
+    /// being deleted.
     Found { crn: Option<String>, deleting: bool },
     /// The API does not know it (404): not yet, or no more.
     Unknown,
@@ -49,14 +62,14 @@ pub enum Lookup {
     Deleted,
 }
 
-/// A backend's own calls for the shared delete.
+/// A backend's own calls for the shared delete: translations of the cloud's answers only.
 #[async_trait]
-pub trait Instances: Sync {
-    /// What the cloud says of the instance.
-    async fn look_up(&self, instance_id: &str) -> Result<Lookup, Error>;
+pub trait Lookups: Sync {
+    /// What the cloud shows of the instance.
+    async fn look_up(&self, instance_id: &str) -> Result<Shown, Error>;
 
-    /// Sends the DELETE (`what` names it); `true` when the API answers the instance is gone.
-    async fn send_delete(&self, instance_id: &str, what: &str) -> Result<bool, Error>;
+    /// Sends the DELETE.
+    async fn request_delete(&self, instance_id: &str) -> Result<DeleteAnswer, Error>;
 }
 
 impl Backend {
@@ -75,61 +88,152 @@ impl Backend {
             Redactor::new(iam.secrets()),
             policy.clone(),
         )?;
+        let window = window_from_config(config, kind.not_found_setting, kind.not_found_window)?;
+        let deleter = Deleter::new(
+            kind.provider,
+            OwnerTag::from_config(config)?.guard(),
+            window,
+            kind.not_found_setting,
+            Pace::every(policy.delete_poll),
+        );
         Ok(Backend {
             cloud: Cloud::new(http, Iam::new(iam.clone())),
             tagging_url: tagging_url.to_owned(),
-            owner: OwnerTag::from_config(config)?,
-            not_found: NotFoundWindow::from_config(
-                config,
-                kind.cloud,
-                kind.not_found_setting,
-                kind.not_found_window,
-            )?,
+            deleter,
             kind,
         })
     }
 
-    /// Deletes the instance (`what` names the delete in messages): a 404 is believed only after
-    /// this process's own accepted delete or once it persisted; the owner check on its user
-    /// tags comes before the DELETE; deleted only once a later lookup finds it gone (what it
-    /// owns goes with it).
+    /// Deletes the instance by the deletion engine's rules through `lookups` (`what` names the
+    /// delete in messages). Once the delete timeout (`IBMCLOUD_DELETE_TIMEOUT_SECONDS`) has
+    /// passed, a lookup the engine asks for is not made: the answer is a retryable
+    /// `Unavailable`, and the next call resumes from what this one learnt.
     pub async fn delete(
         &self,
-        instances: &impl Instances,
+        lookups: &impl Lookups,
         instance_id: &str,
         what: &str,
     ) -> Result<DeleteOutcome, Error> {
-        let (crn, deleting) = match instances.look_up(instance_id).await? {
-            Lookup::Found { crn, deleting } => (crn, deleting),
-            Lookup::Deleted => return Ok(DeleteOutcome::AlreadyGone),
-            Lookup::Unknown => return self.not_found.answer(instance_id, Instant::now()),
+        let policy = self.cloud.http.policy();
+        let ports = Ports {
+            backend: self,
+            lookups,
+            what,
+            deadline: tokio::time::Instant::now() + policy.delete_timeout,
+            looked: AtomicBool::new(false),
+            tags_while_deleting: Mutex::new(None),
         };
-        self.not_found.found(instance_id);
-        // Its user tags by the CRN the lookup gave.
-        delete::check_owner(
-            &self.cloud,
-            &self.tagging_url,
-            &self.owner,
-            instance_id,
-            crn.as_deref(),
-        )
-        .await?;
-        if !deleting && instances.send_delete(instance_id, what).await? {
-            return Ok(DeleteOutcome::AlreadyGone);
+        let outcome = self.deleter.delete(&ports, instance_id).await;
+        if let Ok(outcome) = &outcome {
+            tracing::info!(
+                instance_id,
+                outcome = outcome.as_str(),
+                "{} instance deletion answered",
+                self.kind.cloud
+            );
         }
-        // Accepted now or before: a later 404 confirms it. The next call follows a deletion
-        // still running at the bound.
-        self.not_found.delete_accepted(instance_id, Instant::now());
-        delete::confirm_gone(self.cloud.http.policy(), what, || async {
-            let found = instances.look_up(instance_id).await?;
-            Ok(!matches!(found, Lookup::Found { .. }))
+        outcome
+    }
+
+    /// The user tags of the instance whose CRN is `crn` (none without one).
+    async fn tags(&self, crn: Option<&str>) -> Result<BTreeMap<String, String>, Error> {
+        match crn {
+            Some(crn) => tags::user_tags(&self.cloud, &self.tagging_url, crn).await,
+            None => Ok(BTreeMap::new()),
+        }
+    }
+}
+
+/// What a DELETE answered, for the engine: accepted, NotFound (404 or 410: proves nothing by
+/// itself), or refused for the instance's state (409 Conflict). Any other answer is an error.
+pub fn delete_answer(answer: Answer) -> DeleteAnswer {
+    if answer.status == StatusCode::CONFLICT {
+        DeleteAnswer::WrongState
+    } else if answer.is_gone() {
+        DeleteAnswer::NotFound
+    } else {
+        DeleteAnswer::Accepted
+    }
+}
+
+/// Whether a DELETE's answer that is neither a success nor a 404/410 is one [`delete_answer`]
+/// reads (rather than an error).
+pub fn is_delete_answer(status: StatusCode) -> bool {
+    status == StatusCode::CONFLICT
+}
+
+/// The engine's ports for one delete call: a backend's [`Lookups`], the instance's user tags
+/// with each sighting, and the call's bound.
+struct Ports<'a, L> {
+    backend: &'a Backend,
+    lookups: &'a L,
+    what: &'a str,
+    deadline: tokio::time::Instant,
+    /// Whether this call looked the instance up already.
+    looked: AtomicBool,
+    /// The tags read while the cloud showed the instance being deleted, by its CRN: read once
+    /// per call (a mark set during the cloud's deletion cannot stop it).
+    tags_while_deleting: Mutex<Option<(Option<String>, BTreeMap<String, String>)>>,
+}
+
+impl<L: Lookups> Ports<'_, L> {
+    /// A retryable error once the bound has passed, for any lookup but the call's first.
+    fn within_bound(&self) -> Result<(), Error> {
+        let first = !self.looked.swap(true, Ordering::Relaxed);
+        if first || tokio::time::Instant::now() < self.deadline {
+            return Ok(());
+        }
+        let policy = self.backend.cloud.http.policy();
+        Err(Error::unavailable(format!(
+            "{}: still deleting after {} s; ask again in {} s to confirm it gone",
+            self.what,
+            policy.delete_timeout.as_secs(),
+            policy.delete_poll.as_secs().max(1)
+        )))
+    }
+
+    async fn tags_while_deleting(
+        &self,
+        crn: Option<String>,
+    ) -> Result<BTreeMap<String, String>, Error> {
+        let known = self
+            .tags_while_deleting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some((read_for, tags)) = known
+            && read_for == crn
+        {
+            return Ok(tags);
+        }
+        let tags = self.backend.tags(crn.as_deref()).await?;
+        *self
+            .tags_while_deleting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((crn, tags.clone()));
+        Ok(tags)
+    }
+}
+
+#[async_trait]
+impl<L: Lookups> DeletionPorts for Ports<'_, L> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+        self.within_bound()?;
+        Ok(match self.lookups.look_up(instance.id()).await? {
+            Shown::Found {
+                crn,
+                deleting: false,
+            } => Sighting::Present(self.backend.tags(crn.as_deref()).await?),
+            Shown::Found {
+                crn,
+                deleting: true,
+            } => Sighting::Deleting(self.tags_while_deleting(crn).await?),
+            Shown::Unknown => Sighting::NotFound,
+            Shown::Deleted => Sighting::Gone,
         })
-        .await?;
-        tracing::info!(
-            instance_id,
-            "{} instance deleted and confirmed gone",
-            self.kind.cloud
-        );
-        Ok(DeleteOutcome::Deleted)
+    }
+
+    async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
+        self.lookups.request_delete(instance.id()).await
     }
 }

@@ -28,6 +28,18 @@ impl Cloud {
         what: &str,
         build: impl Fn(&reqwest::Client, &Token) -> reqwest::RequestBuilder,
     ) -> Result<Answer, Error> {
+        self.call_answering(operation, what, |_| false, build).await
+    }
+
+    /// [`Cloud::call`] that also returns the answers `also` accepts (e.g. a 409 the caller
+    /// reads as a refusal for the resource's state) instead of making them errors.
+    pub async fn call_answering(
+        &self,
+        operation: &'static str,
+        what: &str,
+        also: impl Fn(StatusCode) -> bool,
+        build: impl Fn(&reqwest::Client, &Token) -> reqwest::RequestBuilder,
+    ) -> Result<Answer, Error> {
         let mut token = self.iam.token(&self.http).await?;
         let mut exchanged_again = false;
         loop {
@@ -35,7 +47,7 @@ impl Cloud {
                 .http
                 .send(operation, what, || build(self.http.client(), &token))
                 .await?;
-            if answer.is_success() || answer.is_gone() {
+            if answer.is_success() || answer.is_gone() || also(answer.status) {
                 return Ok(answer);
             }
             if answer.status == StatusCode::UNAUTHORIZED && !exchanged_again {

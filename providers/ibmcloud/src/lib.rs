@@ -9,17 +9,16 @@
 //! - `iam`: API key → bearer token, cached and refreshed; shared by both backends.
 //! - `http`: every call, bounded, retried, counted, its errors mapped and redacted.
 //! - `cloud`: `http` with `iam`'s tokens (a refused token exchanged once).
-//! - `tags`: user tags from the Global Tagging API; `wait`: bounded wait for deletions.
+//! - `tags`: user tags from the Global Tagging API.
 //! - `search`: the VPC instances of a region with their tags, by Global Search queries.
-//! - `backend`: what both backends are made of and the delete they run alike; `delete`: its
-//!   steps (ownership check, confirmed gone).
+//! - `backend`: what both backends are made of and the delete they run alike: the deletion
+//!   engine's (`peerpods_provider_core::Deleter`), through each backend's lookup and DELETE.
 //! - `timestamps`: the APIs' date-times.
 //!
 //! [`Provider`]: peerpods_provider_core::Provider
 
 mod backend;
 mod cloud;
-mod delete;
 mod http;
 mod iam;
 mod instance_id;
@@ -29,7 +28,6 @@ mod settings;
 mod tags;
 mod timestamps;
 mod vpc;
-mod wait;
 
 pub use powervs::PowerVsProvider;
 pub use vpc::IbmCloudVpcProvider;

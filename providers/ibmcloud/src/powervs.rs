@@ -11,11 +11,12 @@ use peerpods_provider_core::{
 use reqwest::Method;
 use serde::Deserialize;
 
-use crate::backend::{Backend, Instances, Kind, Lookup};
+use crate::backend::{self, Backend, Kind, Lookups, Shown};
 use crate::http::Answer;
 use crate::iam::Token;
 use crate::settings::PowerVsSettings;
 use crate::{instance_id, tags, timestamps};
+use peerpods_provider_core::deletion::DeleteAnswer;
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud-powervs";
@@ -34,6 +35,7 @@ pub struct PowerVsProvider {
 /// an id that never existed.
 static KIND: Kind = Kind {
     name: NAME,
+    provider: ProviderName::IbmcloudPowervs,
     cloud: "Power Virtual Server",
     not_found_setting: "POWERVS_NOT_FOUND_WINDOW_SECS",
     not_found_window: std::time::Duration::from_secs(120),
@@ -48,6 +50,9 @@ struct PvmInstance {
     creation_date: Option<String>,
     #[serde(default)]
     crn: Option<String>,
+    /// `ACTIVE`, `BUILD`, `SHUTOFF`, `ERROR`, ..., `DELETING` while its deletion runs.
+    #[serde(default)]
+    status: String,
 }
 
 #[derive(Deserialize)]
@@ -182,24 +187,34 @@ fn capacity_of(workspace: &Workspace) -> Capacity {
 }
 
 #[async_trait]
-impl Instances for PowerVsProvider {
-    async fn look_up(&self, instance_id: &str) -> Result<Lookup, Error> {
+impl Lookups for PowerVsProvider {
+    /// An instance `DELETING` is being deleted (ours or another's); any other status shows it
+    /// there. 410 Gone says it was deleted.
+    async fn look_up(&self, instance_id: &str) -> Result<Shown, Error> {
         Ok(match self.lookup(instance_id).await? {
-            Ok(instance) => Lookup::Found {
+            Ok(instance) => Shown::Found {
+                deleting: instance.status.eq_ignore_ascii_case("DELETING"),
                 crn: instance.crn,
-                deleting: false,
             },
-            Err(reqwest::StatusCode::GONE) => Lookup::Deleted,
-            Err(_) => Lookup::Unknown,
+            Err(reqwest::StatusCode::GONE) => Shown::Deleted,
+            Err(_) => Shown::Unknown,
         })
     }
 
-    async fn send_delete(&self, instance_id: &str, what: &str) -> Result<bool, Error> {
+    async fn request_delete(&self, instance_id: &str) -> Result<DeleteAnswer, Error> {
+        let what = format!("deleting PowerVS instance {instance_id}");
         let url = format!("{}/pvm-instances/{instance_id}", self.workspace_url);
         let answer = self
-            .call("DeletePvmInstance", what, Method::DELETE, &url)
+            .backend
+            .cloud
+            .call_answering(
+                "DeletePvmInstance",
+                &what,
+                backend::is_delete_answer,
+                |c, t| self.request(c.request(Method::DELETE, &url), t),
+            )
             .await?;
-        Ok(answer.is_gone())
+        Ok(backend::delete_answer(answer))
     }
 }
 

@@ -8,9 +8,10 @@ use peerpods_provider_core::{
 };
 use serde::Deserialize;
 
-use crate::backend::{Backend, Instances, Kind, Lookup};
+use crate::backend::{self, Backend, Kind, Lookups, Shown};
 use crate::settings::VpcSettings;
 use crate::{instance_id, search};
+use peerpods_provider_core::deletion::DeleteAnswer;
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "ibmcloud";
@@ -33,6 +34,7 @@ pub struct IbmCloudVpcProvider {
 /// on an id that never existed.
 static KIND: Kind = Kind {
     name: NAME,
+    provider: ProviderName::Ibmcloud,
     cloud: "IBM Cloud VPC",
     not_found_setting: "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
     not_found_window: std::time::Duration::from_secs(120),
@@ -247,26 +249,33 @@ impl Provider for IbmCloudVpcProvider {
 }
 
 #[async_trait]
-impl Instances for IbmCloudVpcProvider {
-    /// An instance already `deleting` is not sent a DELETE again.
-    async fn look_up(&self, instance_id: &str) -> Result<Lookup, Error> {
+impl Lookups for IbmCloudVpcProvider {
+    /// An instance `deleting` is being deleted (ours or another's); any other status shows it
+    /// there.
+    async fn look_up(&self, instance_id: &str) -> Result<Shown, Error> {
         Ok(match self.instance(instance_id).await? {
-            Some(instance) => Lookup::Found {
+            Some(instance) => Shown::Found {
                 deleting: instance.status == "deleting",
                 crn: instance.crn,
             },
-            None => Lookup::Unknown,
+            None => Shown::Unknown,
         })
     }
 
-    async fn send_delete(&self, instance_id: &str, what: &str) -> Result<bool, Error> {
+    async fn request_delete(&self, instance_id: &str) -> Result<DeleteAnswer, Error> {
+        let what = format!("deleting instance {instance_id}");
         let url = self.url(&format!("/instances/{instance_id}"));
         let answer = self
             .backend
             .cloud
-            .call("DeleteInstance", what, |c, t| versioned(c.delete(&url), t))
+            .call_answering(
+                "DeleteInstance",
+                &what,
+                backend::is_delete_answer,
+                |c, t| versioned(c.delete(&url), t),
+            )
             .await?;
-        Ok(answer.is_gone())
+        Ok(backend::delete_answer(answer))
     }
 }
 

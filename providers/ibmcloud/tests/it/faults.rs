@@ -30,7 +30,7 @@ macro_rules! backend_suite {
                 hang_config: &[("IBMCLOUD_API_TIMEOUT_SECONDS", "1")],
                 /// EC2-style eventual consistency on this cloud: a 404 inside the backend's NotFound window
                 /// (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, `POWERVS_NOT_FOUND_WINDOW_SECS`) of an instance this
-                /// process never saw deleted is retryable, not gone.
+                /// process never saw deleted is a wait (not yet visible), not gone.
                 not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
             }
         }

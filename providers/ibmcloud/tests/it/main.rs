@@ -3,6 +3,7 @@
 
 mod conflicts;
 mod faults;
+mod held_deletes;
 mod ibm_support;
 mod powervs;
 mod vpc;

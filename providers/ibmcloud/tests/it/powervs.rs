@@ -28,9 +28,9 @@ async fn deleting_an_instance_waits_until_it_and_its_parts_are_gone() {
     assert!(emulator.vm_or_parts_exist(&other));
     assert_eq!(calls.count(PROVIDER, "GetIamToken", "ok"), 1);
     assert_eq!(calls.count(PROVIDER, "DeletePvmInstance", "ok"), 1);
-    // Read once with its tags before the DELETE (the owner and do-not-delete check), twice
-    // more after it, then 404.
-    assert_eq!(calls.count(PROVIDER, "ListTags", "ok"), 1);
+    // Read with its tags before the DELETE (the owner and do-not-delete check), twice more
+    // `DELETING` after it (its tags read once more, for the first of them), then 404.
+    assert_eq!(calls.count(PROVIDER, "ListTags", "ok"), 2);
     assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "ok"), 3);
     assert_eq!(calls.count(PROVIDER, "GetPvmInstance", "error"), 1);
 }
@@ -44,20 +44,25 @@ async fn an_instance_that_is_gone_is_already_gone() {
     .await;
 }
 
-/// The Power Cloud API reference lists 410 Gone for deleting a PVM instance: gone is gone,
-/// whether the lookup before the DELETE already says so (no DELETE is sent) or the instance
-/// went between that lookup and the DELETE.
+/// The Power Cloud API reference lists 410 Gone for a PVM instance: a lookup answering it says
+/// the instance was deleted (no DELETE is sent). A DELETE answered 410 right after a lookup found
+/// the instance proves nothing by itself: the delete looks again, finds it, asks again, and
+/// answers only once a lookup no longer finds it.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deletion_answered_gone_is_already_gone() {
+async fn a_deletion_answered_gone_is_believed_only_from_a_lookup() {
     let (emulator, _, provider) = started::<PowerVsEmulator>();
     let looked_up_gone = emulator.create_vm("podvm-a", &[]);
     emulator.answer_gone(&looked_up_gone);
 
     // The lookup's 404 of an instance this process never saw deleted waits out the window
-    // (POWERVS_NOT_FOUND_WINDOW_SECS): retryable; with the window at zero it is gone at once.
+    // (POWERVS_NOT_FOUND_WINDOW_SECS): not yet visible; with the window at zero it is gone at
+    // once.
     assert!(matches!(
         provider.delete_instance(&looked_up_gone).await,
-        Err(peerpods_provider_core::Error::Unavailable { .. })
+        Ok(DeleteOutcome::NotYetVisible {
+            setting: "POWERVS_NOT_FOUND_WINDOW_SECS",
+            ..
+        })
     ));
     let trusting = emulator.backend_with(
         &[("POWERVS_NOT_FOUND_WINDOW_SECS", "0")],
@@ -72,20 +77,14 @@ async fn a_deletion_answered_gone_is_already_gone() {
     );
     assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 0);
 
-    let went_meanwhile = emulator.create_vm("podvm-b", &[]);
+    let still_there = emulator.create_vm("podvm-b", &[]);
     emulator.answer_next_verbatim(
         "DELETE pvm-instances/{id}",
         410,
         r#"{"code":410,"description":"pvm-instance has been deleted","error":"Gone","message":"pvm-instance has been deleted"}"#,
     );
-    assert_eq!(
-        provider
-            .delete_instance(&went_meanwhile)
-            .await
-            .expect("gone"),
-        DeleteOutcome::AlreadyGone
-    );
-    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 1);
+    assert_deleted(&emulator, &provider, &still_there).await;
+    assert_eq!(emulator.requests_to("DELETE pvm-instances/{id}"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]

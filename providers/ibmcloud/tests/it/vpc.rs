@@ -57,9 +57,11 @@ async fn deleting_an_instance_removes_it_with_its_parts_and_keeps_a_reserved_flo
     );
     assert_eq!(calls.count(PROVIDER, "GetIamToken", "ok"), 1);
     assert_eq!(calls.count(PROVIDER, "DeleteInstance", "ok"), 1);
-    // One look before, two while `deleting`, the last one answered 404.
+    // One look before, two while `deleting`, the last one answered 404; its tags read before
+    // the DELETE and once while `deleting`.
     assert_eq!(calls.count(PROVIDER, "GetInstance", "ok"), 3);
     assert_eq!(calls.count(PROVIDER, "GetInstance", "error"), 1);
+    assert_eq!(calls.count(PROVIDER, "ListTags", "ok"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]

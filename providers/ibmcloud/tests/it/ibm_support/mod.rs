@@ -255,7 +255,7 @@ pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone
 
 /// An instance deleted is already gone when deleted again. An id never seen deleted by this
 /// process (`never_existed`) is not believed gone on its first 404 (it may be an instance
-/// created moments ago): retryable, naming the window's key `window`; with the window at zero
+/// created moments ago): not yet visible, naming the window's key `window`; with the window at zero
 /// the 404 is trusted at once. Returns the emulator and the first backend's calls, for the
 /// cloud's own counts.
 pub async fn an_instance_that_is_gone_is_already_gone<B: Backend>(
@@ -275,7 +275,7 @@ pub async fn an_instance_that_is_gone_is_already_gone<B: Backend>(
     );
     let unknown = provider.delete_instance(never_existed).await;
     assert!(
-        matches!(&unknown, Err(Error::Unavailable { message, .. }) if message.contains(window)),
+        matches!(&unknown, Ok(DeleteOutcome::NotYetVisible { setting, .. }) if *setting == window),
         "{unknown:?}"
     );
     let trusting = emulator.backend_with(&[(window, "0")], &CloudCalls::default());
