@@ -258,6 +258,19 @@ mod tests {
     }
 
     #[test]
+    fn the_book_counts_the_memos_it_keeps() {
+        let mut book: Book<Instant> = Book::new(WINDOW);
+        assert_eq!(book.len(), 0);
+        assert!(book.is_empty());
+        let mut memo = Memo::default();
+        memo.deletion_accepted(Instant::now());
+        book.keep(&InstanceKey::new(ProviderName::Aws, "i-1"), memo);
+        book.keep(&InstanceKey::new(ProviderName::Aws, "i-2"), memo);
+        assert_eq!(book.len(), 2);
+        assert!(!book.is_empty());
+    }
+
+    #[test]
     fn a_memo_lasts_from_its_latest_moment() {
         let start = Instant::now();
         let mut memo = Memo::default();
