@@ -10,6 +10,8 @@
 //!   label filter of `instances.list`.
 //! - `compute`: every Compute Engine call, bounded, retried, counted; `failure`: what an
 //!   error answer means.
+//! - `ports`: the deletion engine's ports (lookup, delete request); the engine
+//!   (`peerpods_provider_core::Deleter`) decides what "deleted" means.
 
 mod compute;
 mod credentials;
@@ -17,39 +19,40 @@ mod failure;
 mod instance_name;
 mod labels;
 mod operation;
+mod ports;
 mod quota;
 mod settings;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use google_cloud_compute_v1::model::Instance as ComputeInstance;
-use google_cloud_compute_v1::model::instance::Status as InstanceStatus;
 
 pub use settings::{CredentialSource, GcpSettings};
 
 use compute::{Compute, Target};
-use failure::Failure;
-use operation::Progress;
+use peerpods_provider_core::deletion::window_from_config;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, NotFoundWindow, OwnerTag,
-    Provider, ProviderConfig, ProviderName, Redactor, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Health, Instance, OwnerTag, Pace,
+    Provider, ProviderConfig, ProviderName, Redactor, TagSelector, Window,
 };
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "gcp";
 
-/// How long a deletion may wait for Compute Engine to finish (its operation, or another
-/// deletion already under way) before the caller is told to come back.
+/// How long one deletion call may follow Compute Engine (its operation, or another deletion
+/// already under way) before the caller is told to come back; the next call resumes from what
+/// this one learnt.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(180);
-/// First and longest pause between two polls of an operation or of a disappearing instance.
-const POLL_FIRST: Duration = Duration::from_millis(250);
-const POLL_MAX: Duration = Duration::from_secs(5);
+/// The pause between two lookups while Compute Engine deletes an instance, refuses its delete
+/// for its state, or answers it 404 (`GCP_DELETE_POLL_MS`).
+const DELETE_POLL: Duration = Duration::from_secs(1);
+/// The setting of [`DELETE_POLL`].
+pub const DELETE_POLL_SETTING: &str = "GCP_DELETE_POLL_MS";
 /// A bound on `instances.list` pages (500 instances each) against a looping page token.
 const MAX_PAGES: usize = 1000;
 /// How long `instances.get` must keep answering 404 for an instance this process never saw
-/// deleted before it counts as gone (`GCP_NOT_FOUND_WINDOW_SECS`). Compute Engine does not
+/// being deleted before it counts as gone (`GCP_NOT_FOUND_WINDOW_SECS`). Compute Engine does not
 /// document a lag after `instances.insert`, so the window only costs time on an id that never
 /// existed, and guards a VM created moments ago against being released on a stale read.
 const NOT_FOUND_WINDOW: Duration = Duration::from_secs(120);
@@ -59,10 +62,11 @@ pub const NOT_FOUND_WINDOW_SETTING: &str = "GCP_NOT_FOUND_WINDOW_SECS";
 pub struct GcpProvider {
     compute: Compute,
     delete_timeout: Duration,
-    /// With `CLUSTER_TAG`, only instances carrying that label are deleted.
-    owner: OwnerTag,
-    /// When a 404 proves an instance gone (see `NotFoundWindow`).
-    not_found: NotFoundWindow,
+    /// The deletion engine's driver: the guard (`CLUSTER_TAG`, do-not-delete), the not-found
+    /// window and the pace of lookups.
+    deleter: Deleter,
+    /// The delete operations this process started and has not seen end, by instance name.
+    pending: ports::Pending,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -87,15 +91,12 @@ impl GcpProvider {
             settings.request_timeout = timeout;
         }
         let owner = OwnerTag::from_config(config)?;
-        let not_found = NotFoundWindow::from_config(
-            config,
-            "Compute Engine",
-            NOT_FOUND_WINDOW_SETTING,
-            NOT_FOUND_WINDOW,
-        )?;
+        let window = window_from_config(config, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
+        let poll = config
+            .positive_duration_ms(DELETE_POLL_SETTING)?
+            .unwrap_or(DELETE_POLL);
         Ok(GcpProvider {
-            owner,
-            not_found,
+            deleter: deleter(&owner, window, poll),
             ..Self::new(settings, calls).await?
         })
     }
@@ -120,12 +121,8 @@ impl GcpProvider {
         Ok(GcpProvider {
             compute,
             delete_timeout: DELETE_TIMEOUT,
-            owner: OwnerTag::default(),
-            not_found: NotFoundWindow::new(
-                "Compute Engine",
-                NOT_FOUND_WINDOW_SETTING,
-                NOT_FOUND_WINDOW,
-            ),
+            deleter: deleter(&OwnerTag::default(), Window(NOT_FOUND_WINDOW), DELETE_POLL),
+            pending: ports::Pending::default(),
         })
     }
 
@@ -133,149 +130,6 @@ impl GcpProvider {
     /// with `result` (`ok`, `error`, `throttled`).
     pub fn api_calls(&self, operation: &'static str, result: &'static str) -> u64 {
         self.compute.calls_of(operation, result)
-    }
-
-    /// Deletes the instance and waits until Compute Engine reports it gone.
-    async fn delete(&self, name: &str) -> Result<DeleteOutcome, Error> {
-        let what = format!("deleting instance {name}");
-        // Its labels first, on every configuration: an instance labelled do-not-delete is never
-        // deleted, and with a cluster tag another cluster's (or an unlabelled) one is not ours.
-        // The one lookup before the DELETE; it also answers for an instance already gone.
-        let labels: BTreeMap<String, String> = match self.compute.get_instance(name).await {
-            Ok(instance) => {
-                self.not_found.found(name);
-                instance.labels.into_iter().collect()
-            }
-            // Believed only after this process's own accepted delete, or once it persisted.
-            Err(failure) if failure.is_not_found() => {
-                return self.not_found.answer(name, std::time::Instant::now());
-            }
-            Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
-        };
-        self.owner.check(name, &labels)?;
-        let deadline = tokio::time::Instant::now() + self.delete_timeout;
-        let mut request = request_id();
-        let mut pause = Pauses::new();
-        // Set once another operation was seen holding the instance (e.g. a deletion under way).
-        let mut was_busy = false;
-        loop {
-            let operation = match self.compute.delete_instance(name, &request).await {
-                Ok(operation) => {
-                    self.not_found
-                        .delete_accepted(name, std::time::Instant::now());
-                    operation
-                }
-                Err(failure) if failure.is_not_found() => {
-                    return Ok(if was_busy {
-                        DeleteOutcome::Deleted
-                    } else {
-                        DeleteOutcome::AlreadyGone
-                    });
-                }
-                Err(failure) if failure.is_not_ready() => {
-                    was_busy = true;
-                    if self.wait_while_stopping(name, deadline, &mut pause).await? {
-                        return Ok(DeleteOutcome::Deleted);
-                    }
-                    // Busy with something else (e.g. still being created): delete again.
-                    continue;
-                }
-                Err(failure) => return Err(failure.into_error(&what)),
-            };
-            match self.wait_for(operation, deadline, &what).await? {
-                OperationEnd::Finished(outcome) => return Ok(outcome),
-                // Accepted, then refused when it ran: another operation held the instance.
-                OperationEnd::NotReady => {
-                    was_busy = true;
-                    if self.wait_while_stopping(name, deadline, &mut pause).await? {
-                        return Ok(DeleteOutcome::Deleted);
-                    }
-                    // That request is over: the next attempt is a new request, else Compute
-                    // Engine would answer the failed operation again for its requestId.
-                    request = request_id();
-                }
-            }
-        }
-    }
-
-    /// Polls the delete operation until DONE.
-    async fn wait_for(
-        &self,
-        mut operation: google_cloud_compute_v1::model::Operation,
-        deadline: tokio::time::Instant,
-        what: &str,
-    ) -> Result<OperationEnd, Error> {
-        let mut pause = Pauses::new();
-        loop {
-            match operation::progress(&operation) {
-                Progress::Done => return Ok(OperationEnd::Finished(DeleteOutcome::Deleted)),
-                Progress::Failed {
-                    status,
-                    codes,
-                    message,
-                } => {
-                    if operation::failed_as_not_found(status, &message) {
-                        return Ok(OperationEnd::Finished(DeleteOutcome::AlreadyGone));
-                    }
-                    // The codes say what happened; the status alone would make a busy
-                    // instance INTERNAL and a rate refusal a missing permission.
-                    let failure = Failure {
-                        status: status.or(Some(500)),
-                        retry_after: None,
-                        reasons: codes,
-                        message: format!("the operation failed: {message}"),
-                        credentials: None,
-                        transport: None,
-                    };
-                    if failure.is_not_ready() {
-                        return Ok(OperationEnd::NotReady);
-                    }
-                    return Err(failure.into_error(what));
-                }
-                Progress::Running => {}
-            }
-            let Some(name) = operation.name.clone() else {
-                return Err(Error::internal(format!(
-                    "{what}: Compute Engine returned an operation without a name"
-                )));
-            };
-            pause.sleep_before(deadline).await.map_err(|()| {
-                Error::unavailable(format!(
-                    "{what}: operation {name} still running after {}s",
-                    self.delete_timeout.as_secs()
-                ))
-            })?;
-            operation = self
-                .compute
-                .get_operation(&name)
-                .await
-                .map_err(|failure| failure.into_error(what))?;
-        }
-    }
-
-    /// While another operation holds the instance: `true` once it is gone, `false` as soon as
-    /// it is not stopping (so deleting it again may now be accepted).
-    async fn wait_while_stopping(
-        &self,
-        name: &str,
-        deadline: tokio::time::Instant,
-        pause: &mut Pauses,
-    ) -> Result<bool, Error> {
-        let what = format!("waiting for instance {name} to be deleted");
-        loop {
-            pause.sleep_before(deadline).await.map_err(|()| {
-                Error::unavailable(format!(
-                    "{what}: still there after {}s",
-                    self.delete_timeout.as_secs()
-                ))
-            })?;
-            match self.compute.get_instance(name).await {
-                Err(failure) if failure.is_not_found() => return Ok(true),
-                Err(failure) => return Err(failure.into_error(&what)),
-                Ok(instance) if instance.status == Some(InstanceStatus::Stopping) => {}
-                Ok(_) => return Ok(false),
-            }
-        }
     }
 
     async fn all_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
@@ -329,7 +183,19 @@ impl Provider for GcpProvider {
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         // The name becomes part of the URL path: never send one that is not a valid name.
         self.validate_instance_id(instance_id)?;
-        let outcome = self.delete(instance_id).await;
+        let outcome = match tokio::time::timeout(
+            self.delete_timeout,
+            self.deleter.delete(self, instance_id),
+        )
+        .await
+        {
+            Ok(outcome) => outcome,
+            // What the deletion learnt is kept: the next call resumes from it.
+            Err(_) => Err(Error::unavailable(format!(
+                "deleting instance {instance_id}: Compute Engine is still deleting it after {} s; ask again to confirm it gone",
+                self.delete_timeout.as_secs()
+            ))),
+        };
         match &outcome {
             Ok(outcome) => tracing::info!(
                 instance_id,
@@ -387,14 +253,6 @@ impl Provider for GcpProvider {
     }
 }
 
-/// How a deletion's operation ended.
-enum OperationEnd {
-    /// DONE: deleted, or the instance was found gone.
-    Finished(DeleteOutcome),
-    /// DONE with `RESOURCE_NOT_READY`: another operation held the instance; nothing was deleted.
-    NotReady,
-}
-
 /// The domain view of a Compute Engine instance: its name is the id CAA records.
 fn domain_instance(instance: ComputeInstance) -> Instance {
     Instance {
@@ -413,35 +271,19 @@ fn request_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
+/// The deletions of this backend: `owner`'s guard, `window`, a lookup every `poll`.
+fn deleter(owner: &OwnerTag, window: Window, poll: Duration) -> Deleter {
+    Deleter::new(
+        ProviderName::Gcp,
+        owner.guard(),
+        window,
+        NOT_FOUND_WINDOW_SETTING,
+        Pace::every(poll),
+    )
+}
+
 fn config_error(problem: settings::Problem) -> Error {
     Error::config(problem.key.to_owned(), problem.reason)
-}
-
-/// Growing pauses between polls, never past a deadline.
-struct Pauses {
-    next: Duration,
-    max: Duration,
-}
-
-impl Pauses {
-    fn new() -> Self {
-        Self::growing(POLL_FIRST, POLL_MAX)
-    }
-
-    fn growing(first: Duration, max: Duration) -> Self {
-        Pauses { next: first, max }
-    }
-
-    /// Sleeps the next pause; `Err` when that would pass `deadline`.
-    async fn sleep_before(&mut self, deadline: tokio::time::Instant) -> Result<(), ()> {
-        let pause = self.next;
-        if tokio::time::Instant::now() + pause > deadline {
-            return Err(());
-        }
-        self.next = (self.next * 2).min(self.max);
-        tokio::time::sleep(pause).await;
-        Ok(())
-    }
 }
 
 #[cfg(test)]
@@ -462,20 +304,6 @@ mod tests {
         );
         assert_eq!(domain.tags.get("cluster").map(String::as_str), Some("blue"));
         assert_eq!(domain_instance(ComputeInstance::new()).created, None);
-    }
-
-    #[tokio::test]
-    async fn pauses_grow_and_stop_at_the_deadline() {
-        let start = tokio::time::Instant::now();
-        let mut pauses = Pauses::growing(Duration::from_millis(10), Duration::from_secs(1));
-        let deadline = start + Duration::from_millis(450);
-        let mut slept = 0;
-        while pauses.sleep_before(deadline).await.is_ok() {
-            slept += 1;
-        }
-        // 10 + 20 + 40 + 80 + 160 = 310 ms fit in 450 ms; the next 320 ms pause would not.
-        assert_eq!(slept, 5);
-        assert!(tokio::time::Instant::now() <= deadline);
     }
 
     #[test]

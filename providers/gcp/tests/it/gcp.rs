@@ -1,6 +1,7 @@
 //! The GCP backend through its public `Provider` API, with the real Compute Engine client and
 //! `google-cloud-auth` credentials, against the local Compute Engine emulator.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_emulator_gcp::{
@@ -11,6 +12,8 @@ use peerpods_provider_core::{
 };
 use peerpods_provider_gcp::GcpProvider;
 use test_support::cloud::CloudEmulator;
+use test_support::fault_checks::with;
+use test_support::faults::{CallKind, Faults, Visibility};
 use test_support::provider_checks;
 
 const GCP: &str = "gcp";
@@ -19,7 +22,14 @@ fn emulator() -> GcpEmulator {
     GcpEmulator::start().expect("emulator starts")
 }
 
+/// The provider of `config`, looking again every 20 ms while a deletion goes on (unless
+/// `config` sets the pace).
 async fn provider_with(config: Vec<(String, String)>, calls: CloudCalls) -> GcpProvider {
+    let config = if config.iter().any(|(k, _)| k == "GCP_DELETE_POLL_MS") {
+        config
+    } else {
+        with(config, &[("GCP_DELETE_POLL_MS", "20")])
+    };
     GcpProvider::from_config(&ProviderConfig::from_pairs(config), calls)
         .await
         .expect("provider builds")
@@ -56,9 +66,81 @@ async fn delete_removes_the_vm_and_its_boot_disk_after_the_operation_is_done() {
     assert!(!emulator.disk_exists(&id));
     assert!(emulator.vm_or_parts_exist(&other), "only the named VM goes");
     assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 1);
-    // Two polls see RUNNING, the third DONE.
-    assert_eq!(calls.count(GCP, "GetZoneOperation", "ok"), 3);
-    assert_eq!(gcp.api_calls("GetZoneOperation", "ok"), 3);
+    // The lookup before the DELETE; then Compute Engine deletes on its own: the next lookup
+    // still shows the instance, and the operation (this process's own) says it is running;
+    // the lookup after that answers 404, which confirms the accepted delete.
+    assert_eq!(calls.count(GCP, "GetInstance", "ok"), 2);
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 1);
+    assert_eq!(calls.count(GCP, "GetZoneOperation", "ok"), 1);
+    assert_eq!(gcp.api_calls("GetZoneOperation", "ok"), 1);
+    assert_eq!(emulator.requests(), 5);
+}
+
+/// The cost of one confirmed delete when Compute Engine deletes at once: the lookup, the
+/// DELETE, the lookup that confirms it gone.
+#[tokio::test]
+async fn a_confirmed_delete_is_three_calls() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-cost", &[]);
+    let (gcp, _calls) = provider(&emulator).await;
+
+    provider_checks::deleted(&emulator, &gcp, &id).await;
+
+    let path = format!("/compute/v1/projects/{PROJECT}/zones/{ZONE}/instances/{id}");
+    assert_eq!(
+        emulator.request_log(),
+        [
+            format!("GET {path}"),
+            format!("DELETE {path}"),
+            format!("GET {path}")
+        ]
+    );
+}
+
+/// Compute Engine answering the DELETE 404 right after `instances.get` found the instance proves
+/// nothing (a lookup and a deletion may see the instance differently for a while): the delete
+/// goes on looking and asking, answers nothing while the VM exists, and completes once the
+/// cloud deletes it. (It used to answer AlreadyGone at once, the VM still running.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_delete_answered_404_after_a_found_lookup_is_held_until_the_vm_is_gone() {
+    let emulator = emulator();
+    let id = emulator.create_vm("podvm-delete-404", &[]);
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(3600)),
+        ..Faults::default()
+    });
+    let (gcp, _calls) = provider(&emulator).await;
+    let gcp = Arc::new(gcp);
+
+    let deleting = tokio::spawn({
+        let (gcp, id) = (Arc::clone(&gcp), id.clone());
+        async move { gcp.delete_instance(&id).await }
+    });
+    let asked = tokio::time::timeout(Duration::from_secs(30), async {
+        while deletes_sent(&emulator, &id) < 3 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(
+        asked.is_ok(),
+        "the DELETE was not asked again after its 404"
+    );
+    assert!(
+        !deleting.is_finished(),
+        "answered while the VM exists: {:?}",
+        deleting.await
+    );
+    assert!(emulator.instance_exists(&id));
+    assert!(emulator.injected().not_found >= 3);
+
+    emulator.set_faults(Faults::default());
+    let answer = tokio::time::timeout(Duration::from_secs(30), deleting)
+        .await
+        .expect("the delete completes once the cloud deletes")
+        .expect("the delete's task");
+    assert_eq!(answer.expect("deleted"), DeleteOutcome::Deleted);
+    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test]
@@ -76,9 +158,9 @@ async fn deleting_a_vm_that_is_gone_is_already_gone_every_time() {
         "GCP_NOT_FOUND_WINDOW_SECS",
     )
     .await;
-    // The 404s of the lookup before each DELETE are answers, not retried, and nothing is
-    // deleted after them.
-    assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
+    // The 404s of the lookups (the one confirming the first delete, then one before each
+    // later DELETE) are answers, not retried, and nothing is deleted after them.
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 3);
     assert_eq!(calls.count(GCP, "DeleteInstance", "error"), 0);
     assert_eq!(deletes_sent(&emulator, "podvm-never-existed"), 0);
 }
@@ -93,20 +175,46 @@ async fn a_zero_not_found_window_trusts_a_404_at_once() {
     provider_checks::already_gone(&emulator, &gcp, "podvm-never-existed").await;
 }
 
+/// Another client's deletion: `STOPPING` is no deletion state on Compute Engine (a VM being
+/// stopped shows it too), so the DELETE is sent; refused as resourceNotReady, it is asked again
+/// after each lookup until `instances.get` says 404. No delete of this process was accepted, so
+/// that 404 counts only past the not-found window: at once with the window at zero, a wait with
+/// the default window.
 #[tokio::test]
 async fn a_vm_already_being_deleted_counts_as_deleted_once_gone() {
     let emulator = emulator();
     let id = emulator.create_vm("podvm-stopping", &[]);
     emulator.begin_deletion(&id, 2);
     assert_eq!(emulator.instance_status(&id).as_deref(), Some("STOPPING"));
-    let (gcp, calls) = provider(&emulator).await;
+    let calls = CloudCalls::default();
+    let gcp = provider_with(
+        with(emulator.config(), &[("GCP_NOT_FOUND_WINDOW_SECS", "0")]),
+        calls.clone(),
+    )
+    .await;
 
     provider_checks::a_vm_the_cloud_is_deleting_is_deleted_once_gone(&emulator, &gcp, &id).await;
 
-    // Refused once as resourceNotReady, then watched until instances.get says 404.
-    assert_eq!(deletes_sent(&emulator, &id), 1);
+    assert_eq!(deletes_sent(&emulator, &id), 2);
     assert_eq!(calls.count(GCP, "GetInstance", "ok"), 2);
     assert_eq!(calls.count(GCP, "GetInstance", "error"), 1);
+
+    let emulator = self::emulator();
+    let id = emulator.create_vm("podvm-stopping", &[]);
+    emulator.begin_deletion(&id, 1);
+    let (gcp, _) = provider(&emulator).await;
+    let answer = gcp.delete_instance(&id).await;
+    assert!(
+        matches!(
+            answer,
+            Ok(DeleteOutcome::NotYetVisible {
+                setting: "GCP_NOT_FOUND_WINDOW_SECS",
+                ..
+            })
+        ),
+        "{answer:?}"
+    );
+    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test]
@@ -250,8 +358,9 @@ async fn server_errors_are_retried_by_the_sdk_then_succeed() {
         DeleteOutcome::Deleted
     );
 
-    // The failures hit the lookup before the DELETE; the SDK retried it.
-    assert_eq!(calls.count(GCP, "GetInstance", "error"), 2);
+    // The failures hit the lookup before the DELETE; the SDK retried it. The lookup's 404
+    // after the DELETE confirmed it.
+    assert_eq!(calls.count(GCP, "GetInstance", "error"), 3);
     assert_eq!(calls.count(GCP, "GetInstance", "ok"), 1);
     assert_eq!(deletes_sent(&emulator, &id), 1);
     assert_eq!(calls.count(GCP, "DeleteInstance", "ok"), 1);
@@ -522,7 +631,7 @@ async fn with_a_cluster_tag_another_clusters_instance_is_refused_and_kept() {
     assert_eq!(deletes_sent(&emulator, &theirs), 0);
     assert!(matches!(
         guarded.delete_instance("podvm-never-existed").await,
-        Err(Error::Unavailable { .. })
+        Ok(DeleteOutcome::NotYetVisible { .. })
     ));
 }
 

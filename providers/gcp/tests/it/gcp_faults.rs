@@ -19,7 +19,9 @@ async fn provider(
     extra: &[(&str, &str)],
     calls: CloudCalls,
 ) -> GcpProvider {
-    let config = ProviderConfig::from_pairs(with(emulator.config(), extra));
+    // A lookup every 20 ms while a deletion goes on (the default is 1 s).
+    let config = with(emulator.config(), &[("GCP_DELETE_POLL_MS", "20")]);
+    let config = ProviderConfig::from_pairs(with(config, extra));
     GcpProvider::from_config(&config, calls)
         .await
         .expect("provider")
@@ -30,6 +32,6 @@ test_support::fault_suite! {
     provider: provider,
     hang_config: &[("GCP_REQUEST_TIMEOUT_MS", "500")],
     /// EC2-style eventual consistency on this cloud: a 404 inside GCP_NOT_FOUND_WINDOW_SECS of an
-    /// instance this process never saw deleted is retryable, not gone.
+    /// instance this process never saw deleted is a wait (not yet visible), not gone.
     not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
 }
