@@ -303,6 +303,9 @@ pub struct Cloud {
     nics: BTreeMap<String, NicRecord>,
     public_ips: BTreeMap<String, PublicIpRecord>,
     disks: BTreeMap<String, String>,
+    /// Tags of each network interface, public IP address and disk, by [`part_key`]: a VM's parts
+    /// get the tags it is created with, a disk made by [`Cloud::create_disk`] its own.
+    part_tags: HashMap<String, Vec<(String, String)>>,
     /// Parts each VM was created with, kept after deletion for `vm_or_parts_exist`.
     created: HashMap<String, VmParts>,
     operations: HashMap<String, OperationRecord>,
@@ -315,6 +318,12 @@ pub struct Cloud {
 
 fn key(name: &str) -> String {
     name.to_ascii_lowercase()
+}
+
+/// The key of part `name` of ARM's `collection` (`networkInterfaces`, `publicIPAddresses`,
+/// `disks`) in [`Cloud::part_tags`].
+fn part_key(collection: &str, name: &str) -> String {
+    format!("{collection}/{}", key(name))
 }
 
 impl Cloud {
@@ -394,6 +403,20 @@ impl Cloud {
             },
         );
         self.disks.insert(key(&parts.disk), parts.disk.clone());
+        let tags: Vec<(String, String)> = tags
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        for (collection, part) in [
+            ("networkInterfaces", Some(&parts.network_interface)),
+            ("disks", Some(&parts.disk)),
+            ("publicIPAddresses", parts.public_ip.as_ref()),
+        ] {
+            if let Some(part) = part {
+                self.part_tags
+                    .insert(part_key(collection, part), tags.clone());
+            }
+        }
         self.created.insert(key(name), parts.clone());
         self.vms.insert(
             key(name),
@@ -424,6 +447,29 @@ impl Cloud {
             .push((disk.to_owned(), delete_option.to_owned()));
         self.disks.insert(key(disk), disk.to_owned());
         true
+    }
+
+    /// Creates managed disk `name`, attached to nothing, with `tags`.
+    pub fn create_disk(&mut self, name: &str, tags: &[(&str, &str)]) {
+        self.disks.insert(key(name), name.to_owned());
+        self.part_tags.insert(
+            part_key("disks", name),
+            tags.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+    }
+
+    /// The tags of part `name` of `collection`, as ARM's `tags` object.
+    fn tags_of(&self, collection: &str, name: &str) -> Value {
+        Value::Object(
+            self.part_tags
+                .get(&part_key(collection, name))
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), json!(v)))
+                .collect(),
+        )
     }
 
     /// Marks a VM as being deleted by someone else (provisioningState `Deleting`); the deletion
@@ -899,6 +945,7 @@ impl Cloud {
         body["name"] = json!(ip.name);
         body["id"] = json!(self.public_ip_id(&ip.name));
         body["location"] = json!(REGION);
+        body["tags"] = self.tags_of("publicIPAddresses", name);
         body["properties"]["deleteOption"] = json!(ip.delete_option);
         let holder = self
             .nics
@@ -935,6 +982,7 @@ impl Cloud {
         body["name"] = json!(disk);
         body["id"] = json!(self.disk_id(disk));
         body["location"] = json!(REGION);
+        body["tags"] = self.tags_of("disks", name);
         match self.disk_holder(name) {
             Some(vm) => {
                 body["managedBy"] = json!(self.vm_id(&vm.name));
@@ -958,6 +1006,7 @@ impl Cloud {
         body["name"] = json!(nic.name);
         body["id"] = json!(self.nic_id(&nic.name));
         body["location"] = json!(REGION);
+        body["tags"] = self.tags_of("networkInterfaces", name);
         let config = &mut body["properties"]["ipConfigurations"][0];
         config["id"] = json!(format!(
             "{}/ipConfigurations/ipconfig1",

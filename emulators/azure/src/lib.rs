@@ -137,6 +137,12 @@ impl AzureEmulator {
         lock(&self.cloud).attach_data_disk(vm, disk, delete_option)
     }
 
+    /// Creates managed disk `name` with `tags`, attached to no VM (a disk left behind, or
+    /// someone else's that happens to carry a VM's name).
+    pub fn create_disk(&self, name: &str, tags: &[(&str, &str)]) {
+        lock(&self.cloud).create_disk(name, tags);
+    }
+
     /// Marks a VM as being deleted by someone else (provisioningState `Deleting`); it stays so
     /// for as many looks as [`Self::set_operation_polls`] says.
     pub fn start_deleting(&self, name: &str) -> bool {
