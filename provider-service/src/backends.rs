@@ -8,12 +8,14 @@
 //! the shared [`CloudCalls`]. Each backend is used through [`guarded`]: a call budget and a cache.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use peerpods_provider_core::{
     Budgeted, CallBudget, CloudCalls, Error, Provider, ProviderConfig, ProviderName,
 };
 
 use crate::cache::{CacheTimes, Cached};
+use crate::deletes::DELETE_BOUND;
 
 /// Names of the backends compiled into this binary.
 pub const BUILT_IN: &[&str] = &[
@@ -90,9 +92,20 @@ pub async fn build(
 }
 
 /// A backend as the service uses it: behind its own call budget (deletes apart from reads, so
-/// capacity polling cannot take the slots cleanups need) and with capacity and health answers
-/// cached, one cloud call in flight.
+/// capacity polling cannot take the slots cleanups need; each delete bounded by [`DELETE_BOUND`]
+/// from when it holds its slot) and with capacity and health answers cached, one cloud call in
+/// flight.
 pub fn guarded(backend: Arc<dyn Provider>) -> Arc<dyn Provider> {
-    let budgeted: Arc<dyn Provider> = Arc::new(Budgeted::new(backend, CallBudget::default()));
+    guarded_with(backend, CallBudget::default(), DELETE_BOUND)
+}
+
+/// [`guarded`] with another budget and delete bound (tests).
+pub fn guarded_with(
+    backend: Arc<dyn Provider>,
+    budget: CallBudget,
+    delete_bound: Duration,
+) -> Arc<dyn Provider> {
+    let budgeted: Arc<dyn Provider> =
+        Arc::new(Budgeted::new(backend, budget).with_delete_bound(delete_bound));
     Arc::new(Cached::new(budgeted, CacheTimes::default()))
 }

@@ -10,12 +10,19 @@
 //! the instance joins it, or, once it ended, starts a new delete that confirms the end with a
 //! fresh lookup (no result is kept: gone is always a later lookup's answer).
 //!
+//! A delete waits for one of its cloud's delete slots (the call budget, 32 at once, see
+//! [`crate::backends::guarded`]) before it asks the cloud anything; while it waits it is "in
+//! progress" to its callers, as a running one is.
+//!
 //! Deadlines nest, innermost first (provider-service/README.md, "Deadlines"): a backend's own wait
-//! (Azure 300 s by default, the slowest) < [`DELETE_BOUND`] (a task still running then is stopped;
-//! the backends resume a partial delete on the next call) < the shutdown drain
-//! ([`DEFAULT_DRAIN_GRACE`]) < the chart's `terminationGracePeriodSeconds`. A call's answer comes
-//! within [`DEFAULT_ANSWER_WITHIN`] or 90 % of the caller's deadline, whichever is shorter, so the
-//! caller always hears an answer, never its own deadline.
+//! (Azure 300 s by default, the slowest) < [`DELETE_BOUND`], counted from when the delete holds its
+//! slot, not while it waits for one (a delete still running then is answered retryably; the
+//! backends resume a partial delete on the next call) < the shutdown drain ([`DEFAULT_DRAIN_GRACE`]:
+//! every delete running when shutdown begins ends within it; one still waiting for a slot then may
+//! start during the drain and is abandoned at its end) < the chart's
+//! `terminationGracePeriodSeconds`. A call's answer comes within [`DEFAULT_ANSWER_WITHIN`] or 90 %
+//! of the caller's deadline, whichever is shorter, so the caller always hears an answer, never its
+//! own deadline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,7 +32,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::Instrument;
 
-use crate::error::{Error, ProviderError};
+use crate::error::Error;
 use crate::provider::{DeleteOutcome, Provider};
 
 /// How long a DeleteInstance call waits for its delete before it answers "in progress": long
@@ -37,11 +44,13 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(5);
 /// The default of the slowest backend's own wait for a delete (Azure's
 /// `AZURE_DELETE_TIMEOUT_SECONDS`; GCP waits 180 s, IBM Cloud 120 s, AWS 60 s per call).
 pub const SLOWEST_BACKEND_WAIT: Duration = Duration::from_secs(300);
-/// The longest one detached delete runs: the slowest backend's wait plus the calls after its last
-/// poll. Only a backend that hangs reaches it; the next call resumes what it left.
+/// The longest one detached delete runs once it holds its delete slot (the wait for the slot does
+/// not count): the slowest backend's wait plus the calls after its last poll. Only a backend that
+/// hangs reaches it; the next call resumes what it left. The call budget applies it
+/// ([`crate::backends::guarded`]).
 pub const DELETE_BOUND: Duration = Duration::from_secs(330);
-/// How long shutdown waits for detached deletes: every delete started before shutdown ends by its
-/// own bound within it.
+/// How long shutdown waits for detached deletes: every delete running when shutdown begins ends
+/// by its own bound within it.
 pub const DEFAULT_DRAIN_GRACE: Duration = Duration::from_secs(340);
 
 /// How deletes are run and answered.
@@ -52,8 +61,6 @@ pub struct DeleteSettings {
     pub answer_within: Duration,
     /// The retry advice sent with "in progress".
     pub retry_after: Duration,
-    /// The longest one detached delete runs.
-    pub bound: Duration,
     /// How long shutdown waits for the deletes still running.
     pub drain_grace: Duration,
 }
@@ -63,7 +70,6 @@ impl Default for DeleteSettings {
         DeleteSettings {
             answer_within: DEFAULT_ANSWER_WITHIN,
             retry_after: DEFAULT_RETRY_AFTER,
-            bound: DELETE_BOUND,
             drain_grace: DEFAULT_DRAIN_GRACE,
         }
     }
@@ -104,7 +110,7 @@ pub struct Deletes {
 struct Inner {
     settings: DeleteSettings,
     state: Mutex<State>,
-    /// How many deletes run; shutdown waits for 0.
+    /// How many deletes run or wait for a delete slot; shutdown waits for 0.
     running_count: watch::Sender<usize>,
     next_id: AtomicU64,
 }
@@ -171,7 +177,9 @@ impl Deletes {
     }
 
     /// Joins the delete running for `instance_id` of `provider`, or starts one in a task of its
-    /// own (traced in `span`). Once shutdown began, only joining is allowed.
+    /// own (traced in `span`). Once shutdown began, only joining is allowed. `provider` bounds
+    /// the delete itself (its call budget, [`crate::backends::guarded`]): the task has no
+    /// deadline of its own, so the time it waits for a delete slot is never held against it.
     pub fn delete(
         &self,
         provider: Arc<dyn Provider>,
@@ -209,20 +217,13 @@ impl Deletes {
             key,
             id,
         };
-        let bound = self.inner.settings.bound;
         let instance_id = instance_id.to_owned();
         tokio::spawn(
             async move {
-                let outcome =
-                    match tokio::time::timeout(bound, provider.delete_instance(&instance_id)).await
-                    {
-                        Ok(outcome) => outcome.map_err(Error::from),
-                        Err(_elapsed) => Err(Error::Provider(ProviderError::unavailable(format!(
-                            "the delete of {instance_id} did not end within {} s; ask again to \
-                                 resume it",
-                            bound.as_secs()
-                        )))),
-                    };
+                let outcome = provider
+                    .delete_instance(&instance_id)
+                    .await
+                    .map_err(Error::from);
                 match &outcome {
                     Ok(outcome) => {
                         tracing::Span::current().record("outcome", outcome.as_str());
@@ -247,7 +248,7 @@ impl Deletes {
         })
     }
 
-    /// How many deletes are running.
+    /// How many deletes are running or waiting for a delete slot.
     pub fn in_flight(&self) -> usize {
         *self.inner.running_count.borrow()
     }
@@ -366,9 +367,10 @@ mod tests {
     fn deadlines_nest_from_the_backends_out() {
         let d = DeleteSettings::default();
         // A detached delete outlives the slowest backend's own wait, so that wait's retryable
-        // answer (and its resumable state) comes first; shutdown outlives every detached delete.
-        assert!(SLOWEST_BACKEND_WAIT < d.bound);
-        assert!(d.bound < d.drain_grace);
+        // answer (and its resumable state) comes first; shutdown outlives every detached delete
+        // running when it begins.
+        assert!(SLOWEST_BACKEND_WAIT < DELETE_BOUND);
+        assert!(DELETE_BOUND < d.drain_grace);
         // The server's bound of any call comes next (`server`'s tests).
         assert!(d.retry_after < d.answer_within);
     }

@@ -108,7 +108,7 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
     start_with(options, DeleteSettings::default(), shutdown).await
 }
 
-/// [`start`] with other delete settings (answer window, retry advice, bound, drain grace).
+/// [`start`] with other delete settings (answer window, retry advice, drain grace).
 ///
 /// Shutdown (`shutdown` cancelled): not ready and no new delete first, then the gRPC server stops
 /// taking calls, then the detached deletes get up to `deletes.drain_grace` to end; the admin

@@ -16,6 +16,7 @@ mod idle_connections;
 mod libvirt;
 mod load;
 mod nodelay;
+mod queued_deletes;
 mod safe_defaults;
 mod tls;
 mod token_cache;

@@ -1,0 +1,144 @@
+//! A delete waiting for one of its cloud's delete slots is not running yet: its bound starts once it
+//! holds a slot. On the Azure emulator, whose VM deletions take a look a second, deletes queued
+//! behind slow ones wait longer than the bound, are answered "in progress" meanwhile, and each
+//! ends deleted once it gets its slot.
+//!
+//! The deletes go through the service's own layering (`backends::guarded_with`: the call budget
+//! and the cache over the real Azure backend) and its detached deletes (`Deletes`), with a
+//! budget and a bound smaller than the defaults: the server itself always runs with those.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use peerpods_emulator_azure::AzureEmulator;
+use peerpods_provider_core::{CallBudget, CloudCalls, DeleteOutcome, Provider, ProviderConfig};
+use provider_service::backends::guarded_with;
+use provider_service::deletes::{Answer, DeleteSettings, Deletes, Job};
+use test_support::cloud::CloudEmulator;
+
+/// The Azure backend on `emulator`, as the service guards it, with `budget` and `bound`.
+fn azure(emulator: &AzureEmulator, budget: CallBudget, bound: Duration) -> Arc<dyn Provider> {
+    let config = ProviderConfig::from_pairs(
+        emulator
+            .config()
+            .into_iter()
+            .chain([
+                ("DELETE_UNTAGGED".to_owned(), "allow".to_owned()),
+                // Every look at a VM being deleted 1 s after the last (the emulator's own setting
+                // re-looks every 100 ms), as its operation's `Retry-After` says: a deletion of N
+                // looks takes N seconds or more, however fast the machine.
+                ("AZURE_POLL_INTERVAL_MS".to_owned(), "1000".to_owned()),
+            ]),
+    );
+    let backend =
+        peerpods_provider_azure::AzureProvider::from_config(&config, CloudCalls::default())
+            .unwrap();
+    guarded_with(Arc::new(backend), budget, bound)
+}
+
+fn vm_deletes(emulator: &AzureEmulator, name: &str) -> usize {
+    emulator.arm_requests_matching("DELETE", &format!("/virtualMachines/{name}"))
+}
+
+/// Starts a delete of each VM, in order.
+fn start_all(deletes: &Deletes, provider: &Arc<dyn Provider>, ids: &[String]) -> Vec<Job> {
+    ids.iter()
+        .map(|id| {
+            deletes
+                .delete(provider.clone(), id, tracing::Span::none())
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The end of each delete (each waited for at most `within`), in order.
+async fn ends(jobs: Vec<Job>, within: Duration) -> Vec<Answer> {
+    futures::future::join_all(jobs.into_iter().map(|job| job.answer(within))).await
+}
+
+fn assert_all_deleted(answers: &[Answer], names: &[String]) {
+    for (answer, name) in answers.iter().zip(names) {
+        assert!(
+            matches!(answer, Answer::Finished(Ok(DeleteOutcome::Deleted))),
+            "{name}: {answer:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted() {
+    // One delete slot; each deletion takes 3 looks a second apart, so 3 s at least, a third of the
+    // bound: the last of four deletes waits 9 s or more for the slot, as long as the bound.
+    let emulator = AzureEmulator::start();
+    emulator.set_operation_polls(3, 1);
+    let bound = Duration::from_secs(9);
+    let provider = azure(
+        &emulator,
+        CallBudget {
+            deletes: 1,
+            reads: 1,
+        },
+        bound,
+    );
+    let deletes = Deletes::new(DeleteSettings::default());
+    let names: Vec<String> = (0..4).map(|i| format!("podvm-queued-{i}")).collect();
+    let ids: Vec<String> = names.iter().map(|n| emulator.create_vm(n, &[])).collect();
+
+    let started = Instant::now();
+    let jobs = start_all(&deletes, &provider, &ids);
+    let running = crate::common::eventually("one delete to reach ARM", || async {
+        names.iter().position(|n| vm_deletes(&emulator, n) > 0)
+    })
+    .await;
+    // Another one waits for the slot, and its caller hears "in progress" (the call joins the
+    // queued delete); ARM has not heard of it even after the answer.
+    let queued = (running + 1) % names.len();
+    let asked_again = deletes
+        .delete(provider.clone(), &ids[queued], tracing::Span::none())
+        .unwrap();
+    assert!(asked_again.joined);
+    assert!(matches!(
+        asked_again.answer(Duration::from_millis(200)).await,
+        Answer::InProgress { .. }
+    ));
+    assert_eq!(vm_deletes(&emulator, &names[queued]), 0, "still queued");
+    assert_eq!(deletes.in_flight(), 4);
+
+    let answers = ends(jobs, Duration::from_secs(300)).await;
+    let waited = started.elapsed();
+    assert_all_deleted(&answers, &names);
+    // The last delete ended longer after it was queued than its bound: counted from its queueing,
+    // it would have failed.
+    assert!(waited > bound, "{waited:?}");
+    for name in &names {
+        assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
+        assert_eq!(vm_deletes(&emulator, name), 1, "{name} was deleted once");
+    }
+    assert_eq!(deletes.in_flight(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_hundred_slow_azure_deletes_end_with_none_timing_out_in_the_queue() {
+    // The default budget (32 delete slots) and deletions of 8 looks a second apart (8 s at least):
+    // the last of 7 waves starts 48 s or more after it queued, twice the bound.
+    let emulator = AzureEmulator::start();
+    emulator.set_operation_polls(8, 1);
+    let bound = Duration::from_secs(24);
+    let provider = azure(&emulator, CallBudget::default(), bound);
+    let deletes = Deletes::new(DeleteSettings::default());
+    let names: Vec<String> = (0..200).map(|i| format!("podvm-storm-{i:03}")).collect();
+    let ids: Vec<String> = names.iter().map(|n| emulator.create_vm(n, &[])).collect();
+
+    let started = Instant::now();
+    let jobs = start_all(&deletes, &provider, &ids);
+    assert_eq!(deletes.in_flight(), 200);
+    let answers = ends(jobs, Duration::from_secs(600)).await;
+    let waited = started.elapsed();
+    assert_all_deleted(&answers, &names);
+    assert!(waited > 2 * bound, "{waited:?}");
+    for name in &names {
+        assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
+        assert_eq!(vm_deletes(&emulator, name), 1, "{name} was deleted once");
+    }
+    assert_eq!(deletes.in_flight(), 0);
+}
