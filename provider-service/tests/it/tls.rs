@@ -3,6 +3,7 @@
 
 use peerpods_proto::v1 as pb;
 use peerpods_provider_client::{ProviderClientConfig, connect};
+use provider_service::metrics::ResultLabels;
 
 /// A self-signed certificate for `localhost`, written as cert.pem/key.pem into `dir`; returns
 /// the certificate PEM (the client's CA file).
@@ -29,6 +30,29 @@ async fn list_with_ca(url: &str, ca: &str, dir: &std::path::Path) -> Result<(), 
         .list_providers(pb::ListProvidersRequest {})
         .await
         .map(|_| ())
+}
+
+/// Returns once the service has read its files again, the TLS pair included, since this was
+/// called. Each poll reloads the configuration, then the TLS pair: once two configuration changes
+/// made one after the other are applied, the poll that applied the first has finished reading the
+/// TLS pair, after this call began. Fails if the service stops polling.
+async fn files_reread(server: &crate::common::TestServer, config_dir: &std::path::Path) {
+    let applied = || {
+        server
+            .metrics
+            .config_reloads
+            .get_or_create(&ResultLabels { result: "applied" })
+            .get()
+    };
+    for _ in 0..2 {
+        let before = applied();
+        let mark = uuid::Uuid::new_v4().to_string();
+        crate::common::write_config(config_dir, &[("TEST_RELOAD_MARK", &mark)]);
+        crate::common::eventually("a poll to apply the changed configuration", || async {
+            (applied() > before).then_some(())
+        })
+        .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -61,9 +85,10 @@ async fn tls_with_certificate_rotation() {
             .is_err()
     );
 
-    // A broken key file is rejected and the old pair keeps being served.
+    // A broken key file is rejected and the old pair keeps being served: checked once the service
+    // has read the broken files.
     std::fs::write(certs.path().join("key.pem"), "not a key").unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    files_reread(&server, dir.path()).await;
     list_with_ca(&url, &first_ca, certs.path()).await.unwrap();
 
     // Rotate: new connections get the new certificate, which the old CA does not trust.
