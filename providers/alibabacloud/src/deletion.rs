@@ -1,55 +1,43 @@
-//! Deleting one ECS instance with the EIP cloud-api-adaptor bound to it.
+//! The deletion engine's ports for ECS: the calls that look an instance and its EIPs up, and
+//! that delete them, each translating ECS's and VPC's answers into the engine's observations
+//! ([`peerpods_provider_core::deletion`]). The engine decides what is gone and what may be
+//! deleted; nothing here does.
 //!
-//! cloud-api-adaptor's `DeleteInstance` calls ECS `DeleteInstance` with `Force=true` (retrying
-//! `IncorrectInstanceStatus` for up to 30 s, `InvalidInstanceId.NotFound` = done), then releases
-//! the EIP it allocated for the instance's add-on NIC (multi-NIC + public IP setups) by
-//! `UnassociateEipAddress`, waiting until `Available`, and `ReleaseEipAddress`, waiting until gone.
-//! It finds that EIP in an in-memory map, so an EIP of an instance created before CAA restarted
-//! leaks. Here the EIP is found from the cloud instead, and released FIRST: the add-on NIC is
-//! deleted with the instance (`DeleteOnRelease`), after which nothing links the EIP to it.
-//!
-//! Which EIPs are the VM's: CAA allocates each with the description [`CAA_EIP_DESCRIPTION`]
-//! (the same for every VM, no name, no tag) and binds it to the VM's add-on NIC; so an EIP bound
-//! to one of the VM's secondary NICs with that description is the VM's, and any other (an
-//! operator's EIP bound to the NIC) is left alone. Unbinding loses the only link to the VM, so
-//! before unbinding an EIP this backend tags it [`RELEASE_MARK`]`=<instance id>`
-//! (`TagResources`): a release that fails after the unbind is found again by that tag
-//! (`DescribeEipAddresses` with `Tag.1.Key/Value`), on the next call, even once the instance is
-//! gone.
-//!
-//! 1. `DescribeInstances` for the id: absent → its marked EIPs are released, then already gone
-//!    once believed (after this process's accepted delete, or when it stays absent for
-//!    `ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`: ECS documents that a new instance may be unlisted for
-//!    a while); present without the cluster tag (`CLUSTER_TAG`) → refused, nothing deleted.
-//! 2. With secondary NICs: the EIPs marked for it (an earlier attempt's) and CAA's EIPs bound to
-//!    each NIC (every page): mark, unassociate, wait for `Available`, release, wait until gone
-//!    (each bounded; a release still listed at the bound is a retryable Unavailable).
-//! 3. `DeleteInstance` with `Force=true`; `IncorrectInstanceStatus` (e.g. an instance another
-//!    caller is releasing, or still starting) is retried until the wait bound.
-//! 4. `DescribeInstances` until the instance is no longer listed (bounded; at the bound a
-//!    retryable Unavailable), then one `DescribeEipAddresses` by the mark confirms no EIP of it
-//!    is left: only then Deleted.
+//! - Instance: `DescribeInstances` by id. Not listed → [`Sighting::NotFound`] (the engine judges
+//!   it by `ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`: right after `RunInstances` ECS may list nothing);
+//!   `Stopping` → [`Sighting::Deleting`] (ECS shows an instance being released so; an instance a
+//!   user stops ends `Stopped`, which is present and deleted then); any other status (`Pending`,
+//!   `Starting`, `Running`, `Stopped`) → [`Sighting::Present`], with its tags.
+//! - Delete: `DeleteInstance` with `Force=true`: accepted; `InvalidInstanceId.NotFound` →
+//!   [`DeleteAnswer::NotFound`]; `IncorrectInstanceStatus` (a starting instance, one being
+//!   released) and ECS's "busy" codes → [`DeleteAnswer::WrongState`]. Neither is an answer: the
+//!   engine looks again.
+//! - Parts: the EIPs cloud-api-adaptor bound to the instance's add-on NIC. CAA allocates each
+//!   with the description [`CAA_EIP_DESCRIPTION`] (the same for every VM, no name, no tag), so an
+//!   EIP bound to one of the VM's secondary NICs with that description was created for this VM
+//!   ([`Tie::CreatedForVm`]); any other EIP bound there (an operator's) is [`Tie::NotTheVms`].
+//!   The release of the instance takes the NIC with it and unbinds the EIP, the only link from
+//!   the EIP to the VM; so listing the parts of a shown instance records that link on each of
+//!   its EIPs first: the tag [`RELEASE_MARK`]`=<instance id>` (VPC `TagResources`), and this
+//!   cluster's tag (`CLUSTER_TAG`) when one is required, since the EIP is the EIP of an instance
+//!   that just passed the engine's guard. Once the instance is gone its EIPs are found by the
+//!   mark (`DescribeEipAddresses` with `Tag.1.Key/Value`), also by a later call after a restart.
+//!   An EIP carrying the do-not-delete tag is not marked (nothing touches it; the engine keeps it).
+//! - Part delete: a bound EIP is unbound first (`UnassociateEipAddress`; answered
+//!   [`DeleteAnswer::WrongState`]: VPC releases only an unbound EIP), an unbound one released
+//!   (`ReleaseEipAddress`); part lookup: `DescribeEipAddresses` by allocation id, `Releasing` →
+//!   [`Sighting::Deleting`].
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag, do_not_delete};
-use tokio::time::Instant;
+use async_trait::async_trait;
+use peerpods_provider_core::deletion::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie};
+use peerpods_provider_core::{DeletionPorts, Error, InstanceKey, do_not_delete};
 
 use super::answers::{self, EcsInstance, Eip};
 use super::api::{Api, Service};
 use super::failure::Failure;
-
-pub struct Deletion<'a> {
-    pub api: &'a Api,
-    pub region: &'a str,
-    pub wait_timeout: Duration,
-    pub poll_interval: Duration,
-    /// The tag an instance must carry to be deleted.
-    pub owner: &'a OwnerTag,
-    /// When an instance `DescribeInstances` does not list is gone (ECS is eventually consistent
-    /// after `RunInstances`).
-    pub not_found: &'a NotFoundWindow,
-}
 
 /// EIPs per `DescribeEipAddresses` page: the API's maximum.
 const EIP_PAGE_SIZE: usize = 100;
@@ -58,113 +46,68 @@ const EIP_PAGE_SIZE: usize = 100;
 /// alibabacloud provider): it tells CAA's EIPs from an operator's, not which VM one is for.
 pub const CAA_EIP_DESCRIPTION: &str = "Peerpod External Network EIP";
 
-/// The tag put on a VM's EIP before it is unbound, valued with the instance id: once unbound,
-/// nothing else links the EIP to the VM.
+/// The tag put on a VM's EIP while the VM is shown, valued with the instance id: once the
+/// instance is released, nothing else links the EIP to it.
 pub const RELEASE_MARK: &str = "peerpods.io/released-with";
 
-/// Whether `eip`, bound to one of the instance's secondary NICs or found by the mark, is the
-/// VM's to release: marked for this instance, or allocated by cloud-api-adaptor; never one
-/// carrying the do-not-delete tag.
-fn owned_by(eip: &Eip, instance_id: &str) -> bool {
-    if do_not_delete(&eip.tags).is_some() {
-        return false;
-    }
-    eip.tags.get(RELEASE_MARK).map(String::as_str) == Some(instance_id)
-        || eip.description == CAA_EIP_DESCRIPTION
-}
+/// ECS's status of an instance being released.
+const RELEASING_INSTANCE: &str = "Stopping";
+/// VPC's status of an EIP being released.
+const RELEASING_EIP: &str = "Releasing";
+/// VPC's status of an EIP bound to nothing.
+const AVAILABLE_EIP: &str = "Available";
 
 fn param(key: &str, value: impl Into<String>) -> (String, String) {
     (key.to_owned(), value.into())
 }
 
-impl Deletion<'_> {
-    pub async fn run(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
-        let Some(instance) = self.describe(instance_id).await? else {
-            // Its EIPs an earlier attempt unbound but did not release go first: gone means
-            // the instance and each of its parts.
-            self.release_marked(instance_id).await?;
-            // Believed only after this process's own accepted delete, or once it persisted.
-            return self
-                .not_found
-                .answer(instance_id, std::time::Instant::now());
-        };
-        self.not_found.found(instance_id);
-        self.owner.check(instance_id, &instance.tags)?;
-        // EIPs are bound to secondary NICs only, and the NIC stays attached until the instance
-        // is released: without one there is no EIP, bound or marked, to look for.
-        let has_eips = !instance.secondary_nics.is_empty();
-        if has_eips {
-            // A partial delete resumes: the EIPs an earlier attempt unbound carry the mark.
-            let mut eips = self.marked_eips(instance_id).await?;
-            for nic in &instance.secondary_nics {
-                for eip in self.eips_bound_to(nic).await? {
-                    if !owned_by(&eip, instance_id) {
-                        tracing::info!(
-                            instance_id,
-                            allocation_id = eip.allocation_id,
-                            "EIP bound to the instance's NIC is not cloud-api-adaptor's: left allocated"
-                        );
-                        continue;
-                    }
-                    if !eips.iter().any(|e| e.allocation_id == eip.allocation_id) {
-                        eips.push(eip);
-                    }
-                }
-            }
-            for eip in &eips {
-                self.release_eip(eip, instance_id).await?;
-            }
+/// What this delete has seen so far (the ports of one delete; nothing outlives it).
+#[derive(Debug, Default)]
+struct Seen {
+    /// The instance as the latest lookup showed it; `None` when it was not listed.
+    instance: Option<EcsInstance>,
+    /// The instance was shown in this delete without secondary NICs: it has no EIP, bound or
+    /// marked, to look for.
+    without_nics: bool,
+    /// Each EIP as last listed or looked up.
+    eips: HashMap<String, Eip>,
+    /// What ECS or VPC last answered that the engine waits out, for the bound's error.
+    last_word: Option<String>,
+}
+
+/// The ports of one delete against ECS and VPC.
+pub struct EcsPorts<'a> {
+    api: &'a Api,
+    region: &'a str,
+    /// The tag the engine requires of what it deletes, recorded on the VM's EIPs with the mark.
+    cluster_tag: Option<(&'a str, &'a str)>,
+    seen: Mutex<Seen>,
+}
+
+impl<'a> EcsPorts<'a> {
+    pub fn new(api: &'a Api, region: &'a str, cluster_tag: Option<(&'a str, &'a str)>) -> Self {
+        EcsPorts {
+            api,
+            region,
+            cluster_tag,
+            seen: Mutex::new(Seen::default()),
         }
-        let deadline = Instant::now() + self.wait_timeout;
-        loop {
-            let answer = self
-                .api
-                .call(
-                    Service::Ecs,
-                    "DeleteInstance",
-                    &[param("InstanceId", instance_id), param("Force", "true")],
-                )
-                .await;
-            match answer {
-                Ok(_) => {
-                    self.not_found
-                        .delete_accepted(instance_id, std::time::Instant::now());
-                    break;
-                }
-                Err(Failure::NotFound { .. }) => {
-                    if has_eips {
-                        self.release_marked(instance_id).await?;
-                    }
-                    return Ok(DeleteOutcome::AlreadyGone);
-                }
-                Err(Failure::WrongState { code }) => {
-                    if Instant::now() >= deadline {
-                        return Err(Error::unavailable(format!(
-                            "DeleteInstance: ECS still answers {code} for {instance_id} after {:?}",
-                            self.wait_timeout
-                        )));
-                    }
-                    tokio::time::sleep(self.poll_interval).await;
-                    // Released meanwhile (e.g. by cloud-api-adaptor itself)?
-                    if self.describe(instance_id).await?.is_none() {
-                        if has_eips {
-                            self.release_marked(instance_id).await?;
-                        }
-                        return Ok(DeleteOutcome::Deleted);
-                    }
-                }
-                Err(failure) => return Err(failure.into_error("DeleteInstance")),
-            }
-        }
-        self.wait_until_gone(instance_id).await?;
-        if has_eips {
-            // The later lookup that proves no EIP of it is left.
-            self.release_marked(instance_id).await?;
-        }
-        Ok(DeleteOutcome::Deleted)
     }
 
-    pub async fn describe(&self, instance_id: &str) -> Result<Option<EcsInstance>, Error> {
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What ECS or VPC last answered that the delete was waiting out, if anything.
+    pub fn last_word(&self) -> Option<String> {
+        self.seen().last_word.clone()
+    }
+
+    fn said(&self, word: String) {
+        self.seen().last_word = Some(word);
+    }
+
+    async fn describe(&self, instance_id: &str) -> Result<Option<EcsInstance>, Error> {
         let ids = serde_json::to_string(&[instance_id])
             .map_err(|e| Error::internal(e.to_string()).with_source(e))?;
         let answer = self
@@ -180,58 +123,8 @@ impl Deletion<'_> {
         Ok(page.instances.into_iter().find(|i| i.id == instance_id))
     }
 
-    async fn wait_until_gone(&self, instance_id: &str) -> Result<(), Error> {
-        let deadline = Instant::now() + self.wait_timeout;
-        while self.describe(instance_id).await?.is_some() {
-            // Gone is confirmed by a lookup, never inferred from the accepted request: a
-            // release still under way at the bound is retryable, and the next call resumes it.
-            if Instant::now() >= deadline {
-                return Err(Error::unavailable(format!(
-                    "DeleteInstance: ECS accepted the deletion but still lists {instance_id} after {:?}",
-                    self.wait_timeout
-                )));
-            }
-            tokio::time::sleep(self.poll_interval).await;
-        }
-        Ok(())
-    }
-
-    /// Every EIP bound to the NIC, page by page: a secondary ENI in multi-EIP mode can hold
+    /// Every EIP matching `filter`, page by page: a secondary ENI in multi-EIP mode can hold
     /// more EIPs than one page (`PageSize` defaults to 10) shows.
-    async fn eips_bound_to(&self, nic: &str) -> Result<Vec<Eip>, Error> {
-        self.eips_where(&[
-            param("AssociatedInstanceType", "NetworkInterface"),
-            param("AssociatedInstanceId", nic),
-        ])
-        .await
-    }
-
-    /// Every EIP carrying the release mark of this instance, page by page.
-    async fn marked_eips(&self, instance_id: &str) -> Result<Vec<Eip>, Error> {
-        self.eips_where(&[
-            param("Tag.1.Key", RELEASE_MARK),
-            param("Tag.1.Value", instance_id),
-        ])
-        .await
-    }
-
-    /// Releases every EIP marked for this instance (each confirmed gone by a lookup).
-    async fn release_marked(&self, instance_id: &str) -> Result<(), Error> {
-        for eip in self.marked_eips(instance_id).await? {
-            if owned_by(&eip, instance_id) {
-                self.release_eip(&eip, instance_id).await?;
-            } else {
-                tracing::warn!(
-                    instance_id,
-                    allocation_id = eip.allocation_id,
-                    "EIP marked for release carries the do-not-delete tag: left allocated"
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// Every EIP matching `filter`, page by page.
     async fn eips_where(&self, filter: &[(String, String)]) -> Result<Vec<Eip>, Error> {
         let mut found = Vec::new();
         for page_number in 1u32.. {
@@ -255,51 +148,176 @@ impl Deletion<'_> {
         Ok(found)
     }
 
-    async fn eip(&self, allocation_id: &str) -> Result<Option<Eip>, Error> {
+    /// Every EIP carrying the release mark of this instance.
+    async fn marked_eips(&self, instance_id: &str) -> Result<Vec<Eip>, Error> {
+        self.eips_where(&[
+            param("Tag.1.Key", RELEASE_MARK),
+            param("Tag.1.Value", instance_id),
+        ])
+        .await
+    }
+
+    /// The tags that link `eip` to the instance: the mark, and the cluster's tag when required.
+    fn link(&self, instance_id: &str) -> Vec<(String, String)> {
+        let mut tags = vec![(RELEASE_MARK.to_owned(), instance_id.to_owned())];
+        if let Some((key, value)) = self.cluster_tag {
+            tags.push((key.to_owned(), value.to_owned()));
+        }
+        tags
+    }
+
+    /// Records the link on `eip` (unless it carries it already); `false` when VPC no longer
+    /// knows the EIP.
+    async fn mark(&self, eip: &mut Eip, instance_id: &str) -> Result<bool, Error> {
+        let link = self.link(instance_id);
+        if link.iter().all(|(k, v)| eip.tags.get(k) == Some(v)) {
+            return Ok(true);
+        }
+        let mut params = vec![
+            param("RegionId", self.region),
+            param("ResourceType", "EIP"),
+            param("ResourceId.1", eip.allocation_id.as_str()),
+        ];
+        for (n, (key, value)) in link.iter().enumerate() {
+            params.push(param(&format!("Tag.{}.Key", n + 1), key.as_str()));
+            params.push(param(&format!("Tag.{}.Value", n + 1), value.as_str()));
+        }
+        match self.api.call(Service::Vpc, "TagResources", &params).await {
+            Ok(_) => {
+                eip.tags.extend(link);
+                Ok(true)
+            }
+            Err(Failure::NotFound { .. }) => Ok(false),
+            Err(failure) => Err(failure.into_error("TagResources")),
+        }
+    }
+
+    /// The EIPs of a shown instance: those marked for it and CAA's bound to its secondary NICs
+    /// (marked now); an operator's bound there are listed as not the VM's.
+    async fn eips_of_shown(&self, instance: &EcsInstance) -> Result<Vec<Part>, Error> {
+        let mut parts: Vec<Part> = self
+            .marked_eips(&instance.id)
+            .await?
+            .into_iter()
+            .map(|eip| self.part(eip, Tie::CreatedForVm))
+            .collect();
+        for nic in &instance.secondary_nics {
+            let bound = self
+                .eips_where(&[
+                    param("AssociatedInstanceType", "NetworkInterface"),
+                    param("AssociatedInstanceId", nic),
+                ])
+                .await?;
+            for mut eip in bound {
+                if parts.iter().any(|p| p.id.id == eip.allocation_id) {
+                    continue;
+                }
+                if eip.description != CAA_EIP_DESCRIPTION {
+                    parts.push(self.part(eip, Tie::NotTheVms));
+                    continue;
+                }
+                if do_not_delete(&eip.tags).is_none() && !self.mark(&mut eip, &instance.id).await? {
+                    continue;
+                }
+                parts.push(self.part(eip, Tie::CreatedForVm));
+            }
+        }
+        Ok(parts)
+    }
+
+    /// `eip` as a part tied so, remembered for its delete.
+    fn part(&self, eip: Eip, tie: Tie) -> Part {
+        let part = Part {
+            id: PartId::new(PartKind::PublicAddress, eip.allocation_id.as_str()),
+            tags: eip.tags.clone(),
+            tie,
+        };
+        self.seen().eips.insert(eip.allocation_id.clone(), eip);
+        part
+    }
+}
+
+fn eip_only(part: &PartId) -> Result<&str, Error> {
+    match part.kind {
+        PartKind::PublicAddress => Ok(part.id.as_str()),
+        kind => Err(Error::internal(format!(
+            "ECS instances have no {} parts here, yet {} was asked about",
+            kind.as_str(),
+            part.id
+        ))),
+    }
+}
+
+#[async_trait]
+impl DeletionPorts for EcsPorts<'_> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+        let found = self.describe(instance.id()).await?;
+        let sighting = match &found {
+            None => Sighting::NotFound,
+            Some(i) if i.status == RELEASING_INSTANCE => Sighting::Deleting(i.tags.clone()),
+            Some(i) => Sighting::Present(i.tags.clone()),
+        };
+        let mut seen = self.seen();
+        if let Some(i) = &found {
+            seen.without_nics = i.secondary_nics.is_empty();
+            if matches!(sighting, Sighting::Deleting(_)) {
+                seen.last_word = Some(format!("ECS still lists {} {}", i.id, i.status));
+            }
+        }
+        seen.instance = found;
+        Ok(sighting)
+    }
+
+    async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
         let answer = self
             .api
             .call(
-                Service::Vpc,
-                "DescribeEipAddresses",
-                &[
-                    param("RegionId", self.region),
-                    param("AllocationId", allocation_id),
-                ],
+                Service::Ecs,
+                "DeleteInstance",
+                &[param("InstanceId", instance.id()), param("Force", "true")],
             )
-            .await
-            .map_err(|f| f.into_error("DescribeEipAddresses"))?;
-        let eips = answers::eips(&answer).map_err(Error::internal)?;
-        Ok(eips.into_iter().find(|e| e.allocation_id == allocation_id))
+            .await;
+        match answer {
+            Ok(_) => Ok(DeleteAnswer::Accepted),
+            Err(Failure::NotFound { .. }) => Ok(DeleteAnswer::NotFound),
+            Err(Failure::WrongState { code }) => {
+                self.said(format!("DeleteInstance: ECS answers {code} for {instance}"));
+                Ok(DeleteAnswer::WrongState)
+            }
+            Err(failure) => Err(failure.into_error("DeleteInstance")),
+        }
     }
 
-    /// Marks the EIP as the instance's (unless it is already), unbinds and releases it, and
-    /// confirms by a lookup that it is gone.
-    async fn release_eip(&self, eip: &Eip, instance_id: &str) -> Result<(), Error> {
-        let id = eip.allocation_id.as_str();
-        if eip.tags.get(RELEASE_MARK).map(String::as_str) != Some(instance_id) {
-            // Before the unbind, which loses the last link from the EIP to the instance.
-            let answer = self
-                .api
-                .call(
-                    Service::Vpc,
-                    "TagResources",
-                    &[
-                        param("RegionId", self.region),
-                        param("ResourceType", "EIP"),
-                        param("ResourceId.1", id),
-                        param("Tag.1.Key", RELEASE_MARK),
-                        param("Tag.1.Value", instance_id),
-                    ],
-                )
-                .await;
-            match answer {
-                Ok(_) => {}
-                Err(Failure::NotFound { .. }) => return Ok(()),
-                Err(failure) => return Err(failure.into_error("TagResources")),
-            }
+    async fn parts(&self, instance: &InstanceKey) -> Result<Vec<Part>, Error> {
+        let (shown, without_nics) = {
+            let seen = self.seen();
+            (seen.instance.clone(), seen.without_nics)
+        };
+        match shown {
+            // EIPs are bound to secondary NICs only, and the NIC stays attached until the
+            // instance is released: without one there is no EIP, bound or marked.
+            Some(i) if i.secondary_nics.is_empty() => Ok(Vec::new()),
+            Some(i) => self.eips_of_shown(&i).await,
+            None if without_nics => Ok(Vec::new()),
+            None => Ok(self
+                .marked_eips(instance.id())
+                .await?
+                .into_iter()
+                .map(|eip| self.part(eip, Tie::CreatedForVm))
+                .collect()),
         }
-        if let Some((bound_to, kind)) = &eip.bound_to
-            && eip.status != "Available"
+    }
+
+    async fn delete_part(
+        &self,
+        instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<DeleteAnswer, Error> {
+        let id = eip_only(part)?;
+        let known = self.seen().eips.get(id).cloned();
+        if let Some(eip) = &known
+            && eip.status != AVAILABLE_EIP
+            && let Some((bound_to, kind)) = &eip.bound_to
         {
             let answer = self
                 .api
@@ -314,20 +332,15 @@ impl Deletion<'_> {
                     ],
                 )
                 .await;
-            match answer {
-                Ok(_) | Err(Failure::WrongState { .. }) => {}
-                Err(Failure::NotFound { .. }) => return Ok(()),
-                Err(failure) => return Err(failure.into_error("UnassociateEipAddress")),
-            }
-        }
-        if !self
-            .wait_for_eip(id, |eip| eip.is_none_or(|e| e.status == "Available"))
-            .await?
-        {
-            return Err(Error::unavailable(format!(
-                "EIP {id} did not become Available within {:?}",
-                self.wait_timeout
-            )));
+            return match answer {
+                // VPC releases an unbound EIP only: the release comes once it is unbound.
+                Ok(_) | Err(Failure::WrongState { .. }) => {
+                    self.said(format!("EIP {id} of {instance} is being unbound"));
+                    Ok(DeleteAnswer::WrongState)
+                }
+                Err(Failure::NotFound { .. }) => Ok(DeleteAnswer::NotFound),
+                Err(failure) => Err(failure.into_error("UnassociateEipAddress")),
+            };
         }
         let answer = self
             .api
@@ -338,75 +351,53 @@ impl Deletion<'_> {
             )
             .await;
         match answer {
-            Ok(_) | Err(Failure::NotFound { .. }) => {}
-            Err(failure) => return Err(failure.into_error("ReleaseEipAddress")),
-        }
-        if !self.wait_for_eip(id, |eip| eip.is_none()).await? {
-            // Gone is confirmed, never inferred: the next call finds it again by the mark.
-            return Err(Error::unavailable(format!(
-                "VPC accepted the release of EIP {id} of {instance_id} but still lists it after {:?}",
-                self.wait_timeout
-            )));
-        }
-        Ok(())
-    }
-
-    /// Polls the EIP until `done` holds (true) or the wait bound passes (false).
-    async fn wait_for_eip(
-        &self,
-        allocation_id: &str,
-        done: impl Fn(Option<&Eip>) -> bool,
-    ) -> Result<bool, Error> {
-        let deadline = Instant::now() + self.wait_timeout;
-        loop {
-            if done(self.eip(allocation_id).await?.as_ref()) {
-                return Ok(true);
+            Ok(_) => Ok(DeleteAnswer::Accepted),
+            Err(Failure::NotFound { .. }) => Ok(DeleteAnswer::NotFound),
+            Err(Failure::WrongState { code }) => {
+                self.said(format!(
+                    "ReleaseEipAddress: VPC answers {code} for EIP {id} of {instance}"
+                ));
+                Ok(DeleteAnswer::WrongState)
             }
-            if Instant::now() >= deadline {
-                return Ok(false);
+            Err(failure) => Err(failure.into_error("ReleaseEipAddress")),
+        }
+    }
+
+    async fn look_up_part(&self, instance: &InstanceKey, part: &PartId) -> Result<Sighting, Error> {
+        let id = eip_only(part)?;
+        let answer = self
+            .api
+            .call(
+                Service::Vpc,
+                "DescribeEipAddresses",
+                &[param("RegionId", self.region), param("AllocationId", id)],
+            )
+            .await
+            .map_err(|f| f.into_error("DescribeEipAddresses"))?;
+        let found = answers::eips(&answer)
+            .map_err(Error::internal)?
+            .into_iter()
+            .find(|e| e.allocation_id == id);
+        let mut seen = self.seen();
+        Ok(match found {
+            None => {
+                seen.eips.remove(id);
+                Sighting::NotFound
             }
-            tokio::time::sleep(self.poll_interval).await;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use peerpods_provider_core::DO_NOT_DELETE_TAG;
-
-    fn eip(description: &str, tags: &[(&str, &str)]) -> Eip {
-        Eip {
-            allocation_id: "eip-2zeexample0001".into(),
-            status: "InUse".into(),
-            bound_to: Some(("eni-addon".into(), "NetworkInterface".into())),
-            description: description.into(),
-            tags: tags
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn only_caas_or_marked_eips_are_the_vms() {
-        let vm = "i-2zeexample0001";
-        assert!(owned_by(&eip(CAA_EIP_DESCRIPTION, &[]), vm));
-        assert!(owned_by(&eip("", &[(RELEASE_MARK, vm)]), vm));
-        // An operator's EIP on the VM's NIC, or one marked for another instance.
-        assert!(!owned_by(&eip("reserved egress address", &[]), vm));
-        assert!(!owned_by(
-            &eip("", &[(RELEASE_MARK, "i-2zeother00002")]),
-            vm
-        ));
-        // The do-not-delete tag wins over both.
-        assert!(!owned_by(
-            &eip(CAA_EIP_DESCRIPTION, &[(DO_NOT_DELETE_TAG, "true")]),
-            vm
-        ));
-        assert!(!owned_by(
-            &eip("", &[(RELEASE_MARK, vm), (DO_NOT_DELETE_TAG, "")]),
-            vm
-        ));
+            Some(eip) => {
+                seen.last_word = Some(format!(
+                    "VPC still lists EIP {id} of {instance} {}",
+                    eip.status
+                ));
+                let tags = eip.tags.clone();
+                let releasing = eip.status == RELEASING_EIP;
+                seen.eips.insert(id.to_owned(), eip);
+                if releasing {
+                    Sighting::Deleting(tags)
+                } else {
+                    Sighting::Present(tags)
+                }
+            }
+        })
     }
 }

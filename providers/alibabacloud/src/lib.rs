@@ -8,7 +8,8 @@
 //! - `settings`: configuration keys (cloud-api-adaptor's names plus endpoint overrides).
 //! - `instance_id`: syntax of ECS instance ids; `signature`: `ACS3-HMAC-SHA256` (pure).
 //! - `api`: every HTTP call, signed, retried, counted; `failure`: what an error answer means.
-//! - `answers`: reading ECS/VPC JSON answers (pure); `deletion`: the delete flow.
+//! - `answers`: reading ECS/VPC JSON answers (pure); `deletion`: the deletion engine's ports
+//!   (lookups and deletes of the instance and its EIPs), driven by provider-core's [`Deleter`].
 
 mod answers;
 mod api;
@@ -21,14 +22,15 @@ mod signature;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use peerpods_provider_core::deletion::window_from_config;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Figure, Health, Instance, NotFoundWindow, OwnerTag,
+    Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance, OwnerTag, Pace,
     Provider, ProviderConfig, ProviderName, TagSelector,
 };
 
 use answers::EcsInstance;
 use api::{Api, Service};
-use deletion::Deletion;
+use deletion::EcsPorts;
 use settings::Settings;
 
 /// The `cloud_provider` name of this backend.
@@ -44,7 +46,7 @@ const MAX_VCPUS: &str = "max-postpaid-instance-vcpu-count";
 const USED_VCPUS: &str = "used-postpaid-instance-vcpu-count";
 
 /// How long `DescribeInstances` must keep not listing an instance this process never saw
-/// deleted before it counts as gone (`ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`): ECS is eventually
+/// deleted (nor being released) before it counts as gone (`ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`): ECS is eventually
 /// consistent ("ECS OpenAPI eventual consistency": right after `RunInstances`, `DescribeInstances`
 /// may return an empty list or `InvalidInstance.NotFound`); five minutes, as for EC2.
 const NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
@@ -55,7 +57,7 @@ pub struct AlibabaCloudProvider {
     api: Api,
     settings: Settings,
     owner: OwnerTag,
-    not_found: NotFoundWindow,
+    deleter: Deleter,
 }
 
 impl std::fmt::Debug for AlibabaCloudProvider {
@@ -75,24 +77,37 @@ impl AlibabaCloudProvider {
             .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
         let api = Api::new(&settings, calls)?;
         let owner = OwnerTag::from_config(config)?;
-        let not_found =
-            NotFoundWindow::from_config(config, "ECS", NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
+        let window = window_from_config(config, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
+        let deleter = Deleter::new(
+            ProviderName::Alibabacloud,
+            owner.guard(),
+            window,
+            NOT_FOUND_WINDOW_SETTING,
+            Pace::every(settings.poll_interval),
+        );
         Ok(Self {
             api,
             settings,
             owner,
-            not_found,
+            deleter,
         })
     }
 
-    fn deletion(&self) -> Deletion<'_> {
-        Deletion {
-            api: &self.api,
-            region: &self.settings.region,
-            wait_timeout: self.settings.wait_timeout,
-            poll_interval: self.settings.poll_interval,
-            owner: &self.owner,
-            not_found: &self.not_found,
+    /// Deletes `instance_id` by the engine's rules, for at most `ALIBABACLOUD_WAIT_TIMEOUT_MS`:
+    /// a delete still waiting for ECS or VPC then is a retryable `Unavailable` naming what it
+    /// waits for, and the next call resumes it (the engine keeps what it learnt).
+    async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        let ports = EcsPorts::new(&self.api, &self.settings.region, self.owner.required());
+        let bound = self.settings.wait_timeout;
+        match tokio::time::timeout(bound, self.deleter.delete(&ports, instance_id)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::unavailable(format!(
+                "ECS instance {instance_id} is not confirmed deleted after {bound:?} \
+                 ({}); the next call resumes",
+                ports
+                    .last_word()
+                    .unwrap_or_else(|| "no answer to wait out".to_owned())
+            ))),
         }
     }
 
@@ -164,7 +179,7 @@ impl Provider for AlibabaCloudProvider {
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
-        let outcome = self.deletion().run(instance_id).await;
+        let outcome = self.delete(instance_id).await;
         match &outcome {
             Ok(outcome) => tracing::info!(
                 instance_id,

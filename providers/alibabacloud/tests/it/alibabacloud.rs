@@ -54,13 +54,11 @@ async fn deleting_an_instance_releases_its_eip_and_waits_until_it_is_gone() {
     );
     assert!(!emulator.eip_exists(&eip));
     assert!(emulator.vm_or_parts_exist(&other), "another VM was touched");
-    for operation in [
-        "UnassociateEipAddress",
-        "ReleaseEipAddress",
-        "DeleteInstance",
-    ] {
+    for operation in ["TagResources", "ReleaseEipAddress", "DeleteInstance"] {
         assert_eq!(calls.count(NAME, operation, "ok"), 1, "{operation}");
     }
+    // The release of the instance took its add-on NIC and so unbound the EIP: nothing to unbind.
+    assert_eq!(calls.count(NAME, "UnassociateEipAddress", "ok"), 0);
     // Found once, then polled until ECS no longer listed it (two more answers list it).
     assert!(calls.count(NAME, "DescribeInstances", "ok") >= 4);
     assert_eq!(calls.count(NAME, "DeleteInstance", "error"), 0);
@@ -197,8 +195,10 @@ async fn an_instance_being_released_is_waited_for() {
 
     assert!(!emulator.instance_exists(&id));
     assert!(!emulator.eip_exists(&eip), "the EIP leaked");
-    // ECS refused the deletion while the release was under way; the backend waited it out.
-    assert!(calls.count(NAME, "DeleteInstance", "error") >= 1);
+    // ECS listed it `Stopping` (being released): the backend waited the release out, asking
+    // for no second one.
+    assert_eq!(emulator.requests_of("DeleteInstance"), 0);
+    assert!(calls.count(NAME, "DescribeInstances", "ok") >= 4);
 }
 
 #[tokio::test]
@@ -212,9 +212,10 @@ async fn a_release_that_never_finishes_is_unavailable_after_the_wait_bound() {
 
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
     assert!(
-        error.to_string().contains("IncorrectInstanceStatus"),
+        error.to_string().contains("still lists") && error.to_string().contains("Stopping"),
         "{error}"
     );
+    assert!(emulator.instance_exists(&id));
 }
 
 #[tokio::test]
@@ -535,12 +536,13 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
     );
 }
 
-/// The release mark `TagResources` puts on a VM's EIP before unbinding it.
+/// The release mark `TagResources` puts on a VM's EIP while the VM is listed.
 const RELEASE_MARK: &str = "peerpods.io/released-with";
 
-/// A deletion whose `ReleaseEipAddress` failed after `UnassociateEipAddress` succeeded: the EIP
-/// is unbound (nothing links it to the instance any more) and still allocated.
-async fn delete_failing_after_the_unbind(
+/// A deletion whose `ReleaseEipAddress` failed after ECS released the instance: the instance is
+/// gone, its EIP unbound (the add-on NIC went with it) and still allocated, linked to the instance
+/// only by the mark put on it while the instance was listed.
+async fn delete_failing_at_the_release(
     emulator: &AlibabaCloudEmulator,
     provider: &AlibabaCloudProvider,
     id: &str,
@@ -552,28 +554,35 @@ async fn delete_failing_after_the_unbind(
         matches!(&first, Err(Error::Unavailable { .. })),
         "{first:?}"
     );
+    assert!(!emulator.instance_exists(id));
     assert!(emulator.eip_exists(eip), "the failed release released it");
-    assert!(!emulator.eip_bound(eip), "the EIP was not unbound");
+    assert!(!emulator.eip_bound(eip), "the EIP is still bound");
     assert_eq!(
         emulator.eip_tags(eip),
         Some(vec![(RELEASE_MARK.to_owned(), id.to_owned())]),
-        "marked for its instance before the unbind"
+        "marked for its instance while the instance was listed"
     );
 }
 
 #[tokio::test]
-async fn an_eip_unbound_but_not_released_is_found_by_its_mark_and_released_before_gone() {
+async fn an_eip_whose_release_failed_is_found_by_its_mark_and_released_before_gone() {
     let emulator = AlibabaCloudEmulator::start();
     // One attempt per call, so the injected failure reaches the flow.
-    let (provider, _) = provider(&emulator, &[("ALIBABACLOUD_MAX_ATTEMPTS", "1")]);
+    let (provider, _) = provider(
+        &emulator,
+        &[
+            ("ALIBABACLOUD_MAX_ATTEMPTS", "1"),
+            ("ALIBABACLOUD_POLL_INTERVAL_MS", "50"),
+        ],
+    );
     let id = emulator.create_vm("pod-resume", &[]);
     let eip = emulator.eip_of(&id).expect("the VM has an EIP");
-    delete_failing_after_the_unbind(&emulator, &provider, &id, &eip).await;
-    assert!(emulator.instance_exists(&id), "deleted before its EIP");
+    delete_failing_at_the_release(&emulator, &provider, &id, &eip).await;
 
-    let outcome = provider.delete_instance(&id).await.expect("deleted");
+    // The same process saw the release accepted: ECS's absence is believed at once.
+    let outcome = provider.delete_instance(&id).await.expect("gone");
 
-    assert_eq!(outcome, DeleteOutcome::Deleted);
+    assert_eq!(outcome, DeleteOutcome::AlreadyGone);
     assert!(!emulator.eip_exists(&eip), "the unbound EIP leaked");
     assert!(!emulator.vm_or_parts_exist(&id));
 }
@@ -581,23 +590,23 @@ async fn an_eip_unbound_but_not_released_is_found_by_its_mark_and_released_befor
 #[tokio::test]
 async fn a_marked_eip_of_an_instance_already_gone_is_released_before_gone() {
     let emulator = AlibabaCloudEmulator::start();
-    let (provider, _) = provider(
+    let (first, _) = provider(
         &emulator,
         &[
             ("ALIBABACLOUD_MAX_ATTEMPTS", "1"),
-            ("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "0"),
+            ("ALIBABACLOUD_POLL_INTERVAL_MS", "50"),
         ],
     );
     let id = emulator.create_vm("pod-gone", &[]);
     let eip = emulator.eip_of(&id).expect("the VM has an EIP");
-    delete_failing_after_the_unbind(&emulator, &provider, &id, &eip).await;
-    // Released meanwhile by someone else (cloud-api-adaptor): its NICs went with it.
-    emulator.begin_release(&id, 0);
+    delete_failing_at_the_release(&emulator, &first, &id, &eip).await;
+    // Another process (a restart) that never saw the instance: past the window, the mark
+    // still finds its EIP.
+    let (restarted, _) = provider(&emulator, &[("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "0")]);
 
-    let outcome = provider.delete_instance(&id).await.expect("gone");
+    let outcome = restarted.delete_instance(&id).await.expect("gone");
 
     assert_eq!(outcome, DeleteOutcome::AlreadyGone);
-    assert!(!emulator.instance_exists(&id));
     assert!(!emulator.eip_exists(&eip), "the unbound EIP leaked");
     assert!(!emulator.vm_or_parts_exist(&id));
 }

@@ -3,4 +3,5 @@
 
 mod alibabacloud;
 mod alibabacloud_answers;
+mod alibabacloud_deletion;
 mod alibabacloud_faults;
