@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use peerpods_proto::v1::{
-    DeleteInstanceRequest, DeleteResult, ListInstancesRequest, ListProvidersRequest, Requester,
+    DeleteInstanceRequest, DeleteResult, DeleteWait, ListInstancesRequest, ListProvidersRequest,
+    Requester,
 };
 use tonic::Code;
 
@@ -48,9 +49,35 @@ impl Deleted {
 pub enum DeleteAnswer {
     /// The VM is confirmed gone.
     Gone(Deleted),
-    /// provider-service is still deleting the VM (the delete runs on there whether or not we wait):
-    /// ask again after `retry_after` (its advice, when it gave one). Not gone: the finalizer stays.
-    InProgress { retry_after: Option<Duration> },
+    /// The VM is not confirmed gone, and nothing failed: provider-service waits for what `waiting` says
+    /// (a delete it runs on whether or not we wait, or the cloud to show the VM). Ask again after
+    /// `retry_after` (its advice, when it gave one). Not gone: the finalizer stays.
+    InProgress {
+        retry_after: Option<Duration>,
+        waiting: Waiting,
+    },
+}
+
+/// What an in-progress delete waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// The cloud is deleting the VM (or provider-service waits for one of its delete slots). Also what an
+    /// in-progress answer that does not say (from a provider-service that predates the field) means.
+    CloudDeleting,
+    /// The cloud has not shown the VM for `unknown_for` (if provider-service said), less than its consistency
+    /// window: it may be a new VM the cloud does not show everywhere yet. Once the window passes the VM is
+    /// confirmed gone; a cloud that shows it meanwhile has it deleted. Not an outage: the cloud answered.
+    NotYetVisible { unknown_for: Option<Duration> },
+}
+
+impl Waiting {
+    /// Condition and Event reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Waiting::CloudDeleting => crate::reconcile::REASON_DELETE_IN_PROGRESS,
+            Waiting::NotYetVisible { .. } => crate::reconcile::REASON_NOT_YET_VISIBLE,
+        }
+    }
 }
 
 /// A VM as provider-service lists it.
@@ -132,6 +159,15 @@ impl Provider {
                 retry_after: response
                     .retry_after
                     .and_then(|d| Duration::try_from(d).ok()),
+                waiting: match response.waiting() {
+                    DeleteWait::NotYetVisible => Waiting::NotYetVisible {
+                        unknown_for: response
+                            .unknown_for
+                            .and_then(|d| Duration::try_from(d).ok()),
+                    },
+                    // What provider-service always waited for before it said.
+                    DeleteWait::CloudDeleting | DeleteWait::Unspecified => Waiting::CloudDeleting,
+                },
             }),
             // Never treat an answer we do not understand as "gone": that could leak a VM.
             DeleteResult::Unspecified => Err(Error::ProviderFailed {

@@ -8,7 +8,10 @@
 //! result once the backend confirmed the instance gone, the backend's error, or "still in
 //! progress" with retry advice. The task goes on after the call has answered; the next call for
 //! the instance joins it, or, once it ended, starts a new delete that confirms the end with a
-//! fresh lookup (no result is kept: gone is always a later lookup's answer).
+//! fresh lookup (no result is kept: gone is always a later lookup's answer). A delete that ends
+//! because the cloud does not show the instance yet, inside its consistency window
+//! ([`DeleteOutcome::NotYetVisible`]), ends its task like any other and is answered "in progress"
+//! too, saying it waits for the instance to show ([`Wait`]); the next call looks again.
 //!
 //! A delete waits for one of its cloud's delete slots (the call budget, 32 at once, see
 //! [`crate::backends::guarded`]) before it asks the cloud anything; while it waits it is "in
@@ -96,9 +99,25 @@ pub type Finished = Result<DeleteOutcome, Arc<Error>>;
 /// What a call hears within its answer window.
 #[derive(Debug, Clone)]
 pub enum Answer {
+    /// The instance is confirmed gone, or the delete failed. Never [`DeleteOutcome::NotYetVisible`]:
+    /// that is [`Answer::InProgress`] with [`Wait::NotYetVisible`].
     Finished(Finished),
-    /// The delete goes on; ask again.
-    InProgress,
+    /// Not confirmed gone, not failed: ask again.
+    InProgress(Wait),
+}
+
+/// What an [`Answer::InProgress`] waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The delete goes on (or waits for a delete slot).
+    CloudDeleting,
+    /// The delete ended without the cloud showing the instance, inside its consistency window
+    /// ([`DeleteOutcome::NotYetVisible`]): nothing is remembered of it, the next call looks again.
+    NotYetVisible {
+        unknown_for: Duration,
+        window: Duration,
+        setting: &'static str,
+    },
 }
 
 /// The detached deletes of one provider-service. Cheap to clone: clones share the running set.
@@ -143,19 +162,29 @@ pub struct Job {
 }
 
 impl Job {
-    /// The delete's end if it comes within `window`, else [`Answer::InProgress`]. Dropping the
-    /// call (the caller cancelled) never stops the delete.
+    /// The delete's end if it comes within `window`, else [`Answer::InProgress`] (as is an end
+    /// where the cloud did not show the instance yet). Dropping the call (the caller cancelled)
+    /// never stops the delete.
     pub async fn answer(mut self, window: Duration) -> Answer {
         match tokio::time::timeout(window, self.done.wait_for(Option::is_some)).await {
             Ok(Ok(finished)) => match finished.as_ref() {
+                Some(Ok(DeleteOutcome::NotYetVisible {
+                    unknown_for,
+                    window,
+                    setting,
+                })) => Answer::InProgress(Wait::NotYetVisible {
+                    unknown_for: *unknown_for,
+                    window: *window,
+                    setting,
+                }),
                 Some(finished) => Answer::Finished(finished.clone()),
-                None => Answer::InProgress,
+                None => Answer::InProgress(Wait::CloudDeleting),
             },
             // The task ended without an answer: it panicked.
             Ok(Err(_)) => Answer::Finished(Err(Arc::new(Error::internal(
                 "the delete ended without an answer",
             )))),
-            Err(_elapsed) => Answer::InProgress,
+            Err(_elapsed) => Answer::InProgress(Wait::CloudDeleting),
         }
     }
 }
@@ -225,6 +254,14 @@ impl Deletes {
                     .await
                     .map_err(Error::from);
                 match &outcome {
+                    // A wait, not an end to remember: the next call looks again.
+                    Ok(DeleteOutcome::NotYetVisible { unknown_for, .. }) => {
+                        tracing::Span::current().record("outcome", "not_yet_visible");
+                        tracing::info!(
+                            unknown_for_ms = unknown_for.as_millis() as u64,
+                            "the cloud does not show the instance yet; the next call looks again"
+                        );
+                    }
                     Ok(outcome) => {
                         tracing::Span::current().record("outcome", outcome.as_str());
                         tracing::info!(outcome = outcome.as_str(), "instance delete finished");

@@ -94,6 +94,24 @@ pub enum Error {
         instance_id: String,
         retry_after: std::time::Duration,
     },
+
+    /// The cloud does not show the instance, for less than its consistency window: possibly a new
+    /// instance it does not show everywhere yet. A wait, not an outage, answered so to a caller
+    /// that did not say it understands DELETE_RESULT_IN_PROGRESS.
+    #[error(
+        "the cloud does not show instance {instance_id} yet ({} s of its {} s consistency window, \
+         {setting}); ask again in {} s",
+        unknown_for.as_secs(),
+        window.as_secs(),
+        retry_after.as_secs().max(1)
+    )]
+    NotYetVisible {
+        instance_id: String,
+        unknown_for: std::time::Duration,
+        window: std::time::Duration,
+        setting: &'static str,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -110,7 +128,17 @@ impl Error {
             Error::Internal { .. } => "Internal",
             Error::ShuttingDown => "ShuttingDown",
             Error::DeleteInProgress { .. } => "DeleteInProgress",
+            Error::NotYetVisible { .. } => "NotYetVisible",
         }
+    }
+
+    /// Whether this only says to wait: the delete goes on, or the cloud does not show the instance
+    /// yet. Nothing failed (logged at debug level, not as a warning).
+    pub fn is_wait(&self) -> bool {
+        matches!(
+            self,
+            Error::DeleteInProgress { .. } | Error::NotYetVisible { .. }
+        )
     }
 
     /// Whether this is the service's own fault (logged as an error, not a warning).
@@ -166,11 +194,14 @@ pub fn status(e: &Error) -> Status {
         Error::CallerNotAllowed { .. } | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
         Error::Unauthenticated { .. } => Code::Unauthenticated,
         Error::Tls { .. } | Error::Internal { .. } => Code::Internal,
-        Error::ShuttingDown | Error::DeleteInProgress { .. } => Code::Unavailable,
+        Error::ShuttingDown | Error::DeleteInProgress { .. } | Error::NotYetVisible { .. } => {
+            Code::Unavailable
+        }
     };
     let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
     if let Error::Provider(ProviderError::Throttled { retry_after, .. })
-    | Error::DeleteInProgress { retry_after, .. } = e
+    | Error::DeleteInProgress { retry_after, .. }
+    | Error::NotYetVisible { retry_after, .. } = e
     {
         details.set_retry_info(Some(*retry_after));
     }

@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pb::provider_service_server::ProviderService;
 use peerpods_proto::v1 as pb;
 use tonic::{Request, Response, Status};
 
 use crate::auth::Caller;
-use crate::deletes::{Answer, Deletes};
+use crate::deletes::{Answer, Deletes, Wait};
 use crate::error::{Error, ProviderError};
 use crate::load::RateLimitedLog;
 use crate::metrics::Metrics;
@@ -82,6 +82,8 @@ impl ProviderApi {
                 let e: &Error = e.borrow();
                 if e.is_internal() {
                     tracing::error!(error = %e, reason = e.reason(), "call failed");
+                } else if e.is_wait() {
+                    tracing::debug!(error = %e, reason = e.reason(), "call answered: ask again");
                 } else if is_callers_mistake(e) {
                     if let Some(refused) = self.refusals.admit() {
                         tracing::warn!(error = %e, reason = e.reason(), refused, "call refused; such refusals are logged at most every 10 s");
@@ -158,20 +160,9 @@ impl ProviderService for ProviderApi {
         let result = match result {
             Err(e) => Err(Arc::new(e)),
             Ok(job) => match job.answer(settings.answer_window(caller_deadline)).await {
-                Answer::Finished(Ok(outcome)) => Ok(delete_answer(outcome)),
+                Answer::Finished(Ok(outcome)) => delete_answer(outcome, &req, settings.retry_after),
                 Answer::Finished(Err(e)) => Err(e),
-                Answer::InProgress if req.accept_in_progress => Ok((
-                    pb::DeleteInstanceResponse {
-                        result: pb::DeleteResult::InProgress as i32,
-                        retry_after: prost_types::Duration::try_from(settings.retry_after).ok(),
-                    },
-                    "in_progress",
-                )),
-                // A caller that does not know IN_PROGRESS would read any answer as done.
-                Answer::InProgress => Err(Arc::new(Error::DeleteInProgress {
-                    instance_id: req.instance_id.clone(),
-                    retry_after: settings.retry_after,
-                })),
+                Answer::InProgress(wait) => in_progress(wait, &req, settings.retry_after),
             },
         };
         self.finish("DeleteInstance", &label, started, result)
@@ -248,16 +239,86 @@ impl ProviderService for ProviderApi {
     }
 }
 
-/// The answer to a delete that ended with `outcome`.
-fn delete_answer(outcome: DeleteOutcome) -> (pb::DeleteInstanceResponse, &'static str) {
-    let body = pb::DeleteInstanceResponse {
-        result: match outcome {
-            DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
-            DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
-        } as i32,
-        retry_after: None,
+/// A DeleteInstance answer and its metric label, or the error to answer.
+type DeleteReply = Result<(pb::DeleteInstanceResponse, &'static str), Arc<Error>>;
+
+/// The answer to `req`, whose delete ended with `outcome`: gone, or (not yet visible) a wait.
+fn delete_answer(
+    outcome: DeleteOutcome,
+    req: &pb::DeleteInstanceRequest,
+    retry_after: Duration,
+) -> DeleteReply {
+    let result = match outcome {
+        DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
+        DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
+        DeleteOutcome::NotYetVisible {
+            unknown_for,
+            window,
+            setting,
+        } => {
+            let wait = Wait::NotYetVisible {
+                unknown_for,
+                window,
+                setting,
+            };
+            return in_progress(wait, req, retry_after);
+        }
     };
-    (body, outcome.as_str())
+    let body = pb::DeleteInstanceResponse {
+        result: result as i32,
+        ..Default::default()
+    };
+    Ok((body, outcome.as_str()))
+}
+
+/// The answer to `req` while it waits for `wait`, with the retry advice: the service's usual
+/// `retry_after`, or, not yet visible, the rest of the window when that is shorter (asked again
+/// then, the answer is final). A caller that does not know IN_PROGRESS would read any answer as
+/// done: it hears UNAVAILABLE with a reason of the wait's own and RetryInfo.
+fn in_progress(wait: Wait, req: &pb::DeleteInstanceRequest, retry_after: Duration) -> DeleteReply {
+    let instance_id = req.instance_id.clone();
+    let (waiting, unknown, advice, label, refusal) = match wait {
+        Wait::CloudDeleting => (
+            pb::DeleteWait::CloudDeleting,
+            None,
+            retry_after,
+            "in_progress",
+            Error::DeleteInProgress {
+                instance_id,
+                retry_after,
+            },
+        ),
+        Wait::NotYetVisible {
+            unknown_for,
+            window,
+            setting,
+        } => {
+            let advice = retry_after.min(window.saturating_sub(unknown_for));
+            (
+                pb::DeleteWait::NotYetVisible,
+                Some(unknown_for),
+                advice,
+                "not_yet_visible",
+                Error::NotYetVisible {
+                    instance_id,
+                    unknown_for,
+                    window,
+                    setting,
+                    retry_after: advice,
+                },
+            )
+        }
+    };
+    if !req.accept_in_progress {
+        return Err(Arc::new(refusal));
+    }
+    let body = pb::DeleteInstanceResponse {
+        result: pb::DeleteResult::InProgress as i32,
+        retry_after: prost_types::Duration::try_from(advice).ok(),
+        waiting: waiting as i32,
+        unknown_for: unknown.and_then(|d| prost_types::Duration::try_from(d).ok()),
+    };
+    Ok((body, label))
 }
 
 /// Errors that only the caller's request caused (and anyone who reaches the port can cause).

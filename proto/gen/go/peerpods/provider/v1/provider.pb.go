@@ -33,10 +33,10 @@ const (
 	DeleteResult_DELETE_RESULT_DELETED DeleteResult = 1
 	// The instance did not exist (any more). Success: nothing was left to delete.
 	DeleteResult_DELETE_RESULT_ALREADY_GONE DeleteResult = 2
-	// The delete is running and the instance is not confirmed gone yet. NOT a success: keep
-	// whatever waits for the instance to be gone, and ask again after retry_after (the same call
-	// joins the running delete, or confirms its end). Sent only when the request sets
-	// accept_in_progress.
+	// The delete is running, or the cloud does not show the instance yet (the response's `waiting`
+	// says which), and the instance is not confirmed gone yet. NOT a success: keep whatever waits
+	// for the instance to be gone, and ask again after retry_after (the same call joins the running
+	// delete, or confirms its end). Sent only when the request sets accept_in_progress.
 	DeleteResult_DELETE_RESULT_IN_PROGRESS DeleteResult = 3
 )
 
@@ -81,6 +81,63 @@ func (x DeleteResult) Number() protoreflect.EnumNumber {
 // Deprecated: Use DeleteResult.Descriptor instead.
 func (DeleteResult) EnumDescriptor() ([]byte, []int) {
 	return file_peerpods_provider_v1_provider_proto_rawDescGZIP(), []int{0}
+}
+
+// DeleteWait says what a DELETE_RESULT_IN_PROGRESS answer waits for. Neither is a failure: keep
+// whatever waits for the instance to be gone and ask again after retry_after.
+type DeleteWait int32
+
+const (
+	// Not said (a server that predates this field, or an answer that is not in progress).
+	DeleteWait_DELETE_WAIT_UNSPECIFIED DeleteWait = 0
+	// The cloud is deleting the instance (or the delete waits for one of the cloud's delete slots).
+	DeleteWait_DELETE_WAIT_CLOUD_DELETING DeleteWait = 1
+	// The cloud does not show the instance, for less than its consistency window: it may be a new
+	// instance the cloud does not show everywhere yet. Past the window the same call answers
+	// DELETE_RESULT_ALREADY_GONE (or deletes the instance, once the cloud shows it). Not an outage:
+	// the cloud answered.
+	DeleteWait_DELETE_WAIT_NOT_YET_VISIBLE DeleteWait = 2
+)
+
+// Enum value maps for DeleteWait.
+var (
+	DeleteWait_name = map[int32]string{
+		0: "DELETE_WAIT_UNSPECIFIED",
+		1: "DELETE_WAIT_CLOUD_DELETING",
+		2: "DELETE_WAIT_NOT_YET_VISIBLE",
+	}
+	DeleteWait_value = map[string]int32{
+		"DELETE_WAIT_UNSPECIFIED":     0,
+		"DELETE_WAIT_CLOUD_DELETING":  1,
+		"DELETE_WAIT_NOT_YET_VISIBLE": 2,
+	}
+)
+
+func (x DeleteWait) Enum() *DeleteWait {
+	p := new(DeleteWait)
+	*p = x
+	return p
+}
+
+func (x DeleteWait) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DeleteWait) Descriptor() protoreflect.EnumDescriptor {
+	return file_peerpods_provider_v1_provider_proto_enumTypes[1].Descriptor()
+}
+
+func (DeleteWait) Type() protoreflect.EnumType {
+	return &file_peerpods_provider_v1_provider_proto_enumTypes[1]
+}
+
+func (x DeleteWait) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DeleteWait.Descriptor instead.
+func (DeleteWait) EnumDescriptor() ([]byte, []int) {
+	return file_peerpods_provider_v1_provider_proto_rawDescGZIP(), []int{1}
 }
 
 // Requester says who asks and why. Used for logs and audit only, never for decisions.
@@ -236,7 +293,13 @@ type DeleteInstanceResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Result DeleteResult           `protobuf:"varint,1,opt,name=result,proto3,enum=peerpods.provider.v1.DeleteResult" json:"result,omitempty"`
 	// With DELETE_RESULT_IN_PROGRESS: how long to wait before asking again. Unset otherwise.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,2,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// With DELETE_RESULT_IN_PROGRESS: what the answer waits for. Unset (UNSPECIFIED) otherwise, and
+	// from a server that predates it: read that as DELETE_WAIT_CLOUD_DELETING.
+	Waiting DeleteWait `protobuf:"varint,3,opt,name=waiting,proto3,enum=peerpods.provider.v1.DeleteWait" json:"waiting,omitempty"`
+	// With DELETE_WAIT_NOT_YET_VISIBLE: how long the cloud has not shown the instance, counted from
+	// the first time this server saw it missing. Unset otherwise.
+	UnknownFor    *durationpb.Duration `protobuf:"bytes,4,opt,name=unknown_for,json=unknownFor,proto3" json:"unknown_for,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -281,6 +344,20 @@ func (x *DeleteInstanceResponse) GetResult() DeleteResult {
 func (x *DeleteInstanceResponse) GetRetryAfter() *durationpb.Duration {
 	if x != nil {
 		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *DeleteInstanceResponse) GetWaiting() DeleteWait {
+	if x != nil {
+		return x.Waiting
+	}
+	return DeleteWait_DELETE_WAIT_UNSPECIFIED
+}
+
+func (x *DeleteInstanceResponse) GetUnknownFor() *durationpb.Duration {
+	if x != nil {
+		return x.UnknownFor
 	}
 	return nil
 }
@@ -782,11 +859,14 @@ const file_peerpods_provider_v1_provider_proto_rawDesc = "" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\x12=\n" +
 	"\trequester\x18\x03 \x01(\v2\x1f.peerpods.provider.v1.RequesterR\trequester\x12,\n" +
-	"\x12accept_in_progress\x18\x04 \x01(\bR\x10acceptInProgress\"\x90\x01\n" +
+	"\x12accept_in_progress\x18\x04 \x01(\bR\x10acceptInProgress\"\x88\x02\n" +
 	"\x16DeleteInstanceResponse\x12:\n" +
 	"\x06result\x18\x01 \x01(\x0e2\".peerpods.provider.v1.DeleteResultR\x06result\x12:\n" +
 	"\vretry_after\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\";\n" +
+	"retryAfter\x12:\n" +
+	"\awaiting\x18\x03 \x01(\x0e2 .peerpods.provider.v1.DeleteWaitR\awaiting\x12:\n" +
+	"\vunknown_for\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"unknownFor\";\n" +
 	"\x12GetCapacityRequest\x12%\n" +
 	"\x0ecloud_provider\x18\x01 \x01(\tR\rcloudProvider\"T\n" +
 	"\x06Figure\x12\x19\n" +
@@ -827,7 +907,12 @@ const file_peerpods_provider_v1_provider_proto_rawDesc = "" +
 	"\x19DELETE_RESULT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15DELETE_RESULT_DELETED\x10\x01\x12\x1e\n" +
 	"\x1aDELETE_RESULT_ALREADY_GONE\x10\x02\x12\x1d\n" +
-	"\x19DELETE_RESULT_IN_PROGRESS\x10\x032\xb6\x03\n" +
+	"\x19DELETE_RESULT_IN_PROGRESS\x10\x03*j\n" +
+	"\n" +
+	"DeleteWait\x12\x1b\n" +
+	"\x17DELETE_WAIT_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aDELETE_WAIT_CLOUD_DELETING\x10\x01\x12\x1f\n" +
+	"\x1bDELETE_WAIT_NOT_YET_VISIBLE\x10\x022\xb6\x03\n" +
 	"\x0fProviderService\x12k\n" +
 	"\x0eDeleteInstance\x12+.peerpods.provider.v1.DeleteInstanceRequest\x1a,.peerpods.provider.v1.DeleteInstanceResponse\x12b\n" +
 	"\vGetCapacity\x12(.peerpods.provider.v1.GetCapacityRequest\x1a).peerpods.provider.v1.GetCapacityResponse\x12h\n" +
@@ -846,52 +931,55 @@ func file_peerpods_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_peerpods_provider_v1_provider_proto_rawDescData
 }
 
-var file_peerpods_provider_v1_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_peerpods_provider_v1_provider_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_peerpods_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_peerpods_provider_v1_provider_proto_goTypes = []any{
 	(DeleteResult)(0),              // 0: peerpods.provider.v1.DeleteResult
-	(*Requester)(nil),              // 1: peerpods.provider.v1.Requester
-	(*DeleteInstanceRequest)(nil),  // 2: peerpods.provider.v1.DeleteInstanceRequest
-	(*DeleteInstanceResponse)(nil), // 3: peerpods.provider.v1.DeleteInstanceResponse
-	(*GetCapacityRequest)(nil),     // 4: peerpods.provider.v1.GetCapacityRequest
-	(*Figure)(nil),                 // 5: peerpods.provider.v1.Figure
-	(*GetCapacityResponse)(nil),    // 6: peerpods.provider.v1.GetCapacityResponse
-	(*ListInstancesRequest)(nil),   // 7: peerpods.provider.v1.ListInstancesRequest
-	(*Instance)(nil),               // 8: peerpods.provider.v1.Instance
-	(*ListInstancesResponse)(nil),  // 9: peerpods.provider.v1.ListInstancesResponse
-	(*ListProvidersRequest)(nil),   // 10: peerpods.provider.v1.ListProvidersRequest
-	(*ProviderStatus)(nil),         // 11: peerpods.provider.v1.ProviderStatus
-	(*ListProvidersResponse)(nil),  // 12: peerpods.provider.v1.ListProvidersResponse
-	nil,                            // 13: peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
-	nil,                            // 14: peerpods.provider.v1.Instance.TagsEntry
-	(*durationpb.Duration)(nil),    // 15: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 16: google.protobuf.Timestamp
+	(DeleteWait)(0),                // 1: peerpods.provider.v1.DeleteWait
+	(*Requester)(nil),              // 2: peerpods.provider.v1.Requester
+	(*DeleteInstanceRequest)(nil),  // 3: peerpods.provider.v1.DeleteInstanceRequest
+	(*DeleteInstanceResponse)(nil), // 4: peerpods.provider.v1.DeleteInstanceResponse
+	(*GetCapacityRequest)(nil),     // 5: peerpods.provider.v1.GetCapacityRequest
+	(*Figure)(nil),                 // 6: peerpods.provider.v1.Figure
+	(*GetCapacityResponse)(nil),    // 7: peerpods.provider.v1.GetCapacityResponse
+	(*ListInstancesRequest)(nil),   // 8: peerpods.provider.v1.ListInstancesRequest
+	(*Instance)(nil),               // 9: peerpods.provider.v1.Instance
+	(*ListInstancesResponse)(nil),  // 10: peerpods.provider.v1.ListInstancesResponse
+	(*ListProvidersRequest)(nil),   // 11: peerpods.provider.v1.ListProvidersRequest
+	(*ProviderStatus)(nil),         // 12: peerpods.provider.v1.ProviderStatus
+	(*ListProvidersResponse)(nil),  // 13: peerpods.provider.v1.ListProvidersResponse
+	nil,                            // 14: peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
+	nil,                            // 15: peerpods.provider.v1.Instance.TagsEntry
+	(*durationpb.Duration)(nil),    // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 17: google.protobuf.Timestamp
 }
 var file_peerpods_provider_v1_provider_proto_depIdxs = []int32{
-	1,  // 0: peerpods.provider.v1.DeleteInstanceRequest.requester:type_name -> peerpods.provider.v1.Requester
+	2,  // 0: peerpods.provider.v1.DeleteInstanceRequest.requester:type_name -> peerpods.provider.v1.Requester
 	0,  // 1: peerpods.provider.v1.DeleteInstanceResponse.result:type_name -> peerpods.provider.v1.DeleteResult
-	15, // 2: peerpods.provider.v1.DeleteInstanceResponse.retry_after:type_name -> google.protobuf.Duration
-	5,  // 3: peerpods.provider.v1.GetCapacityResponse.instances:type_name -> peerpods.provider.v1.Figure
-	5,  // 4: peerpods.provider.v1.GetCapacityResponse.vcpus:type_name -> peerpods.provider.v1.Figure
-	5,  // 5: peerpods.provider.v1.GetCapacityResponse.memory_mib:type_name -> peerpods.provider.v1.Figure
-	13, // 6: peerpods.provider.v1.ListInstancesRequest.tag_selector:type_name -> peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
-	16, // 7: peerpods.provider.v1.Instance.create_time:type_name -> google.protobuf.Timestamp
-	14, // 8: peerpods.provider.v1.Instance.tags:type_name -> peerpods.provider.v1.Instance.TagsEntry
-	8,  // 9: peerpods.provider.v1.ListInstancesResponse.instances:type_name -> peerpods.provider.v1.Instance
-	11, // 10: peerpods.provider.v1.ListProvidersResponse.providers:type_name -> peerpods.provider.v1.ProviderStatus
-	2,  // 11: peerpods.provider.v1.ProviderService.DeleteInstance:input_type -> peerpods.provider.v1.DeleteInstanceRequest
-	4,  // 12: peerpods.provider.v1.ProviderService.GetCapacity:input_type -> peerpods.provider.v1.GetCapacityRequest
-	7,  // 13: peerpods.provider.v1.ProviderService.ListInstances:input_type -> peerpods.provider.v1.ListInstancesRequest
-	10, // 14: peerpods.provider.v1.ProviderService.ListProviders:input_type -> peerpods.provider.v1.ListProvidersRequest
-	3,  // 15: peerpods.provider.v1.ProviderService.DeleteInstance:output_type -> peerpods.provider.v1.DeleteInstanceResponse
-	6,  // 16: peerpods.provider.v1.ProviderService.GetCapacity:output_type -> peerpods.provider.v1.GetCapacityResponse
-	9,  // 17: peerpods.provider.v1.ProviderService.ListInstances:output_type -> peerpods.provider.v1.ListInstancesResponse
-	12, // 18: peerpods.provider.v1.ProviderService.ListProviders:output_type -> peerpods.provider.v1.ListProvidersResponse
-	15, // [15:19] is the sub-list for method output_type
-	11, // [11:15] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	16, // 2: peerpods.provider.v1.DeleteInstanceResponse.retry_after:type_name -> google.protobuf.Duration
+	1,  // 3: peerpods.provider.v1.DeleteInstanceResponse.waiting:type_name -> peerpods.provider.v1.DeleteWait
+	16, // 4: peerpods.provider.v1.DeleteInstanceResponse.unknown_for:type_name -> google.protobuf.Duration
+	6,  // 5: peerpods.provider.v1.GetCapacityResponse.instances:type_name -> peerpods.provider.v1.Figure
+	6,  // 6: peerpods.provider.v1.GetCapacityResponse.vcpus:type_name -> peerpods.provider.v1.Figure
+	6,  // 7: peerpods.provider.v1.GetCapacityResponse.memory_mib:type_name -> peerpods.provider.v1.Figure
+	14, // 8: peerpods.provider.v1.ListInstancesRequest.tag_selector:type_name -> peerpods.provider.v1.ListInstancesRequest.TagSelectorEntry
+	17, // 9: peerpods.provider.v1.Instance.create_time:type_name -> google.protobuf.Timestamp
+	15, // 10: peerpods.provider.v1.Instance.tags:type_name -> peerpods.provider.v1.Instance.TagsEntry
+	9,  // 11: peerpods.provider.v1.ListInstancesResponse.instances:type_name -> peerpods.provider.v1.Instance
+	12, // 12: peerpods.provider.v1.ListProvidersResponse.providers:type_name -> peerpods.provider.v1.ProviderStatus
+	3,  // 13: peerpods.provider.v1.ProviderService.DeleteInstance:input_type -> peerpods.provider.v1.DeleteInstanceRequest
+	5,  // 14: peerpods.provider.v1.ProviderService.GetCapacity:input_type -> peerpods.provider.v1.GetCapacityRequest
+	8,  // 15: peerpods.provider.v1.ProviderService.ListInstances:input_type -> peerpods.provider.v1.ListInstancesRequest
+	11, // 16: peerpods.provider.v1.ProviderService.ListProviders:input_type -> peerpods.provider.v1.ListProvidersRequest
+	4,  // 17: peerpods.provider.v1.ProviderService.DeleteInstance:output_type -> peerpods.provider.v1.DeleteInstanceResponse
+	7,  // 18: peerpods.provider.v1.ProviderService.GetCapacity:output_type -> peerpods.provider.v1.GetCapacityResponse
+	10, // 19: peerpods.provider.v1.ProviderService.ListInstances:output_type -> peerpods.provider.v1.ListInstancesResponse
+	13, // 20: peerpods.provider.v1.ProviderService.ListProviders:output_type -> peerpods.provider.v1.ListProvidersResponse
+	17, // [17:21] is the sub-list for method output_type
+	13, // [13:17] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_peerpods_provider_v1_provider_proto_init() }
@@ -905,7 +993,7 @@ func file_peerpods_provider_v1_provider_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_peerpods_provider_v1_provider_proto_rawDesc), len(file_peerpods_provider_v1_provider_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -41,7 +41,9 @@ const (
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
 //   - UNAVAILABLE: the cloud could not be reached, the service is shutting down (reason
 //     `ShuttingDown`), or (DeleteInstance without accept_in_progress) the delete is still running
-//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`). Retryable with backoff.
+//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`) or the cloud does not show the
+//     instance yet, inside its consistency window (reason `NotYetVisible`, with a
+//     `google.rpc.RetryInfo`; not an outage). Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
 //   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
 //     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
@@ -62,9 +64,10 @@ type ProviderServiceClient interface {
 	// up, or whose deadline passes, does not stop it, and calls for the same instance while it
 	// runs join it instead of deleting a second time. The call answers within the server's answer
 	// window (at most the caller's deadline): with the result once the instance is confirmed gone,
-	// an error, or, while the delete still runs, DELETE_RESULT_IN_PROGRESS (only to a caller that
-	// sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress` and a
-	// `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
+	// an error, or, while the delete still runs or the cloud does not show the instance yet (inside
+	// its consistency window), DELETE_RESULT_IN_PROGRESS saying which (`waiting`; only to a caller
+	// that sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress`
+	// or `NotYetVisible` and a `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
 	DeleteInstance(ctx context.Context, in *DeleteInstanceRequest, opts ...grpc.CallOption) (*DeleteInstanceResponse, error)
 	// GetCapacity reports quota and usage figures of a provider. Figures the cloud cannot tell are unset.
 	GetCapacity(ctx context.Context, in *GetCapacityRequest, opts ...grpc.CallOption) (*GetCapacityResponse, error)
@@ -138,7 +141,9 @@ func (c *providerServiceClient) ListProviders(ctx context.Context, in *ListProvi
 //     `google.rpc.RetryInfo` detail (in `grpc-status-details-bin`) whose `retry_delay` says how long to wait.
 //   - UNAVAILABLE: the cloud could not be reached, the service is shutting down (reason
 //     `ShuttingDown`), or (DeleteInstance without accept_in_progress) the delete is still running
-//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`). Retryable with backoff.
+//     (reason `DeleteInProgress`, with a `google.rpc.RetryInfo`) or the cloud does not show the
+//     instance yet, inside its consistency window (reason `NotYetVisible`, with a
+//     `google.rpc.RetryInfo`; not an outage). Retryable with backoff.
 //   - UNAUTHENTICATED: no or an invalid bearer token (a projected ServiceAccount token in `authorization`).
 //   - PERMISSION_DENIED: the caller's ServiceAccount is not allowed (reason `CallerNotAllowed`), may
 //     not call this method (reason `MethodNotAllowed`), or the cloud refused the service's own
@@ -159,9 +164,10 @@ type ProviderServiceServer interface {
 	// up, or whose deadline passes, does not stop it, and calls for the same instance while it
 	// runs join it instead of deleting a second time. The call answers within the server's answer
 	// window (at most the caller's deadline): with the result once the instance is confirmed gone,
-	// an error, or, while the delete still runs, DELETE_RESULT_IN_PROGRESS (only to a caller that
-	// sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress` and a
-	// `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
+	// an error, or, while the delete still runs or the cloud does not show the instance yet (inside
+	// its consistency window), DELETE_RESULT_IN_PROGRESS saying which (`waiting`; only to a caller
+	// that sets accept_in_progress; any other caller gets UNAVAILABLE with reason `DeleteInProgress`
+	// or `NotYetVisible` and a `google.rpc.RetryInfo`). Either way: ask again after the advised delay.
 	DeleteInstance(context.Context, *DeleteInstanceRequest) (*DeleteInstanceResponse, error)
 	// GetCapacity reports quota and usage figures of a provider. Figures the cloud cannot tell are unset.
 	GetCapacity(context.Context, *GetCapacityRequest) (*GetCapacityResponse, error)
