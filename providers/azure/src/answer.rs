@@ -1,5 +1,5 @@
-//! What ARM's answers mean (pure): error bodies, the asynchronous-operation protocol, and the
-//! mapping of failures to the crate's [`Error`].
+//! What ARM's answers mean (pure): error bodies and the mapping of failures to the crate's
+//! [`Error`].
 
 use std::time::Duration;
 
@@ -86,36 +86,6 @@ fn busy_error(
     )))
 }
 
-/// Where and how to follow a long-running operation ARM accepted with 201/202.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PollTarget {
-    /// `Azure-AsyncOperation`: GET returns `{"status": ...}`.
-    AsyncOperation(String),
-    /// `Location`: GET returns 202 while running, 200/204 when done.
-    Location(String),
-}
-
-impl PollTarget {
-    pub fn url(&self) -> &str {
-        match self {
-            PollTarget::AsyncOperation(url) | PollTarget::Location(url) => url,
-        }
-    }
-}
-
-/// The poll target of an accepted operation: `Azure-AsyncOperation` when present (ARM says to
-/// prefer it), else `Location`.
-pub fn poll_target(async_operation: Option<&str>, location: Option<&str>) -> Option<PollTarget> {
-    let clean = |v: Option<&str>| {
-        v.map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-    };
-    clean(async_operation)
-        .map(PollTarget::AsyncOperation)
-        .or_else(|| clean(location).map(PollTarget::Location))
-}
-
 /// Whether `url` points at the configured ARM endpoint (scheme, host and port): a bearer token
 /// is never sent anywhere else, whatever URL an answer names.
 pub fn same_origin(url: &str, endpoint: &str) -> bool {
@@ -124,55 +94,6 @@ pub fn same_origin(url: &str, endpoint: &str) -> bool {
         Some(&url[..8 + rest.find('/').unwrap_or(rest.len())])
     }
     matches!((origin(url), origin(endpoint)), (Some(a), Some(b)) if a.eq_ignore_ascii_case(b))
-}
-
-/// State of a long-running operation.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Progress {
-    Running,
-    Succeeded,
-    /// `Failed` or `Canceled`, with ARM's error when it sent one.
-    Failed {
-        status: String,
-        error: Option<ErrorDetail>,
-    },
-}
-
-#[derive(Deserialize)]
-struct OperationStatus {
-    status: Option<String>,
-    error: Option<ErrorDetail>,
-}
-
-/// Reads an `Azure-AsyncOperation` status body. Only `Succeeded`, `Failed` and `Canceled` are
-/// terminal; every other value (`InProgress`, `Accepted`, `Deleting`, ...) means running.
-/// `what` names the wait for the error.
-pub fn async_operation_progress(body: &[u8], what: &str) -> Result<Progress, Error> {
-    let answer: OperationStatus = serde_json::from_slice(body).map_err(|e| {
-        Error::internal(format!("{what}: unreadable operation status: {e}")).with_source(e)
-    })?;
-    let status = answer.status.ok_or_else(|| {
-        Error::internal(format!("{what}: operation status without a status field"))
-    })?;
-    Ok(match status.as_str() {
-        s if s.eq_ignore_ascii_case("Succeeded") => Progress::Succeeded,
-        s if s.eq_ignore_ascii_case("Failed") || s.eq_ignore_ascii_case("Canceled") => {
-            Progress::Failed {
-                status,
-                error: answer.error,
-            }
-        }
-        _ => Progress::Running,
-    })
-}
-
-/// Reads a `Location` poll answer: 202 running, 200/204 done, 404 (for a deletion) done.
-pub fn location_progress(status: u16) -> Option<Progress> {
-    match status {
-        202 => Some(Progress::Running),
-        200 | 201 | 204 | 404 => Some(Progress::Succeeded),
-        _ => None,
-    }
 }
 
 /// The error for a transport failure or a credential that Entra ID refused, from azure_core's
@@ -327,19 +248,6 @@ mod tests {
     }
 
     #[test]
-    fn async_operation_header_is_preferred_over_location() {
-        assert_eq!(
-            poll_target(Some("https://a/op"), Some("https://a/loc")),
-            Some(PollTarget::AsyncOperation("https://a/op".into()))
-        );
-        assert_eq!(
-            poll_target(Some(" "), Some("https://a/loc")),
-            Some(PollTarget::Location("https://a/loc".into()))
-        );
-        assert_eq!(poll_target(None, None), None);
-    }
-
-    #[test]
     fn tokens_only_go_to_the_configured_endpoint() {
         let arm = "https://management.azure.com";
         assert!(same_origin(
@@ -353,53 +261,5 @@ mod tests {
         ));
         assert!(!same_origin("http://management.azure.com/x", arm));
         assert!(!same_origin("https://127.0.0.1:1/x", "https://127.0.0.1:2"));
-    }
-
-    #[test]
-    fn operation_status_bodies_are_read() {
-        assert!(matches!(
-            async_operation_progress(br#"{"startTime":"2017-01-06T18:58:24.7596323+00:00","status":"InProgress","name":"9a06"}"#, "op"),
-            Ok(Progress::Running)
-        ));
-        assert!(matches!(
-            async_operation_progress(br#"{"status":"Succeeded"}"#, "op"),
-            Ok(Progress::Succeeded)
-        ));
-        let failed = async_operation_progress(
-            br#"{"status":"Failed","error":{"code":"Conflict","message":"busy"}}"#,
-            "op",
-        )
-        .expect("readable");
-        assert!(
-            matches!(&failed, Progress::Failed { error: Some(e), .. } if e.code == "Conflict"),
-            "{failed:?}"
-        );
-        assert!(matches!(
-            async_operation_progress(br#"{"status":"Canceled"}"#, "op"),
-            Ok(Progress::Failed { .. })
-        ));
-        assert!(async_operation_progress(b"{}", "op").is_err());
-        let unreadable = async_operation_progress(b"<html>", "op").expect_err("not JSON");
-        assert!(
-            unreadable
-                .to_string()
-                .starts_with("internal: op: unreadable operation status: "),
-            "{unreadable}"
-        );
-        // serde's error is the source.
-        assert!(
-            std::error::Error::source(&unreadable)
-                .is_some_and(|source| source.is::<serde_json::Error>()),
-            "{unreadable:?}"
-        );
-    }
-
-    #[test]
-    fn location_polls_finish_on_200_204_or_404() {
-        assert_eq!(location_progress(202), Some(Progress::Running));
-        for done in [200, 204, 404] {
-            assert_eq!(location_progress(done), Some(Progress::Succeeded));
-        }
-        assert_eq!(location_progress(500), None);
     }
 }

@@ -12,9 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use azure_core::cloud::{CloudConfiguration, CustomConfiguration};
 use azure_core::credentials::{Secret, TokenCredential};
-use azure_core::http::headers::{
-    HeaderName, Headers, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS,
-};
+use azure_core::http::headers::{Headers, RETRY_AFTER, RETRY_AFTER_MS, X_MS_RETRY_AFTER_MS};
 use azure_core::http::policies::auth::BearerTokenAuthorizationPolicy;
 use azure_core::http::policies::{Policy, PolicyResult, RetryHeaders};
 use azure_core::http::{
@@ -38,9 +36,6 @@ pub const COMPUTE_API: &str = "2024-07-01";
 pub const DISK_API: &str = "2024-03-02";
 pub const NETWORK_API: &str = "2024-05-01";
 
-const AZURE_ASYNC_OPERATION: HeaderName = HeaderName::from_static("azure-asyncoperation");
-const LOCATION: HeaderName = HeaderName::from_static("location");
-
 /// An ARM answer with any status: the caller decides what it means.
 #[derive(Debug)]
 pub struct Answer {
@@ -59,13 +54,6 @@ impl Answer {
         peerpods_provider_core::http::retry_after(
             self.headers.get_optional_str(&RETRY_AFTER),
             jiff::Timestamp::now(),
-        )
-    }
-
-    pub fn poll_target(&self) -> Option<answer::PollTarget> {
-        answer::poll_target(
-            self.headers.get_optional_str(&AZURE_ASYNC_OPERATION),
-            self.headers.get_optional_str(&LOCATION),
         )
     }
 }

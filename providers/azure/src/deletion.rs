@@ -1,507 +1,474 @@
-//! Deleting a VM and only the parts it owns, and answering only once a later lookup shows all of
-//! them gone.
+//! The Azure ports of the deletion engine ([`peerpods_provider_core::deletion`]): the ARM calls
+//! that look a VM up, ask ARM to delete it, list its parts and delete and look up one part, each
+//! translating ARM's answer and nothing more. What "deleted" means, the owner and do-not-delete
+//! guard on the VM and on every part, the consistency window and every wait are the engine's and
+//! its driver's ([`peerpods_provider_core::Deleter`]).
 //!
-//! Ownership: a part is the VM's when ARM deletes it with the VM (`deleteOption: Delete`) or
-//! when cloud-api-adaptor created it for this VM (its names, see [`CaaNames`]). A persistent
-//! volume's managed disk, which the CSI driver attaches as a data disk with `deleteOption:
-//! Detach` so that it outlives the VM, and anything else attached is never deleted.
+//! Translation:
+//! - a `GET` answered 404 is [`Sighting::NotFound`]; a VM or part whose `provisioningState` is
+//!   `Deleting` is [`Sighting::Deleting`] with its tags; anything else ARM shows is
+//!   [`Sighting::Present`] with its tags;
+//! - a `DELETE` answered 200/201/202 is [`DeleteAnswer::Accepted`] (ARM's asynchronous operation
+//!   is not followed: the engine confirms by later lookups, at the driver's pace), 204 (ARM's
+//!   answer for an absent resource) or 404 is [`DeleteAnswer::NotFound`]; ARM's "another
+//!   operation holds the resource" (409 [`CONFLICT_CODES`]) and, for a part, "still held by what
+//!   is going" ([`HELD_CODES`]: an interface reserved for the VM just deleted, an address still
+//!   on an interface, a disk still attached) are [`DeleteAnswer::WrongState`];
+//! - every other answer is the crate's [`Error`] as `arm` maps it (throttling, outages,
+//!   credentials).
 //!
-//! Confirmation: the answer is `Deleted` (or `AlreadyGone`) only after `GET` answered 404 for
-//! the VM and for each owned network interface, public IP address and disk. A VM that ARM is
-//! already deleting is waited for, not deleted twice. When the bound of one call passes first,
-//! the call fails with a retryable error and the next call resumes: if the VM is gone by then,
-//! its leftover parts are found by the names cloud-api-adaptor gives them.
+//! Parts: while ARM shows the VM, its body names what is attached: each interface, the OS disk
+//! and data disks, with their `deleteOption` ([`Tie::GoesWithVm`] when `Delete`), the names
+//! cloud-api-adaptor gives what it creates ([`CaaNames`], [`Tie::CreatedForVm`]), or neither
+//! ([`Tie::NotTheVms`]: never deleted, not even read). Each part that may be the VM's is read
+//! for its tags, so that the guard applies to it, and each interface for its public IP
+//! addresses (the address read too: its `deleteOption` and tags). Once the VM is gone nothing is
+//! attached to it: a VM this call read has had its parts listed, and the engine looks each of
+//! them up again; a VM this call never saw (deleted earlier, or never there) has what it may
+//! have left behind looked for by cloud-api-adaptor's names, each under the same guard, and an
+//! interface, address or disk of those names that another VM uses is not its.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
+use async_trait::async_trait;
 use azure_core::http::Method;
-use peerpods_provider_core::{DeleteOutcome, Error, NotFoundWindow, OwnerTag, ProviderConfig};
+use peerpods_provider_core::deletion::{
+    DeleteAnswer, DeletionPorts, Part, PartId, PartKind, Sighting, Tie,
+};
+use peerpods_provider_core::{Error, InstanceKey};
 
-use crate::answer::{self, PollTarget, Progress};
+use crate::answer::{self, CONFLICT_CODES};
 use crate::arm::{Answer, Arm, COMPUTE_API, DISK_API, NETWORK_API};
 use crate::instance_id::VmId;
 use crate::resources::{
-    CaaNames, NetworkInterface, ProvisionedResource, PublicIpAddress, Vm, goes_with_vm,
-    resource_name,
+    Attached, CaaNames, NetworkInterface, ProvisionedResource, PublicIpAddress, Vm, resource_name,
+    tie,
 };
 
-/// How long ARM must keep answering 404 for a VM this process never saw deleted before it counts
-/// as gone (`AZURE_NOT_FOUND_WINDOW_SECS`). ARM does not promise that every instance serving a
-/// read already knows a VM created moments ago, and a VM taken for gone has its parts looked for
-/// by name and deleted; the window only costs time on a VM that never existed.
+/// How long ARM must keep answering 404 for a VM this process never saw deleted (nor saw ARM
+/// deleting) before it counts as gone (`AZURE_NOT_FOUND_WINDOW_SECS`). ARM does not promise that
+/// every instance serving a read already knows a VM created moments ago, and a VM taken for gone
+/// has its leftover parts looked for by name; the window only costs time on a VM that never
+/// existed.
 pub const NOT_FOUND_WINDOW: Duration = Duration::from_secs(120);
 /// The setting of [`NOT_FOUND_WINDOW`].
 pub const NOT_FOUND_WINDOW_SETTING: &str = "AZURE_NOT_FOUND_WINDOW_SECS";
 
-/// The window of `config` ([`NOT_FOUND_WINDOW_SETTING`]), or the default without one.
-pub fn not_found_window(config: Option<&ProviderConfig>) -> Result<Arc<NotFoundWindow>, Error> {
-    const CLOUD: &str = "Azure Resource Manager";
-    Ok(Arc::new(match config {
-        Some(config) => {
-            NotFoundWindow::from_config(config, CLOUD, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?
-        }
-        None => NotFoundWindow::new(CLOUD, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW),
-    }))
-}
+/// ARM's codes (400 or 409) for a part that cannot go yet because something that is itself going
+/// holds it: an interface reserved for the VM just deleted (for up to 180 s) or still attached,
+/// an address still on an interface, a disk still attached.
+const HELD_CODES: [&str; 4] = [
+    "NicReservedForAnotherVm",
+    "NicInUse",
+    "PublicIPAddressInUse",
+    "OperationNotAllowed",
+];
 
-/// The longest wait between two polls, whatever `Retry-After` asks.
-const MAX_POLL_WAIT: Duration = Duration::from_secs(60);
-
-/// How a deletion waits for ARM.
-#[derive(Clone, Copy, Debug)]
-pub struct Waiting {
-    /// When ARM sends no `Retry-After`, and between lookups of a resource ARM is deleting.
-    pub poll_interval: Duration,
-    /// Overall bound of one deletion call.
-    pub timeout: Duration,
-}
-
-/// What a deletion may do beyond deleting.
-#[derive(Clone, Debug)]
-pub struct Policy {
-    pub waiting: Waiting,
-    /// `CLUSTER_TAG`: a VM without it is not deleted (a VM marked do-not-delete never is).
-    pub owner_tag: OwnerTag,
-    /// When a 404 of the VM proves it gone (see [`NotFoundWindow`]).
-    pub not_found: Arc<NotFoundWindow>,
-}
-
-/// The kinds of parts, in the order they are deleted: an interface holds its public IP
-/// address, and a disk is attached until its VM is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    NetworkInterface,
-    PublicIp,
-    Disk,
-}
-
-impl Kind {
-    fn api_version(self) -> &'static str {
-        match self {
-            Kind::NetworkInterface | Kind::PublicIp => NETWORK_API,
-            Kind::Disk => DISK_API,
-        }
-    }
-
-    fn get_operation(self) -> &'static str {
-        match self {
-            Kind::NetworkInterface => "GetNetworkInterface",
-            Kind::PublicIp => "GetPublicIPAddress",
-            Kind::Disk => "GetDisk",
-        }
-    }
-
-    fn delete_operation(self) -> &'static str {
-        match self {
-            Kind::NetworkInterface => "DeleteNetworkInterface",
-            Kind::PublicIp => "DeletePublicIPAddress",
-            Kind::Disk => "DeleteDisk",
-        }
-    }
-
-    fn noun(self) -> &'static str {
-        match self {
-            Kind::NetworkInterface => "network interface",
-            Kind::PublicIp => "public IP address",
-            Kind::Disk => "disk",
-        }
-    }
-}
-
-/// The owned parts still to be confirmed gone, in deletion order.
+/// What this call has learnt of the VM.
 #[derive(Debug, Default)]
-struct Owned {
-    parts: Vec<(Kind, String)>,
+struct Seen {
+    /// What the VM's body named as attached, when the latest lookup showed it; `None` once ARM
+    /// answered 404.
+    attached: Option<Vec<Attached>>,
+    /// The parts were listed from the VM's body in this call.
+    listed_from_vm: bool,
 }
 
-impl Owned {
-    fn add(&mut self, kind: Kind, id: String) {
-        let known = self
-            .parts
-            .iter()
-            .any(|(k, existing)| *k == kind && existing.eq_ignore_ascii_case(&id));
-        if !known {
-            self.parts.push((kind, id));
+/// The ports of one deletion of VM `vm`.
+#[derive(Debug)]
+pub struct VmPorts<'a> {
+    arm: &'a Arm,
+    vm: VmId,
+    caa: CaaNames,
+    seen: Mutex<Seen>,
+}
+
+impl<'a> VmPorts<'a> {
+    pub fn new(arm: &'a Arm, vm: VmId) -> Self {
+        VmPorts {
+            arm,
+            caa: CaaNames::of(&vm.name),
+            vm,
+            seen: Mutex::new(Seen::default()),
         }
     }
 
-    fn in_order(mut self) -> Vec<(Kind, String)> {
-        // Stable: within a kind, the VM's own order.
-        self.parts.sort_by_key(|(kind, _)| match kind {
-            Kind::NetworkInterface => 0,
-            Kind::PublicIp => 1,
-            Kind::Disk => 2,
-        });
-        self.parts
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
-}
 
-/// The retryable error of a deletion that has not finished within this call's bound: the next
-/// call resumes it.
-fn still_deleting(what: &str, waiting: Waiting) -> Error {
-    Error::unavailable(format!(
-        "{what}: not confirmed gone within {} s; ARM is still deleting, ask again in {} s to resume and confirm",
-        waiting.timeout.as_secs(),
-        waiting.poll_interval.as_secs().max(1)
-    ))
-}
+    fn vm_url(&self) -> String {
+        self.arm.url(&self.vm.path(), COMPUTE_API)
+    }
 
-/// Deletes `vm` and the network interfaces, public IP addresses and managed disks it owns,
-/// answering once each is confirmed gone.
-pub async fn delete_vm(arm: &Arm, vm: &VmId, policy: &Policy) -> Result<DeleteOutcome, Error> {
-    let deadline = Instant::now() + policy.waiting.timeout;
-    let url = arm.url(&vm.path(), COMPUTE_API);
-    let caa = CaaNames::of(&vm.name);
-    let mut owned = Owned::default();
-    let existed = match get_vm(arm, vm, &url).await? {
-        Some(found) => {
-            policy.not_found.found(&vm.name);
-            // The shared owner check, on the tags of the VM this lookup just read: a VM marked
-            // do-not-delete is refused on every configuration, one without this cluster's tag
-            // when deletes are restricted.
-            policy.owner_tag.check(&vm.name, &found.string_tags())?;
-            let parts = found.parts(&vm.name);
-            if !parts.kept.is_empty() {
-                tracing::info!(
-                    vm = %vm.name,
-                    kept = ?parts.kept,
-                    "parts attached to the VM that are not its own are left in place"
-                );
-            }
-            for nic in &parts.network_interfaces {
-                for ip in owned_public_ips(arm, nic, &caa).await? {
-                    owned.add(Kind::PublicIp, ip);
-                }
-                owned.add(Kind::NetworkInterface, nic.clone());
-            }
-            for disk in parts.disks {
-                owned.add(Kind::Disk, disk);
-            }
-            until_vm_gone(arm, vm, &url, found.is_deleting(), policy, deadline).await?;
-            true
-        }
-        None => {
-            // A VM created moments ago may not be shown yet: its parts, found by name, would be
-            // deleted under it. Believed only after this process's own accepted delete, or once
-            // the 404 persisted.
-            policy
-                .not_found
-                .answer(&vm.name, std::time::Instant::now())?;
-            // Gone already (an earlier call, ARM, or someone else deleted it): what it owned
-            // and may have left behind carries the names cloud-api-adaptor gave it.
-            leftovers(arm, vm, &caa, &mut owned).await?;
-            false
-        }
-    };
-    let mut removed = false;
-    for (kind, id) in owned.in_order() {
-        removed |= until_part_gone(arm, kind, &id, policy.waiting, deadline).await?;
-    }
-    Ok(if existed || removed {
-        DeleteOutcome::Deleted
-    } else {
-        DeleteOutcome::AlreadyGone
-    })
-}
-
-/// The VM, or `None` when ARM answers 404.
-async fn get_vm(arm: &Arm, vm: &VmId, url: &str) -> Result<Option<Vm>, Error> {
-    let reading = format!("reading VM {}", vm.name);
-    let answer = arm
-        .call("GetVirtualMachine", Method::Get, url, &reading)
-        .await?;
-    if answer.status == 404 {
-        return Ok(None);
-    }
-    if !answer.is_success() {
-        return Err(arm.failure(&answer, &reading));
-    }
-    arm.json(&answer, &reading).map(Some)
-}
-
-/// Deletes the VM unless ARM is already deleting it, then looks it up until ARM answers 404.
-async fn until_vm_gone(
-    arm: &Arm,
-    vm: &VmId,
-    url: &str,
-    mut deleting: bool,
-    policy: &Policy,
-    deadline: Instant,
-) -> Result<(), Error> {
-    let waiting = policy.waiting;
-    let what = format!("deleting VM {}", vm.name);
-    loop {
-        if deleting {
-            // ARM is deleting it: its later 404 confirms that delete.
-            policy
-                .not_found
-                .delete_accepted(&vm.name, std::time::Instant::now());
-        } else {
-            let answer = arm
-                .call("DeleteVirtualMachine", Method::Delete, url, &what)
-                .await?;
-            match answer.status {
-                200 | 204 => policy
-                    .not_found
-                    .delete_accepted(&vm.name, std::time::Instant::now()),
-                404 => {}
-                201 | 202 => {
-                    policy
-                        .not_found
-                        .delete_accepted(&vm.name, std::time::Instant::now());
-                    wait(arm, &answer, &what, waiting, deadline).await?;
-                }
-                _ => return Err(arm.failure(&answer, &what)),
-            }
-        }
-        // The operation's end is ARM's word; the VM's absence is confirmed by a lookup.
-        match get_vm(arm, vm, url).await? {
-            None => return Ok(()),
-            Some(found) => deleting = found.is_deleting(),
-        }
-        pause(&what, waiting, deadline).await?;
-    }
-}
-
-/// Sleeps one poll interval, or fails retryably when that would pass the deadline.
-async fn pause(what: &str, waiting: Waiting, deadline: Instant) -> Result<(), Error> {
-    if Instant::now() + waiting.poll_interval > deadline {
-        return Err(still_deleting(what, waiting));
-    }
-    tokio::time::sleep(waiting.poll_interval).await;
-    Ok(())
-}
-
-/// The public IP addresses of network interface `nic` that belong to the VM: ARM deletes them
-/// with it, or cloud-api-adaptor named them. None if the interface is gone.
-async fn owned_public_ips(arm: &Arm, nic: &str, caa: &CaaNames) -> Result<Vec<String>, Error> {
-    let Some(interface) = get_part::<NetworkInterface>(arm, Kind::NetworkInterface, nic).await?
-    else {
-        return Ok(Vec::new());
-    };
-    let mut owned = Vec::new();
-    for ip in interface.public_ip_addresses() {
-        let owned_by_vm = if caa.is_public_ip(&ip.id) {
-            true
-        } else if let Some(answer) = ip.goes_with_vm {
-            answer
-        } else {
-            // The interface's answer does not say: the address itself does.
-            get_part::<PublicIpAddress>(arm, Kind::PublicIp, &ip.id)
-                .await?
-                .is_some_and(|address| goes_with_vm(address.properties.delete_option.as_deref()))
-        };
-        if owned_by_vm {
-            owned.push(ip.id);
-        } else {
-            tracing::info!(public_ip = %ip.id, "public IP address not the VM's: left in place");
-        }
-    }
-    Ok(owned)
-}
-
-/// The parts a VM that is already gone may have left behind, by the names cloud-api-adaptor
-/// gives them; an interface another VM uses is not one of them.
-async fn leftovers(arm: &Arm, vm: &VmId, caa: &CaaNames, owned: &mut Owned) -> Result<(), Error> {
-    let group = format!(
-        "/subscriptions/{}/resourceGroups/{}/providers",
-        vm.subscription, vm.resource_group
-    );
-    for name in &caa.network_interfaces {
-        let id = format!("{group}/Microsoft.Network/networkInterfaces/{name}");
-        let Some(interface) =
-            get_part::<NetworkInterface>(arm, Kind::NetworkInterface, &id).await?
-        else {
-            continue;
-        };
-        if let Some(user) = interface.virtual_machine()
-            && !resource_name(user).eq_ignore_ascii_case(&vm.name)
-        {
-            tracing::warn!(network_interface = %id, used_by = user, "an interface named like this VM's is used by another VM: left in place");
-            continue;
-        }
-        for ip in interface.public_ip_addresses() {
-            if ip.goes_with_vm == Some(true) || caa.is_public_ip(&ip.id) {
-                owned.add(Kind::PublicIp, ip.id);
-            }
-        }
-        owned.add(Kind::NetworkInterface, id);
-    }
-    for name in &caa.public_ips {
-        owned.add(
-            Kind::PublicIp,
-            format!("{group}/Microsoft.Network/publicIPAddresses/{name}"),
-        );
-    }
-    owned.add(
-        Kind::Disk,
-        format!("{group}/Microsoft.Compute/disks/{}", caa.os_disk),
-    );
-    Ok(())
-}
-
-/// A part, or `None` when ARM answers 404.
-async fn get_part<T: serde::de::DeserializeOwned>(
-    arm: &Arm,
-    kind: Kind,
-    id: &str,
-) -> Result<Option<T>, Error> {
-    let Some(path) = resource_path(id) else {
-        return Ok(None);
-    };
-    let reading = format!("reading {} {}", kind.noun(), last_segment(id));
-    let answer = arm
-        .call(
-            kind.get_operation(),
-            Method::Get,
-            &arm.url(path, kind.api_version()),
-            &reading,
+    /// The id of resource `name` of `collection` (e.g. `Microsoft.Compute/disks`) in the VM's
+    /// resource group.
+    fn sibling(&self, collection: &str, name: &str) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/{collection}/{name}",
+            self.vm.subscription, self.vm.resource_group
         )
-        .await?;
-    if answer.status == 404 {
-        return Ok(None);
     }
-    if !answer.is_success() {
-        return Err(arm.failure(&answer, &reading));
-    }
-    arm.json(&answer, &reading).map(Some)
-}
 
-/// Deletes one owned part unless ARM is already deleting it, until a lookup answers 404.
-/// Whether it existed when this call looked.
-async fn until_part_gone(
-    arm: &Arm,
-    kind: Kind,
-    id: &str,
-    waiting: Waiting,
-    deadline: Instant,
-) -> Result<bool, Error> {
-    let Some(path) = resource_path(id) else {
-        tracing::warn!(
-            id,
-            "skipping a VM part whose id is not an ARM resource path"
-        );
-        return Ok(false);
-    };
-    let what = format!("deleting {} {}", kind.noun(), last_segment(id));
-    let mut existed = false;
-    let mut just_asked = false;
-    loop {
-        let Some(part) = get_part::<ProvisionedResource>(arm, kind, id).await? else {
-            return Ok(existed);
-        };
-        existed = true;
-        if !part.is_deleting() && !just_asked {
-            let answer = arm
-                .call(
-                    kind.delete_operation(),
-                    Method::Delete,
-                    &arm.url(path, kind.api_version()),
-                    &what,
-                )
-                .await?;
-            match answer.status {
-                200 | 204 | 404 => {}
-                201 | 202 => wait(arm, &answer, &what, waiting, deadline).await?,
-                400 | 409 if still_held(&answer.body) => {
-                    // Held a while longer by the VM just deleted (ARM keeps an interface
-                    // reserved for up to 180 s): asked again after a pause, within the bound.
-                    let refusal = arm.failure(&answer, &what);
-                    if pause(&what, waiting, deadline).await.is_err() {
-                        return Err(Error::unavailable(format!("{refusal}; ask again later")));
-                    }
-                    continue;
-                }
-                _ => return Err(arm.failure(&answer, &what)),
-            }
-            just_asked = true;
-            continue;
+    /// Whether `id` names this VM (another VM's interface or disk is not this one's).
+    fn is_this_vm(&self, id: &str) -> bool {
+        resource_name(id).eq_ignore_ascii_case(&self.vm.name)
+    }
+
+    /// A part's body, or `None` when ARM answers 404.
+    async fn get<T: serde::de::DeserializeOwned>(
+        &self,
+        kind: PartKind,
+        id: &str,
+    ) -> Result<Option<T>, Error> {
+        let reading = format!("reading {} {}", noun(kind), resource_name(id));
+        let url = part_url(self.arm, kind, id, &reading)?;
+        let answer = self
+            .arm
+            .call(get_operation(kind), Method::Get, &url, &reading)
+            .await?;
+        if answer.status == 404 {
+            return Ok(None);
         }
-        // ARM is deleting it, or has just accepted our request: give it time, then look again
-        // (and ask again if it is still there and no longer being deleted).
-        pause(&what, waiting, deadline).await?;
-        just_asked = false;
+        if !answer.is_success() {
+            return Err(self.arm.failure(&answer, &reading));
+        }
+        self.arm.json(&answer, &reading).map(Some)
+    }
+
+    /// The parts the VM's body named, each that may be the VM's read for its tags (and each
+    /// interface for its public IP addresses). A part ARM no longer shows is left out.
+    async fn read_attached(&self, attached: Vec<Attached>) -> Result<Vec<Part>, Error> {
+        let mut parts = Listing::default();
+        for part in attached {
+            if !plausible(&part.id) {
+                tracing::warn!(vm = %self.vm.name, part = %part.id, "a part whose id is not an ARM resource path: left alone");
+                continue;
+            }
+            if part.tie == Tie::NotTheVms {
+                parts.add(part.kind, part.id, Default::default(), Tie::NotTheVms);
+                continue;
+            }
+            match part.kind {
+                PartKind::NetworkInterface => {
+                    let Some(interface) = self.get::<NetworkInterface>(part.kind, &part.id).await?
+                    else {
+                        continue;
+                    };
+                    self.add_interface(&mut parts, part.id, part.tie, &interface)
+                        .await?;
+                }
+                _ => {
+                    let Some(found) = self.get::<ProvisionedResource>(part.kind, &part.id).await?
+                    else {
+                        continue;
+                    };
+                    parts.add(part.kind, part.id, found.string_tags(), part.tie);
+                }
+            }
+        }
+        Ok(parts.parts)
+    }
+
+    /// Interface `id` tied to the VM by `tie`, and its public IP addresses, each read for its
+    /// tags and `deleteOption`.
+    async fn add_interface(
+        &self,
+        parts: &mut Listing,
+        id: String,
+        tie_of_interface: Tie,
+        interface: &NetworkInterface,
+    ) -> Result<(), Error> {
+        parts.add(
+            PartKind::NetworkInterface,
+            id,
+            interface.string_tags(),
+            tie_of_interface,
+        );
+        for ip in interface.public_ip_addresses() {
+            if !plausible(&ip.id) || parts.has(PartKind::PublicAddress, &ip.id) {
+                continue;
+            }
+            let Some(address) = self
+                .get::<PublicIpAddress>(PartKind::PublicAddress, &ip.id)
+                .await?
+            else {
+                continue;
+            };
+            // The interface's answer says whether ARM deletes the address with the VM; when it
+            // does not say, the address itself does.
+            let delete_option = match ip.goes_with_vm {
+                Some(true) => Some("Delete"),
+                Some(false) => Some("Detach"),
+                None => address.properties.delete_option.as_deref(),
+            };
+            let tie_of_address = match tie_of_interface {
+                // Another VM's interface: its addresses are not this VM's either.
+                Tie::NotTheVms => Tie::NotTheVms,
+                _ => tie(delete_option, self.caa.is_public_ip(&ip.id)),
+            };
+            parts.add(
+                PartKind::PublicAddress,
+                ip.id,
+                address.string_tags(),
+                tie_of_address,
+            );
+        }
+        Ok(())
+    }
+
+    /// What a VM this call never saw may have left behind, by cloud-api-adaptor's names: its
+    /// interfaces (and their addresses), its addresses, its OS disk. What another VM uses is
+    /// not its.
+    async fn leftovers(&self) -> Result<Vec<Part>, Error> {
+        let mut parts = Listing::default();
+        for name in &self.caa.network_interfaces {
+            let id = self.sibling("Microsoft.Network/networkInterfaces", name);
+            let Some(interface) = self
+                .get::<NetworkInterface>(PartKind::NetworkInterface, &id)
+                .await?
+            else {
+                continue;
+            };
+            let tie = match interface.virtual_machine() {
+                Some(user) if !self.is_this_vm(user) => {
+                    tracing::warn!(network_interface = %id, used_by = user, "an interface named like this VM's is used by another VM");
+                    Tie::NotTheVms
+                }
+                _ => Tie::CreatedForVm,
+            };
+            self.add_interface(&mut parts, id, tie, &interface).await?;
+        }
+        for name in &self.caa.public_ips {
+            let id = self.sibling("Microsoft.Network/publicIPAddresses", name);
+            if parts.has(PartKind::PublicAddress, &id) {
+                continue;
+            }
+            let Some(address) = self
+                .get::<PublicIpAddress>(PartKind::PublicAddress, &id)
+                .await?
+            else {
+                continue;
+            };
+            let tie = match address.holder() {
+                Some(interface) if !self.caa.is_network_interface(interface) => Tie::NotTheVms,
+                _ => Tie::CreatedForVm,
+            };
+            parts.add(PartKind::PublicAddress, id, address.string_tags(), tie);
+        }
+        let id = self.sibling("Microsoft.Compute/disks", &self.caa.os_disk);
+        if let Some(disk) = self.get::<ProvisionedResource>(PartKind::Disk, &id).await? {
+            let tie = match disk.managed_by.as_deref() {
+                Some(vm) if !self.is_this_vm(vm) => Tie::NotTheVms,
+                _ => Tie::CreatedForVm,
+            };
+            parts.add(PartKind::Disk, id, disk.string_tags(), tie);
+        }
+        Ok(parts.parts)
     }
 }
 
-/// ARM's answers that a part cannot go yet because something that is itself going holds it:
-/// an interface reserved for the VM just deleted or still attached, an address still on an
-/// interface, a disk still attached.
-fn still_held(body: &[u8]) -> bool {
+/// The parts of one listing, each once (ARM ids compare case-insensitively).
+#[derive(Debug, Default)]
+struct Listing {
+    parts: Vec<Part>,
+}
+
+impl Listing {
+    fn has(&self, kind: PartKind, id: &str) -> bool {
+        self.parts
+            .iter()
+            .any(|part| part.id.kind == kind && part.id.id.eq_ignore_ascii_case(id))
+    }
+
+    fn add(
+        &mut self,
+        kind: PartKind,
+        id: String,
+        tags: std::collections::BTreeMap<String, String>,
+        tie: Tie,
+    ) {
+        if !self.has(kind, &id) {
+            self.parts.push(Part {
+                id: PartId::new(kind, id),
+                tags,
+                tie,
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl DeletionPorts for VmPorts<'_> {
+    async fn look_up(&self, _instance: &InstanceKey) -> Result<Sighting, Error> {
+        let reading = format!("reading VM {}", self.vm.name);
+        let answer = self
+            .arm
+            .call("GetVirtualMachine", Method::Get, &self.vm_url(), &reading)
+            .await?;
+        if answer.status == 404 {
+            self.seen().attached = None;
+            return Ok(Sighting::NotFound);
+        }
+        if !answer.is_success() {
+            return Err(self.arm.failure(&answer, &reading));
+        }
+        let vm: Vm = self.arm.json(&answer, &reading)?;
+        let tags = vm.string_tags();
+        self.seen().attached = Some(vm.attached(&self.caa));
+        Ok(if vm.is_deleting() {
+            Sighting::Deleting(tags)
+        } else {
+            Sighting::Present(tags)
+        })
+    }
+
+    async fn request_delete(&self, _instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
+        let what = format!("deleting VM {}", self.vm.name);
+        let answer = self
+            .arm
+            .call(
+                "DeleteVirtualMachine",
+                Method::Delete,
+                &self.vm_url(),
+                &what,
+            )
+            .await?;
+        delete_answer(self.arm, &answer, &what, &CONFLICT_CODES)
+    }
+
+    async fn parts(&self, _instance: &InstanceKey) -> Result<Vec<Part>, Error> {
+        let (attached, listed_from_vm) = {
+            let mut seen = self.seen();
+            let attached = seen.attached.clone();
+            if attached.is_some() {
+                seen.listed_from_vm = true;
+            }
+            (attached, seen.listed_from_vm)
+        };
+        match attached {
+            Some(attached) => self.read_attached(attached).await,
+            // Gone: nothing is attached to it any more, and the engine looks up each part the
+            // VM's body named.
+            None if listed_from_vm => Ok(Vec::new()),
+            None => self.leftovers().await,
+        }
+    }
+
+    async fn delete_part(
+        &self,
+        _instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<DeleteAnswer, Error> {
+        let what = format!("deleting {} {}", noun(part.kind), resource_name(&part.id));
+        let url = part_url(self.arm, part.kind, &part.id, &what)?;
+        let answer = self
+            .arm
+            .call(delete_operation(part.kind), Method::Delete, &url, &what)
+            .await?;
+        delete_answer(
+            self.arm,
+            &answer,
+            &what,
+            &[&CONFLICT_CODES[..], &HELD_CODES[..]].concat(),
+        )
+    }
+
+    async fn look_up_part(
+        &self,
+        _instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<Sighting, Error> {
+        Ok(
+            match self.get::<ProvisionedResource>(part.kind, &part.id).await? {
+                None => Sighting::NotFound,
+                Some(found) if found.is_deleting() => Sighting::Deleting(found.string_tags()),
+                Some(found) => Sighting::Present(found.string_tags()),
+            },
+        )
+    }
+}
+
+/// ARM's answer to a `DELETE`; `wrong_state` are the codes (at 400 or 409) that refuse it for
+/// the resource's state now.
+fn delete_answer(
+    arm: &Arm,
+    answer: &Answer,
+    what: &str,
+    wrong_state: &[&str],
+) -> Result<DeleteAnswer, Error> {
+    match answer.status {
+        200..=202 => Ok(DeleteAnswer::Accepted),
+        204 | 404 => Ok(DeleteAnswer::NotFound),
+        400 | 409 if refused_for_state(&answer.body, wrong_state) => {
+            tracing::debug!(
+                what,
+                status = answer.status,
+                "ARM refused the delete for now"
+            );
+            Ok(DeleteAnswer::WrongState)
+        }
+        _ => Err(arm.failure(answer, what)),
+    }
+}
+
+/// Whether ARM's error body carries one of `codes`.
+fn refused_for_state(body: &[u8], codes: &[&str]) -> bool {
     answer::error_detail(body).is_some_and(|detail| {
-        [
-            "NicReservedForAnotherVm",
-            "NicInUse",
-            "PublicIPAddressInUse",
-            "OperationNotAllowed",
-        ]
-        .iter()
-        .any(|code| detail.code.eq_ignore_ascii_case(code))
+        codes
+            .iter()
+            .any(|code| detail.code.eq_ignore_ascii_case(code))
     })
 }
 
-/// Polls an accepted operation until it ends, waiting `Retry-After` (or the poll interval)
-/// between polls, at most until `deadline`.
-async fn wait(
-    arm: &Arm,
-    accepted: &Answer,
-    what: &str,
-    waiting: Waiting,
-    deadline: Instant,
-) -> Result<(), Error> {
-    // An accepted operation without a poll target cannot be followed; ARM accepted it.
-    let Some(target) = accepted.poll_target() else {
-        return Ok(());
-    };
-    let mut delay = next_wait(accepted.retry_after(), waiting.poll_interval);
-    loop {
-        if Instant::now() + delay > deadline {
-            return Err(still_deleting(what, waiting));
-        }
-        tokio::time::sleep(delay).await;
-        let answer = arm
-            .call("GetOperationStatus", Method::Get, target.url(), what)
-            .await?;
-        let progress = match &target {
-            PollTarget::AsyncOperation(_) if answer.is_success() => {
-                answer::async_operation_progress(&answer.body, what)?
-            }
-            PollTarget::AsyncOperation(_) => return Err(arm.failure(&answer, what)),
-            PollTarget::Location(_) => match answer::location_progress(answer.status) {
-                Some(progress) => progress,
-                None => return Err(arm.failure(&answer, what)),
-            },
-        };
-        match progress {
-            Progress::Succeeded => return Ok(()),
-            Progress::Running => delay = next_wait(answer.retry_after(), waiting.poll_interval),
-            Progress::Failed { status, error } => {
-                let detail = error
-                    .map(|e| format!(": {}: {}", e.code, e.message))
-                    .unwrap_or_default();
-                return Err(Error::unavailable(format!(
-                    "{what}: ARM reports the operation {status}{detail}"
-                )));
-            }
-        }
+/// The URL of part `id`, which must be an ARM resource path (no query, fragment or
+/// whitespace): the token goes nowhere else.
+fn part_url(arm: &Arm, kind: PartKind, id: &str, what: &str) -> Result<String, Error> {
+    if !plausible(id) {
+        return Err(Error::internal(format!(
+            "{what}: {id:?} is not an ARM resource path"
+        )));
+    }
+    Ok(arm.url(id, api_version(kind)))
+}
+
+/// Whether `id` is an ARM resource path.
+fn plausible(id: &str) -> bool {
+    id.starts_with("/subscriptions/")
+        && !id.contains(['?', '#'])
+        && !id.contains(char::is_whitespace)
+}
+
+fn api_version(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::NetworkInterface | PartKind::PublicAddress => NETWORK_API,
+        PartKind::Disk | PartKind::Volume => DISK_API,
     }
 }
 
-fn next_wait(retry_after: Option<Duration>, default: Duration) -> Duration {
-    retry_after.unwrap_or(default).min(MAX_POLL_WAIT)
+fn get_operation(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::NetworkInterface => "GetNetworkInterface",
+        PartKind::PublicAddress => "GetPublicIPAddress",
+        PartKind::Disk | PartKind::Volume => "GetDisk",
+    }
 }
 
-/// The path of an ARM resource id, if it is one (no query, fragment or whitespace).
-fn resource_path(id: &str) -> Option<&str> {
-    let plausible = id.starts_with("/subscriptions/")
-        && !id.contains(['?', '#'])
-        && !id.contains(char::is_whitespace);
-    plausible.then_some(id)
+fn delete_operation(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::NetworkInterface => "DeleteNetworkInterface",
+        PartKind::PublicAddress => "DeletePublicIPAddress",
+        PartKind::Disk | PartKind::Volume => "DeleteDisk",
+    }
 }
 
-fn last_segment(id: &str) -> &str {
-    resource_name(id)
+fn noun(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::NetworkInterface => "network interface",
+        PartKind::PublicAddress => "public IP address",
+        PartKind::Disk | PartKind::Volume => "disk",
+    }
 }
 
 #[cfg(test)]
@@ -509,40 +476,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn poll_waits_follow_retry_after_within_bounds() {
-        let default = Duration::from_secs(5);
-        assert_eq!(next_wait(None, default), default);
-        assert_eq!(
-            next_wait(Some(Duration::from_secs(1)), default),
-            Duration::from_secs(1)
-        );
-        assert_eq!(
-            next_wait(Some(Duration::from_secs(3600)), default),
-            MAX_POLL_WAIT
-        );
-    }
-
-    #[test]
-    fn parts_still_held_by_a_vm_going_away_are_asked_again() {
-        assert!(still_held(
-            br#"{"error":{"code":"NicReservedForAnotherVm","message":"Nic(s) in request is reserved for another Virtual Machine for 180 seconds."}}"#
+    fn parts_still_held_or_busy_are_refused_for_their_state() {
+        let codes = [&CONFLICT_CODES[..], &HELD_CODES[..]].concat();
+        assert!(refused_for_state(
+            br#"{"error":{"code":"NicReservedForAnotherVm","message":"Nic(s) in request is reserved for another Virtual Machine for 180 seconds."}}"#,
+            &codes
         ));
-        assert!(still_held(
-            br#"{"error":{"code":"OperationNotAllowed","message":"Disk d is attached to VM v."}}"#
+        assert!(refused_for_state(
+            br#"{"error":{"code":"OperationNotAllowed","message":"Disk d is attached to VM v."}}"#,
+            &codes
         ));
-        assert!(!still_held(
-            br#"{"error":{"code":"AuthorizationFailed","message":"no"}}"#
+        assert!(!refused_for_state(
+            br#"{"error":{"code":"AuthorizationFailed","message":"no"}}"#,
+            &codes
         ));
-        assert!(!still_held(b"not json"));
+        assert!(!refused_for_state(b"not json", &codes));
+        // A VM's delete is refused for its state only by ARM's "busy" codes.
+        assert!(!refused_for_state(
+            br#"{"error":{"code":"NicInUse","message":"m"}}"#,
+            &CONFLICT_CODES
+        ));
     }
 
     #[test]
     fn only_resource_paths_are_followed() {
         let nic =
             "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/n";
-        assert_eq!(resource_path(nic), Some(nic));
-        assert_eq!(resource_path("https://evil.example/x"), None);
-        assert_eq!(resource_path("/subscriptions/s/x?api-version=1"), None);
-        assert_eq!(last_segment(nic), "n");
+        assert!(plausible(nic));
+        assert!(!plausible("https://evil.example/x"));
+        assert!(!plausible("/subscriptions/s/x?api-version=1"));
+        assert!(!plausible("/subscriptions/s/x y"));
     }
 }

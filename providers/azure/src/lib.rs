@@ -7,7 +7,8 @@
 //! - `answer` + `resources`: pure reading of ARM's answers (errors, async operations, VMs,
 //!   network interfaces, usages).
 //! - `arm`: every ARM call, authenticated, retried, counted; `transport`: the HTTP client.
-//! - `deletion`: a VM and its parts, waiting for ARM's asynchronous operations.
+//! - `deletion`: the deletion engine's ports (look the VM up, ask ARM to delete it, list its
+//!   parts, delete and look up one part), driven by one [`Deleter`] per provider.
 
 mod answer;
 mod arm;
@@ -19,15 +20,16 @@ mod transport;
 
 use async_trait::async_trait;
 use azure_core::http::Method;
+use peerpods_provider_core::deletion::window_from_config;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Health, Instance, Provider, ProviderConfig,
-    ProviderName, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Health, Instance, OwnerTag, Pace,
+    Provider, ProviderConfig, ProviderName, TagSelector, Window,
 };
 
 pub use settings::{AzureSettings, Credentials};
 
 use arm::{Arm, COMPUTE_API};
-use deletion::{Policy, Waiting};
+use deletion::{NOT_FOUND_WINDOW, NOT_FOUND_WINDOW_SETTING, VmPorts};
 use instance_id::VmId;
 use resources::{Page, Usage, Vm};
 
@@ -44,7 +46,10 @@ pub struct AzureProvider {
     subscription_id: String,
     resource_group: String,
     region: String,
-    deletion: Policy,
+    /// The deletion engine's driver: the cluster tag's guard, the not-found window
+    /// (`AZURE_NOT_FOUND_WINDOW_SECS`) keyed by each VM's full resource id, and the pace of
+    /// its waits (`AZURE_POLL_INTERVAL_MS`).
+    deleter: Deleter,
 }
 
 impl AzureProvider {
@@ -53,23 +58,30 @@ impl AzureProvider {
     pub fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = AzureSettings::from_config(config)
             .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
-        let mut provider = Self::new(settings, calls)?;
-        provider.deletion.not_found = deletion::not_found_window(Some(config))?;
-        Ok(provider)
+        let window = window_from_config(config, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?;
+        Self::with_window(settings, calls, window)
     }
 
-    /// Builds the provider from parsed settings.
+    /// Builds the provider from parsed settings, with the default not-found window.
     pub fn new(settings: AzureSettings, calls: CloudCalls) -> Result<Self, Error> {
+        Self::with_window(settings, calls, Window(NOT_FOUND_WINDOW))
+    }
+
+    fn with_window(
+        settings: AzureSettings,
+        calls: CloudCalls,
+        window: Window,
+    ) -> Result<Self, Error> {
+        let deleter = Deleter::new(
+            ProviderName::Azure,
+            OwnerTag::requiring(settings.owner_tag.clone()).guard(),
+            window,
+            NOT_FOUND_WINDOW_SETTING,
+            Pace::every(settings.poll_interval),
+        );
         Ok(AzureProvider {
             arm: Arm::new(&settings, calls)?,
-            deletion: Policy {
-                waiting: Waiting {
-                    poll_interval: settings.poll_interval,
-                    timeout: settings.delete_timeout,
-                },
-                owner_tag: peerpods_provider_core::OwnerTag::requiring(settings.owner_tag),
-                not_found: deletion::not_found_window(None)?,
-            },
+            deleter,
             subscription_id: settings.subscription_id,
             resource_group: settings.resource_group,
             region: settings.region,
@@ -149,7 +161,10 @@ impl Provider for AzureProvider {
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let vm = self.vm_id(instance_id)?;
-        let outcome = deletion::delete_vm(&self.arm, &vm, &self.deletion).await;
+        let outcome = self
+            .deleter
+            .delete(&VmPorts::new(&self.arm, vm), instance_id)
+            .await;
         match &outcome {
             Ok(outcome) => tracing::info!(
                 instance_id,
@@ -213,5 +228,53 @@ impl Provider for AzureProvider {
                 message: error.to_string(),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use peerpods_emulator_azure::{AzureEmulator, RESOURCE_GROUP, SUBSCRIPTION_ID};
+    use test_support::cloud::CloudEmulator;
+
+    /// The deleter of one provider keys its memo of each VM by the VM's full resource id: two
+    /// VMs of one name in different resource groups or subscriptions are judged apart. The
+    /// provider itself refuses ids outside its resource group, so the ports are driven here
+    /// directly, against the emulator (which knows no other group or subscription: 404).
+    #[tokio::test(flavor = "multi_thread")]
+    async fn vms_of_one_name_in_other_groups_or_subscriptions_are_judged_apart() {
+        let emulator = AzureEmulator::start();
+        let provider = AzureProvider::from_config(
+            &ProviderConfig::from_pairs(emulator.config()),
+            CloudCalls::default(),
+        )
+        .expect("provider");
+        let ours = emulator.create_vm("podvm-same", &[]);
+        let elsewhere = [
+            ours.replace(RESOURCE_GROUP, "other-rg"),
+            ours.replace(SUBSCRIPTION_ID, "00000000-1111-2222-3333-444444444444"),
+        ];
+        let delete = |id: String| {
+            let provider = &provider;
+            async move {
+                let vm = instance_id::parse(&id).expect("an Azure VM id");
+                provider
+                    .deleter
+                    .delete(&VmPorts::new(&provider.arm, vm), &id)
+                    .await
+                    .expect("an answer")
+            }
+        };
+        let not_yet_visible = |outcome: DeleteOutcome| matches!(outcome, DeleteOutcome::NotYetVisible { setting, .. } if setting == NOT_FOUND_WINDOW_SETTING);
+
+        for id in &elsewhere {
+            assert!(not_yet_visible(delete(id.clone()).await), "{id}");
+        }
+        assert_eq!(delete(ours.clone()).await, DeleteOutcome::Deleted);
+        // Our VM's accepted delete confirms its own 404, not theirs.
+        for id in &elsewhere {
+            assert!(not_yet_visible(delete(id.clone()).await), "{id}");
+        }
+        assert_eq!(delete(ours).await, DeleteOutcome::AlreadyGone);
     }
 }

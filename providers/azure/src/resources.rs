@@ -1,8 +1,10 @@
-//! The parts of ARM resource bodies this backend reads (pure): a VM's parts, a network
-//! interface's public IP addresses, VM lists and compute usages.
+//! The parts of ARM resource bodies this backend reads (pure): a VM's parts and how each is tied
+//! to it, a network interface's public IP addresses, the tags and state of a part, VM lists and
+//! compute usages.
 
 use std::collections::BTreeMap;
 
+use peerpods_provider_core::deletion::{PartKind, Tie};
 use peerpods_provider_core::{Capacity, Figure, Instance};
 use serde::Deserialize;
 
@@ -118,24 +120,35 @@ impl CaaNames {
     }
 }
 
-/// The parts a VM owns: those ARM deletes with it (`deleteOption: Delete`) and those
-/// cloud-api-adaptor created for it (by their names). Everything else attached to it (a
-/// persistent volume's disk attached with `Detach`, an interface or disk someone else made) is
-/// `kept`.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct VmParts {
-    pub network_interfaces: Vec<String>,
-    /// Managed disks only (unmanaged VHDs are not resources).
-    pub disks: Vec<String>,
-    /// Attached parts that are not the VM's: never deleted.
-    pub kept: Vec<String>,
+/// A part attached to a VM, as the VM's body names it: its kind, its ARM id and how it is tied to
+/// the VM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attached {
+    pub kind: PartKind,
+    pub id: String,
+    pub tie: Tie,
+}
+
+/// How a part is tied to VM: ARM deletes it with the VM (`deleteOption: Delete`), or
+/// cloud-api-adaptor created it for the VM (`named_by_caa`), or neither (never deleted).
+pub fn tie(delete_option: Option<&str>, named_by_caa: bool) -> Tie {
+    if goes_with_vm(delete_option) {
+        Tie::GoesWithVm
+    } else if named_by_caa {
+        Tie::CreatedForVm
+    } else {
+        Tie::NotTheVms
+    }
 }
 
 impl Vm {
-    /// The parts VM `name` owns, read from its properties.
-    pub fn parts(&self, name: &str) -> VmParts {
-        let caa = CaaNames::of(name);
-        let mut parts = VmParts::default();
+    /// The parts attached to the VM whose cloud-api-adaptor names are `caa`, read from its
+    /// properties: interfaces, then the OS disk, then data disks (managed disks only: unmanaged
+    /// VHDs are not resources). A data disk is the VM's only when ARM deletes it with the VM:
+    /// CAA creates none, and a persistent volume's disk is attached with `Detach` precisely so
+    /// that it outlives the VM.
+    pub fn attached(&self, caa: &CaaNames) -> Vec<Attached> {
+        let mut parts = Vec::new();
         for nic in self
             .properties
             .network_profile
@@ -143,36 +156,34 @@ impl Vm {
             .flat_map(|n| &n.network_interfaces)
         {
             let Some(id) = nic.id.clone() else { continue };
-            if goes_with_vm(nic.properties.delete_option.as_deref())
-                || caa.is_network_interface(&id)
-            {
-                parts.network_interfaces.push(id);
-            } else {
-                parts.kept.push(id);
-            }
+            parts.push(Attached {
+                kind: PartKind::NetworkInterface,
+                tie: tie(
+                    nic.properties.delete_option.as_deref(),
+                    caa.is_network_interface(&id),
+                ),
+                id,
+            });
         }
         let storage = self.properties.storage_profile.as_ref();
         if let Some(os_disk) = storage.and_then(|s| s.os_disk.as_ref())
             && let Some(id) = os_disk.managed_disk.as_ref().and_then(|d| d.id.clone())
         {
-            if goes_with_vm(os_disk.delete_option.as_deref()) || caa.is_os_disk(&id) {
-                parts.disks.push(id);
-            } else {
-                parts.kept.push(id);
-            }
+            parts.push(Attached {
+                kind: PartKind::Disk,
+                tie: tie(os_disk.delete_option.as_deref(), caa.is_os_disk(&id)),
+                id,
+            });
         }
-        // A data disk is the VM's only when ARM deletes it with the VM: CAA creates none, and a
-        // persistent volume's disk is attached with `Detach` precisely so that it outlives
-        // the VM.
         for disk in storage.iter().flat_map(|s| &s.data_disks) {
             let Some(id) = disk.managed_disk.as_ref().and_then(|d| d.id.clone()) else {
                 continue;
             };
-            if goes_with_vm(disk.delete_option.as_deref()) {
-                parts.disks.push(id);
-            } else {
-                parts.kept.push(id);
-            }
+            parts.push(Attached {
+                kind: PartKind::Disk,
+                tie: tie(disk.delete_option.as_deref(), false),
+                id,
+            });
         }
         parts
     }
@@ -187,10 +198,7 @@ impl Vm {
 
     /// Tags as strings (ARM tag values are strings; anything else is skipped).
     pub fn string_tags(&self) -> BTreeMap<String, String> {
-        self.tags
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-            .collect()
+        string_tags(&self.tags)
     }
 
     pub fn into_instance(self) -> Option<Instance> {
@@ -208,9 +216,19 @@ impl Vm {
     }
 }
 
-/// A network interface (its IP configurations' public IP addresses and the VM using it).
+/// Tags as strings (ARM tag values are strings; anything else is skipped).
+fn string_tags(tags: &BTreeMap<String, serde_json::Value>) -> BTreeMap<String, String> {
+    tags.iter()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+        .collect()
+}
+
+/// A network interface (its tags, its IP configurations' public IP addresses and the VM using
+/// it).
 #[derive(Debug, Default, Deserialize)]
 pub struct NetworkInterface {
+    #[serde(default)]
+    pub tags: BTreeMap<String, serde_json::Value>,
     #[serde(default)]
     pub properties: NetworkInterfaceProperties,
 }
@@ -241,7 +259,31 @@ pub struct IpConfigurationProperties {
 pub struct PublicIpAddress {
     pub id: Option<String>,
     #[serde(default)]
-    pub properties: DeleteOptionProperties,
+    pub tags: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    pub properties: PublicIpAddressProperties,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicIpAddressProperties {
+    pub delete_option: Option<String>,
+    /// The IP configuration of the network interface holding the address, if any.
+    pub ip_configuration: Option<SubResource>,
+}
+
+impl PublicIpAddress {
+    pub fn string_tags(&self) -> BTreeMap<String, String> {
+        string_tags(&self.tags)
+    }
+
+    /// The name of the network interface holding the address, if any (its IP configuration's
+    /// id is `<interface id>/ipConfigurations/<name>`).
+    pub fn holder(&self) -> Option<&str> {
+        let id = self.properties.ip_configuration.as_ref()?.id.as_deref()?;
+        let (interface, _) = id.rsplit_once("/ipConfigurations/")?;
+        Some(resource_name(interface))
+    }
 }
 
 /// A public IP address of an interface, and whether ARM deletes it with the VM when the
@@ -253,6 +295,10 @@ pub struct PublicIpOfInterface {
 }
 
 impl NetworkInterface {
+    pub fn string_tags(&self) -> BTreeMap<String, String> {
+        string_tags(&self.tags)
+    }
+
     pub fn public_ip_addresses(&self) -> Vec<PublicIpOfInterface> {
         self.properties
             .ip_configurations
@@ -277,9 +323,15 @@ impl NetworkInterface {
     }
 }
 
-/// Any ARM resource's provisioning state (to see that ARM is already deleting it).
+/// Any ARM resource's tags and provisioning state (to apply the guard to it and see that ARM is
+/// already deleting it), and for a managed disk the VM it is attached to.
 #[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct ProvisionedResource {
+    #[serde(default)]
+    pub tags: BTreeMap<String, serde_json::Value>,
+    /// A managed disk's VM.
+    pub managed_by: Option<String>,
     #[serde(default)]
     pub properties: ProvisioningProperties,
 }
@@ -291,6 +343,10 @@ pub struct ProvisioningProperties {
 }
 
 impl ProvisionedResource {
+    pub fn string_tags(&self) -> BTreeMap<String, String> {
+        string_tags(&self.tags)
+    }
+
     pub fn is_deleting(&self) -> bool {
         self.properties
             .provisioning_state
@@ -372,16 +428,20 @@ mod tests {
     #[test]
     fn a_vm_names_its_network_interfaces_and_disks() {
         let vm: Vm = serde_json::from_str(VM).expect("vm");
-        let parts = vm.parts("myVM");
         assert_eq!(
-            parts.network_interfaces,
+            vm.attached(&CaaNames::of("myVM")),
             vec![
-                "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/myNIC"
+                Attached {
+                    kind: PartKind::NetworkInterface,
+                    id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Network/networkInterfaces/myNIC".into(),
+                    tie: Tie::GoesWithVm,
+                },
+                Attached {
+                    kind: PartKind::Disk,
+                    id: "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/myOsDisk".into(),
+                    tie: Tie::GoesWithVm,
+                },
             ]
-        );
-        assert_eq!(
-            parts.disks,
-            vec!["/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/disks/myOsDisk"]
         );
         assert!(!vm.is_deleting());
         let instance = vm.into_instance().expect("id");
@@ -398,7 +458,7 @@ mod tests {
             serde_json::from_str(r#"{"id":"x","properties":{"provisioningState":"Deleting"}}"#)
                 .expect("vm");
         assert!(vm.is_deleting());
-        assert_eq!(vm.parts("x"), VmParts::default());
+        assert_eq!(vm.attached(&CaaNames::of("x")), Vec::new());
     }
 
     #[test]
@@ -449,35 +509,51 @@ mod tests {
       }
     }"#;
 
+    /// The name of each part attached to `vm` (named `name`) and its tie, in the VM's order.
+    fn ties(vm: &Vm, name: &str) -> Vec<(String, Tie)> {
+        vm.attached(&CaaNames::of(name))
+            .into_iter()
+            .map(|part| (resource_name(&part.id).to_owned(), part.tie))
+            .collect()
+    }
+
+    fn named(expected: &[(&str, Tie)]) -> Vec<(String, Tie)> {
+        expected
+            .iter()
+            .map(|(name, tie)| ((*name).to_owned(), *tie))
+            .collect()
+    }
+
     #[test]
     fn only_parts_marked_delete_or_named_by_caa_belong_to_the_vm() {
         let vm: Vm = serde_json::from_str(CAA_VM).expect("vm");
-        let parts = vm.parts("podvm-web-1a2b3c4d");
-        let ids = |v: &[String]| {
-            v.iter()
-                .map(|id| resource_name(id).to_owned())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ids(&parts.network_interfaces), ["podvm-web-1a2b3c4d-net"]);
-        assert_eq!(ids(&parts.disks), ["podvm-web-1a2b3c4d-disk", "scratch"]);
-        assert_eq!(ids(&parts.kept), ["operator-nic", "pvc-0b6f", "legacy"]);
+        assert_eq!(
+            ties(&vm, "podvm-web-1a2b3c4d"),
+            named(&[
+                ("podvm-web-1a2b3c4d-net", Tie::GoesWithVm),
+                ("operator-nic", Tie::NotTheVms),
+                ("podvm-web-1a2b3c4d-disk", Tie::GoesWithVm),
+                ("pvc-0b6f", Tie::NotTheVms),
+                ("scratch", Tie::GoesWithVm),
+                ("legacy", Tie::NotTheVms),
+            ])
+        );
     }
 
     #[test]
     fn parts_caa_named_are_the_vms_even_when_arm_keeps_them() {
         let detached = CAA_VM.replace("\"Delete\"", "\"Detach\"");
         let vm: Vm = serde_json::from_str(&detached).expect("vm");
-        let parts = vm.parts("PODVM-web-1a2b3c4d");
-        let ids = |v: &[String]| {
-            v.iter()
-                .map(|id| resource_name(id).to_owned())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ids(&parts.network_interfaces), ["podvm-web-1a2b3c4d-net"]);
-        assert_eq!(ids(&parts.disks), ["podvm-web-1a2b3c4d-disk"]);
         assert_eq!(
-            ids(&parts.kept),
-            ["operator-nic", "pvc-0b6f", "scratch", "legacy"]
+            ties(&vm, "PODVM-web-1a2b3c4d"),
+            named(&[
+                ("podvm-web-1a2b3c4d-net", Tie::CreatedForVm),
+                ("operator-nic", Tie::NotTheVms),
+                ("podvm-web-1a2b3c4d-disk", Tie::CreatedForVm),
+                ("pvc-0b6f", Tie::NotTheVms),
+                ("scratch", Tie::NotTheVms),
+                ("legacy", Tie::NotTheVms),
+            ])
         );
         let caa = CaaNames::of("v");
         assert!(caa.is_public_ip("/x/publicIPAddresses/V-EXT"));

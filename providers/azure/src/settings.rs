@@ -70,10 +70,12 @@ pub struct AzureSettings {
     pub max_retries: u32,
     /// `AZURE_RETRY_DELAY_MS`: first backoff delay (doubling with each retry).
     pub retry_delay: Duration,
-    /// `AZURE_DELETE_TIMEOUT_SECONDS`: how long a deletion waits for ARM's asynchronous
-    /// operation before it reports the cloud unavailable.
+    /// `AZURE_DELETE_TIMEOUT_SECONDS`: still accepted (and checked to be a number), but no longer
+    /// read by a deletion, which has no bound of its own: it runs until the deletion engine
+    /// finishes, and the caller bounds it (provider-service's detached delete task).
     pub delete_timeout: Duration,
-    /// `AZURE_POLL_INTERVAL_MS`: wait between polls when ARM sends no `Retry-After`.
+    /// `AZURE_POLL_INTERVAL_MS`: the deletion's pace: the wait before looking again at a VM or
+    /// part ARM is deleting, refused to delete for its state, or answered NotFound to.
     pub poll_interval: Duration,
     /// `AZURE_CONNECT_TIMEOUT_MS` and `AZURE_REQUEST_TIMEOUT_MS`, per HTTP request.
     pub connect_timeout: Duration,

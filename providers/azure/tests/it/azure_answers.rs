@@ -1,8 +1,10 @@
 //! ARM's documented throttling and "another operation holds the resource" answers, each produced
 //! by the emulator with ARM's real status, body and headers (`AzureEmulator::refuse_next`),
 //! driven through the real azure_core pipeline, and classified by what ARM says: throttling is
-//! `Throttled` with ARM's `Retry-After`, a busy resource is `Unavailable` (retryable), never a
-//! refusal the caller cannot retry; once ARM stops refusing, the same delete completes.
+//! `Throttled` with ARM's `Retry-After` and Compute's `RetryableError` `Unavailable` (retryable),
+//! never a refusal the caller cannot retry, and once ARM stops refusing, the same delete
+//! completes; a busy resource refuses the delete for its state, which the deletion engine waits
+//! out within the call.
 
 use std::time::Duration;
 
@@ -66,18 +68,36 @@ async fn computes_throttling_is_throttled_not_an_operation_refusal() {
     );
 }
 
+/// "Another operation holds the resource" refuses the delete for the VM's state now: the
+/// deletion engine looks the VM up again after `AZURE_POLL_INTERVAL_MS` and asks again, within
+/// the same call, until ARM accepts; the VM is then confirmed gone.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_resource_another_operation_holds_is_retryable() {
+async fn a_resource_another_operation_holds_is_asked_again_after_a_wait() {
     for (name, refusal) in [
         ("podvm-conflict", ArmRefusal::Conflict),
         ("podvm-in-progress", ArmRefusal::AnotherOperationInProgress),
         ("podvm-preempted", ArmRefusal::OperationPreempted),
         ("podvm-marked", ArmRefusal::MarkedForDeletion),
     ] {
-        let error = refused_delete(name, refusal, 1).await;
-        assert!(
-            matches!(&error, Error::Unavailable { message, .. } if message.contains("HTTP 409") && message.contains("another operation holds the resource")),
-            "{refusal:?}: {error:?}"
+        let emulator = AzureEmulator::start();
+        let id = emulator.create_vm(name, &[]);
+        let (provider, calls) = provider(&emulator, &[("AZURE_MAX_RETRIES", "1")]);
+        emulator.refuse_next("DELETE", 2, refusal);
+
+        let outcome = provider.delete_instance(&id).await;
+
+        assert_eq!(outcome.ok(), Some(DeleteOutcome::Deleted), "{refusal:?}");
+        assert!(!emulator.vm_exists(name), "{refusal:?}");
+        // Refused twice (HTTP 409, not retried by the pipeline), accepted the third time.
+        assert_eq!(
+            emulator.arm_requests_matching("DELETE", "/virtualMachines/"),
+            3,
+            "{refusal:?}"
+        );
+        assert_eq!(
+            calls.count("azure", "DeleteVirtualMachine", "error"),
+            2,
+            "{refusal:?}"
         );
     }
 }
