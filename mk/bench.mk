@@ -8,10 +8,13 @@
 #
 # The fault storm (scenario fault_storm) runs on every cloud in turn (BENCH_FAULT_STORM_CLOUDS, default aws via
 # moto and each emulator): BENCH_FAULT_STORM PeerPods (default 500) whose VMs sit behind the fault layer (20% 5xx,
-# 10% throttling, 5% hangs on every cloud request); it prints per cloud the cleanup time, release p50/p95, VMs
-# leaked and finalizers released early (both must be 0, else the run fails) and the cloud requests and
-# DeleteInstance calls per PeerPod. Its reduced size (20 PeerPods per cloud) is the integration test
-# bench/tests/it/fault_storm.rs, which make test runs; make bench is not part of make test.
+# 10% throttling, 5% hangs on every cloud request, deletes of 8 polls (moto has no such knob), each kind of call
+# blind to a VM for its first seconds and answers that flap, seeded); beside every tenth VM a part that is not the
+# VM's. It prints per cloud the cleanup time, release p50/p95, the cloud requests and DeleteInstance calls per
+# PeerPod, finalizers released early (each release checked against the cloud's state when the watch sees it),
+# VMs leaked, foreign parts deleted and checks that got no answer: all must be 0, else the run fails. Its reduced
+# size (20 PeerPods per cloud) is the integration test bench/tests/it/fault_storm.rs, which make test runs; make
+# bench is not part of make test.
 #
 #   make bench BENCH_SCENARIOS=fault_storm BENCH_FAULT_STORM=100 BENCH_FAULT_STORM_CLOUDS=aws,azure
 #

@@ -175,9 +175,10 @@ impl Results {
             || self.fault_storm.failed()
             || self.load.failed()
             || self.idle.failed()
-            // A leaked VM or an early release is a failed run, whatever the figures.
+            // A leaked VM, an early release, a check without an answer, an unchecked release or a deleted part
+            // that was not the VM's is a failed run, whatever the figures.
             || matches!(&self.fault_storm, Outcome::Measured(clouds)
-                if clouds.iter().any(|c| c.leaked > 0 || c.released_early > 0))
+                if clouds.iter().any(|c| !c.problems().is_empty()))
     }
 
     pub fn to_json(&self) -> Result<String, Error> {
@@ -512,5 +513,114 @@ mod tests {
         assert!(table.contains("failed: broken"));
         assert!(table.contains("missing: "));
         assert!(table.contains("4.00x"));
+    }
+
+    fn fault_storm(cloud: crate::scenarios::fault_storm::CloudStorm) -> Results {
+        Results {
+            control_plane_tuning: Vec::new(),
+            storm: Outcome::skipped("not selected"),
+            memory: Outcome::skipped("not selected"),
+            cloud_calls: Outcome::skipped("not selected"),
+            convergence: Outcome::skipped("not selected"),
+            grpc: Outcome::skipped("not selected"),
+            fault_storm: Outcome::Measured(vec![cloud]),
+            load: Outcome::skipped("not selected"),
+            idle: Outcome::skipped("not selected"),
+        }
+    }
+
+    fn clean_cloud() -> crate::scenarios::fault_storm::CloudStorm {
+        crate::scenarios::fault_storm::CloudStorm {
+            cloud: "azure".into(),
+            peerpods: 20,
+            settings: crate::scenarios::fault_storm::StormSettings {
+                server_error_rate: 0.2,
+                throttle_rate: 0.1,
+                hang_rate: 0.05,
+                operation_polls: Some(8),
+                invisible_get_seconds: 10.0,
+                invisible_list_seconds: 20.0,
+                invisible_delete_seconds: 10.0,
+                flapping_seconds: 30.0,
+                flapping_miss_rate: 0.5,
+                seed: 7,
+            },
+            cleanup_seconds: 12.5,
+            release_p50_seconds: 6.0,
+            release_p95_seconds: 11.0,
+            releases_observed: 20,
+            releases_unchecked: 0,
+            released_early: 0,
+            leaked: 0,
+            failed_checks: 0,
+            failed_check_errors: Vec::new(),
+            foreign_parts: 2,
+            foreign_parts_deleted: 0,
+            cloud_requests: 300,
+            cloud_requests_per_peerpod: 15.0,
+            server_errors: 50,
+            throttled: 30,
+            hangs: 10,
+            not_seen: 40,
+            delete_instance_calls: 60,
+        }
+    }
+
+    #[test]
+    fn a_fault_storm_fails_the_run_by_a_check_without_answer_an_unchecked_release_or_a_foreign_part()
+     {
+        let clean = fault_storm(clean_cloud());
+        assert!(!clean.any_failed());
+        let table = clean.table();
+        for figure in [
+            "cleanup (last finalizer)",
+            "cloud calls per PeerPod",
+            "released early",
+            "VMs leaked",
+            "foreign parts deleted",
+            "failed checks",
+        ] {
+            assert!(table.contains(figure), "{figure} missing: {table}");
+        }
+        assert!(table.contains("0 of 2"), "{table}");
+        let value: serde_json::Value =
+            serde_json::from_str(&clean.to_json().expect("encodes")).expect("parses");
+        let cloud = &value["fault_storm"][0];
+        for key in [
+            "cleanup_seconds",
+            "cloud_requests_per_peerpod",
+            "released_early",
+            "leaked",
+            "foreign_parts_deleted",
+            "failed_checks",
+        ] {
+            assert!(cloud.get(key).is_some(), "{key} missing: {value}");
+        }
+        assert_eq!(cloud["settings"]["operation_polls"], 8);
+
+        let failed_check = fault_storm(crate::scenarios::fault_storm::CloudStorm {
+            failed_checks: 1,
+            failed_check_errors: vec!["release check of vm-1: no answer".into()],
+            ..clean_cloud()
+        });
+        assert!(failed_check.any_failed());
+        assert!(
+            failed_check
+                .table()
+                .contains("FAILED: 1 checks without an answer"),
+            "{}",
+            failed_check.table()
+        );
+        let unchecked = crate::scenarios::fault_storm::CloudStorm {
+            releases_observed: 19,
+            releases_unchecked: 1,
+            ..clean_cloud()
+        };
+        assert!(fault_storm(unchecked).any_failed());
+        let foreign = crate::scenarios::fault_storm::CloudStorm {
+            foreign_parts_deleted: 1,
+            ..clean_cloud()
+        };
+        assert!(fault_storm(foreign).any_failed());
     }
 }

@@ -1,23 +1,32 @@
 //! Fault storm: on every cloud, N PeerPods with `peer.pod/finalizer` name N VMs of that cloud's emulator (moto for
 //! AWS), and every cloud API request provider-service makes goes through the fault layer: 20% server errors, 10%
-//! throttling (each cloud's own answer) and 5% hangs (held 10 minutes, far past every client deadline). The
+//! throttling (each cloud's own answer) and 5% hangs (held 10 minutes, far past every client deadline); each
+//! deletion takes 8 polls (the emulators' `operation_polls`; moto has no such knob: EC2 terminates at once there);
+//! and the cloud is eventually consistent: for the storm's first seconds a lookup, a list and a deletion each may
+//! not see a VM yet (each its own window), and answers about a VM flap between found and not found (seeded). The
 //! PeerPods are deleted at once; provider-service and peerpod-ctrl clean up.
 //!
 //! A watch sees each PeerPod go and asks the cloud at that moment whether its VM (or any part of it) still exists:
-//! such a release is early. After the last PeerPod is gone, every VM still there is leaked. Both must be 0.
-//! Figures per cloud: cleanup time, when each PeerPod was released (p50/p95), the cloud API requests (faulted ones
-//! included) and DeleteInstance calls per PeerPod: what confirming "gone" costs on that cloud.
+//! such a release is early. The check reads the emulator's state directly (on AWS: moto with the bench's own key,
+//! which the fault layer spares, retried until it answers); a check that gets no answer, or a release the watch
+//! did not see, fails the run, as does a VM still there after the last PeerPod is gone (leaked). Beside every
+//! tenth VM the storm places a part that is not the VM's (an operator's Elastic IP associated with it on AWS, a
+//! persistent volume's disk attached with `Detach` on Azure, an operator's floating IP on IBM Cloud VPC, an
+//! operator's EIP on the add-on NIC on Alibaba Cloud; the GCP and Power Virtual Server emulators model none): each
+//! must survive. Figures per cloud: cleanup time, when each PeerPod was released (p50/p95), the cloud API requests
+//! (faulted ones included) and DeleteInstance calls per PeerPod: what confirming "gone" costs on that cloud.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use aws_sdk_ec2::types::{DomainType, Filter};
 use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use peerpod_ctrl::crd::PeerPod;
 use serde::Serialize;
 use test_support::cloud::CloudEmulator;
-use test_support::faults::Faults;
+use test_support::faults::{CallKind, Faults, Flapping, Visibility};
 use test_support::metrics::Scrape;
 
 use crate::Error;
@@ -43,12 +52,51 @@ const REQUEST_TIMEOUT_SECS: u64 = 5;
 /// The access key provider-service signs with on moto: only its calls get faults.
 const AWS_PROVIDER_KEY: &str = "AKIDSTORMPROVIDER";
 const POLL: Duration = Duration::from_millis(200);
+/// The seed of every draw of the storm (rates and flapping).
+const SEED: u64 = 7;
+/// A VM's deletion takes this many polls (or looks) on each emulator.
+const OPERATION_POLLS: u32 = 8;
+/// From the storm's start, how long each kind of call still does not see a VM: the visibility windows run from a
+/// VM's creation, so the bench adds the time its setup took (as if the VMs had been created just before the
+/// PeerPods were deleted).
+const INVISIBLE_GET: Duration = Duration::from_secs(10);
+const INVISIBLE_LIST: Duration = Duration::from_secs(20);
+const INVISIBLE_DELETE: Duration = Duration::from_secs(10);
+/// From the storm's start, how long answers about a VM flap (every kind of call, half of them not found).
+const FLAPPING: Duration = Duration::from_secs(30);
+/// Every this many VMs (the first included), one gets a part beside it that is not the VM's.
+const FOREIGN_EVERY: usize = 10;
+/// A lookup of the checks (release, leak, foreign part) is asked this often, each within the deadline, before it
+/// counts as a failed check.
+const CHECK_ATTEMPTS: u32 = 8;
+const CHECK_DEADLINE: Duration = Duration::from_secs(10);
+/// The bench's checks keep at most this many failure messages per cloud (all are counted).
+const KEPT_FAILURES: usize = 10;
+
+/// The storm's knobs on one cloud, as set.
+#[derive(Debug, Clone, Serialize)]
+pub struct StormSettings {
+    pub server_error_rate: f64,
+    pub throttle_rate: f64,
+    pub hang_rate: f64,
+    /// Polls (or looks) a VM's deletion takes; `None`: the cloud has no such knob (moto terminates at once).
+    pub operation_polls: Option<u32>,
+    /// From the storm's start, how long a lookup, a list and a deletion do not see a VM.
+    pub invisible_get_seconds: f64,
+    pub invisible_list_seconds: f64,
+    pub invisible_delete_seconds: f64,
+    /// From the storm's start, how long answers about a VM flap (every kind of call).
+    pub flapping_seconds: f64,
+    pub flapping_miss_rate: f64,
+    pub seed: u64,
+}
 
 /// One cloud's figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct CloudStorm {
     pub cloud: String,
     pub peerpods: usize,
+    pub settings: StormSettings,
     /// Delete of all PeerPods → the last finalizer released.
     pub cleanup_seconds: f64,
     /// When PeerPods were released, from the delete.
@@ -56,10 +104,21 @@ pub struct CloudStorm {
     pub release_p95_seconds: f64,
     /// PeerPods the watch saw go (each checked against the cloud at that moment).
     pub releases_observed: usize,
+    /// PeerPods released that the watch did not see go, so were not checked: each fails the run.
+    pub releases_unchecked: usize,
     /// Released while the VM or a part of it still existed.
     pub released_early: usize,
     /// VMs (or parts) still there after every PeerPod was gone.
     pub leaked: usize,
+    /// Lookups of the bench's checks (at release, for leaks, for foreign parts) that got no answer: each fails the
+    /// run.
+    pub failed_checks: usize,
+    /// The first failed checks, with why.
+    pub failed_check_errors: Vec<String>,
+    /// Parts placed beside a VM that were not the VM's (0 where the emulator models none), and how many of them
+    /// were deleted (must be 0).
+    pub foreign_parts: usize,
+    pub foreign_parts_deleted: usize,
     /// Cloud API requests provider-service made (every attempt, faulted ones included), and per PeerPod.
     pub cloud_requests: u64,
     pub cloud_requests_per_peerpod: f64,
@@ -67,13 +126,118 @@ pub struct CloudStorm {
     pub server_errors: u64,
     pub throttled: u64,
     pub hangs: u64,
+    /// Answers that did not see a VM (visibility windows and flapping; a list counts each VM it left out).
+    pub not_seen: u64,
     /// DeleteInstance calls peerpod-ctrl made (first asks and re-asks while "in progress" or failing).
     pub delete_instance_calls: u64,
 }
 
+impl CloudStorm {
+    /// What makes this cloud's run a failure, whatever its times: empty when it passed.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut count = |n: usize, what: &str| {
+            if n > 0 {
+                problems.push(format!("{n} {what}"));
+            }
+        };
+        count(self.leaked, "VMs leaked");
+        count(self.released_early, "finalizers released early");
+        count(
+            self.failed_checks,
+            "checks without an answer from the cloud",
+        );
+        count(
+            self.releases_unchecked,
+            "releases the watch did not see (unchecked)",
+        );
+        count(
+            self.foreign_parts_deleted,
+            "parts deleted that were not the VM's",
+        );
+        problems
+    }
+}
+
+/// What the release-time check found.
+#[derive(Debug, Clone)]
+enum Check {
+    Gone,
+    Exists,
+    /// The lookup got no answer after every attempt: a failed check, never taken as "gone".
+    NoAnswer(String),
+}
+
+/// The emulators as the storm drives them: [`CloudEmulator`] and, beside a VM, a part that is not the VM's, with the
+/// emulator's own helpers (each emulator's README).
+trait StormEmulator: CloudEmulator {
+    /// Places beside VM `name` (id `id`) a part that is not the VM's and returns its id; `None` where the emulator
+    /// models no such part.
+    fn place_foreign_part(&self, name: &str, id: &str) -> Option<String>;
+
+    /// Whether the part [`Self::place_foreign_part`] placed still exists, read from the emulator's state.
+    fn foreign_part_exists(&self, part: &str) -> bool;
+}
+
+impl StormEmulator for peerpods_emulator_azure::AzureEmulator {
+    /// A persistent volume's disk, attached by the Azure Disk CSI driver with `Detach` and no cluster tag.
+    fn place_foreign_part(&self, name: &str, _id: &str) -> Option<String> {
+        let disk = format!("{name}-pv");
+        self.attach_data_disk(name, &disk, "Detach").then_some(disk)
+    }
+
+    fn foreign_part_exists(&self, part: &str) -> bool {
+        self.disk_exists(part)
+    }
+}
+
+impl StormEmulator for peerpods_emulator_gcp::GcpEmulator {
+    /// None: the emulator serves no disk or address API, so the backend could delete nothing but the instance.
+    fn place_foreign_part(&self, _name: &str, _id: &str) -> Option<String> {
+        None
+    }
+
+    fn foreign_part_exists(&self, _part: &str) -> bool {
+        false
+    }
+}
+
+impl StormEmulator for peerpods_emulator_ibmcloud::VpcEmulator {
+    /// An operator's floating IP bound to the instance's interface.
+    fn place_foreign_part(&self, _name: &str, id: &str) -> Option<String> {
+        self.attach_floating_ip(id)
+    }
+
+    fn foreign_part_exists(&self, part: &str) -> bool {
+        self.floating_ip_exists(part)
+    }
+}
+
+impl StormEmulator for peerpods_emulator_ibmcloud::PowerVsEmulator {
+    /// None: the emulator serves no volume or network API, so the backend could delete nothing but the instance.
+    fn place_foreign_part(&self, _name: &str, _id: &str) -> Option<String> {
+        None
+    }
+
+    fn foreign_part_exists(&self, _part: &str) -> bool {
+        false
+    }
+}
+
+impl StormEmulator for peerpods_emulator_alibabacloud::AlibabaCloudEmulator {
+    /// An operator's EIP (not cloud-api-adaptor's description) bound to the instance's add-on NIC.
+    fn place_foreign_part(&self, _name: &str, id: &str) -> Option<String> {
+        self.add_operator_eip(id, "operator's address")
+    }
+
+    fn foreign_part_exists(&self, part: &str) -> bool {
+        self.eip_exists(part)
+    }
+}
+
 /// The cloud behind one run: an emulator of this process, or moto.
 enum Cloud {
-    Emulator(Box<dyn CloudEmulator>),
+    Emulator(Box<dyn StormEmulator>),
     Aws(aws_sdk_ec2::Client),
 }
 
@@ -132,10 +296,12 @@ impl Cloud {
         )
     }
 
-    async fn create_vms(&self, n: usize) -> Result<Vec<String>, Error> {
+    /// Creates `n` VMs; returns their names and ids.
+    async fn create_vms(&self, n: usize) -> Result<Vec<(String, String)>, Error> {
+        let name = |i: usize| format!("podvm-storm-{i}");
         match self {
             Cloud::Emulator(emulator) => Ok((0..n)
-                .map(|i| emulator.create_vm(&format!("podvm-storm-{i}"), &[]))
+                .map(|i| (name(i), emulator.create_vm(&name(i), &[])))
                 .collect()),
             Cloud::Aws(client) => {
                 let mut ids = Vec::with_capacity(n);
@@ -143,75 +309,204 @@ impl Cloud {
                     let count = (n - ids.len()).min(100) as i32;
                     ids.extend(test_support::moto::run_instances(client, count, &[]).await);
                 }
-                Ok(ids)
+                Ok(ids
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, id)| (name(i), id))
+                    .collect())
             }
         }
     }
 
-    /// Whether the VM or a part of it still exists, asked of the cloud now. On AWS a terminated or shutting-down
-    /// instance is gone (EC2 takes none back).
+    /// Places beside VM `name` (`id`) a part that is not the VM's: on AWS an operator's Elastic IP (untagged, so not
+    /// cloud-api-adaptor's) associated with the instance. `None` where the cloud models none.
+    async fn place_foreign_part(&self, name: &str, id: &str) -> Result<Option<String>, Error> {
+        match self {
+            Cloud::Emulator(emulator) => Ok(emulator.place_foreign_part(name, id)),
+            Cloud::Aws(client) => {
+                let allocated = client
+                    .allocate_address()
+                    .domain(DomainType::Vpc)
+                    .send()
+                    .await
+                    .map_err(|e| Error::ec2_from("AllocateAddress", e))?;
+                let allocation = allocated
+                    .allocation_id()
+                    .ok_or_else(|| Error::setup("AllocateAddress answered no allocation id"))?
+                    .to_owned();
+                client
+                    .associate_address()
+                    .allocation_id(&allocation)
+                    .instance_id(id)
+                    .send()
+                    .await
+                    .map_err(|e| Error::ec2_from(format!("AssociateAddress {id}"), e))?;
+                Ok(Some(allocation))
+            }
+        }
+    }
+
+    /// Whether a part [`Self::place_foreign_part`] placed still exists (on AWS: still allocated).
+    async fn foreign_part_exists(&self, part: &str) -> Result<bool, Error> {
+        match self {
+            Cloud::Emulator(emulator) => Ok(emulator.foreign_part_exists(part)),
+            Cloud::Aws(client) => {
+                let answer = client
+                    .describe_addresses()
+                    .filters(Filter::builder().name("allocation-id").values(part).build())
+                    .send()
+                    .await
+                    .map_err(|e| Error::ec2_from(format!("DescribeAddresses {part}"), e))?;
+                Ok(answer
+                    .addresses()
+                    .iter()
+                    .any(|a| a.allocation_id() == Some(part)))
+            }
+        }
+    }
+
+    /// Whether the VM or a part of it still exists, asked of the cloud now: an emulator's state directly; on AWS
+    /// moto, with the bench's own key (the fault layer spares it), by an `instance-id` filter (which never fails
+    /// for an id EC2 no longer lists). A terminated or shutting-down instance is gone (EC2 takes none back).
     async fn exists(&self, id: &str) -> Result<bool, Error> {
         match self {
             Cloud::Emulator(emulator) => Ok(emulator.vm_or_parts_exist(id)),
             Cloud::Aws(client) => {
                 let answer = client
                     .describe_instances()
-                    .instance_ids(id)
+                    .filters(Filter::builder().name("instance-id").values(id).build())
                     .send()
                     .await
                     .map_err(|e| Error::ec2_from(format!("DescribeInstances {id}"), e))?;
-                let state = answer
+                Ok(answer
                     .reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    .find_map(|i| i.state()?.name().map(|n| n.as_str().to_owned()));
-                Ok(!matches!(
-                    state.as_deref(),
-                    None | Some("terminated" | "shutting-down")
-                ))
+                    .filter(|i| i.instance_id() == Some(id))
+                    .any(|i| {
+                        !matches!(
+                            i.state().and_then(|s| s.name()).map(|n| n.as_str()),
+                            None | Some("terminated" | "shutting-down")
+                        )
+                    }))
             }
         }
     }
 
-    fn set_storm(&self, on: bool) {
+    /// The storm's knobs, with the visibility and flapping windows reaching `setup` (the VMs' age) further.
+    fn storm_settings(&self, setup: Duration) -> (StormSettings, Faults) {
+        let faults = Faults {
+            invisible: Visibility {
+                get: setup + INVISIBLE_GET,
+                list: setup + INVISIBLE_LIST,
+                delete: setup + INVISIBLE_DELETE,
+            },
+            flapping: Flapping::within(setup + FLAPPING, &CallKind::ALL),
+            operation_polls: Some(OPERATION_POLLS),
+            ..Faults::storm(HANG, SEED)
+        };
+        let settings = StormSettings {
+            server_error_rate: faults.server_error_rate,
+            throttle_rate: faults.throttle_rate,
+            hang_rate: faults.hang_rate,
+            operation_polls: match self {
+                Cloud::Emulator(_) => faults.operation_polls,
+                Cloud::Aws(_) => None,
+            },
+            invisible_get_seconds: INVISIBLE_GET.as_secs_f64(),
+            invisible_list_seconds: INVISIBLE_LIST.as_secs_f64(),
+            invisible_delete_seconds: INVISIBLE_DELETE.as_secs_f64(),
+            flapping_seconds: FLAPPING.as_secs_f64(),
+            flapping_miss_rate: faults.flapping.miss_rate,
+            seed: faults.seed,
+        };
+        (settings, faults)
+    }
+
+    /// Turns the storm on (`Some`: its knobs) or off.
+    fn set_storm(&self, storm: Option<&Faults>) {
         match self {
-            Cloud::Emulator(emulator) => emulator.set_faults(if on {
-                Faults::storm(HANG, 7)
-            } else {
-                Faults::default()
-            }),
+            Cloud::Emulator(emulator) => emulator.set_faults(storm.cloned().unwrap_or_default()),
             Cloud::Aws(_) => {
-                let faults = if on {
-                    test_support::moto::Faults {
-                        server_error_rate: 0.20,
-                        throttle_rate: 0.10,
-                        hang_rate: 0.05,
-                        hang_for: HANG,
+                let faults = match storm {
+                    // moto's layer has the same knobs but operation_polls: EC2 terminates at once there.
+                    Some(storm) => test_support::moto::Faults {
+                        server_error_rate: storm.server_error_rate,
+                        throttle_rate: storm.throttle_rate,
+                        hang_rate: storm.hang_rate,
+                        hang_for: storm.hang_for,
+                        invisible: storm.invisible,
+                        flapping: storm.flapping.clone(),
                         access_key: Some(AWS_PROVIDER_KEY.into()),
-                        seed: 7,
+                        seed: storm.seed,
                         ..Default::default()
-                    }
-                } else {
-                    test_support::moto::Faults::default()
+                    },
+                    None => test_support::moto::Faults::default(),
                 };
                 test_support::moto::moto().set_faults(&faults);
             }
         }
     }
 
-    /// (requests, server errors, throttled, hangs) since the faults were set.
-    fn counts(&self) -> (u64, u64, u64, u64) {
+    /// (requests, server errors, throttled, hangs, not seen) since the faults were set.
+    fn counts(&self) -> (u64, u64, u64, u64, u64) {
         match self {
             Cloud::Emulator(emulator) => {
                 let i = emulator.injected();
-                (i.requests, i.server_errors, i.throttled, i.hangs)
+                (
+                    i.requests,
+                    i.server_errors,
+                    i.throttled,
+                    i.hangs,
+                    i.not_found,
+                )
             }
             Cloud::Aws(_) => {
                 let moto = test_support::moto::moto();
                 let i = moto.injected();
                 let requests = moto.requests_signed_by(AWS_PROVIDER_KEY).values().sum();
-                (requests, i.server_errors, i.throttled, i.hangs)
+                (requests, i.server_errors, i.throttled, i.hangs, i.not_found)
             }
+        }
+    }
+}
+
+/// Asks `lookup` until it answers: up to [`CHECK_ATTEMPTS`] times, each within [`CHECK_DEADLINE`]. The last
+/// failure when none answered.
+async fn answered<T, F, Fut>(what: &str, mut lookup: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut last = String::new();
+    for attempt in 0..CHECK_ATTEMPTS {
+        if attempt > 0 {
+            tokio::time::sleep(POLL * attempt.min(10)).await;
+        }
+        match tokio::time::timeout(CHECK_DEADLINE, lookup()).await {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = format!("no answer within {CHECK_DEADLINE:?}"),
+        }
+    }
+    Err(format!(
+        "{what}: no answer after {CHECK_ATTEMPTS} attempts: {last}"
+    ))
+}
+
+/// The failed checks of one cloud: all counted, the first few kept.
+#[derive(Debug, Default)]
+struct Failures {
+    count: usize,
+    kept: Vec<String>,
+}
+
+impl Failures {
+    fn add(&mut self, why: String) {
+        eprintln!("bench: fault storm check failed: {why}");
+        self.count += 1;
+        if self.kept.len() < KEPT_FAILURES {
+            self.kept.push(why);
         }
     }
 }
@@ -265,7 +560,15 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     if let Cloud::Aws(_) = *cloud {
         test_support::moto::moto().reset();
     }
-    let ids = cloud.create_vms(n).await?;
+    let created = Instant::now();
+    let vms = cloud.create_vms(n).await?;
+    let ids: Vec<String> = vms.iter().map(|(_, id)| id.clone()).collect();
+    let mut foreign = Vec::new();
+    for (vm, id) in vms.iter().step_by(FOREIGN_EVERY) {
+        if let Some(part) = cloud.place_foreign_part(vm, id).await? {
+            foreign.push(part);
+        }
+    }
     let (provider, _config) = start_provider(options, &scenario, &cloud.config()).await?;
     let ctrl = start_ctrl(options, &scenario, cluster, provider.1).await?;
     let provider = provider.0;
@@ -278,7 +581,7 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     let api = cluster.peerpods(&ns);
 
     // The watch: every PeerPod seen going is checked against the cloud at that moment.
-    let releases: Arc<Mutex<Vec<(Duration, bool)>>> = Arc::default();
+    let releases: Arc<Mutex<Vec<(Duration, Check)>>> = Arc::default();
     let started = Arc::new(Mutex::new(None::<Instant>));
     let watch = {
         let api = api.clone();
@@ -286,16 +589,21 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
         let releases = Arc::clone(&releases);
         let started = Arc::clone(&started);
         tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).boxed();
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(event) = events.next().await {
                 let Ok(watcher::Event::Delete(peerpod)) = event else {
                     continue;
                 };
                 let peerpod: PeerPod = peerpod;
-                let early = cloud
-                    .exists(&peerpod.spec.instance_id)
-                    .await
-                    .unwrap_or(false);
+                let id = &peerpod.spec.instance_id;
+                let check =
+                    match answered(&format!("release check of {id}"), || cloud.exists(id)).await {
+                        Ok(true) => Check::Exists,
+                        Ok(false) => Check::Gone,
+                        Err(why) => Check::NoAnswer(why),
+                    };
                 let at = started
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -303,13 +611,14 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
                 releases
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push((at, early));
+                    .push((at, check));
             }
         })
     };
 
     let before = Scrape::parse(&provider.metrics().await?)?;
-    cloud.set_storm(true);
+    let (settings, faults) = cloud.storm_settings(created.elapsed());
+    cloud.set_storm(Some(&faults));
     let begin = Instant::now();
     *started.lock().unwrap_or_else(|p| p.into_inner()) = Some(begin);
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
@@ -329,13 +638,13 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     )
     .await;
     let cleanup = begin.elapsed().as_secs_f64();
-    let (requests, server_errors, throttled, hangs) = cloud.counts();
-    cloud.set_storm(false);
+    let (requests, server_errors, throttled, hangs, not_seen) = cloud.counts();
+    cloud.set_storm(None);
     let after = Scrape::parse(&provider.metrics().await?)?;
     // Let the watch catch up with the last deletions before reading it.
     let _ = wait_until(
         "the watch to see every release",
-        Duration::from_secs(10),
+        Duration::from_secs(120),
         POLL,
         || async {
             Ok((releases.lock().unwrap_or_else(|p| p.into_inner()).len() >= n).then_some(()))
@@ -347,13 +656,33 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     provider.stop().await;
     drained?;
 
+    let mut failures = Failures::default();
     let mut leaked = 0;
     for id in &ids {
-        if cloud.exists(id).await? {
-            leaked += 1;
+        match answered(&format!("leak check of {id}"), || cloud.exists(id)).await {
+            Ok(true) => leaked += 1,
+            Ok(false) => {}
+            Err(why) => failures.add(why),
+        }
+    }
+    let mut foreign_deleted = 0;
+    for part in &foreign {
+        match answered(&format!("check of part {part}"), || {
+            cloud.foreign_part_exists(part)
+        })
+        .await
+        {
+            Ok(true) => {}
+            Ok(false) => foreign_deleted += 1,
+            Err(why) => failures.add(why),
         }
     }
     let releases = releases.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    for (_, check) in &releases {
+        if let Check::NoAnswer(why) = check {
+            failures.add(why.clone());
+        }
+    }
     let mut times: Vec<Duration> = releases.iter().map(|(at, _)| *at).collect();
     times.sort();
     let delete_calls = |scrape: &Scrape| {
@@ -365,12 +694,21 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     Ok(CloudStorm {
         cloud: name.to_owned(),
         peerpods: n,
+        settings,
         cleanup_seconds: cleanup,
         release_p50_seconds: percentile(&times, 50.0).as_secs_f64(),
         release_p95_seconds: percentile(&times, 95.0).as_secs_f64(),
         releases_observed: releases.len(),
-        released_early: releases.iter().filter(|(_, early)| *early).count(),
+        releases_unchecked: n.saturating_sub(releases.len()),
+        released_early: releases
+            .iter()
+            .filter(|(_, check)| matches!(check, Check::Exists))
+            .count(),
         leaked,
+        failed_checks: failures.count,
+        failed_check_errors: failures.kept,
+        foreign_parts: foreign.len(),
+        foreign_parts_deleted: foreign_deleted,
         cloud_requests: requests,
         cloud_requests_per_peerpod: if n > 0 {
             requests as f64 / n as f64
@@ -380,6 +718,7 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
         server_errors,
         throttled,
         hangs,
+        not_seen,
         delete_instance_calls: (delete_calls(&after) - delete_calls(&before)).max(0.0) as u64,
     })
 }
@@ -445,8 +784,34 @@ async fn start_ctrl(
 
 /// The rows of the printed table for one cloud.
 pub fn rows(figures: &CloudStorm) -> Vec<(String, String)> {
+    let problems = figures.problems();
+    let s = &figures.settings;
     vec![
+        (
+            "result".into(),
+            if problems.is_empty() {
+                "ok".into()
+            } else {
+                format!("FAILED: {}", problems.join(", "))
+            },
+        ),
         ("PeerPods".into(), figures.peerpods.to_string()),
+        (
+            "storm".into(),
+            format!(
+                "{:.0}% 5xx, {:.0}% throttled, {:.0}% hung; deletes of {}; unseen by get / list / delete \
+                 {:.0} / {:.0} / {:.0} s, flapping {:.0} s",
+                s.server_error_rate * 100.0,
+                s.throttle_rate * 100.0,
+                s.hang_rate * 100.0,
+                s.operation_polls
+                    .map_or("1 call (no knob)".to_owned(), |p| format!("{p} polls")),
+                s.invisible_get_seconds,
+                s.invisible_list_seconds,
+                s.invisible_delete_seconds,
+                s.flapping_seconds
+            ),
+        ),
         (
             "cleanup (last finalizer)".into(),
             format!("{:.2} s", figures.cleanup_seconds),
@@ -459,18 +824,15 @@ pub fn rows(figures: &CloudStorm) -> Vec<(String, String)> {
             ),
         ),
         (
-            "VMs leaked / released early".into(),
-            format!("{} / {}", figures.leaked, figures.released_early),
-        ),
-        (
-            "cloud requests per PeerPod".into(),
+            "cloud calls per PeerPod".into(),
             format!(
-                "{:.1} ({} in all: {} 5xx, {} throttled, {} hung)",
+                "{:.1} ({} in all: {} 5xx, {} throttled, {} hung, {} not seen)",
                 figures.cloud_requests_per_peerpod,
                 figures.cloud_requests,
                 figures.server_errors,
                 figures.throttled,
-                figures.hangs
+                figures.hangs,
+                figures.not_seen
             ),
         ),
         (
@@ -479,6 +841,32 @@ pub fn rows(figures: &CloudStorm) -> Vec<(String, String)> {
                 "{:.1}",
                 figures.delete_instance_calls as f64 / figures.peerpods.max(1) as f64
             ),
+        ),
+        (
+            "released early".into(),
+            format!(
+                "{} ({} of {} releases checked)",
+                figures.released_early, figures.releases_observed, figures.peerpods
+            ),
+        ),
+        ("VMs leaked".into(), figures.leaked.to_string()),
+        (
+            "foreign parts deleted".into(),
+            if figures.foreign_parts == 0 {
+                "n/a (the emulator models no part that is not the VM's)".into()
+            } else {
+                format!(
+                    "{} of {}",
+                    figures.foreign_parts_deleted, figures.foreign_parts
+                )
+            },
+        ),
+        (
+            "failed checks".into(),
+            match figures.failed_check_errors.first() {
+                None => figures.failed_checks.to_string(),
+                Some(first) => format!("{} (first: {first})", figures.failed_checks),
+            },
         ),
     ]
 }
