@@ -162,6 +162,9 @@ pub fn is_delete_answer(status: StatusCode) -> bool {
     status == StatusCode::CONFLICT
 }
 
+/// User tags, and the CRN they were read for.
+type TagsOf = (Option<String>, BTreeMap<String, String>);
+
 /// The engine's ports for one delete call: a backend's [`Lookups`], the instance's user tags
 /// with each sighting, and the call's bound.
 struct Ports<'a, L> {
@@ -173,7 +176,7 @@ struct Ports<'a, L> {
     looked: AtomicBool,
     /// The tags read while the cloud showed the instance being deleted, by its CRN: read once
     /// per call (a mark set during the cloud's deletion cannot stop it).
-    tags_while_deleting: Mutex<Option<(Option<String>, BTreeMap<String, String>)>>,
+    tags_while_deleting: Mutex<Option<TagsOf>>,
 }
 
 impl<L: Lookups> Ports<'_, L> {
