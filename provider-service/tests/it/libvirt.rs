@@ -13,13 +13,14 @@ static LIBVIRT: Mutex<()> = Mutex::const_new(());
 
 const POOL: &str = "default-pool";
 
-/// A persistent, running domain with one file-backed volume in the test pool and the given tags.
+/// A persistent, running domain with one file-backed volume in the test pool (its root disk, named
+/// `<domain>-root.qcow2` as cloud-api-adaptor names it) and the given tags.
 /// Returns its UUID and the volume path.
 fn define_domain(conn: &Connect, tags: &[(&str, &str)]) -> (String, String) {
     let uuid = uuid::Uuid::new_v4().to_string();
     let pool = conn.lookup_storage_pool_by_name(POOL).unwrap();
     let vol_xml = format!(
-        "<volume><name>pp-{uuid}.img</name><capacity unit='MiB'>1</capacity>\
+        "<volume><name>pp-{uuid}-root.qcow2</name><capacity unit='MiB'>1</capacity>\
          <target><format type='raw'/></target></volume>"
     );
     let vol = virt::storage_vol::StorageVol::create_xml(&pool, &vol_xml, 0).unwrap();

@@ -1,8 +1,19 @@
 //! libvirt backend (the `virt` crate over the system libvirt library).
 //!
-//! Instance ids are domain UUIDs. Delete follows cloud-api-adaptor's order: look the domain up by
-//! UUID (gone = success), destroy it when it runs, delete its file-backed volumes, undefine it
-//! with its NVRAM (falling back to a plain undefine for drivers without NVRAM support).
+//! Instance ids are domain UUIDs. A delete runs provider-core's deletion engine ([`Deleter`]) over
+//! this backend's ports ([`DomainPorts`]): look the domain up by UUID (its metadata tags, its
+//! file-backed disks that are pool volumes), refuse it when the guard says so (do-not-delete in
+//! its metadata tags; this cluster's tag only where `CLUSTER_TAG` is set), destroy it when it runs
+//! and undefine it with its NVRAM (falling back to a plain undefine for drivers without NVRAM
+//! support), confirm it gone by a later lookup, then delete only the volumes cloud-api-adaptor
+//! created for it. CAA names them for the domain: `<name>-root.qcow2` (the overlay on the shared
+//! base image) and `<name>-cloudinit.iso`; every other volume the domain uses (the base image
+//! itself, a volume shared with other domains, an operator's) is left alone, as are disk files no
+//! pool manages. A volume carries no tags: it is guarded by its domain's.
+//!
+//! libvirt is strongly consistent (a domain is defined or not, on the host that answers), so its
+//! not-found window `LIBVIRT_NOT_FOUND_WINDOW_SECS` defaults to 0: an unknown UUID is already gone
+//! at once.
 //!
 //! libvirt has no tags. Tags are read from a metadata element of the domain,
 //! `<peerpods:tags xmlns:peerpods="urn:peerpods:tags:v1"><peerpods:tag key="k">v</peerpods:tag>...`;
@@ -26,7 +37,7 @@
 //! (no connection, a broken one, no answer in time) or `client_error` (libvirt refused the call).
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,8 +49,12 @@ use virt::error::{Error as VirtError, ErrorNumber};
 use peerpods_provider_core::CloudCalls;
 use peerpods_provider_core::Error;
 use peerpods_provider_core::ProviderConfig;
+use peerpods_provider_core::deletion::{
+    DeleteAnswer, Part, PartId, PartKind, Sighting, Tie, window_from_config,
+};
 use peerpods_provider_core::{
-    Capacity, DeleteOutcome, Figure, Health, Instance, Provider, ProviderName, TagSelector,
+    Capacity, DeleteOutcome, Deleter, DeletionPorts, Figure, Health, Instance, InstanceKey,
+    OwnerTag, Pace, Provider, ProviderName, TagSelector,
 };
 
 /// `LIBVIRT_URI` when the configuration sets none, in development mode only
@@ -61,6 +76,14 @@ pub const KEEPALIVE_INTERVAL_SECS: i32 = 5;
 /// ...and the connection closed after this many unanswered.
 pub const KEEPALIVE_COUNT: u32 = 3;
 
+/// The setting of libvirt's not-found window (whole seconds).
+pub const NOT_FOUND_WINDOW_SETTING: &str = "LIBVIRT_NOT_FOUND_WINDOW_SECS";
+/// Its default: libvirt is strongly consistent, so a domain it does not know is gone at once.
+pub const NOT_FOUND_WINDOW: Duration = Duration::ZERO;
+/// The deletion engine's pace: libvirt answers synchronously, so a wait only spaces out the
+/// lookups of a domain or volume that stays busy.
+pub const PACE: Duration = Duration::from_millis(250);
+
 /// The libvirt provider.
 pub struct LibvirtProvider {
     uri: String,
@@ -69,6 +92,7 @@ pub struct LibvirtProvider {
     call_timeout: Duration,
     /// Slots of the blocking threads libvirt calls may occupy.
     blocking: Arc<Semaphore>,
+    deleter: Deleter,
 }
 
 impl LibvirtProvider {
@@ -114,13 +138,40 @@ impl LibvirtProvider {
         let max_blocking = config
             .positive("LIBVIRT_MAX_BLOCKING_CALLS")?
             .unwrap_or(DEFAULT_MAX_BLOCKING_CALLS);
+        let deleter = Deleter::new(
+            ProviderName::Libvirt,
+            OwnerTag::from_config(config)?.guard(),
+            window_from_config(config, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?,
+            NOT_FOUND_WINDOW_SETTING,
+            Pace::every(PACE),
+        );
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
             calls,
             call_timeout,
             blocking: Arc::new(Semaphore::new(max_blocking)),
+            deleter,
         })
+    }
+
+    /// Deletes the domain by the engine's rules. Each libvirt call is bounded by
+    /// `LIBVIRT_CALL_TIMEOUT_SECS`; the whole delete by twice that, so a domain or volume that
+    /// stays busy is answered a retryable `Unavailable` instead of waited for without end.
+    async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+        let ports = DomainPorts {
+            provider: self,
+            seen: Mutex::default(),
+        };
+        let bound = self.call_timeout.saturating_mul(2);
+        match tokio::time::timeout(bound, self.deleter.delete(&ports, instance_id)).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(Error::unavailable(format!(
+                "libvirt domain {instance_id} is not confirmed deleted within {} s \
+                 (twice LIBVIRT_CALL_TIMEOUT_SECS): it stayed busy; the next call resumes",
+                bound.as_secs()
+            ))),
+        }
     }
 
     /// Runs `op` with a live connection on the blocking pool, reconnecting once when the
@@ -379,9 +430,7 @@ impl Provider for LibvirtProvider {
     }
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
-        let id = instance_id.to_owned();
-        self.with_conn("delete_domain", move |c| delete_domain(c, &id))
-            .await
+        self.delete(instance_id).await
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
@@ -409,34 +458,227 @@ impl Provider for LibvirtProvider {
     }
 }
 
-fn delete_domain(conn: &Connect, uuid: &str) -> Result<DeleteOutcome, VirtError> {
+/// A domain as a lookup shows it: what the delete needs of it before it is gone.
+#[derive(Debug, Clone)]
+struct Shown {
+    name: String,
+    tags: BTreeMap<String, String>,
+    /// Its file-backed disks that are pool volumes: (path, volume name).
+    volumes: Vec<(String, String)>,
+}
+
+impl Shown {
+    /// Whether cloud-api-adaptor created the volume `name` for this domain: it names its root
+    /// disk `<domain>-root.qcow2` and its cloud-init disk `<domain>-cloudinit.iso`.
+    fn created_for_it(&self, volume: &str) -> bool {
+        volume
+            .strip_prefix(self.name.as_str())
+            .is_some_and(|rest| CAA_VOLUME_SUFFIXES.contains(&rest))
+    }
+}
+
+/// The suffixes of the volumes cloud-api-adaptor's libvirt provider creates for a domain, after
+/// the domain's name (`CreateDomain`: `<name>-root.qcow2`, `<name>-cloudinit.iso`).
+pub const CAA_VOLUME_SUFFIXES: [&str; 2] = ["-root.qcow2", "-cloudinit.iso"];
+
+/// What this delete has seen of the domain (the ports of one delete; nothing outlives it).
+#[derive(Debug, Default)]
+struct Seen {
+    /// The domain as the latest lookup showed it; `None` when libvirt did not know it.
+    latest: Option<Shown>,
+    /// The tags of the domain as last shown in this delete: its volumes' guard.
+    tags: BTreeMap<String, String>,
+}
+
+/// The deletion engine's ports for one libvirt delete. Each port is one blocking libvirt call
+/// on the shared connection (counted as one call by its operation name).
+pub struct DomainPorts<'a> {
+    provider: &'a LibvirtProvider,
+    seen: Mutex<Seen>,
+}
+
+impl DomainPorts<'_> {
+    fn seen(&self) -> MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn volume_only(part: &PartId) -> Result<String, Error> {
+    match part.kind {
+        PartKind::Volume => Ok(part.id.clone()),
+        kind => Err(Error::internal(format!(
+            "libvirt domains have no {} parts here, yet {} was asked about",
+            kind.as_str(),
+            part.id
+        ))),
+    }
+}
+
+#[async_trait]
+impl DeletionPorts for DomainPorts<'_> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+        let uuid = instance.id().to_owned();
+        let shown = self
+            .provider
+            .with_conn("look_up_domain", move |c| look_up_domain(c, &uuid))
+            .await?;
+        let mut seen = self.seen();
+        let sighting = match &shown {
+            Some(domain) => {
+                seen.tags = domain.tags.clone();
+                Sighting::Present(domain.tags.clone())
+            }
+            None => Sighting::NotFound,
+        };
+        seen.latest = shown;
+        Ok(sighting)
+    }
+
+    async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
+        let uuid = instance.id().to_owned();
+        self.provider
+            .with_conn("delete_domain", move |c| delete_domain(c, &uuid))
+            .await
+    }
+
+    /// The volumes of the domain the latest lookup showed (read then, before a transient domain
+    /// vanishes with its destroy); none once libvirt does not know the domain.
+    async fn parts(&self, _instance: &InstanceKey) -> Result<Vec<Part>, Error> {
+        let seen = self.seen();
+        let Some(domain) = &seen.latest else {
+            return Ok(Vec::new());
+        };
+        Ok(domain
+            .volumes
+            .iter()
+            .map(|(path, name)| Part {
+                id: PartId::new(PartKind::Volume, path.as_str()),
+                tags: domain.tags.clone(),
+                tie: if domain.created_for_it(name) {
+                    Tie::CreatedForVm
+                } else {
+                    Tie::NotTheVms
+                },
+            })
+            .collect())
+    }
+
+    async fn delete_part(
+        &self,
+        _instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<DeleteAnswer, Error> {
+        let path = volume_only(part)?;
+        self.provider
+            .with_conn("delete_volume", move |c| delete_volume(c, &path))
+            .await
+    }
+
+    async fn look_up_part(
+        &self,
+        _instance: &InstanceKey,
+        part: &PartId,
+    ) -> Result<Sighting, Error> {
+        let path = volume_only(part)?;
+        let exists = self
+            .provider
+            .with_conn("look_up_volume", move |c| {
+                match c.lookup_storage_vol_by_path(&path) {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => Ok(false),
+                    Err(e) => Err(e),
+                }
+            })
+            .await?;
+        Ok(if exists {
+            Sighting::Present(self.seen().tags.clone())
+        } else {
+            Sighting::NotFound
+        })
+    }
+}
+
+/// The domain `uuid` with its tags and pool volumes, `None` when libvirt does not know it.
+fn look_up_domain(conn: &Connect, uuid: &str) -> Result<Option<Shown>, VirtError> {
+    let gone = |e: &VirtError| e.code().is(ErrorNumber::NoDomain);
     let domain = match conn.lookup_domain_by_uuid_string(uuid) {
         Ok(d) => d,
-        Err(e) if e.code().is(ErrorNumber::NoDomain) => return Ok(DeleteOutcome::AlreadyGone),
+        Err(e) if gone(&e) => return Ok(None),
         Err(e) => return Err(e),
     };
-    // Read the disks before destroying: a transient domain disappears with destroy.
-    let xml = domain.xml_desc(0)?;
-    if domain.is_active()? {
-        match domain.destroy() {
-            Ok(()) => {}
-            // It stopped (or vanished) between the check and the call: that is what we wanted.
-            Err(e) if e.code().is(ErrorNumber::OperationInvalid) => {}
-            Err(e) if e.code().is(ErrorNumber::NoDomain) => {}
+    let read = || -> Result<Shown, VirtError> {
+        let tags = match domain.metadata(
+            virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+            Some(TAGS_NAMESPACE),
+            0,
+        ) {
+            Ok(xml) => parse_tags(&xml),
+            Err(e) if e.code().is(ErrorNumber::NoDomainMetadata) => BTreeMap::new(),
             Err(e) => return Err(e),
+        };
+        let mut volumes = Vec::new();
+        for path in file_disks(&domain.xml_desc(0)?) {
+            match conn.lookup_storage_vol_by_path(&path) {
+                Ok(vol) => volumes.push((path, vol.name()?)),
+                Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => {
+                    tracing::debug!(path, "disk file is not a pool volume; left alone");
+                }
+                Err(e) => return Err(e),
+            }
         }
+        Ok(Shown {
+            name: domain.name()?,
+            tags,
+            volumes,
+        })
+    };
+    match read() {
+        Ok(shown) => Ok(Some(shown)),
+        // It went away while read.
+        Err(e) if gone(&e) => Ok(None),
+        Err(e) => Err(e),
     }
-    for path in file_disks(&xml) {
-        delete_volume(conn, &path)?;
-    }
-    match domain.is_persistent() {
-        Ok(true) => undefine(&domain)?,
-        Ok(false) => {}
-        // A transient domain is gone once destroyed.
-        Err(e) if e.code().is(ErrorNumber::NoDomain) => {}
+}
+
+/// Destroys the domain when it runs and undefines it: accepted, NotFound when libvirt does not
+/// know it, WrongState while it is busy (another job holds it).
+fn delete_domain(conn: &Connect, uuid: &str) -> Result<DeleteAnswer, VirtError> {
+    let gone = |e: &VirtError| e.code().is(ErrorNumber::NoDomain);
+    let busy = |e: &VirtError| {
+        e.code().is_any(vec![
+            ErrorNumber::ResourceBusy,
+            ErrorNumber::OperationTimeout,
+        ])
+    };
+    let domain = match conn.lookup_domain_by_uuid_string(uuid) {
+        Ok(d) => d,
+        Err(e) if gone(&e) => return Ok(DeleteAnswer::NotFound),
         Err(e) => return Err(e),
+    };
+    let stop_and_undefine = || -> Result<(), VirtError> {
+        if domain.is_active()? {
+            match domain.destroy() {
+                Ok(()) => {}
+                // It stopped between the check and the call: that is what we wanted.
+                Err(e) if e.code().is(ErrorNumber::OperationInvalid) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // A transient domain is gone once destroyed (its lookup answers NoDomain).
+        if domain.is_persistent()? {
+            undefine(&domain)?;
+        }
+        Ok(())
+    };
+    match stop_and_undefine() {
+        Ok(()) => Ok(DeleteAnswer::Accepted),
+        Err(e) if gone(&e) => Ok(DeleteAnswer::Accepted),
+        Err(e) if busy(&e) => {
+            tracing::debug!(uuid, error = %e.message(), "domain busy; the delete waits");
+            Ok(DeleteAnswer::WrongState)
+        }
+        Err(e) => Err(e),
     }
-    Ok(DeleteOutcome::Deleted)
 }
 
 fn undefine(domain: &Domain) -> Result<(), VirtError> {
@@ -453,19 +695,19 @@ fn undefine(domain: &Domain) -> Result<(), VirtError> {
     }
 }
 
-/// Deletes the storage volume behind `path`; files no pool manages are left alone (libvirt
-/// cannot tell who else uses them).
-fn delete_volume(conn: &Connect, path: &str) -> Result<(), VirtError> {
-    match conn.lookup_storage_vol_by_path(path) {
-        Ok(vol) => match vol.delete(0) {
-            Ok(()) => Ok(()),
-            Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => Ok(()),
-            Err(e) => Err(e),
-        },
-        Err(e) if e.code().is(ErrorNumber::NoStorageVolume) => {
-            tracing::debug!(path, "disk file is not a pool volume; left alone");
-            Ok(())
-        }
+/// Deletes the pool volume at `path`: accepted, NotFound when no pool has it, WrongState while
+/// it is busy.
+fn delete_volume(conn: &Connect, path: &str) -> Result<DeleteAnswer, VirtError> {
+    let missing = |e: &VirtError| e.code().is(ErrorNumber::NoStorageVolume);
+    let vol = match conn.lookup_storage_vol_by_path(path) {
+        Ok(vol) => vol,
+        Err(e) if missing(&e) => return Ok(DeleteAnswer::NotFound),
+        Err(e) => return Err(e),
+    };
+    match vol.delete(0) {
+        Ok(()) => Ok(DeleteAnswer::Accepted),
+        Err(e) if missing(&e) => Ok(DeleteAnswer::NotFound),
+        Err(e) if is_busy(&e) => Ok(DeleteAnswer::WrongState),
         Err(e) => Err(e),
     }
 }

@@ -31,9 +31,11 @@ async fn answers_and_refusals_of_libvirt_are_counted() {
     provider.delete_instance("not-a-uuid").await.unwrap_err();
 
     assert_eq!(attempts(&calls, "capacity", "ok"), 1);
-    assert_eq!(attempts(&calls, "delete_domain", "ok"), 2);
-    assert_eq!(attempts(&calls, "delete_domain", "client_error"), 1);
-    assert_eq!(attempts(&calls, "delete_domain", "transport_error"), 0);
+    // Looked up, destroyed and undefined, looked up again (gone); looked up (gone).
+    assert_eq!(attempts(&calls, "look_up_domain", "ok"), 3);
+    assert_eq!(attempts(&calls, "delete_domain", "ok"), 1);
+    assert_eq!(attempts(&calls, "look_up_domain", "client_error"), 1);
+    assert_eq!(attempts(&calls, "look_up_domain", "transport_error"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,4 +3,5 @@
 #![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
 mod attempts;
+mod deletion;
 mod hung_host;
