@@ -1,7 +1,7 @@
 //! A delete waiting for one of its cloud's delete slots is not running yet: its bound starts once it
-//! holds a slot. On the Azure emulator, whose VM deletions take a look a second, deletes queued
-//! behind slow ones wait longer than the bound, are answered "in progress" meanwhile, and each
-//! ends deleted once it gets its slot.
+//! holds a slot. On the Azure emulator, whose VM deletions take several looks (the backend looks
+//! every 200 ms here), deletes queued behind slow ones wait longer than the bound, are answered
+//! "in progress" meanwhile, and each ends deleted once it gets its slot.
 //!
 //! The deletes go through the service's own layering (`backends::guarded_with`: the call budget
 //! and the cache over the real Azure backend) and its detached deletes (`Deletes`), with a
@@ -18,23 +18,20 @@ use test_support::cloud::CloudEmulator;
 
 /// The Azure backend on `emulator`, as the service guards it, with `budget` and `bound`.
 fn azure(emulator: &AzureEmulator, budget: CallBudget, bound: Duration) -> Arc<dyn Provider> {
-    let config = ProviderConfig::from_pairs(
-        emulator
-            .config()
-            .into_iter()
-            .chain([
-                ("DELETE_UNTAGGED".to_owned(), "allow".to_owned()),
-                // Every look at a VM being deleted 1 s after the last (the emulator's own setting
-                // re-looks every 100 ms), as its operation's `Retry-After` says: a deletion of N
-                // looks takes N seconds or more, however fast the machine.
-                ("AZURE_POLL_INTERVAL_MS".to_owned(), "1000".to_owned()),
-            ]),
-    );
+    let config = ProviderConfig::from_pairs(emulator.config().into_iter().chain([
+        ("DELETE_UNTAGGED".to_owned(), "allow".to_owned()),
+        // The backend's pace: every look at a VM being deleted comes 200 ms after the last, so a
+        // deletion of N looks takes N x 200 ms or more, however fast the machine.
+        ("AZURE_POLL_INTERVAL_MS".to_owned(), PACE_MS.to_string()),
+    ]));
     let backend =
         peerpods_provider_azure::AzureProvider::from_config(&config, CloudCalls::default())
             .unwrap();
     guarded_with(Arc::new(backend), budget, bound)
 }
+
+/// The Azure backend's wait between two looks at a VM being deleted.
+const PACE_MS: u64 = 200;
 
 fn vm_deletes(emulator: &AzureEmulator, name: &str) -> usize {
     emulator.arm_requests_matching("DELETE", &format!("/virtualMachines/{name}"))
@@ -67,11 +64,12 @@ fn assert_all_deleted(answers: &[Answer], names: &[String]) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted() {
-    // One delete slot; each deletion takes 3 looks a second apart, so 3 s at least, a third of the
-    // bound: the last of four deletes waits 9 s or more for the slot, as long as the bound.
+    // One delete slot; each deletion takes 8 looks (1.6 s or more, a fifth of the bound): the last
+    // of six deletes waits 8 s or more for the slot, as long as the bound, and ends 9.6 s or more
+    // after it was queued.
     let emulator = AzureEmulator::start();
-    emulator.set_operation_polls(3, 1);
-    let bound = Duration::from_secs(9);
+    emulator.set_operation_polls(8, 0);
+    let bound = Duration::from_millis(8 * PACE_MS * 5);
     let provider = azure(
         &emulator,
         CallBudget {
@@ -81,7 +79,7 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
         bound,
     );
     let deletes = Deletes::new(DeleteSettings::default());
-    let names: Vec<String> = (0..4).map(|i| format!("podvm-queued-{i}")).collect();
+    let names: Vec<String> = (0..6).map(|i| format!("podvm-queued-{i}")).collect();
     let ids: Vec<String> = names.iter().map(|n| emulator.create_vm(n, &[])).collect();
 
     let started = Instant::now();
@@ -102,7 +100,7 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
         Answer::InProgress { .. }
     ));
     assert_eq!(vm_deletes(&emulator, &names[queued]), 0, "still queued");
-    assert_eq!(deletes.in_flight(), 4);
+    assert_eq!(deletes.in_flight(), 6);
 
     let answers = ends(jobs, Duration::from_secs(300)).await;
     let waited = started.elapsed();
@@ -119,11 +117,11 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_slow_azure_deletes_end_with_none_timing_out_in_the_queue() {
-    // The default budget (32 delete slots) and deletions of 8 looks a second apart (8 s at least):
-    // the last of 7 waves starts 48 s or more after it queued, twice the bound.
+    // The default budget (32 delete slots) and deletions of 8 looks (1.6 s or more): the last of 7
+    // waves starts 9.6 s or more after it was queued, past the bound (five deletions' least time).
     let emulator = AzureEmulator::start();
-    emulator.set_operation_polls(8, 1);
-    let bound = Duration::from_secs(24);
+    emulator.set_operation_polls(8, 0);
+    let bound = Duration::from_millis(8 * PACE_MS * 5);
     let provider = azure(&emulator, CallBudget::default(), bound);
     let deletes = Deletes::new(DeleteSettings::default());
     let names: Vec<String> = (0..200).map(|i| format!("podvm-storm-{i:03}")).collect();
@@ -135,7 +133,9 @@ async fn two_hundred_slow_azure_deletes_end_with_none_timing_out_in_the_queue() 
     let answers = ends(jobs, Duration::from_secs(600)).await;
     let waited = started.elapsed();
     assert_all_deleted(&answers, &names);
-    assert!(waited > 2 * bound, "{waited:?}");
+    // The last wave ended longer after it was queued than its bound: counted from its queueing, it
+    // would have failed.
+    assert!(waited > bound, "{waited:?}");
     for name in &names {
         assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
         assert_eq!(vm_deletes(&emulator, name), 1, "{name} was deleted once");
