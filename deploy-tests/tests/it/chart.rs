@@ -1153,3 +1153,59 @@ async fn provider_service_gets_the_time_to_finish_its_deletes_on_shutdown() {
         "terminationGracePeriodSeconds {kubelet_grace} < SHUTDOWN_GRACE {grace:?} + 10 s"
     );
 }
+
+/// peer-pod-config-ctrl's drain on SIGTERM (`SHUTDOWN_GRACE` in peer-pod-config-ctrl/src/controller.rs).
+const PEER_POD_CONFIG_CTRL_DRAIN: Duration = Duration::from_secs(5);
+
+/// The controllers drain their reconciles on SIGTERM (peerpod-ctrl for the runtime's DRAIN_GRACE, peer-pod-config-ctrl
+/// for its own), and a reconcile may be waiting for a provider-service answer, which comes within provider-service's
+/// answer window (DELETE_ANSWER_WITHIN): the kubelet's grace period must cover both, or SIGKILL cuts a cleanup off
+/// between the cloud's answer and the finalizer's release.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controllers_get_their_drain_and_provider_services_answer_window_on_shutdown() {
+    let manifest = render("peerpods", "drain", &[DEV_VALUES]).await;
+    let deployments: Vec<Deployment> = documents(&manifest)
+        .iter()
+        .filter(|d| kind_of(d) == "Deployment")
+        .map(|d| serde_saphyr::from_str::<Deployment>(d).expect("a Deployment"))
+        .collect();
+    let pod_of = |suffix: &str| {
+        deployments
+            .iter()
+            .find(|d| {
+                d.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with(suffix))
+            })
+            .and_then(|d| d.spec.template.spec.clone())
+            .unwrap_or_else(|| panic!("the {suffix} Deployment"))
+    };
+    let provider_service = pod_of("provider-service");
+    let answer_window = provider_service.containers[0]
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "DELETE_ANSWER_WITHIN")
+        .and_then(|e| e.value.as_deref())
+        .map(|v| peerpods_runtime::args::duration(v).expect("a duration"))
+        .expect("DELETE_ANSWER_WITHIN");
+    assert!(
+        answer_window >= Duration::from_secs(20),
+        "{answer_window:?}"
+    );
+    for (controller, drain) in [
+        ("peerpod-ctrl", peerpods_runtime::leader::DRAIN_GRACE),
+        ("peer-pod-config-ctrl", PEER_POD_CONFIG_CTRL_DRAIN),
+    ] {
+        let kubelet_grace = pod_of(controller)
+            .termination_grace_period_seconds
+            .expect("terminationGracePeriodSeconds");
+        let needed = (drain + answer_window).as_secs() as i64;
+        assert!(
+            kubelet_grace >= needed,
+            "{controller}: terminationGracePeriodSeconds {kubelet_grace} < its drain {drain:?} + provider-service's \
+             answer window {answer_window:?}"
+        );
+    }
+}

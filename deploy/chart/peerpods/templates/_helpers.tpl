@@ -167,3 +167,7 @@ topologySpreadConstraints:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
+
+{{/* How long provider-service answers a DeleteInstance within at most (DELETE_ANSWER_WITHIN, seconds): a controller's
+     reconcile waits that long for its answer, so the controllers' grace periods cover it. */}}
+{{- define "peerpods.deleteAnswerWithinSeconds" -}}20{{- end -}}
