@@ -200,7 +200,10 @@ fn capacity_from(instance_limit: Option<u64>, instances: &[Ec2Instance]) -> Capa
     }
 }
 
-/// The crate error for one caller. Unknown ids never get here: they are `AlreadyGone`.
+/// The crate error for one caller. An id EC2 calls unknown (`InvalidInstanceID.NotFound`) does not
+/// get here from a delete: the deleter answers it itself, `AlreadyGone` once EC2 has not known it
+/// for the consistency window and a retryable `Unavailable` until then (`visibility.rs`). An
+/// `InstanceNotFound` that gets here anyway is an answer we did not expect: internal.
 fn into_error(failure: Failure) -> Error {
     match failure {
         Failure::InstanceMalformed { message } => Error::invalid("instance_id", message),
