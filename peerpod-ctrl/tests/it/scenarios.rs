@@ -1152,3 +1152,97 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
     s.wait_event_reason("tagged", "DoNotDelete").await;
     s.finish(ctrl).await;
 }
+
+/// "Not yet visible" is a wait, not an outage. PeerPods whose VMs the cloud does not show yet (new VMs inside the
+/// cloud's consistency window; here libvirt domains that do not exist, with a 3 s window) keep their finalizers,
+/// and their condition says what they wait for and since when; none writes a Warning Event, none counts as a
+/// failure, and more of them than open a cloud's circuit breaker hold nothing back: a PeerPod of a VM the cloud
+/// shows is cleaned up meanwhile as always. Once the window has passed they are released, their VMs already gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the_breaker() {
+    use k8s_openapi::api::events::v1::Event;
+    use kube::api::{Api, ListParams};
+    use peerpod_ctrl::reconcile::REASON_NOT_YET_VISIBLE;
+
+    let unseen: Vec<String> = (0..=peerpod_ctrl::breaker::CLOUD_THRESHOLD)
+        .map(|i| format!("unseen-{i}"))
+        .collect();
+    let s = Scenario::start("not-yet-visible").await;
+    let provider = ProviderService::start_with_config(&[(
+        "LIBVIRT_NOT_FOUND_WINDOW_SECS".to_owned(),
+        "3".to_owned(),
+    )])
+    .await;
+    let ctrl = s
+        .start_controller(ControllerOptions::new(provider.addr))
+        .await;
+    for name in &unseen {
+        let vm = uuid::Uuid::new_v4().to_string();
+        s.create_peerpod(name, None, "libvirt", &vm).await;
+        s.delete_peerpod(name).await;
+    }
+    for name in &unseen {
+        let waiting = wait_held(&s, name, REASON_NOT_YET_VISIBLE).await;
+        let message = waiting
+            .cleaned_condition()
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains("waiting for the cloud to show") && message.contains("since "),
+            "the condition names the wait and since when: {message}"
+        );
+    }
+    // The breaker stays closed: a VM the cloud shows is deleted at once.
+    let shown = s.define_domain(false);
+    s.create_peerpod("shown", None, "libvirt", &shown).await;
+    s.delete_peerpod("shown").await;
+    s.wait_peerpod_gone("shown", MINUTE).await;
+    assert!(!s.domain_exists(&shown));
+
+    for name in &unseen {
+        s.wait_peerpod_gone(name, MINUTE).await;
+    }
+    for name in &unseen {
+        s.wait_event_reason(name, "InstanceAlreadyGone").await;
+    }
+    let events: Api<Event> = Api::namespaced(s.client.clone(), &s.ns);
+    let warnings: Vec<(Option<String>, Option<String>)> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| (e.reason, e.note))
+        .collect();
+    assert!(warnings.is_empty(), "no Warning Event: {warnings:?}");
+    for name in &unseen {
+        let reasons = s.event_reasons(name).await;
+        assert!(
+            reasons
+                .iter()
+                .all(|r| r == REASON_NOT_YET_VISIBLE || r == "InstanceAlreadyGone"),
+            "{name}: {reasons:?}"
+        );
+    }
+    assert_eq!(
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &[("result", "CircuitOpen")]
+        ),
+        0,
+        "no call was held back by the breaker"
+    );
+    assert_eq!(
+        ctrl.metric("peerpod_ctrl_reconcile_errors_total", &[]),
+        0,
+        "a wait is no failure"
+    );
+    assert!(
+        ctrl.metric(
+            "peerpod_ctrl_instance_deletes_total",
+            &[("result", "in_progress")]
+        ) >= unseen.len() as u64
+    );
+    s.finish(ctrl).await;
+}

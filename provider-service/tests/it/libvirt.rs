@@ -257,3 +257,106 @@ async fn list_providers_reports_libvirt_healthy() {
     assert_eq!(providers[0].name, "libvirt");
     assert!(providers[0].healthy, "{}", providers[0].message);
 }
+
+/// A domain libvirt does not know while a not-found window is set (as for a cloud whose API shows a new
+/// instance late): inside the window the answer is a wait, never an outage. A caller that accepts IN_PROGRESS
+/// hears it waiting for NOT_YET_VISIBLE, with how long the cloud has not shown the instance and advice to ask
+/// again no later than the window's end; any other caller hears UNAVAILABLE with a reason of its own,
+/// `NotYetVisible` (not `CloudUnavailable`), and RetryInfo. Once the window has passed, the same call answers
+/// ALREADY_GONE.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_domain_inside_the_not_found_window_is_a_wait_then_already_gone() {
+    use std::time::Duration;
+    use tonic_types::StatusExt;
+
+    const WINDOW: Duration = Duration::from_secs(3);
+    let dir = crate::common::config_dir(&[
+        ("CLOUD_PROVIDER", "libvirt"),
+        ("LIBVIRT_URI", "test:///default"),
+        ("LIBVIRT_NOT_FOUND_WINDOW_SECS", "3"),
+    ]);
+    let server = crate::common::start(dir.path(), crate::common::Options::development()).await;
+    let mut client = server.client().await;
+    let unknown = uuid::Uuid::new_v4().to_string();
+    let request = |accept_in_progress| pb::DeleteInstanceRequest {
+        accept_in_progress,
+        ..delete_request("libvirt", &unknown)
+    };
+
+    let answer = client
+        .delete_instance(request(true))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.result(), pb::DeleteResult::InProgress, "{answer:?}");
+    assert_eq!(
+        answer.waiting(),
+        pb::DeleteWait::NotYetVisible,
+        "{answer:?}"
+    );
+    let unknown_for = Duration::try_from(answer.unknown_for.unwrap()).unwrap();
+    let advice = Duration::try_from(answer.retry_after.unwrap()).unwrap();
+    assert!(unknown_for < WINDOW, "{answer:?}");
+    assert!(
+        advice > Duration::ZERO && unknown_for + advice <= WINDOW,
+        "ask again by the window's end: {answer:?}"
+    );
+
+    let status = client.delete_instance(request(false)).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    let details = status.get_error_details();
+    assert_eq!(
+        details.error_info().map(|i| i.reason.as_str()),
+        Some("NotYetVisible"),
+        "{status:?}"
+    );
+    assert!(
+        details.retry_info().and_then(|r| r.retry_delay).is_some(),
+        "{status:?}"
+    );
+    assert!(
+        status.message().contains("LIBVIRT_NOT_FOUND_WINDOW_SECS"),
+        "the answer names the window's setting: {status:?}"
+    );
+
+    let gone = crate::common::eventually("the window to pass", || {
+        let mut client = client.clone();
+        let request = request(true);
+        async move {
+            let answer = client.delete_instance(request).await.unwrap().into_inner();
+            match answer.result() {
+                pb::DeleteResult::InProgress => {
+                    assert_eq!(
+                        answer.waiting(),
+                        pb::DeleteWait::NotYetVisible,
+                        "{answer:?}"
+                    );
+                    None
+                }
+                _ => Some(answer),
+            }
+        }
+    })
+    .await;
+    assert_eq!(gone.result(), pb::DeleteResult::AlreadyGone, "{gone:?}");
+    assert_eq!(gone.waiting(), pb::DeleteWait::Unspecified, "{gone:?}");
+    assert!(
+        gone.retry_after.is_none() && gone.unknown_for.is_none(),
+        "{gone:?}"
+    );
+
+    let calls = |result: &str| {
+        server
+            .metrics
+            .calls
+            .get_or_create(&provider_service::metrics::CallLabels {
+                method: "DeleteInstance",
+                provider: "libvirt".into(),
+                result: result.into(),
+            })
+            .get()
+    };
+    assert!(calls("not_yet_visible") >= 1);
+    assert_eq!(calls("NotYetVisible"), 1);
+    assert_eq!(calls("CloudUnavailable"), 0);
+}
