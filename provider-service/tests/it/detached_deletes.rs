@@ -15,9 +15,11 @@ use test_support::cloud::CloudEmulator;
 use tokio_util::sync::CancellationToken;
 use tonic_types::StatusExt;
 
-/// How many looks an emulated VM deletion takes, each `Retry-After` 1 s apart: a delete of
-/// several seconds, longer than every caller deadline below.
+/// How many looks an emulated VM deletion takes, each [`PACE_MS`] apart: a delete of several
+/// seconds, longer than every caller deadline below.
 const POLLS: u32 = 4;
+/// The deletion engine's wait between two looks at a VM ARM is deleting (`AZURE_POLL_INTERVAL_MS`).
+const PACE_MS: &str = "1000";
 
 struct Azure {
     emulator: AzureEmulator,
@@ -32,7 +34,10 @@ impl Azure {
         let pairs: Vec<(String, String)> = emulator
             .config()
             .into_iter()
-            .chain([("DELETE_UNTAGGED".to_owned(), "allow".to_owned())])
+            .chain([
+                ("DELETE_UNTAGGED".to_owned(), "allow".to_owned()),
+                ("AZURE_POLL_INTERVAL_MS".to_owned(), PACE_MS.to_owned()),
+            ])
             .collect();
         for (k, v) in &pairs {
             std::fs::write(config.path().join(k), v).unwrap();
