@@ -1,7 +1,10 @@
-//! Coalescing of concurrent instance deletions into batched `TerminateInstances` calls.
+//! Coalescing of concurrent calls about single instances into batched EC2 calls (a lookup into
+//! one `DescribeInstances`, a delete into one `TerminateInstances`, a listing of addresses into
+//! one `DescribeAddresses`).
 //!
 //! Pure bookkeeping: no I/O and no clock of its own (callers pass `now`), so every rule below is
-//! unit-tested with plain values. The I/O driver (`deleter.rs`) owns one [`DeleteQueue`].
+//! unit-tested with plain values. The I/O driver (`batcher.rs`) owns one [`BatchQueue`] per kind
+//! of call.
 //!
 //! Rules:
 //! - a batch is flushed when no new id arrived for `idle`, when its oldest id waited `max_wait`,
@@ -12,14 +15,15 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-/// When a batch of deletions is sent to the cloud.
+/// When a batch of calls is sent to the cloud.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchPolicy {
     /// Flush after no new id arrived for this long.
     pub idle: Duration,
     /// Flush when the oldest queued id has waited this long, even if ids keep arriving.
     pub max_wait: Duration,
-    /// Most ids in one `TerminateInstances` call.
+    /// Most ids in one `TerminateInstances` call (a `DescribeInstances` or `DescribeAddresses`
+    /// call carries at most 200, EC2's limit of values per filter).
     pub max_ids: usize,
 }
 
@@ -34,7 +38,7 @@ impl Default for BatchPolicy {
     }
 }
 
-/// What happened to a deletion request handed to [`DeleteQueue::enqueue`].
+/// What happened to a request handed to [`BatchQueue::enqueue`].
 #[derive(Debug, PartialEq, Eq)]
 pub enum Enqueued {
     /// The id was new: it waits for the next batch.
@@ -45,7 +49,7 @@ pub enum Enqueued {
 
 /// Ids waiting for a batch and the callers waiting for each id (`W` is a caller's reply handle).
 #[derive(Debug)]
-pub struct DeleteQueue<W> {
+pub struct BatchQueue<W> {
     policy: BatchPolicy,
     /// Every id that is queued or in flight, with the callers waiting for its answer.
     waiters: HashMap<String, Vec<W>>,
@@ -55,7 +59,7 @@ pub struct DeleteQueue<W> {
     last_arrival: Option<Instant>,
 }
 
-impl<W> DeleteQueue<W> {
+impl<W> BatchQueue<W> {
     pub fn new(policy: BatchPolicy) -> Self {
         Self {
             policy: BatchPolicy {
@@ -69,7 +73,7 @@ impl<W> DeleteQueue<W> {
         }
     }
 
-    /// Registers a caller that wants `instance_id` deleted.
+    /// Registers a caller that wants an answer about `instance_id`.
     pub fn enqueue(&mut self, instance_id: &str, waiter: W, now: Instant) -> Enqueued {
         if let Some(waiting) = self.waiters.get_mut(instance_id) {
             waiting.push(waiter);
@@ -92,7 +96,7 @@ impl<W> DeleteQueue<W> {
     }
 
     /// Takes the next batch if one is due at `now`: up to `max_ids` ids, oldest first. Taken ids
-    /// stay registered (in flight) until [`DeleteQueue::complete`], so late callers still join.
+    /// stay registered (in flight) until [`BatchQueue::complete`], so late callers still join.
     pub fn take_batch(&mut self, now: Instant) -> Option<Vec<String>> {
         let full = self.pending.len() >= self.policy.max_ids;
         let due = self.deadline().is_some_and(|deadline| now >= deadline);
@@ -141,7 +145,7 @@ mod tests {
 
     #[test]
     fn empty_queue_has_no_deadline_and_no_batch() {
-        let mut queue: DeleteQueue<u32> = DeleteQueue::new(policy());
+        let mut queue: BatchQueue<u32> = BatchQueue::new(policy());
         let now = Instant::now();
         assert_eq!(queue.deadline(), None);
         assert_eq!(queue.take_batch(ms(now, 10_000)), None);
@@ -150,7 +154,7 @@ mod tests {
     #[test]
     fn flushes_after_idle_period() {
         let t0 = Instant::now();
-        let mut queue = DeleteQueue::new(policy());
+        let mut queue = BatchQueue::new(policy());
         queue.enqueue("i-1", 1, t0);
         queue.enqueue("i-2", 2, ms(t0, 50));
         assert_eq!(queue.deadline(), Some(ms(t0, 150)));
@@ -166,7 +170,7 @@ mod tests {
     #[test]
     fn steady_arrivals_flush_at_max_wait() {
         let t0 = Instant::now();
-        let mut queue = DeleteQueue::new(BatchPolicy {
+        let mut queue = BatchQueue::new(BatchPolicy {
             max_ids: 100,
             ..policy()
         });
@@ -182,7 +186,7 @@ mod tests {
     #[test]
     fn full_batch_is_ready_at_once_and_rest_keeps_its_age() {
         let t0 = Instant::now();
-        let mut queue = DeleteQueue::new(policy());
+        let mut queue = BatchQueue::new(policy());
         for n in 0..5u64 {
             queue.enqueue(&format!("i-{n}"), n, ms(t0, n));
         }
@@ -200,7 +204,7 @@ mod tests {
     #[test]
     fn same_id_joins_queued_and_in_flight_calls() {
         let t0 = Instant::now();
-        let mut queue = DeleteQueue::new(policy());
+        let mut queue = BatchQueue::new(policy());
         assert_eq!(queue.enqueue("i-a", 1, t0), Enqueued::Queued);
         assert_eq!(queue.enqueue("i-a", 2, t0), Enqueued::Joined);
         let batch = queue.take_batch(ms(t0, 100)).expect("due");
@@ -216,14 +220,14 @@ mod tests {
 
     #[test]
     fn completing_unknown_id_returns_no_waiters() {
-        let mut queue: DeleteQueue<u8> = DeleteQueue::new(policy());
+        let mut queue: BatchQueue<u8> = BatchQueue::new(policy());
         assert!(queue.complete("i-nope").is_empty());
     }
 
     #[test]
     fn zero_max_ids_still_flushes_one_at_a_time() {
         let t0 = Instant::now();
-        let mut queue = DeleteQueue::new(BatchPolicy {
+        let mut queue = BatchQueue::new(BatchPolicy {
             max_ids: 0,
             ..policy()
         });

@@ -24,7 +24,6 @@ use super::NAME;
 use super::attempts::AttemptCounter;
 use super::failure::{Failure, Redactor, classify_service_error};
 use super::settings::AwsSettings;
-use super::visibility::NotFoundWindow;
 use peerpods_provider_core::CloudCalls;
 
 /// Result labels of the shared cloud call counter.
@@ -33,17 +32,20 @@ const RESULT_ERROR: &str = "error";
 const RESULT_THROTTLED: &str = "throttled";
 
 /// EC2 accepts at most this many values in one filter.
-const MAX_FILTER_VALUES: usize = 200;
+pub const MAX_FILTER_VALUES: usize = 200;
 
 /// Where the credentials came from, for logs (never the credentials themselves).
 const STATIC_CREDENTIALS_SOURCE: &str = "peer-pods-config";
 
-/// An Elastic IP address bound to one of the instances being deleted.
+/// An Elastic IP address as `DescribeAddresses` reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ElasticIp {
-    pub instance_id: String,
+    /// The instance it is associated with, if any.
+    pub instance_id: Option<String>,
     pub allocation_id: Option<String>,
     pub association_id: Option<String>,
+    pub public_ip: Option<String>,
+    pub tags: Vec<(String, String)>,
 }
 
 /// An instance as `DescribeInstances` reports it.
@@ -64,8 +66,6 @@ pub struct Ec2 {
     limiter: DefaultDirectRateLimiter,
     calls: CloudCalls,
     redactor: Redactor,
-    /// When EC2's NotFound for an instance may be believed (its eventual consistency).
-    not_found: NotFoundWindow,
 }
 
 /// Why no EC2 client could be built (e.g. no region anywhere).
@@ -125,13 +125,7 @@ impl Ec2 {
             limiter: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
             calls,
             redactor: Redactor::new(settings.secrets()),
-            not_found: NotFoundWindow::new(settings.not_found_window),
         })
-    }
-
-    /// The first NotFound seen per instance, shared by every deletion (see `visibility`).
-    pub fn not_found_window(&self) -> &NotFoundWindow {
-        &self.not_found
     }
 
     pub fn cloud_calls(&self) -> &CloudCalls {
@@ -251,16 +245,6 @@ impl Ec2 {
                 code,
                 message: r(message),
             },
-            Failure::NotOwned { tag } => Failure::NotOwned { tag },
-            Failure::DoNotDelete {
-                instance_id,
-                tag,
-                value,
-            } => Failure::DoNotDelete {
-                instance_id,
-                tag,
-                value,
-            },
             Failure::Internal { detail, cause } => Failure::Internal {
                 detail: r(detail),
                 cause,
@@ -296,28 +280,33 @@ impl Ec2 {
             .collect())
     }
 
-    /// `DescribeAddresses` filtered by `instance-id`: the Elastic IPs bound to these instances.
-    pub async fn elastic_ips_of(&self, instance_ids: &[String]) -> Result<Vec<ElasticIp>, Failure> {
-        let mut found = Vec::new();
-        for chunk in instance_ids.chunks(MAX_FILTER_VALUES) {
-            let filter = Filter::builder()
-                .name("instance-id")
-                .set_values(Some(chunk.to_vec()))
-                .build();
-            let output = self
-                .call("DescribeAddresses", |client| {
-                    client.describe_addresses().filters(filter).send()
-                })
-                .await?;
-            found.extend(output.addresses().iter().filter_map(|address| {
-                Some(ElasticIp {
-                    instance_id: address.instance_id()?.to_owned(),
-                    allocation_id: address.allocation_id().map(str::to_owned),
-                    association_id: address.association_id().map(str::to_owned),
-                })
-            }));
-        }
-        Ok(found)
+    /// `DescribeAddresses` with this filter (`instance-id` or `allocation-id`, at most
+    /// [`MAX_FILTER_VALUES`] values): the Elastic IPs it selects. A filter never fails for an id
+    /// EC2 does not know: it selects nothing.
+    pub async fn describe_addresses(&self, filter: Filter) -> Result<Vec<ElasticIp>, Failure> {
+        let output = self
+            .call("DescribeAddresses", |client| {
+                client.describe_addresses().filters(filter).send()
+            })
+            .await?;
+        Ok(output
+            .addresses()
+            .iter()
+            .map(|address| ElasticIp {
+                instance_id: address
+                    .instance_id()
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_owned),
+                allocation_id: address.allocation_id().map(str::to_owned),
+                association_id: address.association_id().map(str::to_owned),
+                public_ip: address.public_ip().map(str::to_owned),
+                tags: address
+                    .tags()
+                    .iter()
+                    .filter_map(|tag| Some((tag.key()?.to_owned(), tag.value()?.to_owned())))
+                    .collect(),
+            })
+            .collect())
     }
 
     /// `DisassociateAddress`; an association that is already gone counts as done.
@@ -334,18 +323,14 @@ impl Ec2 {
         }
     }
 
-    /// `ReleaseAddress`; an allocation that is already released counts as done.
+    /// `ReleaseAddress` (an allocation EC2 does not know fails `ResourceNotFound`).
     pub async fn release_address(&self, allocation_id: &str) -> Result<(), Failure> {
         let id = allocation_id.to_owned();
-        let result = self
-            .call("ReleaseAddress", |client| {
-                client.release_address().allocation_id(id).send()
-            })
-            .await;
-        match result {
-            Ok(_) | Err(Failure::ResourceNotFound { .. }) => Ok(()),
-            Err(failure) => Err(failure),
-        }
+        self.call("ReleaseAddress", |client| {
+            client.release_address().allocation_id(id).send()
+        })
+        .await
+        .map(|_| ())
     }
 
     /// `DescribeInstances` with these filters, every page.

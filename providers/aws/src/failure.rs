@@ -46,18 +46,11 @@ pub enum Failure {
     },
     /// The credentials are missing, wrong, expired or lack the permission.
     PermissionDenied { code: String, message: String },
-    /// EC2 refuses the operation for this instance: termination protection
+    /// EC2 refuses the operation for this instance or address: termination protection
     /// (`OperationNotPermitted`, until someone lifts it), or a state in transition
-    /// (`IncorrectInstanceState`, [`is_transitional_state`]: retryable once it settles).
+    /// (`IncorrectInstanceState`, an address still in use: [`is_transitional_state`], retryable
+    /// once it settles).
     Refused { code: String, message: String },
-    /// The instance exists but lacks this cluster's tag: it is not ours to delete.
-    NotOwned { tag: String },
-    /// The instance carries a do-not-delete tag (this key, with this value): nobody may delete it.
-    DoNotDelete {
-        instance_id: String,
-        tag: &'static str,
-        value: String,
-    },
     /// Anything else: a bug on our side (`cause`: the SDK's error, if it gave one) or an EC2
     /// answer we do not understand.
     Internal {
@@ -90,11 +83,15 @@ impl Failure {
     }
 }
 
-/// EC2's codes for "the instance is in an incorrect state for the requested operation" (EC2 API
-/// reference, "Error codes"): the state moves on (a pending or stopping instance), so the call
-/// is worth repeating, unlike termination protection.
+/// EC2's codes for "the instance is in an incorrect state for the requested operation" and "the
+/// address is in use" (EC2 API reference, "Error codes"): the state moves on (a pending or
+/// stopping instance, an address EC2 is still disassociating from a terminated instance), so the
+/// call is worth repeating, unlike termination protection.
 pub fn is_transitional_state(code: &str) -> bool {
-    matches!(code, "IncorrectInstanceState" | "IncorrectState")
+    matches!(
+        code,
+        "IncorrectInstanceState" | "IncorrectState" | "InvalidIPAddress.InUse"
+    )
 }
 
 /// Classifies an error answer of EC2 by its error code (and HTTP status when the code is unknown).
@@ -130,7 +127,10 @@ pub fn classify_service_error(code: Option<&str>, message: &str, http_status: u1
             code: code.to_owned(),
             message,
         },
-        "OperationNotPermitted" | "IncorrectInstanceState" | "IncorrectState" => Failure::Refused {
+        "OperationNotPermitted"
+        | "IncorrectInstanceState"
+        | "IncorrectState"
+        | "InvalidIPAddress.InUse" => Failure::Refused {
             code: code.to_owned(),
             message,
         },

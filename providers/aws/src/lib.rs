@@ -3,19 +3,21 @@
 //! - [`AwsProvider`]: the [`Provider`] implementation; the only public entry.
 //! - `settings`: configuration keys (cloud-api-adaptor's names) → [`AwsSettings`].
 //! - `instance_id`: syntax of EC2 instance ids.
-//! - `batch` + `terminate`: pure rules for coalescing deletions and reading EC2's answers.
-//! - `deleter`: the task that runs those rules against EC2.
+//! - `ports`: the deletion engine's ports (`peerpods_provider_core::DeletionPorts`): EC2's calls
+//!   and answers translated; the engine (`peerpods_provider_core::Deleter`) decides the rest.
+//! - `batch` + `batcher`: coalescing the ports' calls of concurrent deletions into batched EC2
+//!   calls; `terminate`: reading a batched `TerminateInstances` answer per id (pure).
 //! - `ec2`: every EC2 call, bounded, rate-limited, counted; `failure`: what an EC2 error means.
 
 mod attempts;
 mod batch;
-mod deleter;
+mod batcher;
 mod ec2;
 mod failure;
 mod instance_id;
+mod ports;
 mod settings;
 mod terminate;
-mod visibility;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,15 +28,16 @@ use aws_sdk_ec2::types::Filter;
 pub use batch::BatchPolicy;
 pub use settings::AwsSettings;
 
-use deleter::Deleter;
 use ec2::{Ec2, Ec2Instance};
 use failure::Failure;
 use peerpods_provider_core::CloudCalls;
 use peerpods_provider_core::Error;
 use peerpods_provider_core::ProviderConfig;
 use peerpods_provider_core::{
-    Capacity, DeleteOutcome, Figure, Health, Instance, Provider, ProviderName, TagSelector,
+    Capacity, DeleteOutcome, Deleter, Figure, Health, Instance, OwnerTag, Pace, Provider,
+    ProviderName, TagSelector, Window,
 };
+use ports::{Calls, Ec2Ports};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "aws";
@@ -44,6 +47,9 @@ const LIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping
 
 pub struct AwsProvider {
     ec2: Arc<Ec2>,
+    /// The batched calls the deletion ports make.
+    calls: Calls,
+    /// The deletion engine's driver: guard, consistency window, pace.
     deleter: Deleter,
     cluster_tags: BTreeMap<String, String>,
     region: String,
@@ -51,7 +57,7 @@ pub struct AwsProvider {
 
 impl AwsProvider {
     /// Builds the provider from the `AWS_*` keys of `config`, counting its EC2 calls in `calls`.
-    /// Must run inside a tokio runtime: it starts the task that batches deletions.
+    /// Must run inside a tokio runtime: it starts the tasks that batch the deletions' calls.
     pub async fn from_config(config: &ProviderConfig, calls: CloudCalls) -> Result<Self, Error> {
         let settings = AwsSettings::from_config(config)
             .map_err(|problem| Error::config(problem.key, problem.reason))?;
@@ -65,7 +71,18 @@ impl AwsProvider {
             .map_err(|problem| Error::config("AWS_REGION", problem.0))?;
         let ec2 = Arc::new(ec2);
         Ok(Self {
-            deleter: Deleter::spawn(Arc::clone(&ec2), settings.batch, settings.owner_tag),
+            calls: Calls::spawn(
+                Arc::clone(&ec2),
+                settings.batch,
+                settings.cluster_tags.clone(),
+            ),
+            deleter: Deleter::new(
+                ProviderName::Aws,
+                OwnerTag::requiring(settings.owner_tag).guard(),
+                Window(settings.not_found_window),
+                settings::NOT_FOUND_WINDOW_SETTING,
+                Pace::every(settings.delete_poll),
+            ),
             ec2,
             cluster_tags: settings.cluster_tags,
             region: settings.region.unwrap_or_default(),
@@ -120,7 +137,10 @@ impl Provider for AwsProvider {
         // Callers should have validated already; a malformed id in a batch would cost every
         // other id in it an extra call, so it never gets that far.
         self.validate_instance_id(instance_id)?;
-        let outcome = self.deleter.delete(instance_id).await.map_err(into_error);
+        let outcome = self
+            .deleter
+            .delete(&Ec2Ports::new(&self.calls), instance_id)
+            .await;
         match &outcome {
             Ok(outcome) => tracing::info!(
                 instance_id,
@@ -201,9 +221,9 @@ fn capacity_from(instance_limit: Option<u64>, instances: &[Ec2Instance]) -> Capa
 }
 
 /// The crate error for one caller. An id EC2 calls unknown (`InvalidInstanceID.NotFound`) does not
-/// get here from a delete: the deleter answers it itself, `AlreadyGone` once EC2 has not known it
-/// for the consistency window and a retryable `Unavailable` until then (`visibility.rs`). An
-/// `InstanceNotFound` that gets here anyway is an answer we did not expect: internal.
+/// get here from a delete: the ports hand it to the deletion engine as NotFound, which judges it
+/// by the consistency window (`NotYetVisible` until then). An `InstanceNotFound` that gets here
+/// anyway is an answer we did not expect: internal.
 fn into_error(failure: Failure) -> Error {
     match failure {
         Failure::InstanceMalformed { message } => Error::invalid("instance_id", message),
@@ -229,18 +249,6 @@ fn into_error(failure: Failure) -> Error {
         Failure::ResourceNotFound { code, message } => {
             Error::internal(format!("{code}: {message}"))
         }
-        Failure::NotOwned { tag } => Error::NotOwnedByCluster {
-            message: format!("the instance does not carry this cluster's tag {tag}"),
-        },
-        Failure::DoNotDelete {
-            instance_id,
-            tag,
-            value,
-        } => Error::DoNotDelete {
-            instance_id,
-            tag,
-            value,
-        },
         Failure::Internal { detail, cause } => with_cause(Error::internal(detail), cause),
     }
 }

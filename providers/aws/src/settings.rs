@@ -4,10 +4,24 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use peerpods_provider_core::deletion::window_from_config;
 use peerpods_provider_core::{Error, OwnerTag, ProviderConfig, parse_tags};
 
 use super::batch::BatchPolicy;
-use super::visibility::DEFAULT_NOT_FOUND_WINDOW;
+
+/// The setting of the consistency window, named when an instance is not yet visible.
+pub const NOT_FOUND_WINDOW_SETTING: &str = "AWS_NOT_FOUND_WINDOW_SECS";
+
+/// How long a NotFound must persist before it counts as gone: EC2 is eventually consistent (right
+/// after `RunInstances` other calls may not know the new id, and a filtered `DescribeInstances`
+/// may not list it), and its documentation ("Eventual consistency in the Amazon EC2 API") backs
+/// off "up to about five minutes" for a new id to propagate.
+pub const DEFAULT_NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
+
+/// How long a deletion waits before looking again while EC2 terminates an instance (its
+/// `shutting-down` lasts from seconds to minutes), refuses it for its state, or releases an
+/// address: lookups of concurrent deletions share one `DescribeInstances`, so this costs little.
+pub const DEFAULT_DELETE_POLL: Duration = Duration::from_secs(2);
 
 /// Static credentials given in the configuration. Never printed: `Debug` hides the values.
 #[derive(Clone, PartialEq, Eq)]
@@ -52,11 +66,12 @@ pub struct AwsSettings {
     /// `AWS_CONNECT_TIMEOUT_MS` and `AWS_OPERATION_TIMEOUT_MS`.
     pub connect_timeout: Duration,
     pub operation_timeout: Duration,
-    /// `AWS_NOT_FOUND_WINDOW_SECS`: how long EC2 must keep answering `InvalidInstanceID.NotFound`
-    /// for an instance, from the first such answer this process saw, before it counts as gone
-    /// (EC2 is eventually consistent: a new instance can be unknown for a while). 0 believes the
-    /// first NotFound.
+    /// `AWS_NOT_FOUND_WINDOW_SECS`: how long EC2 must keep not showing an instance, from the
+    /// first time this process looked for it in vain, before it counts as gone (EC2 is eventually
+    /// consistent: a new instance can be unknown for a while). 0 believes the first NotFound.
     pub not_found_window: Duration,
+    /// `AWS_DELETE_POLL_MS` (ours): how long a deletion waits before looking again.
+    pub delete_poll: Duration,
 }
 
 /// A configuration key with an unusable value: the key and why (never the value itself, which
@@ -122,8 +137,15 @@ impl AwsSettings {
             max_attempts: typed(config.positive("AWS_MAX_ATTEMPTS"))?.unwrap_or(3),
             connect_timeout: millis("AWS_CONNECT_TIMEOUT_MS", Duration::from_secs(5))?,
             operation_timeout: millis("AWS_OPERATION_TIMEOUT_MS", Duration::from_secs(60))?,
-            not_found_window: typed(config.duration_secs("AWS_NOT_FOUND_WINDOW_SECS"))?
-                .unwrap_or(DEFAULT_NOT_FOUND_WINDOW),
+            not_found_window: window_from_config(
+                config,
+                NOT_FOUND_WINDOW_SETTING,
+                DEFAULT_NOT_FOUND_WINDOW,
+            )
+            .map_err(from_core)?
+            .0,
+            delete_poll: typed(config.positive_duration_ms("AWS_DELETE_POLL_MS"))?
+                .unwrap_or(DEFAULT_DELETE_POLL),
         })
     }
 
@@ -184,6 +206,19 @@ mod tests {
         assert_eq!(s.owner_tag, None);
         assert!(s.secrets().is_empty());
         assert_eq!(s.not_found_window, Duration::from_secs(300));
+        assert_eq!(s.delete_poll, Duration::from_secs(2));
+    }
+
+    #[test]
+    fn the_delete_poll_is_read_in_milliseconds_and_is_never_zero() {
+        let s = settings(&[("AWS_DELETE_POLL_MS", "50")]).expect("valid");
+        assert_eq!(s.delete_poll, Duration::from_millis(50));
+        assert_eq!(
+            settings(&[("AWS_DELETE_POLL_MS", "0")])
+                .expect_err("zero")
+                .key,
+            "AWS_DELETE_POLL_MS"
+        );
     }
 
     #[test]

@@ -1,41 +1,36 @@
-//! Turning `TerminateInstances` answers into one true answer per instance id (pure).
+//! Turning `TerminateInstances` answers into one answer per instance id (pure).
 //!
 //! EC2 fails a whole batched call when any one id is unknown or malformed. These rules decide
 //! how to recover so that every caller still gets the answer a call for its id alone would give.
+//! An answer only says what EC2 did with the request: whether the instance is gone is the
+//! deletion engine's to decide, from a later lookup.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-use super::failure::{Failure, ids_named_not_found};
-use peerpods_provider_core::DeleteOutcome;
+use super::failure::{Failure, ids_named_not_found, is_transitional_state};
+use peerpods_provider_core::deletion::DeleteAnswer;
 
-/// The answer for an instance that `TerminateInstances` accepted, from its state before the call.
-/// An instance already terminated or shutting down was deleted by someone else.
-pub fn outcome_from_previous_state(previous_state: Option<&str>) -> DeleteOutcome {
-    match previous_state {
-        Some("terminated" | "shutting-down") => DeleteOutcome::AlreadyGone,
-        _ => DeleteOutcome::Deleted,
-    }
+/// Splits a successful call's answer (the ids EC2 says it is terminating) into the ids of the
+/// batch it accepted and those it did not mention, to be asked again one by one.
+pub fn resolve_success(batch: &[String], terminating: &[String]) -> (Vec<String>, Vec<String>) {
+    let mentioned: BTreeSet<&str> = terminating.iter().map(String::as_str).collect();
+    batch
+        .iter()
+        .cloned()
+        .partition(|id| mentioned.contains(id.as_str()))
 }
 
-/// Answers for a successful call: `(id, previous state)` pairs from EC2, matched to the batch.
-/// Ids of the batch that EC2 did not mention are returned apart, to be asked again one by one.
-pub fn resolve_success(
-    batch: &[String],
-    terminating: &[(String, Option<String>)],
-) -> (Vec<(String, DeleteOutcome)>, Vec<String>) {
-    let by_id: HashMap<&str, Option<&str>> = terminating
-        .iter()
-        .map(|(id, state)| (id.as_str(), state.as_deref()))
-        .collect();
-    let mut answered = Vec::with_capacity(batch.len());
-    let mut unmentioned = Vec::new();
-    for id in batch {
-        match by_id.get(id.as_str()) {
-            Some(state) => answered.push((id.clone(), outcome_from_previous_state(*state))),
-            None => unmentioned.push(id.clone()),
+/// What a failure of a call for one instance alone answers for it: unknown is
+/// [`DeleteAnswer::NotFound`] (which proves nothing by itself), a state in transition
+/// [`DeleteAnswer::WrongState`]; anything else is the failure.
+pub fn single_answer(failure: Failure) -> Result<DeleteAnswer, Failure> {
+    match failure {
+        Failure::InstanceNotFound { .. } => Ok(DeleteAnswer::NotFound),
+        Failure::Refused { ref code, .. } if is_transitional_state(code) => {
+            Ok(DeleteAnswer::WrongState)
         }
+        failure => Err(failure),
     }
-    (answered, unmentioned)
 }
 
 /// What to do after a `TerminateInstances` call for `batch` failed.
@@ -93,44 +88,34 @@ mod tests {
     }
 
     #[test]
-    fn previous_state_decides_deleted_or_already_gone() {
-        assert_eq!(
-            outcome_from_previous_state(Some("running")),
-            DeleteOutcome::Deleted
-        );
-        assert_eq!(
-            outcome_from_previous_state(Some("stopped")),
-            DeleteOutcome::Deleted
-        );
-        assert_eq!(outcome_from_previous_state(None), DeleteOutcome::Deleted);
-        assert_eq!(
-            outcome_from_previous_state(Some("terminated")),
-            DeleteOutcome::AlreadyGone
-        );
-        assert_eq!(
-            outcome_from_previous_state(Some("shutting-down")),
-            DeleteOutcome::AlreadyGone
-        );
+    fn success_is_matched_per_id_and_unmentioned_ids_are_set_apart() {
+        let batch = ids(&["i-0000000a", "i-0000000b", "i-0000000c"]);
+        let (accepted, unmentioned) =
+            resolve_success(&batch, &ids(&["i-0000000b", "i-0000000a", "i-0000000f"]));
+        assert_eq!(accepted, ids(&["i-0000000a", "i-0000000b"]));
+        assert_eq!(unmentioned, ids(&["i-0000000c"]));
     }
 
     #[test]
-    fn success_is_matched_per_id_and_unmentioned_ids_are_set_apart() {
-        let batch = ids(&["i-0000000a", "i-0000000b", "i-0000000c"]);
-        let (answered, unmentioned) = resolve_success(
-            &batch,
-            &[
-                ("i-0000000b".into(), Some("terminated".into())),
-                ("i-0000000a".into(), Some("running".into())),
-            ],
+    fn a_single_call_s_failure_is_translated_not_judged() {
+        assert_eq!(
+            single_answer(Failure::InstanceNotFound {
+                message: "gone?".into()
+            }),
+            Ok(DeleteAnswer::NotFound)
         );
         assert_eq!(
-            answered,
-            vec![
-                ("i-0000000a".into(), DeleteOutcome::Deleted),
-                ("i-0000000b".into(), DeleteOutcome::AlreadyGone)
-            ]
+            single_answer(Failure::Refused {
+                code: "IncorrectInstanceState".into(),
+                message: "pending".into()
+            }),
+            Ok(DeleteAnswer::WrongState)
         );
-        assert_eq!(unmentioned, ids(&["i-0000000c"]));
+        let protected = Failure::Refused {
+            code: "OperationNotPermitted".into(),
+            message: "protected".into(),
+        };
+        assert_eq!(single_answer(protected.clone()), Err(protected));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::aws_support::{SERIAL, moto, moto_config, run_instances, state_of, unknown_id};
+use crate::aws_support::{
+    SERIAL, config_for, moto, moto_config, run_instances, state_of, unknown_id,
+};
 use futures::future::join_all;
 use peerpods_provider_aws::AwsProvider;
 use peerpods_provider_core::CloudCalls;
@@ -36,6 +38,8 @@ async fn deleting_a_running_instance_terminates_it() {
     assert_eq!(outcome, DeleteOutcome::Deleted);
     assert_eq!(state_of(&client, &ids[0]).await, "terminated");
     assert_eq!(provider.api_calls("TerminateInstances"), 1);
+    // Deleted is said only once a later lookup saw it terminated.
+    assert_eq!(provider.api_calls("DescribeInstances"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,47 +152,104 @@ async fn concurrent_deletes_of_one_instance_make_one_call() {
     assert_eq!(provider.api_calls("TerminateInstances"), 1);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn elastic_ips_are_released_before_termination() {
-    let _serial = SERIAL.lock().await;
-    moto().reset();
-    let client = moto().client();
-    let ids = run_instances(&client, 2, &[]).await;
-    let allocation = client
+/// Allocates an Elastic IP with `tags` and associates it with `instance_id`; its allocation id.
+async fn elastic_ip(
+    client: &aws_sdk_ec2::Client,
+    instance_id: &str,
+    tags: &[(&str, &str)],
+) -> String {
+    use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+    let mut request = client
         .allocate_address()
-        .domain(aws_sdk_ec2::types::DomainType::Vpc)
-        .send()
-        .await
-        .expect("AllocateAddress");
+        .domain(aws_sdk_ec2::types::DomainType::Vpc);
+    if !tags.is_empty() {
+        let mut spec = TagSpecification::builder().resource_type(ResourceType::ElasticIp);
+        for (key, value) in tags {
+            spec = spec.tags(Tag::builder().key(*key).value(*value).build());
+        }
+        request = request.tag_specifications(spec.build());
+    }
+    let allocation = request.send().await.expect("AllocateAddress");
     let allocation_id = allocation
         .allocation_id()
         .expect("allocation id")
         .to_owned();
     client
         .associate_address()
-        .instance_id(&ids[0])
+        .instance_id(instance_id)
         .allocation_id(&allocation_id)
         .send()
         .await
         .expect("AssociateAddress");
-    let provider = provider(&[]).await;
+    allocation_id
+}
 
-    let answers = join_all(ids.iter().map(|id| provider.delete_instance(id))).await;
-
-    for answer in answers {
-        assert_eq!(answer.expect("delete"), DeleteOutcome::Deleted);
-    }
-    let remaining = client
+/// The allocation ids of the Elastic IPs moto still has.
+async fn allocated(client: &aws_sdk_ec2::Client) -> Vec<String> {
+    let mut ids: Vec<String> = client
         .describe_addresses()
         .send()
         .await
-        .expect("DescribeAddresses");
-    assert!(
-        remaining.addresses().is_empty(),
-        "addresses left: {:?}",
-        remaining.addresses()
+        .expect("DescribeAddresses")
+        .addresses()
+        .iter()
+        .filter_map(|address| address.allocation_id().map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Only an Elastic IP tagged as cloud-api-adaptor tags what it makes for the VM (the VM's `Name`
+/// and `TAGS`) is the VM's, and it is released once the VM is gone; an operator's address attached
+/// to a peer-pod VM survives (the old code released every associated address), as does one tagged
+/// for the VM but marked do-not-delete or lacking the cluster tag (the guard on every part).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operators_elastic_ip_survives_while_caas_is_released() {
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let cluster = ("peerpods.io/cluster", "prod");
+    let caa_tags = ("owner", "caa");
+    let vm = |name: &'static str| [("Name", name), cluster, caa_tags];
+    let with_caas = run_instances(&client, 1, &vm("podvm-a")).await;
+    let with_operators = run_instances(&client, 1, &vm("podvm-b")).await;
+    let with_marked = run_instances(&client, 1, &vm("podvm-c")).await;
+    let with_untagged = run_instances(&client, 1, &vm("podvm-d")).await;
+    let caas = elastic_ip(&client, &with_caas[0], &vm("podvm-a")).await;
+    // The operator's: tagged for the cluster, but not named for the VM.
+    let operators = elastic_ip(&client, &with_operators[0], &[cluster, caa_tags]).await;
+    let marked = elastic_ip(
+        &client,
+        &with_marked[0],
+        &[
+            ("Name", "podvm-c"),
+            cluster,
+            caa_tags,
+            (peerpods_provider_core::DO_NOT_DELETE_TAG, "true"),
+        ],
+    )
+    .await;
+    let untagged = elastic_ip(&client, &with_untagged[0], &[("Name", "podvm-d"), caa_tags]).await;
+    let provider = provider(&[
+        ("CLUSTER_TAG", "peerpods.io/cluster=prod"),
+        ("TAGS", "owner=caa"),
+    ])
+    .await;
+
+    let vms = [&with_caas, &with_operators, &with_marked, &with_untagged];
+    let answers = join_all(vms.iter().map(|ids| provider.delete_instance(&ids[0]))).await;
+
+    for (answer, ids) in answers.into_iter().zip(vms) {
+        assert_eq!(answer.expect("delete"), DeleteOutcome::Deleted, "{ids:?}");
+        assert_eq!(state_of(&client, &ids[0]).await, "terminated");
+    }
+    let mut kept = vec![operators, marked, untagged];
+    kept.sort();
+    assert_eq!(
+        allocated(&client).await,
+        kept,
+        "only CAA's {caas} is released"
     );
-    assert_eq!(provider.api_calls("DisassociateAddress"), 1);
     assert_eq!(provider.api_calls("ReleaseAddress"), 1);
 }
 
@@ -382,8 +443,9 @@ async fn deletes_are_refused_for_instances_without_the_cluster_tag() {
         DeleteOutcome::Deleted
     );
     assert_eq!(state_of(&client, &untagged[0]).await, "terminated");
-    // Even unrestricted, the tags are read (the do-not-delete check): one call for the batch.
-    assert_eq!(unchecked.api_calls("DescribeInstances"), 1);
+    // Even unrestricted, the tags are read (the do-not-delete check) before the delete, and a
+    // later lookup confirms it.
+    assert_eq!(unchecked.api_calls("DescribeInstances"), 2);
 }
 
 /// An instance tagged `peerpods.io/do-not-delete` (or the portable `peerpods-do-not-delete`) is
@@ -464,4 +526,42 @@ async fn instances_marked_do_not_delete_are_never_terminated() {
     );
     assert_eq!(plain_answer.expect("plain"), DeleteOutcome::Deleted);
     assert_eq!(state_of(&client, &marked[0]).await, "running");
+}
+
+/// What one confirmed delete costs, counted by moto (every request the provider signed): a VM
+/// alone, then a VM with an Elastic IP of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cloud_calls_of_one_confirmed_delete() {
+    const KEY: &str = "AKIDPROVIDERCOST";
+    let _serial = SERIAL.lock().await;
+    moto().reset();
+    let client = moto().client();
+    let vm = [("Name", "podvm-cost")];
+    let alone = run_instances(&client, 1, &vm).await;
+    let with_address = run_instances(&client, 1, &vm).await;
+    elastic_ip(&client, &with_address[0], &vm).await;
+    let provider = AwsProvider::from_config(
+        &config_for(&moto().endpoint, &[("AWS_ACCESS_KEY_ID", KEY)]),
+        CloudCalls::default(),
+    )
+    .await
+    .expect("provider");
+
+    let mut costs = Vec::new();
+    for id in [&alone[0], &with_address[0]] {
+        let before: u64 = moto().requests_signed_by(KEY).values().sum();
+        assert_eq!(
+            provider.delete_instance(id).await.expect("delete"),
+            DeleteOutcome::Deleted
+        );
+        let calls = moto().requests_signed_by(KEY);
+        println!("one confirmed delete of {id}: {calls:?} so far");
+        costs.push(calls.values().sum::<u64>() - before);
+    }
+    println!("calls per confirmed delete: {costs:?} (a VM alone, a VM with an Elastic IP)");
+    // A VM alone: a lookup, the listing of its addresses, the terminate, a lookup that sees it
+    // terminated, the listing again. With an address of its own: reading it, releasing it (moto
+    // keeps it associated: disassociating first) and a lookup that no longer finds it.
+    assert_eq!(costs, vec![5, 9]);
+    assert!(allocated(&client).await.is_empty());
 }
