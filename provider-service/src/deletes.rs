@@ -37,6 +37,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::provider::{DeleteOutcome, Provider};
+use peerpods_provider_core::InstanceKey;
 
 /// How long a DeleteInstance call waits for its delete before it answers "in progress": long
 /// enough for the clouds that confirm a delete in seconds (AWS, libvirt, most GCP deletes) to
@@ -141,13 +142,10 @@ struct State {
     closed: bool,
 }
 
-/// One instance of one provider. Ids are compared as sent: folding case would let a delete of one
-/// instance answer for another on a cloud whose ids are case-sensitive.
-#[derive(Debug, Clone, Hash, PartialEq, Eq)]
-struct Key {
-    provider: String,
-    instance_id: String,
-}
+/// One instance of one provider: the cloud's canonical id ([`InstanceKey`]), so that two spellings of
+/// one instance (an Azure id in another case) share one delete, and two instances never do (ids stay
+/// case-sensitive where the cloud's are).
+type Key = InstanceKey;
 
 struct Running {
     id: u64,
@@ -215,10 +213,7 @@ impl Deletes {
         instance_id: &str,
         span: tracing::Span,
     ) -> Result<Job, Error> {
-        let key = Key {
-            provider: provider.name().as_str().to_owned(),
-            instance_id: instance_id.to_owned(),
-        };
+        let key = InstanceKey::new(provider.name(), instance_id);
         let mut state = self.inner.state();
         if let Some(running) = state.running.get(&key) {
             return Ok(Job {

@@ -202,10 +202,14 @@ async fn two_concurrent_calls_cause_one_cloud_delete() {
     let (shutdown, running) = azure.serve(DeleteSettings::default()).await;
     let (mut first, mut second) = (client(&running).await, client(&running).await);
     let (id, parts) = azure.vm("podvm-twice");
+    // The second caller spells the ARM id in other letter case: the same VM (ARM ids are
+    // case-insensitive), so the same delete.
+    let respelled = id.replacen("/subscriptions/", "/SUBSCRIPTIONS/", 1);
+    assert_ne!(respelled, id);
 
     let (a, b) = tokio::join!(
         first.delete_instance(delete(&id, true, Duration::from_secs(30))),
-        second.delete_instance(delete(&id, true, Duration::from_secs(30))),
+        second.delete_instance(delete(&respelled, true, Duration::from_secs(30))),
     );
     // Both wait for the one delete and hear its end.
     assert_eq!(a.unwrap().into_inner().result(), pb::DeleteResult::Deleted);
