@@ -10,8 +10,6 @@
 //! - [`OwnerTag`]: the cluster tag an instance must carry to be deleted (`CLUSTER_TAG`,
 //!   `DELETE_UNTAGGED`), and [`parse_tags`] for cloud-api-adaptor's `TAGS`.
 //! - [`Redactor`]: keeps configured secrets out of cloud error texts.
-//! - [`NotFoundWindow`]: when a cloud's NotFound for an instance proves it gone (eventual
-//!   consistency after a create).
 //! - [`deletion`]: the driver of the protocol's deletion engine, and the [`DeletionPorts`] a
 //!   backend implements for it.
 //!
@@ -25,7 +23,6 @@ mod error;
 pub mod http;
 mod ids;
 mod metrics;
-mod not_found_window;
 mod ownership;
 pub mod provider;
 mod redact;
@@ -36,7 +33,6 @@ pub use deletion::{Deleter, DeletionPorts, Pace};
 pub use error::Error;
 pub use ids::is_uuid;
 pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
-pub use not_found_window::{NotFoundWindow, Verdict as NotFoundVerdict};
 pub use ownership::{
     CLOUDS_WITH_TAGS, DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete,
     parse_tags, require_owner_choice,

@@ -2,8 +2,8 @@
 //! carry that tag (so clusters sharing one cloud account never delete each other's VMs), unless
 //! `DELETE_UNTAGGED=allow` turns the check off; and never one tagged [`DO_NOT_DELETE_TAG`] or
 //! [`DO_NOT_DELETE_PORTABLE_TAG`].
-//! Shared by every cloud with tags or labels: [`OwnerTag::check`] is the one place each of their
-//! delete paths asks. Also cloud-api-adaptor's `TAGS` syntax (`key=value` pairs separated by commas).
+//! The rule itself is the deletion engine's guard ([`OwnerTag::guard`]): the one place every
+//! delete path asks, for the instance and for each of its parts. Also cloud-api-adaptor's `TAGS` syntax (`key=value` pairs separated by commas).
 
 use std::collections::BTreeMap;
 
@@ -102,27 +102,6 @@ impl OwnerTag {
     pub fn required(&self) -> Option<(&str, &str)> {
         self.0.as_ref().map(|(k, v)| (k.as_str(), v.as_str()))
     }
-
-    /// Refuses to delete `instance_id` when it is marked do-not-delete ([`Error::DoNotDelete`]) or
-    /// lacks this cluster's tag ([`Error::NotOwnedByCluster`]). Every delete path of a cloud with
-    /// tags calls this with the instance's tags before deleting anything.
-    pub fn check(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), Error> {
-        if let Some((tag, value)) = do_not_delete(tags) {
-            return Err(Error::DoNotDelete {
-                instance_id: instance_id.to_owned(),
-                tag,
-                value: value.to_owned(),
-            });
-        }
-        match &self.0 {
-            Some((key, value)) if tags.get(key) != Some(value) => Err(Error::NotOwnedByCluster {
-                message: format!(
-                    "instance {instance_id} does not carry tag {key}={value} (set DELETE_UNTAGGED=allow to delete untagged instances)"
-                ),
-            }),
-            _ => Ok(()),
-        }
-    }
 }
 
 /// Parses cloud-api-adaptor's `TAGS` value: `key=value` pairs separated by commas.
@@ -151,6 +130,23 @@ fn config_error(key: &str, message: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl OwnerTag {
+        /// The engine's guard for this tag, answered as provider-service answers a refused delete.
+        fn check(&self, instance_id: &str, tags: &BTreeMap<String, String>) -> Result<(), Error> {
+            use peerpods_protocol::Refusal;
+            self.guard().check(tags).map_err(|refusal| match refusal {
+                Refusal::DoNotDelete { tag, value } => Error::DoNotDelete {
+                    instance_id: instance_id.to_owned(),
+                    tag,
+                    value,
+                },
+                refusal => Error::NotOwnedByCluster {
+                    message: format!("instance {instance_id}: {refusal}"),
+                },
+            })
+        }
+    }
 
     fn tags(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
