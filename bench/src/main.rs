@@ -22,6 +22,10 @@ struct Cli {
     #[arg(long, env = "BENCH_FAULT_STORM_CLOUDS", value_delimiter = ',',
           default_values_t = peerpods_bench::scenarios::fault_storm::CLOUDS.map(String::from))]
     fault_storm_clouds: Vec<String>,
+    /// Whether the fault storm's lookups by id lag and flap after a create too (`false`: only lists and
+    /// deletes do), the case the deletion engine's `deleting_is_shown` assumption leaves out.
+    #[arg(long, env = "BENCH_FAULT_STORM_LOOKUP_LAG", default_value_t = true, action = clap::ArgAction::Set)]
+    fault_storm_lookup_lag: bool,
     /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
     #[arg(long, env = "BENCH_FLOOR_CONCURRENCY", default_value_t = 32)]
     floor_concurrency: usize,
@@ -76,6 +80,7 @@ async fn main() -> ExitCode {
         storm: cli.storm,
         fault_storm: cli.fault_storm,
         fault_storm_clouds: cli.fault_storm_clouds,
+        fault_storm_lookup_lag: cli.fault_storm_lookup_lag,
         floor_concurrency: cli.floor_concurrency,
         memory_peerpods: cli.memory_peerpods,
         memory_nodes: cli.memory_nodes,

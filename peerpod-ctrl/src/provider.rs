@@ -70,16 +70,6 @@ pub enum Waiting {
     NotYetVisible { unknown_for: Option<Duration> },
 }
 
-impl Waiting {
-    /// Condition and Event reason.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Waiting::CloudDeleting => crate::reconcile::REASON_DELETE_IN_PROGRESS,
-            Waiting::NotYetVisible { .. } => crate::reconcile::REASON_NOT_YET_VISIBLE,
-        }
-    }
-}
-
 /// A VM as provider-service lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {

@@ -458,7 +458,7 @@ async fn delete_in_progress(
         since,
         asks,
     } = waited;
-    let reason = waiting.reason();
+    let reason = waiting_reason(waiting);
     let message = match waiting {
         Waiting::CloudDeleting => {
             info!(
@@ -619,6 +619,14 @@ pub const REASON_DELETE_IN_PROGRESS: &str = "DeleteInProgress";
 /// Condition reason (and Event reason) of a PeerPod whose VM the cloud does not show yet, inside its consistency
 /// window: a wait, not a failure; the finalizer stays and provider-service is asked again after its retry advice.
 pub const REASON_NOT_YET_VISIBLE: &str = "InstanceNotYetVisible";
+
+/// The condition and Event reason of a wait provider-service answered.
+fn waiting_reason(waiting: Waiting) -> &'static str {
+    match waiting {
+        Waiting::CloudDeleting => REASON_DELETE_IN_PROGRESS,
+        Waiting::NotYetVisible { .. } => REASON_NOT_YET_VISIBLE,
+    }
+}
 
 /// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
 async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {

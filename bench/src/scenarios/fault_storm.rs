@@ -394,14 +394,19 @@ impl Cloud {
     }
 
     /// The storm's knobs, with the visibility and flapping windows reaching `setup` (the VMs' age) further.
-    fn storm_settings(&self, setup: Duration) -> (StormSettings, Faults) {
+    fn storm_settings(&self, setup: Duration, lookup_lag: bool) -> (StormSettings, Faults) {
+        let (get, flapping_kinds): (Duration, &[CallKind]) = if lookup_lag {
+            (INVISIBLE_GET, &CallKind::ALL)
+        } else {
+            (Duration::ZERO, &[CallKind::List, CallKind::Delete])
+        };
         let faults = Faults {
             invisible: Visibility {
-                get: setup + INVISIBLE_GET,
+                get: setup + get,
                 list: setup + INVISIBLE_LIST,
                 delete: setup + INVISIBLE_DELETE,
             },
-            flapping: Flapping::within(setup + FLAPPING, &CallKind::ALL),
+            flapping: Flapping::within(setup + FLAPPING, flapping_kinds),
             operation_polls: Some(OPERATION_POLLS),
             ..Faults::storm(HANG, SEED)
         };
@@ -413,7 +418,7 @@ impl Cloud {
                 Cloud::Emulator(_) => faults.operation_polls,
                 Cloud::Aws(_) => None,
             },
-            invisible_get_seconds: INVISIBLE_GET.as_secs_f64(),
+            invisible_get_seconds: get.as_secs_f64(),
             invisible_list_seconds: INVISIBLE_LIST.as_secs_f64(),
             invisible_delete_seconds: INVISIBLE_DELETE.as_secs_f64(),
             flapping_seconds: FLAPPING.as_secs_f64(),
@@ -617,7 +622,8 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     };
 
     let before = Scrape::parse(&provider.metrics().await?)?;
-    let (settings, faults) = cloud.storm_settings(created.elapsed());
+    let (settings, faults) =
+        cloud.storm_settings(created.elapsed(), options.fault_storm_lookup_lag);
     cloud.set_storm(Some(&faults));
     let begin = Instant::now();
     *started.lock().unwrap_or_else(|p| p.into_inner()) = Some(begin);

@@ -118,8 +118,17 @@ async fn an_azure_delete_slower_than_the_callers_deadline_releases_only_once_eve
     let s = Scenario::start("azure-slow").await;
     let azure = AzureEmulator::start();
     azure.set_operation_polls(8, 1);
+    // The deletion engine looks at a VM ARM is deleting every AZURE_POLL_INTERVAL_MS: at 1 s, 8 looks take
+    // longer than the controller's 2 s calls, so the delete is answered in progress first.
+    let config = azure
+        .config()
+        .into_iter()
+        .map(|(key, value)| match key.as_str() {
+            "AZURE_POLL_INTERVAL_MS" => (key, "1000".to_owned()),
+            _ => (key, value),
+        });
     let provider =
-        ProviderService::start_with_config(&cloud::merged_config(&["azure"], azure.config())).await;
+        ProviderService::start_with_config(&cloud::merged_config(&["azure"], config)).await;
     let mut options = ControllerOptions::new(provider.addr);
     options.provider_timeout = Duration::from_secs(2);
     options.retry_cap = Duration::from_secs(5);

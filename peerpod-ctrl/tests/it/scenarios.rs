@@ -538,10 +538,13 @@ async fn orphan_scan_reports_untracked_tagged_vms_and_deletes_only_with_the_dele
         max_percent: 100,
     };
     let ctrl = s.start_controller(options).await;
+    // The deletes are answered once the engine has confirmed each domain and its volumes gone, a moment
+    // after the domains themselves are.
     testenv::wait_for("the orphan VMs deleted", MINUTE, || async {
         (!s.domain_exists(&untracked)
             && !s.domain_exists(&untracked_too)
-            && moto::state_of(&ec2, &aws_orphan).await == "terminated")
+            && moto::state_of(&ec2, &aws_orphan).await == "terminated"
+            && provider.delete_calls("libvirt") >= 2)
             .then_some(())
     })
     .await;
