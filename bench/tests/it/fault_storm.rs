@@ -59,7 +59,8 @@ async fn storm(clouds: &[&str]) {
         // accepted delete (the model's assumption `deleting_is_shown`), and a lookup lagging behind a VM created
         // seconds ago breaks it (finalizers released early on GCP, IBM Cloud, Power and Alibaba Cloud). `make
         // bench` runs the storm with lagging lookups and shows that case until the engine's window judges a
-        // NotFound by the instance's age.
+        // NotFound by the instance's age. (Alibaba Cloud looks an instance up with a list call, so its lists do not
+        // lag here either.)
         fault_storm_lookup_lag: false,
         floor_concurrency: 1,
         memory_peerpods: 0,
