@@ -11,6 +11,14 @@
 //! Tests set the knobs through [`crate::cloud::CloudEmulator::set_faults`]; a started emulator
 //! takes its first knobs from the environment ([`Faults::from_env`]), so a bench or a manual run
 //! can turn them on without code. moto's side has the same knobs in [`crate::moto::Faults`].
+//!
+//! The layer also says when each new instance was created, as the emulator reports it (Azure
+//! `timeCreated`, GCP `creationTimestamp`, IBM VPC `created_at`, PowerVS `creationDate`, Alibaba
+//! `CreationTime`): [`FaultLayer::created`]. Clouds lag only for new instances, and the deletion
+//! engine believes a cloud's "not found" at once only for an instance older than the cloud's
+//! consistency window, so the reported age agrees with how the emulator lags: born new (age zero)
+//! when a knob makes new instances lag, else an hour old ([`OLD_INSTANCE_AGE`]), unless
+//! [`Faults::created_age`] says otherwise.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -30,6 +38,7 @@ use std::time::{Duration, Instant};
 /// | `flapping.kinds` | `PEERPODS_EMULATOR_FLAP_KINDS` (`get,list,delete`, the default when flapping is on) |
 /// | `flapping.miss_rate` | `PEERPODS_EMULATOR_FLAP_RATE` (default 0.5 when flapping is on) |
 /// | `operation_polls` | `PEERPODS_EMULATOR_OPERATION_POLLS` |
+/// | `created_age` | `PEERPODS_EMULATOR_CREATED_AGE_SECS` (unset: the rule of [`Faults::age_at_creation`]) |
 /// | `seed` | `PEERPODS_EMULATOR_SEED` |
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Faults {
@@ -56,52 +65,97 @@ pub struct Faults {
     /// Long-running operations (a VM's deletion) finish after this many polls or looks; `None`
     /// leaves the emulator's own setting.
     pub operation_polls: Option<u32>,
+    /// How old an instance is when it is created: its reported creation time (the cloud's
+    /// `timeCreated`, `creationTimestamp`, `created_at`, ...) is that long before the moment it is
+    /// made. `None` (the default) follows the rule of [`Self::age_at_creation`]: new (zero) when
+    /// a knob makes new instances lag, an hour ([`OLD_INSTANCE_AGE`]) otherwise.
+    ///
+    /// Set with a lag knob and older than its windows, it breaks on purpose the premise the
+    /// deletion engine relies on (a cloud lags only for new instances): an instance reported old
+    /// is still hidden or flapping, since the windows count from when it is actually made. That is
+    /// the knob for a test of what a backend does when a cloud lags for an old instance.
+    pub created_age: Option<Duration>,
     /// Seed of the rates' draws, so a run can be repeated.
     pub seed: u64,
 }
+
+/// How old an instance is reported when it is created and no knob makes new instances lag
+/// ([`Faults::age_at_creation`]): an instance a test seeds stands for a VM cloud-api-adaptor
+/// created a while ago, whose "not found" after a delete a backend may believe at once.
+pub const OLD_INSTANCE_AGE: Duration = Duration::from_secs(3600);
 
 impl Faults {
     /// The knobs from the environment (see the table on [`Faults`]); unset or unparsable
     /// variables leave a knob off.
     pub fn from_env() -> Self {
-        fn var<T: std::str::FromStr>(name: &str) -> Option<T> {
-            std::env::var(name).ok()?.trim().parse().ok()
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The knobs from variables `lookup` finds by name, as [`Self::from_env`] reads them.
+    fn from_vars(lookup: impl Fn(&str) -> Option<String>) -> Self {
+        fn parse<T: std::str::FromStr>(text: Option<String>) -> Option<T> {
+            text?.trim().parse().ok()
         }
-        fn secs(name: &str) -> Duration {
-            Duration::try_from_secs_f64(var(name).unwrap_or(0.0)).unwrap_or_default()
-        }
+        let secs = |name: &str| -> Option<Duration> {
+            Duration::try_from_secs_f64(parse(lookup(name))?).ok()
+        };
         Faults {
-            latency: Duration::from_millis(var("PEERPODS_EMULATOR_LATENCY_MS").unwrap_or(0)),
-            hang_rate: var("PEERPODS_EMULATOR_HANG_RATE").unwrap_or(0.0),
-            hang_for: Duration::from_secs(var("PEERPODS_EMULATOR_HANG_SECS").unwrap_or(0)),
-            server_error_rate: var("PEERPODS_EMULATOR_SERVER_ERROR_RATE").unwrap_or(0.0),
-            throttle_rate: var("PEERPODS_EMULATOR_THROTTLE_RATE").unwrap_or(0.0),
-            invisible_after_create: secs("PEERPODS_EMULATOR_INVISIBLE_SECS"),
+            latency: Duration::from_millis(
+                parse(lookup("PEERPODS_EMULATOR_LATENCY_MS")).unwrap_or(0),
+            ),
+            hang_rate: parse(lookup("PEERPODS_EMULATOR_HANG_RATE")).unwrap_or(0.0),
+            hang_for: Duration::from_secs(
+                parse(lookup("PEERPODS_EMULATOR_HANG_SECS")).unwrap_or(0),
+            ),
+            server_error_rate: parse(lookup("PEERPODS_EMULATOR_SERVER_ERROR_RATE")).unwrap_or(0.0),
+            throttle_rate: parse(lookup("PEERPODS_EMULATOR_THROTTLE_RATE")).unwrap_or(0.0),
+            invisible_after_create: secs("PEERPODS_EMULATOR_INVISIBLE_SECS").unwrap_or_default(),
             invisible: Visibility {
-                get: secs("PEERPODS_EMULATOR_INVISIBLE_GET_SECS"),
-                list: secs("PEERPODS_EMULATOR_INVISIBLE_LIST_SECS"),
-                delete: secs("PEERPODS_EMULATOR_INVISIBLE_DELETE_SECS"),
+                get: secs("PEERPODS_EMULATOR_INVISIBLE_GET_SECS").unwrap_or_default(),
+                list: secs("PEERPODS_EMULATOR_INVISIBLE_LIST_SECS").unwrap_or_default(),
+                delete: secs("PEERPODS_EMULATOR_INVISIBLE_DELETE_SECS").unwrap_or_default(),
             },
             flapping: {
-                let window = secs("PEERPODS_EMULATOR_FLAP_SECS");
-                let answers = var("PEERPODS_EMULATOR_FLAP_ANSWERS").unwrap_or(0);
+                let window = secs("PEERPODS_EMULATOR_FLAP_SECS").unwrap_or_default();
+                let answers = parse(lookup("PEERPODS_EMULATOR_FLAP_ANSWERS")).unwrap_or(0);
                 if window.is_zero() && answers == 0 {
                     Flapping::default()
                 } else {
-                    let kinds = std::env::var("PEERPODS_EMULATOR_FLAP_KINDS")
-                        .ok()
+                    let kinds = lookup("PEERPODS_EMULATOR_FLAP_KINDS")
                         .map(|text| CallKind::parse_list(&text))
                         .unwrap_or_else(|| CallKind::ALL.to_vec());
                     Flapping {
                         kinds,
                         window,
                         answers,
-                        miss_rate: var("PEERPODS_EMULATOR_FLAP_RATE").unwrap_or(0.5),
+                        miss_rate: parse(lookup("PEERPODS_EMULATOR_FLAP_RATE")).unwrap_or(0.5),
                     }
                 }
             },
-            operation_polls: var("PEERPODS_EMULATOR_OPERATION_POLLS"),
-            seed: var("PEERPODS_EMULATOR_SEED").unwrap_or(0),
+            operation_polls: parse(lookup("PEERPODS_EMULATOR_OPERATION_POLLS")),
+            created_age: secs("PEERPODS_EMULATOR_CREATED_AGE_SECS"),
+            seed: parse(lookup("PEERPODS_EMULATOR_SEED")).unwrap_or(0),
+        }
+    }
+
+    /// Whether a knob makes a new instance lag: `invisible_after_create`, an `invisible`
+    /// window or flapping.
+    pub fn lags(&self) -> bool {
+        !self.invisible_after_create.is_zero()
+            || self.invisible != Visibility::default()
+            || self.flapping.is_on()
+    }
+
+    /// How old an instance is when it is created: [`Self::created_age`] when set; else zero
+    /// (born new) when a knob makes new instances lag ([`Self::lags`]) or `lags_elsewhere` (a lag
+    /// of the emulator's own, outside this layer: IBM's Global Search indexing lag), so the lag
+    /// windows, which count from the creation, apply to an instance a backend sees as new; else
+    /// [`OLD_INSTANCE_AGE`], an instance created well before the test looks at it.
+    pub fn age_at_creation(&self, lags_elsewhere: bool) -> Duration {
+        match self.created_age {
+            Some(age) => age,
+            None if lags_elsewhere || self.lags() => Duration::ZERO,
+            None => OLD_INSTANCE_AGE,
         }
     }
 
@@ -385,9 +439,28 @@ impl FaultLayer {
         }
     }
 
-    /// Records that the instance `id` was created now (for the visibility windows and flapping).
-    pub fn created(&self, id: &str) {
-        self.lock().created.insert(id.to_owned(), Instant::now());
+    /// When an instance created now is reported created, by the knobs as they are
+    /// ([`Faults::age_at_creation`]): now, or an hour ago, or [`Faults::created_age`] ago.
+    pub fn creation_time(&self) -> jiff::Timestamp {
+        let age = self.lock().faults.age_at_creation(false);
+        before_now(age)
+    }
+
+    /// Records that the instance `id` was created now (for the visibility windows and
+    /// flapping, which count from this moment) and returns the creation time the emulator
+    /// reports for it ([`Self::creation_time`]).
+    pub fn created(&self, id: &str) -> jiff::Timestamp {
+        self.created_lagging(id, false)
+    }
+
+    /// [`Self::created`], for an emulator whose own knob (outside this layer) makes this new
+    /// instance lag when `lags` (IBM's Global Search indexing lag): then it is born new too,
+    /// unless [`Faults::created_age`] is set.
+    pub fn created_lagging(&self, id: &str, lags: bool) -> jiff::Timestamp {
+        let mut inner = self.lock();
+        let age = inner.faults.age_at_creation(lags);
+        inner.created.insert(id.to_owned(), Instant::now());
+        before_now(age)
     }
 
     /// Whether a call of `kind` about instance `id` does not see it: created less than the
@@ -432,6 +505,20 @@ impl Inner {
         *count += 1;
         next_unit(&mut state) < miss_rate
     }
+}
+
+/// How many seconds before now the RFC 3339 time `reported` is (negative: in the future), for
+/// tests of the creation times emulators report; `None` when it is not an RFC 3339 time.
+pub fn seconds_ago(reported: &str) -> Option<f64> {
+    let at: jiff::Timestamp = reported.parse().ok()?;
+    Some(jiff::Timestamp::now().duration_since(at).as_secs_f64())
+}
+
+/// The wall-clock time `age` ago (the earliest time there is for an age beyond it).
+fn before_now(age: Duration) -> jiff::Timestamp {
+    jiff::Timestamp::now()
+        .checked_sub(age)
+        .unwrap_or(jiff::Timestamp::MIN)
 }
 
 /// FNV-1a of `bytes`: an instance's part of its flapping draws.
@@ -646,6 +733,148 @@ mod tests {
         assert_eq!(
             CallKind::parse_list("get,list,delete"),
             CallKind::ALL.to_vec()
+        );
+    }
+
+    /// How long before now `at` is, in seconds (negative: in the future).
+    fn secs_ago(at: jiff::Timestamp) -> f64 {
+        seconds_ago(&at.to_string()).expect("RFC 3339")
+    }
+
+    #[test]
+    fn with_no_lag_knob_an_instance_is_created_an_hour_old() {
+        for faults in [
+            Faults::default(),
+            Faults::storm(Duration::from_secs(1), 1),
+            Faults {
+                latency: Duration::from_millis(5),
+                operation_polls: Some(3),
+                ..Faults::default()
+            },
+        ] {
+            assert!(!faults.lags(), "{faults:?}");
+            assert_eq!(faults.age_at_creation(false), OLD_INSTANCE_AGE);
+            let layer = FaultLayer::new(faults);
+            let age = secs_ago(layer.created("old"));
+            assert!((3590.0..3610.0).contains(&age), "{age}");
+            let age = secs_ago(layer.creation_time());
+            assert!((3590.0..3610.0).contains(&age), "{age}");
+        }
+        // A lag of the emulator's own, outside the layer, makes it new too.
+        assert_eq!(Faults::default().age_at_creation(true), Duration::ZERO);
+        let age = secs_ago(FaultLayer::default().created_lagging("searched-late", true));
+        assert!((-1.0..10.0).contains(&age), "{age}");
+    }
+
+    #[test]
+    fn with_a_lag_knob_an_instance_is_born_new() {
+        let hour = Duration::from_secs(3600);
+        for faults in [
+            Faults {
+                invisible_after_create: Duration::from_secs(5),
+                ..Faults::default()
+            },
+            Faults {
+                invisible: Visibility::only(&[CallKind::Delete], hour),
+                ..Faults::default()
+            },
+            Faults {
+                flapping: Flapping::for_answers(3, &[CallKind::Get]),
+                ..Faults::default()
+            },
+            Faults {
+                flapping: Flapping::within(hour, &[CallKind::List]),
+                ..Faults::default()
+            },
+        ] {
+            assert!(faults.lags(), "{faults:?}");
+            assert_eq!(faults.age_at_creation(false), Duration::ZERO);
+            let layer = FaultLayer::new(faults);
+            let age = secs_ago(layer.created("new"));
+            assert!((-1.0..10.0).contains(&age), "{age}");
+        }
+        // Flapping with no bound (or no kind) does not flap, so does not lag.
+        let idle = Faults {
+            flapping: Flapping::within(Duration::ZERO, &CallKind::ALL),
+            ..Faults::default()
+        };
+        assert!(!idle.lags());
+    }
+
+    #[test]
+    fn an_explicit_created_age_wins() {
+        let old_yet_hidden = Faults {
+            invisible_after_create: Duration::from_secs(3600),
+            created_age: Some(Duration::from_secs(7200)),
+            ..Faults::default()
+        };
+        assert_eq!(
+            old_yet_hidden.age_at_creation(true),
+            Duration::from_secs(7200)
+        );
+        let layer = FaultLayer::new(old_yet_hidden);
+        let age = secs_ago(layer.created("old-yet-hidden"));
+        assert!((7190.0..7210.0).contains(&age), "{age}");
+        // The premise broken on purpose: reported two hours old, hidden all the same (the
+        // windows count from when it was made).
+        assert!(layer.hides("old-yet-hidden", CallKind::Get));
+        let layer = FaultLayer::new(Faults {
+            created_age: Some(Duration::ZERO),
+            ..Faults::default()
+        });
+        let age = secs_ago(layer.created("new-without-lag"));
+        assert!((-1.0..10.0).contains(&age), "{age}");
+        // An age beyond the calendar is the earliest time there is.
+        let layer = FaultLayer::new(Faults {
+            created_age: Some(Duration::MAX),
+            ..Faults::default()
+        });
+        assert_eq!(layer.creation_time(), jiff::Timestamp::MIN);
+    }
+
+    #[test]
+    fn reported_times_are_read_with_their_offset() {
+        let an_hour_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+        let pacific = an_hour_ago
+            .to_zoned(jiff::tz::TimeZone::fixed(jiff::tz::offset(-8)))
+            .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+            .to_string();
+        let age = seconds_ago(&pacific).expect("RFC 3339");
+        assert!((3590.0..3610.0).contains(&age), "{pacific}: {age}");
+        assert_eq!(seconds_ago("2017-12-10T04:04Z"), None);
+    }
+
+    #[test]
+    fn knobs_are_read_from_variables() {
+        let vars = |pairs: &[(&str, &str)]| {
+            let pairs: HashMap<String, String> = pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            Faults::from_vars(|name| pairs.get(name).cloned())
+        };
+        assert_eq!(vars(&[]), Faults::default());
+        let faults = vars(&[
+            ("PEERPODS_EMULATOR_CREATED_AGE_SECS", "90.5"),
+            ("PEERPODS_EMULATOR_INVISIBLE_GET_SECS", "2"),
+            ("PEERPODS_EMULATOR_FLAP_ANSWERS", "4"),
+            ("PEERPODS_EMULATOR_FLAP_KINDS", "list"),
+            ("PEERPODS_EMULATOR_SEED", " 7 "),
+        ]);
+        assert_eq!(faults.created_age, Some(Duration::from_millis(90_500)));
+        assert_eq!(
+            faults.invisible,
+            Visibility::only(&[CallKind::Get], Duration::from_secs(2))
+        );
+        assert_eq!(faults.flapping, Flapping::for_answers(4, &[CallKind::List]));
+        assert_eq!(faults.seed, 7);
+        for unusable in ["", "soon", "-5"] {
+            let faults = vars(&[("PEERPODS_EMULATOR_CREATED_AGE_SECS", unusable)]);
+            assert_eq!(faults.created_age, None, "{unusable:?}");
+        }
+        assert_eq!(
+            vars(&[("PEERPODS_EMULATOR_CREATED_AGE_SECS", "0")]).created_age,
+            Some(Duration::ZERO)
         );
     }
 

@@ -213,7 +213,9 @@ impl State {
         memory_mib: u64,
     ) -> String {
         let id = self.next_id("i");
-        self.faults.created(&id);
+        // The fault layer's creation time: an hour ago, or now while a knob makes new instances
+        // lag, or the knobs' `created_age` ago.
+        let created = creation_time(self.faults.created(&id));
         let primary_nic = self.next_id("eni");
         self.nics.insert(primary_nic.clone());
         let (addon_nic, eip) = if with_eip {
@@ -233,9 +235,7 @@ impl State {
             Instance {
                 name: name.to_owned(),
                 status: "Running".into(),
-                created: jiff::Timestamp::now()
-                    .strftime("%Y-%m-%dT%H:%MZ")
-                    .to_string(),
+                created,
                 tags: tags
                     .iter()
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -276,4 +276,10 @@ impl State {
             }
         }
     }
+}
+
+/// An instance's `CreationTime` as ECS writes it: UTC to the minute (`2017-12-10T04:04Z`), the
+/// seconds cut off, so an instance may be up to a minute younger than it reads.
+pub(crate) fn creation_time(at: jiff::Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%MZ").to_string()
 }

@@ -316,6 +316,12 @@ pub struct Cloud {
     pub token_requests: u64,
 }
 
+/// A VM's `timeCreated` as ARM writes it: UTC, seven fractional digits, `+00:00`
+/// (`2021-06-27T01:02:38.3138469+00:00`).
+fn time_created(at: jiff::Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%S%.7f+00:00").to_string()
+}
+
 fn key(name: &str) -> String {
     name.to_ascii_lowercase()
 }
@@ -365,8 +371,14 @@ impl Cloud {
 
     /// Creates a VM as cloud-api-adaptor does: network interface `<name>-net`, OS disk
     /// `<name>-disk`, optionally a public IP address named like the interface (the name of
-    /// cloud-api-adaptor's public IP address configuration).
-    pub fn create_vm(&mut self, name: &str, tags: &[(&str, &str)], options: VmOptions) -> String {
+    /// cloud-api-adaptor's public IP address configuration). `created` is its `timeCreated`.
+    pub fn create_vm(
+        &mut self,
+        name: &str,
+        tags: &[(&str, &str)],
+        options: VmOptions,
+        created: jiff::Timestamp,
+    ) -> String {
         let parts = VmParts {
             network_interface: format!("{name}-net"),
             disk: format!("{name}-disk"),
@@ -377,13 +389,7 @@ impl Cloud {
         } else {
             "Detach"
         };
-        self.serial += 1;
-        let created = jiff::Timestamp::now()
-            .checked_add(jiff::SignedDuration::from_secs(
-                i64::try_from(self.serial).unwrap_or(0),
-            ))
-            .unwrap_or_else(|_| jiff::Timestamp::now())
-            .to_string();
+        let created = time_created(created);
         if let Some(ip) = &parts.public_ip {
             self.public_ips.insert(
                 key(ip),
@@ -1165,6 +1171,17 @@ mod tests {
     }
 
     #[test]
+    fn time_created_is_written_as_arm_writes_it() {
+        let at: jiff::Timestamp = "2021-06-27T01:02:38.3138469Z".parse().expect("time");
+        assert_eq!(time_created(at), "2021-06-27T01:02:38.3138469+00:00");
+        let fixture: Value = serde_json::from_str(VM_FIXTURE).expect("fixture");
+        assert_eq!(
+            fixture["properties"]["timeCreated"].as_str(),
+            Some(time_created(at).as_str())
+        );
+    }
+
+    #[test]
     fn parts_marked_delete_go_with_the_vm_and_detached_ones_stay() {
         let mut cloud = Cloud::new("https://127.0.0.1:1".into());
         cloud.create_vm(
@@ -1174,6 +1191,7 @@ mod tests {
                 public_ip: true,
                 parts_deleted_with_vm: true,
             },
+            jiff::Timestamp::now(),
         );
         cloud.create_vm(
             "b",
@@ -1182,6 +1200,7 @@ mod tests {
                 public_ip: true,
                 parts_deleted_with_vm: false,
             },
+            jiff::Timestamp::now(),
         );
         cloud.finish_vm_deletion("a");
         cloud.finish_vm_deletion("b");

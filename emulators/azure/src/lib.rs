@@ -119,10 +119,12 @@ impl AzureEmulator {
         &self.ca_pem
     }
 
-    /// Creates a VM with the given options; returns its ARM resource id.
+    /// Creates a VM with the given options; returns its ARM resource id. Its `timeCreated` is
+    /// the fault layer's ([`FaultLayer::created`]): an hour ago, or now while a knob makes new
+    /// VMs lag, or the knobs' `created_age` ago.
     pub fn create_vm_with(&self, name: &str, tags: &[(&str, &str)], options: VmOptions) -> String {
-        self.faults.created(&name.to_ascii_lowercase());
-        lock(&self.cloud).create_vm(name, tags, options)
+        let created = self.faults.created(&name.to_ascii_lowercase());
+        lock(&self.cloud).create_vm(name, tags, options, created)
     }
 
     /// The names of the parts a VM was created with.

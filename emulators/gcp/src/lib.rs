@@ -270,12 +270,15 @@ impl CloudEmulator for GcpEmulator {
 
     /// A RUNNING instance as cloud-api-adaptor creates one: a boot disk of the same name with
     /// `autoDelete`, one network interface with an ephemeral external address, `tags` as labels.
+    /// Its `creationTimestamp` is the fault layer's ([`FaultLayer::created`]): an hour ago, or
+    /// now while a knob makes new instances lag, or the knobs' `created_age` ago.
     fn create_vm(&self, name: &str, tags: &[(&str, &str)]) -> String {
-        self.faults.created(name);
+        let created = creation_timestamp(&self.faults, name);
         let mut cloud = self.cloud();
         cloud.next_id += 1;
         let vm = Vm {
             id: 4_568_311_740_296_217_402 + cloud.next_id,
+            created,
             labels: tags
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -301,6 +304,8 @@ impl CloudEmulator for GcpEmulator {
 
 struct Vm {
     id: u64,
+    /// Its `creationTimestamp`.
+    created: String,
     labels: BTreeMap<String, String>,
     status: &'static str,
     /// Being deleted by someone else: gone after this many more `instances.get`.
@@ -659,9 +664,21 @@ fn fixture(text: &str, extra: &[(&str, &str)]) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
+/// Records instance `name` as created with the fault layer ([`FaultLayer::created`]) and returns
+/// its `creationTimestamp` as Compute Engine writes it: RFC 3339 with milliseconds, in Pacific
+/// time (`2026-11-22T09:58:12.345-08:00`; here always standard time, `-08:00`).
+fn creation_timestamp(faults: &FaultLayer, name: &str) -> String {
+    let at = faults.created(name);
+    let pacific = at
+        .checked_sub(std::time::Duration::from_secs(8 * 3600))
+        .unwrap_or(at);
+    pacific.strftime("%Y-%m-%dT%H:%M:%S%.3f-08:00").to_string()
+}
+
 fn instance_json(name: &str, vm: &Vm) -> Value {
     let mut body = fixture(INSTANCE, &[("INSTANCE", name)]);
     body["id"] = json!(vm.id.to_string());
+    body["creationTimestamp"] = json!(vm.created);
     body["status"] = json!(vm.status);
     body["labels"] = json!(vm.labels);
     body

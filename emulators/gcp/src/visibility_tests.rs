@@ -3,12 +3,13 @@
 //! service-account key signs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD, Engine as _};
 use ring::signature::RsaKeyPair;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
-use test_support::faults::CallKind;
+use test_support::faults::{self, CallKind, Faults, Visibility};
 use test_support::visibility_checks::{self, Probe};
 
 use crate::{GcpEmulator, PROJECT, SERVICE_ACCOUNT_KEY, ZONE};
@@ -88,6 +89,22 @@ impl Http<'_> {
         let status = response.status().as_u16();
         let text = response.text().await.expect("body");
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    /// How long ago the instance was created, by its `creationTimestamp` (seconds; negative: in
+    /// the future), checked to be written as Compute Engine writes it.
+    async fn age(&self, id: &str) -> f64 {
+        let url = format!("{}/{id}", self.instances());
+        let (status, body) = self.send(self.client.get(url)).await;
+        assert_eq!(status, 200, "{body}");
+        let created = body["creationTimestamp"]
+            .as_str()
+            .expect("creationTimestamp");
+        // `2026-11-22T09:58:12.345-08:00`, as in the fixture.
+        assert_eq!(created.len(), 29, "{created}");
+        assert_eq!(&created[19..20], ".", "{created}");
+        assert!(created.ends_with("-08:00"), "{created}");
+        faults::seconds_ago(created).expect("RFC 3339")
     }
 
     fn found(status: u16, body: &Value) -> bool {
@@ -188,4 +205,58 @@ async fn lookups_and_lists_flap() {
         let name = format!("podvm-flapping-{}", kind.name());
         visibility_checks::answers_of_a_kind_flap(&emulator, &probe(&emulator), &name, kind).await;
     }
+}
+
+/// An instance's `creationTimestamp` agrees with how the emulator lags: an hour ago with no lag
+/// knob (an instance cloud-api-adaptor created earlier), now while a knob makes new instances lag
+/// (the lag windows count from it), and `created_age` ago when the knobs say so.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_is_created_an_hour_old_unless_new_instances_lag() {
+    let emulator = start();
+    let probe = probe(&emulator);
+    let old = emulator.create_vm("podvm-old", &[]);
+    let age = probe.age(&old).await;
+    assert!((3590.0..3610.0).contains(&age), "{age}");
+
+    let hour = Duration::from_secs(3600);
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], hour),
+        ..Faults::default()
+    });
+    let new = emulator.create_vm("podvm-new", &[]);
+    let age = probe.age(&new).await;
+    assert!((-1.0..10.0).contains(&age), "{age}");
+
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], hour),
+        created_age: Some(Duration::from_secs(7200)),
+        ..Faults::default()
+    });
+    let aged = emulator.create_vm("podvm-aged", &[]);
+    let age = probe.age(&aged).await;
+    assert!((7190.0..7210.0).contains(&age), "{age}");
+
+    // A list answers the same times.
+    let url = format!(
+        "{}?filter=labels.owner%3D%22peerpods%22&maxResults=500",
+        probe.instances()
+    );
+    let (status, body) = probe.send(probe.client.get(url)).await;
+    assert_eq!(status, 200, "{body}");
+    let ages: Vec<f64> = body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| {
+            faults::seconds_ago(item["creationTimestamp"].as_str().expect("time")).expect("time")
+        })
+        .collect();
+    assert_eq!(ages.len(), 3, "{body}");
+    assert_eq!(
+        ages.iter()
+            .filter(|age| (3590.0..3610.0).contains(*age))
+            .count(),
+        1,
+        "{ages:?}"
+    );
 }

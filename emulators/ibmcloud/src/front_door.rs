@@ -50,6 +50,13 @@ pub trait Cloud: Send + Sized + 'static {
     /// removes).
     fn instance_removed(&mut self, _instance_id: &str) {}
 
+    /// Whether a knob of the cloud's own (outside the fault layer) makes a new instance lag
+    /// (VPC: Global Search's indexing lag): then an instance is born new, as with the fault
+    /// layer's lag knobs ([`FaultLayer::created_lagging`]).
+    fn lags_new_instances(&self) -> bool {
+        false
+    }
+
     /// The answer to a request that passed the front door (Global Tagging's tag list and
     /// verbatim answers are the front door's).
     fn serve(account: &mut Account<Self>, request: &Request<'_>, faults: &FaultLayer) -> Response;
@@ -90,10 +97,18 @@ pub trait Instance: Sized {
     /// The processors and memory of an instance as cloud-api-adaptor creates it.
     const DEFAULT_SIZE: (Self::Amount, Self::Amount);
 
-    /// The instance `name` of `size` (processors, memory) numbered `seq`: its id, it, and the
-    /// parts it owns (deleted with it).
-    fn new(seq: u64, name: &str, size: (Self::Amount, Self::Amount))
-    -> (String, Self, Vec<String>);
+    /// The id of the instance numbered `seq`.
+    fn id_of(seq: u64) -> String;
+
+    /// The instance `name` of `size` (processors, memory) numbered `seq`, created at `created`
+    /// (as the API writes it, [`created_at`]): its id ([`Self::id_of`]), it, and the parts it
+    /// owns (deleted with it).
+    fn new(
+        seq: u64,
+        name: &str,
+        size: (Self::Amount, Self::Amount),
+        created: String,
+    ) -> (String, Self, Vec<String>);
 
     /// Its CRN, which its user tags are attached to.
     fn crn(&self) -> &str;
@@ -256,7 +271,13 @@ impl<C: Cloud> Emulator<C> {
     ) -> String {
         let mut account = lock(&self.state);
         let seq = account.next_seq();
-        let (id, instance, parts) = C::Instance::new(seq, name, (processors, memory));
+        // Its creation time is the fault layer's: an hour ago, or now while a knob makes new
+        // instances lag, or the knobs' `created_age` ago.
+        let created = self
+            .faults
+            .created_lagging(&C::Instance::id_of(seq), account.cloud.lags_new_instances());
+        let (id, instance, parts) =
+            C::Instance::new(seq, name, (processors, memory), created_at(created));
         if !tags.is_empty() {
             account.tags.insert(
                 instance.crn().to_owned(),
@@ -266,7 +287,6 @@ impl<C: Cloud> Emulator<C> {
         for part in parts {
             account.parts.insert(part, id.clone());
         }
-        self.faults.created(&id);
         account.instances.insert(id.clone(), instance);
         id
     }
@@ -283,9 +303,10 @@ impl<C: Cloud> Emulator<C> {
     }
 }
 
-/// When an instance made with sequence number `seq` was created, as the APIs write it.
-pub(crate) fn created_at(seq: u64) -> String {
-    format!("2026-01-01T00:{:02}:{:02}.000Z", (seq / 60) % 60, seq % 60)
+/// A creation time as both APIs write it (VPC `created_at`, Power `creationDate`): UTC with
+/// milliseconds (`2025-03-31T12:24:40.000Z`).
+pub(crate) fn created_at(at: jiff::Timestamp) -> String {
+    at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
 impl<C: Cloud> IbmEmulator for Emulator<C> {

@@ -10,7 +10,7 @@ use test_support::faults::{CallKind, FaultLayer};
 
 use crate::common::{ACCOUNT_ID, answer, fixture, lock, uuid_like};
 use crate::front_door::{
-    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, created_at, error_bodies,
+    Account, Cloud, Emulator, ErrorBodies, Instance, Lookup, Request, error_bodies,
 };
 
 /// The Power `Error` model's bodies (`code`, `description`, `error`, `message`).
@@ -47,12 +47,17 @@ impl Instance for PvmInstance {
     /// A boot volume and a port on the configured network, both deleted with the instance.
     /// cloud-api-adaptor tags PowerVS instances with nothing; tags given to
     /// [`Emulator::create_vm_sized`] become user tags, for tests of tag selectors.
+    fn id_of(seq: u64) -> String {
+        uuid_like(seq, 0x2f9d_7c66)
+    }
+
     fn new(
         seq: u64,
         name: &str,
         (processors, memory_gb): (f64, f64),
+        created: String,
     ) -> (String, Self, Vec<String>) {
-        let id = uuid_like(seq, 0x2f9d_7c66);
+        let id = Self::id_of(seq);
         let boot_volume = uuid_like(seq, 0xc8b7_a6f5);
         let network_port = uuid_like(seq, 0x4f6f_2c4e);
         let parts = vec![boot_volume.clone(), network_port.clone()];
@@ -61,7 +66,7 @@ impl Instance for PvmInstance {
             crn: format!(
                 "crn:v1:bluemix:public:power-iaas:{ZONE}:a/{ACCOUNT_ID}:{WORKSPACE_ID}:pvm-instance:{id}"
             ),
-            created: created_at(seq),
+            created,
             processors,
             memory_gb,
             boot_volume,

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
-use test_support::faults::{CallKind, Faults, Visibility};
+use test_support::faults::{self, CallKind, Faults, Visibility};
 use test_support::visibility_checks::{self, Probe};
 
 use crate::{ACCOUNT_ID, API_KEY, POWERVS_ZONE, PowerVsEmulator, VpcEmulator, WORKSPACE_ID};
@@ -103,6 +103,26 @@ impl Http {
             Api::Power => assert_eq!(body["error"], "pvm-instance not found", "{body}"),
         }
         false
+    }
+
+    /// How long ago the instance was created, by its `created_at` (VPC) or `creationDate`
+    /// (Power), in seconds (negative: in the future), checked to be written as the APIs write
+    /// it (`2025-03-31T12:24:40.000Z`).
+    async fn age(&self, id: &str) -> f64 {
+        let url = self.url(&format!("{}/{id}", self.instances()));
+        let (status, body) = self.send(self.client.get(url)).await;
+        assert_eq!(status, 200, "{body}");
+        let field = match self.api {
+            Api::Vpc => "created_at",
+            Api::Power => "creationDate",
+        };
+        let created = body[field].as_str().expect(field);
+        assert_eq!(created.len(), 24, "{created}");
+        assert!(
+            created.ends_with('Z') && &created[19..20] == ".",
+            "{created}"
+        );
+        faults::seconds_ago(created).expect("RFC 3339")
     }
 
     /// Global Search's CRNs of the account (one page is all the tests make).
@@ -232,4 +252,74 @@ async fn a_search_misses_what_lists_miss() {
     emulator.set_faults(Faults::default());
     assert!(probe.searched_crns().await.contains(&crn));
     assert_eq!(emulator.injected().not_found, 0);
+}
+
+/// An instance's creation time agrees with how the emulator lags: an hour ago with no lag knob
+/// (an instance cloud-api-adaptor created earlier), now while a knob makes new instances lag (the
+/// lag windows count from it), and `created_age` ago when the knobs say so.
+async fn an_instance_is_created_an_hour_old_unless_new_instances_lag(
+    emulator: &impl CloudEmulator,
+    probe: &Http,
+) {
+    let old = emulator.create_vm("podvm-old", &[]);
+    let age = probe.age(&old).await;
+    assert!((3590.0..3610.0).contains(&age), "{age}");
+
+    let hour = Duration::from_secs(3600);
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], hour),
+        ..Faults::default()
+    });
+    let new = emulator.create_vm("podvm-new", &[]);
+    let age = probe.age(&new).await;
+    assert!((-1.0..10.0).contains(&age), "{age}");
+
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], hour),
+        created_age: Some(Duration::from_secs(7200)),
+        ..Faults::default()
+    });
+    let aged = emulator.create_vm("podvm-aged", &[]);
+    let age = probe.age(&aged).await;
+    assert!((7190.0..7210.0).contains(&age), "{age}");
+    emulator.set_faults(Faults::default());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_is_created_an_hour_old_unless_new_instances_lag_vpc_and_power() {
+    let (emulator, probe) = vpc().await;
+    an_instance_is_created_an_hour_old_unless_new_instances_lag(&emulator, &probe).await;
+    let (emulator, probe) = power().await;
+    an_instance_is_created_an_hour_old_unless_new_instances_lag(&emulator, &probe).await;
+}
+
+/// Global Search's indexing lag is a lag too: a new instance is born new while it is on; the
+/// search's `creation_date` is the instance's `created_at`.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_instance_the_search_lags_for_is_born_new() {
+    let (emulator, probe) = vpc().await;
+    emulator.set_search_lag(Duration::from_millis(1));
+    let new = emulator.create_vm("podvm-new", &[]);
+    let age = probe.age(&new).await;
+    assert!((-1.0..10.0).contains(&age), "{age}");
+    emulator.set_search_lag(Duration::ZERO);
+    let old = emulator.create_vm("podvm-old", &[]);
+    let age = probe.age(&old).await;
+    assert!((3590.0..3610.0).contains(&age), "{age}");
+
+    let url = probe.url(&format!("{}/{old}", probe.instances()));
+    let (_, instance) = probe.send(probe.client.get(url)).await;
+    let request = probe
+        .client
+        .post(format!("{}/v3/resources/search", probe.url))
+        .json_body(&json!({"query": "type:instance", "fields": ["crn", "creation_date"]}));
+    let (status, body) = probe.send(request).await;
+    assert_eq!(status, 200, "{body}");
+    let searched = body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .find(|item| item["crn"] == instance["crn"])
+        .unwrap_or_else(|| panic!("{old} not searched: {body}"));
+    assert_eq!(searched["creation_date"], instance["created_at"], "{body}");
 }

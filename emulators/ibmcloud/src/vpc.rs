@@ -51,16 +51,25 @@ impl Instance for VpcInstance {
     type Amount = u64;
     const DEFAULT_SIZE: (u64, u64) = (2, 8);
 
+    fn id_of(seq: u64) -> String {
+        format!("0717_{}", uuid_like(seq, 0xe21b_7391))
+    }
+
     /// A primary network interface and a boot volume deleted with the instance.
-    fn new(seq: u64, name: &str, (vcpus, memory_gib): (u64, u64)) -> (String, Self, Vec<String>) {
-        let id = format!("0717_{}", uuid_like(seq, 0xe21b_7391));
+    fn new(
+        seq: u64,
+        name: &str,
+        (vcpus, memory_gib): (u64, u64),
+        created: String,
+    ) -> (String, Self, Vec<String>) {
+        let id = Self::id_of(seq);
         let network_interface = format!("0717-{}", uuid_like(seq, 0xd54e_b633));
         let boot_volume = format!("r006-{}", uuid_like(seq, 0x1a6b_7274));
         let parts = vec![network_interface.clone(), boot_volume.clone()];
         let instance = VpcInstance {
             name: name.to_owned(),
             crn: format!("crn:v1:bluemix:public:is:{ZONE}:a/{ACCOUNT_ID}::instance:{id}"),
-            created_at: created_at(seq),
+            created_at: created,
             network_interface,
             boot_volume,
             vcpus,
@@ -116,8 +125,10 @@ impl VpcEmulator {
     }
 
     /// An instance of another region's VPC (`zone`, e.g. `eu-de-1`) with `tags`: only Global
-    /// Search sees it. Returns its id.
+    /// Search sees it (at once, whatever the knobs; its `creation_date` follows the fault
+    /// layer's rule, [`FaultLayer::creation_time`]). Returns its id.
     pub fn create_vm_in_zone(&self, name: &str, tags: &[(&str, &str)], zone: &str) -> String {
+        let created = created_at(self.faults.creation_time());
         let mut state = lock(&self.state);
         let id = format!("07k7_{}", uuid_like(state.next_seq(), 0x9c41_02de));
         let crn = format!("crn:v1:bluemix:public:is:{zone}:a/{ACCOUNT_ID}::instance:{id}");
@@ -128,7 +139,7 @@ impl VpcEmulator {
             kind: "instance".into(),
             region: search::region_of_zone(zone),
             tags: tags.iter().map(|(k, v)| format!("{k}:{v}")).collect(),
-            creation_date: None,
+            creation_date: Some(created),
         };
         state.cloud.other_regions.push(document);
         id
@@ -268,6 +279,11 @@ impl Cloud for Vpc {
                 ip.target = None;
             }
         }
+    }
+
+    /// Global Search's indexing lag makes a new instance lag (in search results).
+    fn lags_new_instances(&self) -> bool {
+        !self.search_lag.is_zero()
     }
 
     fn serve(account: &mut Account<Vpc>, request: &Request<'_>, faults: &FaultLayer) -> Response {
