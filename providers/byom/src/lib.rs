@@ -6,6 +6,10 @@
 //! - `settings`: configuration keys (cloud-api-adaptor's names) → [`ByomSettings`].
 //! - `machine_address`: the instance id (a machine's IP address) as CAA parses and prints it.
 //! - `pool_state`: CAA's allocation state JSON and the pure rules applied to it.
+//! - `release`: the deletion engine's ports
+//!   ([`DeletionPorts`](peerpods_provider_core::DeletionPorts)): a delete runs provider-core's
+//!   [`Deleter`] over them, which reads the allocation, guards it, releases it and confirms the
+//!   release by a later read.
 //! - `pool_configmap`: every Kubernetes API call, bounded, retried, counted; `failure`: what an
 //!   API error means; `throttling`: the API server's plain-text 429, kept with its wait
 //!   ([`client_over`] builds a client with it over any HTTP stack).
@@ -14,11 +18,11 @@ mod failure;
 mod machine_address;
 mod pool_configmap;
 mod pool_state;
+mod release;
 mod settings;
 mod throttling;
 
 use std::path::Path;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -31,11 +35,12 @@ pub use throttling::client_over;
 
 use failure::Failure;
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Error, Figure, Health, Instance, Provider, ProviderConfig,
-    ProviderName, TagSelector,
+    Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance, OwnerTag,
+    Provider, ProviderConfig, ProviderName, TagSelector,
 };
 use pool_configmap::{Connection, PoolConfigMap};
 use pool_state::PoolState;
+use release::Release;
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "byom";
@@ -44,14 +49,12 @@ pub const NAME: &str = "byom";
 const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-/// Tries of one release when other writers keep changing the ConfigMap between read and write.
-const RELEASE_ATTEMPTS: u32 = 5;
-/// First wait after a conflicting write; it doubles each time.
-const CONFLICT_BACKOFF: Duration = Duration::from_millis(20);
-
 pub struct ByomProvider {
     settings: ByomSettings,
     pool: PoolConfigMap,
+    /// The deletion engine's driver: this backend's guard (`CLUSTER_TAG`, do-not-delete), its
+    /// zero window and pace.
+    deleter: Deleter,
 }
 
 impl std::fmt::Debug for ByomProvider {
@@ -97,9 +100,14 @@ impl ByomProvider {
         Self::build(config, Connection::Client(client), calls)
     }
 
-    /// Builds the provider from parsed settings.
+    /// Builds the provider from parsed settings, deletes not restricted by a cluster tag.
     pub fn new(settings: ByomSettings, client: kube::Client, calls: CloudCalls) -> Self {
-        Self::from_settings(settings, Connection::Client(client), calls)
+        Self::from_settings(
+            settings,
+            &OwnerTag::default(),
+            Connection::Client(client),
+            calls,
+        )
     }
 
     fn build(
@@ -113,17 +121,27 @@ impl ByomProvider {
             .filter(|text| !text.is_empty());
         let settings = ByomSettings::from_config(config, pod_namespace)
             .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
-        Ok(Self::from_settings(settings, connection, calls))
+        let owner = OwnerTag::from_config(config)?;
+        Ok(Self::from_settings(settings, &owner, connection, calls))
     }
 
-    fn from_settings(settings: ByomSettings, connection: Connection, calls: CloudCalls) -> Self {
+    fn from_settings(
+        settings: ByomSettings,
+        owner: &OwnerTag,
+        connection: Connection,
+        calls: CloudCalls,
+    ) -> Self {
         let pool = PoolConfigMap::new(
             connection,
             settings.namespace.clone(),
             settings.configmap_name.clone(),
             calls,
         );
-        Self { settings, pool }
+        Self {
+            settings,
+            pool,
+            deleter: release::deleter(owner),
+        }
     }
 
     /// The pool state as CAA last wrote it, with the ConfigMap it came from.
@@ -131,47 +149,6 @@ impl ByomProvider {
         let configmap = self.pool.get().await.map_err(|f| self.error_of(f))?;
         let state = state_of(&configmap, &self.pool.path())?;
         Ok((configmap, state))
-    }
-
-    /// Returns the machine at `address` to the pool: read, release, write with the read's
-    /// resourceVersion as precondition; on a conflicting write, again from a fresh read.
-    async fn release(&self, address: &MachineAddress) -> Result<DeleteOutcome, Error> {
-        let mut backoff = CONFLICT_BACKOFF;
-        for attempt in 1..=RELEASE_ATTEMPTS {
-            let (mut configmap, mut state) = self.read_state().await?;
-            let released = state.release(address, jiff::Timestamp::now());
-            if released.is_empty() {
-                return Ok(DeleteOutcome::AlreadyGone);
-            }
-            let text = state.to_text().map_err(|e| {
-                Error::internal(format!("encoding the pool state: {e}")).with_source(e)
-            })?;
-            configmap
-                .data
-                .get_or_insert_default()
-                .insert(STATE_KEY.to_owned(), text);
-            match self.pool.replace(&configmap).await {
-                Ok(()) => {
-                    tracing::info!(
-                        machine = %address,
-                        allocations = ?released,
-                        configmap = %self.pool.path(),
-                        "byom machine returned to the pool"
-                    );
-                    return Ok(DeleteOutcome::Deleted);
-                }
-                Err(Failure::Conflict) => {
-                    tracing::debug!(machine = %address, attempt, "pool ConfigMap changed meanwhile, reading it again");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                Err(failure) => return Err(self.error_of(failure)),
-            }
-        }
-        Err(Error::unavailable(format!(
-            "ConfigMap {} changed during each of {RELEASE_ATTEMPTS} attempts to update it",
-            self.pool.path()
-        )))
     }
 
     fn error_of(&self, failure: Failure) -> Error {
@@ -242,7 +219,10 @@ impl Provider for ByomProvider {
                 ),
             });
         }
-        let outcome = self.release(&address).await;
+        let outcome = self
+            .deleter
+            .delete(&Release::new(self, address), instance_id)
+            .await;
         match &outcome {
             Ok(outcome) => {
                 tracing::info!(

@@ -3,7 +3,7 @@
 //! the pure rules this backend applies to it. Fields this crate does not know (newer CAA versions
 //! add some) are kept as they are, so a write never loses what CAA wrote.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
@@ -71,15 +71,30 @@ impl PoolState {
         serde_json::to_string_pretty(self)
     }
 
-    /// Returns the machine at `address` to the pool: every allocation of it is removed and the
-    /// address is listed as available (once), `version` and `lastUpdated` move on.
-    /// Returns the allocation ids removed; none means it was not allocated and nothing changed.
-    pub fn release(&mut self, address: &MachineAddress, now: jiff::Timestamp) -> Vec<String> {
-        let released: Vec<String> = self
-            .allocated
+    /// The allocations of the machine at `address`, by allocation id.
+    pub fn allocations_on(&self, address: &MachineAddress) -> BTreeMap<&str, &Allocation> {
+        self.allocated
             .iter()
             .filter(|(_, allocation)| same_machine(&allocation.ip, address))
-            .map(|(id, _)| id.clone())
+            .map(|(id, allocation)| (id.as_str(), allocation))
+            .collect()
+    }
+
+    /// Returns the machine at `address` to the pool from the allocations `ids`: those of them
+    /// that are still of this machine are removed, and the address is listed as available (once)
+    /// unless another allocation still holds it; `version` and `lastUpdated` move on. Returns the
+    /// allocation ids removed; none means nothing changed.
+    pub fn release(
+        &mut self,
+        address: &MachineAddress,
+        ids: &BTreeSet<String>,
+        now: jiff::Timestamp,
+    ) -> Vec<String> {
+        let released: Vec<String> = self
+            .allocations_on(address)
+            .into_keys()
+            .filter(|id| ids.contains(*id))
+            .map(str::to_owned)
             .collect();
         if released.is_empty() {
             return released;
@@ -87,7 +102,8 @@ impl PoolState {
         for id in &released {
             self.allocated.remove(id);
         }
-        if !self.available.iter().any(|ip| same_machine(ip, address)) {
+        let still_held = !self.allocations_on(address).is_empty();
+        if !still_held && !self.available.iter().any(|ip| same_machine(ip, address)) {
             self.available.push(address.to_string());
         }
         self.version += 1;
@@ -189,10 +205,14 @@ mod tests {
         "2025-03-02T08:00:00.750Z".parse().unwrap()
     }
 
+    fn ids(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|id| (*id).to_owned()).collect()
+    }
+
     #[test]
     fn release_frees_the_machine_and_keeps_everything_else() {
         let mut state = PoolState::parse(CAA_STATE).unwrap();
-        let released = state.release(&addr("192.168.122.11"), now());
+        let released = state.release(&addr("192.168.122.11"), &ids(&["web-1-6f1c"]), now());
         assert_eq!(released, ["web-1-6f1c"]);
         assert_eq!(state.available, ["192.168.122.10", "192.168.122.11"]);
         assert_eq!(state.allocated.keys().collect::<Vec<_>>(), ["db-0-9a2b"]);
@@ -210,7 +230,7 @@ mod tests {
     #[test]
     fn unknown_fields_survive_a_round_trip() {
         let mut state = PoolState::parse(CAA_STATE).unwrap();
-        state.release(&addr("192.168.122.12"), now());
+        state.release(&addr("192.168.122.12"), &ids(&["db-0-9a2b"]), now());
         let text = state.to_text().unwrap();
         let json: Value = serde_json::from_str(&text).unwrap();
         let web = &json["allocatedIPs"]["web-1-6f1c"];
@@ -224,7 +244,8 @@ mod tests {
         let original = PoolState::parse(CAA_STATE).unwrap();
         for free in ["192.168.122.10", "192.168.122.99"] {
             let mut state = original.clone();
-            assert!(state.release(&addr(free), now()).is_empty());
+            let every = ids(&["web-1-6f1c", "db-0-9a2b"]);
+            assert!(state.release(&addr(free), &every, now()).is_empty());
             assert_eq!(state, original);
         }
     }
@@ -236,12 +257,52 @@ mod tests {
                 "availableIPs":["fd00::0:1"],"version":1}"#,
         )
         .unwrap();
-        let released = state.release(&addr("fd00::1"), now());
+        let released = state.release(&addr("fd00::1"), &ids(&["a", "b"]), now());
         assert_eq!(released, ["a", "b"]);
         assert!(state.allocated.is_empty());
         assert_eq!(state.available, ["fd00::0:1"]);
         // An empty map stays a map: CAA writes into it on its next allocation.
         assert!(state.to_text().unwrap().contains("\"allocatedIPs\": {}"));
+    }
+
+    #[test]
+    fn release_removes_only_the_allocations_it_names_and_never_frees_a_held_machine() {
+        // Machine .11 was released and CAA handed it to web-2 since: releasing web-1's
+        // allocation again changes nothing, and neither does naming another machine's.
+        let mut state = PoolState::parse(CAA_STATE).unwrap();
+        state.release(&addr("192.168.122.11"), &ids(&["web-1-6f1c"]), now());
+        state.allocated.insert(
+            "web-2-77aa".to_owned(),
+            Allocation {
+                allocation_id: "web-2-77aa".to_owned(),
+                ip: "192.168.122.11".to_owned(),
+                ..state.allocated["db-0-9a2b"].clone()
+            },
+        );
+        state.available.retain(|ip| ip != "192.168.122.11");
+        let before = state.clone();
+        assert!(
+            state
+                .release(
+                    &addr("192.168.122.11"),
+                    &ids(&["web-1-6f1c", "db-0-9a2b"]),
+                    now()
+                )
+                .is_empty()
+        );
+        assert_eq!(state, before);
+
+        // A machine listed under two allocations: releasing one leaves it held by the other.
+        let mut twice = PoolState::parse(
+            r#"{"allocatedIPs":{"a":{"ip":"10.0.0.1"},"b":{"ip":"10.0.0.1"}},
+                "availableIPs":[],"version":1}"#,
+        )
+        .unwrap();
+        assert_eq!(twice.release(&addr("10.0.0.1"), &ids(&["a"]), now()), ["a"]);
+        assert!(twice.available.is_empty());
+        assert_eq!(twice.release(&addr("10.0.0.1"), &ids(&["b"]), now()), ["b"]);
+        assert_eq!(twice.available, ["10.0.0.1"]);
+        assert_eq!(twice.allocations_on(&addr("10.0.0.1")).len(), 0);
     }
 
     #[test]

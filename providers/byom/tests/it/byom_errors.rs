@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::byom_support::api_faults::{Answer, ApiFaults, Seen, object_path};
+use crate::byom_support::api_faults::{Answer, ApiFaults, object_path, step, trace};
 use crate::byom_support::{CONFIGMAP, Pool, Tap, caa_allocate};
 use http::Method;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,17 +27,6 @@ async fn pool_with_one_allocation(calls: &CloudCalls) -> (Pool, ByomProvider, Ap
         crate::byom_support::provider_behind_faults(&pool, &[POOL_RANGE], calls).await;
     let path = object_path::<ConfigMap>(&pool.ns, CONFIGMAP);
     (pool, provider, faults, path)
-}
-
-/// (method, status, served by the API server) of each request, for readable assertions.
-fn trace(seen: &[Seen]) -> Vec<(String, u16, bool)> {
-    seen.iter()
-        .map(|s| (s.method.to_string(), s.status.unwrap_or(0), s.served))
-        .collect()
-}
-
-fn step(method: &str, status: u16, served: bool) -> (String, u16, bool) {
-    (method.to_owned(), status, served)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -115,14 +104,16 @@ async fn outages_are_retried_then_the_release_succeeds() {
             step("GET", 500, false),
             step("GET", 200, true),
             step("PUT", 200, true),
+            // The deletion engine's confirming read.
+            step("GET", 200, true),
         ]
     );
     assert_eq!(calls.count("byom", GET_CONFIGMAP, "error"), 2);
-    assert_eq!(calls.count("byom", GET_CONFIGMAP, "ok"), 1);
+    assert_eq!(calls.count("byom", GET_CONFIGMAP, "ok"), 2);
     assert_eq!(calls.count("byom", REPLACE_CONFIGMAP, "ok"), 1);
     // Each request the API server answered is an attempt, classified by its status.
     assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "server_error"), 2);
-    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 1);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 2);
     assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "ok"), 1);
     let (state, _) = pool.state().await;
     assert_eq!(state["allocatedIPs"], json!({}));
@@ -173,6 +164,7 @@ async fn an_outage_during_the_update_is_retried_too() {
             step("GET", 200, true),
             step("PUT", 504, false),
             step("PUT", 200, true),
+            step("GET", 200, true),
         ]
     );
     assert_eq!(outcome.unwrap(), DeleteOutcome::Deleted);
@@ -187,22 +179,23 @@ async fn an_outage_during_the_update_is_retried_too() {
 async fn an_update_applied_whose_answer_was_lost_is_found_done_on_the_reread() {
     // The API server timed out the answer after it wrote: the retried update's resourceVersion is
     // stale, the API server refuses it (409), and the fresh read shows the machine already free.
+    // That proves nothing about who freed it; the engine's later read confirms it gone, and the
+    // answer is Deleted: this delete saw the machine allocated (the old code answered AlreadyGone).
     let calls = CloudCalls::default();
     let (pool, provider, faults, path) = pool_with_one_allocation(&calls).await;
     faults.fail_next_after_serving(Method::PUT, &path, 1, Answer::Timeout);
 
     let outcome = provider.delete_instance("10.0.0.2").await.expect("delete");
 
-    assert!(
-        matches!(outcome, DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone),
-        "{outcome:?}"
-    );
+    assert_eq!(outcome, DeleteOutcome::Deleted);
     assert_eq!(
         trace(&faults.seen()),
         [
             step("GET", 200, true),
             step("PUT", 504, true),
             step("PUT", 409, true),
+            step("GET", 200, true),
+            // The engine's confirming read.
             step("GET", 200, true),
         ]
     );
@@ -216,7 +209,7 @@ async fn an_update_applied_whose_answer_was_lost_is_found_done_on_the_reread() {
     assert_eq!(state["version"], 3, "written once");
     assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "server_error"), 1);
     assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "client_error"), 1);
-    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 2);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -251,12 +244,13 @@ async fn a_conflict_then_an_outage_on_the_reread_still_releases_and_keeps_both_c
             step("GET", 503, false),
             step("GET", 200, true),
             step("PUT", 200, true),
+            step("GET", 200, true),
         ]
     );
     assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "client_error"), 1);
     assert_eq!(calls.attempts("byom", REPLACE_CONFIGMAP, "ok"), 1);
     assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "server_error"), 1);
-    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 2);
+    assert_eq!(calls.attempts("byom", GET_CONFIGMAP, "ok"), 3);
     let allocated: Vec<String> = pool
         .allocated()
         .await

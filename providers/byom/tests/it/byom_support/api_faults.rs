@@ -167,6 +167,18 @@ pub struct Seen {
     pub served: bool,
 }
 
+/// (method, status, served by the API server) of each request, for readable assertions.
+pub fn trace(seen: &[Seen]) -> Vec<(String, u16, bool)> {
+    seen.iter()
+        .map(|s| (s.method.to_string(), s.status.unwrap_or(0), s.served))
+        .collect()
+}
+
+/// One entry of a [`trace`].
+pub fn step(method: &str, status: u16, served: bool) -> (String, u16, bool) {
+    (method.to_owned(), status, served)
+}
+
 #[derive(Default)]
 struct Script {
     faults: Vec<Fault>,

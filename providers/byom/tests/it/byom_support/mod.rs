@@ -1,6 +1,7 @@
 //! A byom pool on the local control plane, written the way cloud-api-adaptor writes it, a
 //! Kubernetes client that counts its requests and can run a competing write just before the
-//! first update it forwards, and the provider behind a fault layer in front of the real API server.
+//! first update it forwards or right after updates the API server applied, and the provider behind
+//! a fault layer in front of the real API server.
 
 pub mod api_faults;
 
@@ -63,14 +64,17 @@ pub async fn admin_without_retries() -> Client {
 }
 
 type Hook = Pin<Box<dyn Future<Output = ()> + Send>>;
+type MakeHook = Arc<dyn Fn() -> Hook + Send + Sync>;
 
 /// A Kubernetes client that forwards to `inner`, counting requests, and runs a hook (once)
-/// before forwarding the first PUT.
+/// before forwarding the first PUT, and one after each of the next PUTs the API server answered.
 #[derive(Clone)]
 pub struct Tap {
     inner: Client,
     requests: Arc<AtomicUsize>,
     before_first_put: Arc<Mutex<Option<Hook>>>,
+    /// How many more PUTs run the hook after their answer, and the hook.
+    after_puts: Arc<Mutex<Option<(usize, MakeHook)>>>,
 }
 
 impl Tap {
@@ -79,11 +83,24 @@ impl Tap {
             inner,
             requests: Arc::default(),
             before_first_put: Arc::default(),
+            after_puts: Arc::default(),
         }
     }
 
     pub fn before_first_put(&self, hook: impl Future<Output = ()> + Send + 'static) {
         *self.before_first_put.lock().expect("hook") = Some(Box::pin(hook));
+    }
+
+    /// Runs `hook()` after each of the next `times` PUTs, once the API server answered and before
+    /// the client sees the answer: another writer's update right after ours, before our next
+    /// request.
+    pub fn after_puts<F, Fut>(&self, times: usize, hook: F)
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let make: MakeHook = Arc::new(move || Box::pin(hook()));
+        *self.after_puts.lock().expect("hook") = Some((times, make));
     }
 
     pub fn requests(&self) -> usize {
@@ -106,17 +123,29 @@ impl tower::Service<Request<Body>> for Tap {
 
     fn call(&mut self, request: Request<Body>) -> Self::Future {
         self.requests.fetch_add(1, Ordering::SeqCst);
-        let hook = if request.method() == Method::PUT {
-            self.before_first_put.lock().expect("hook").take()
+        let (hook, after) = if request.method() == Method::PUT {
+            let mut after_puts = self.after_puts.lock().expect("hook");
+            let after = match after_puts.as_mut() {
+                Some((times, make)) if *times > 0 => {
+                    *times -= 1;
+                    Some(make())
+                }
+                _ => None,
+            };
+            (self.before_first_put.lock().expect("hook").take(), after)
         } else {
-            None
+            (None, None)
         };
         let inner = self.inner.clone();
         Box::pin(async move {
             if let Some(hook) = hook {
                 hook.await;
             }
-            inner.send(request).await
+            let answer = inner.send(request).await;
+            if let Some(after) = after.filter(|_| answer.is_ok()) {
+                after.await;
+            }
+            answer
         })
     }
 }
