@@ -121,8 +121,15 @@ impl ByomProvider {
             .filter(|text| !text.is_empty());
         let settings = ByomSettings::from_config(config, pod_namespace)
             .map_err(|problem| Error::config(problem.key.to_owned(), problem.reason))?;
-        let owner = OwnerTag::from_config(config)?;
-        Ok(Self::from_settings(settings, &owner, connection, calls))
+        // A machine of the pool carries no cloud's tags, so CLUSTER_TAG (set for the configuration's clouds with
+        // tags) cannot judge it: the pool (VM_POOL_IPS) is what this cluster owns, checked before every delete.
+        // The guard keeps its do-not-delete rule.
+        Ok(Self::from_settings(
+            settings,
+            &OwnerTag::default(),
+            connection,
+            calls,
+        ))
     }
 
     fn from_settings(
