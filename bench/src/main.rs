@@ -23,7 +23,7 @@ struct Cli {
           default_values_t = peerpods_bench::scenarios::fault_storm::CLOUDS.map(String::from))]
     fault_storm_clouds: Vec<String>,
     /// Whether the fault storm's lookups by id lag and flap after a create too (`false`: only lists and
-    /// deletes do), the case the deletion engine's `deleting_is_shown` assumption leaves out.
+    /// deletes do).
     #[arg(long, env = "BENCH_FAULT_STORM_LOOKUP_LAG", default_value_t = true, action = clap::ArgAction::Set)]
     fault_storm_lookup_lag: bool,
     /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).

@@ -23,9 +23,9 @@ pub struct Options {
     /// The clouds of the fault storm (names from `scenarios::fault_storm::CLOUDS`).
     pub fault_storm_clouds: Vec<String>,
     /// Whether the fault storm's lookups lag too (an instance hidden from lookups by id, and lookups
-    /// flapping, after its create). The deletion engine believes a NotFound that follows an accepted
-    /// delete (model/: the assumption `deleting_is_shown`); lookups lagging behind a young VM break that
-    /// assumption, and the storm then shows finalizers released early.
+    /// flapping, after its create). The deletion engine believes the NotFound of a VM only once it is
+    /// known older than the cloud's consistency window (model/: the assumption `lag_only_while_young`),
+    /// so lagging lookups of the storm's new VMs make it wait, not release early.
     pub fault_storm_lookup_lag: bool,
     /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
     pub floor_concurrency: usize,

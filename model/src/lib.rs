@@ -210,18 +210,24 @@ pub enum Action {
 /// counterexample without it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Assumptions {
-    /// A VM whose delete was accepted is shown (deleting) by every lookup until it is gone: a
-    /// NotFound after an accepted delete is that delete's end (the engine's rule).
-    pub deleting_is_shown: bool,
+    /// A lookup lags (answers NotFound for a VM that exists, deleting or not) only while the VM
+    /// is younger than the consistency window: the window's own premise. Without it no window
+    /// is long enough, and a NotFound of an old VM still deleting would be believed.
+    pub lag_only_while_young: bool,
     /// Once the VM is gone, a listing shows every part left: a lagging listing only happens
     /// while the VM exists (after it, nothing would name the part again).
     pub lists_catch_up_by_gone: bool,
+    /// An age the cloud tells (from its creation time) is never older than the VM is: the
+    /// driver takes a clock-skew allowance off every age for this. Without it a new VM told old
+    /// has its lagging NotFound believed.
+    pub told_ages_are_true: bool,
 }
 
 impl Assumptions {
     pub const ALL: Assumptions = Assumptions {
-        deleting_is_shown: true,
+        lag_only_while_young: true,
         lists_catch_up_by_gone: true,
+        told_ages_are_true: true,
     };
 }
 
@@ -238,6 +244,9 @@ pub struct DeletionProtocol {
     /// CAA calls DeleteInstance itself when the Pod ends (on the other provider-service
     /// replica), racing peerpod-ctrl's.
     pub caa_deletes: bool,
+    /// A lookup that shows the VM tells its age, as clouds that report a creation time do;
+    /// otherwise the engine knows the age only from its first sighting (libvirt).
+    pub cloud_tells_age: bool,
 }
 
 impl Default for DeletionProtocol {
@@ -249,6 +258,7 @@ impl Default for DeletionProtocol {
             lease_expiries: 1,
             restore: true,
             caa_deletes: true,
+            cloud_tells_age: false,
         }
     }
 }
@@ -345,13 +355,29 @@ fn fault(obs: Option<Observation>, effect: Effect) -> Answer {
 }
 
 /// Every answer the model cloud may give to `command` in state `s`, the faithful ones first.
-pub fn answers(assume: &Assumptions, s: &State, command: &Command) -> Vec<Answer> {
+pub fn answers(model: &DeletionProtocol, s: &State, command: &Command) -> Vec<Answer> {
     use Observation as O;
+    let assume = &model.assume;
     let new = s.now < Tick(1) && !s.vm_visible;
     let mut all = match command {
         Command::Wait(_) | Command::Finish(_) => return Vec::new(),
         Command::LookUp => {
-            let seen = |sighting| O::Instance(sighting);
+            // The VM is made at tick 0: its age is the time since. A cloud that may tell an age
+            // that is not true tells a new VM a window old.
+            let age = model.cloud_tells_age.then(|| {
+                if s.now == Tick::ZERO && !assume.told_ages_are_true {
+                    WINDOW.0
+                } else {
+                    s.now.since(Tick::ZERO)
+                }
+            });
+            let seen = |sighting| {
+                let age = match sighting {
+                    Sighting::NotFound | Sighting::Gone => None,
+                    _ => age,
+                };
+                O::Instance(sighting, age)
+            };
             match s.vm {
                 Res::Absent => vec![ok(seen(Sighting::NotFound), Effect::None)],
                 Res::Present if new => vec![
@@ -364,7 +390,7 @@ pub fn answers(assume: &Assumptions, s: &State, command: &Command) -> Vec<Answer
                         ok(seen(Sighting::Deleting(ours())), Effect::None),
                         fault(Some(seen(Sighting::Present(ours()))), Effect::None),
                     ];
-                    if !assume.deleting_is_shown {
+                    if s.now < Tick(1) || !assume.lag_only_while_young {
                         a.push(ok(seen(Sighting::NotFound), Effect::None));
                     }
                     a
@@ -573,9 +599,7 @@ impl DeletionProtocol {
             task.next = task.deletion.step(Observation::Waited, now);
         }
         let task = s.replicas[ps].task.as_ref()?;
-        let answer = answers(&self.assume, s, &task.next)
-            .into_iter()
-            .nth(choice)?;
+        let answer = answers(self, s, &task.next).into_iter().nth(choice)?;
         if answer.fault {
             s.faults_left -= 1;
         }
@@ -719,7 +743,7 @@ impl Model for DeletionProtocol {
                     Command::Wait(_) => task.deletion.clone().step(Observation::Waited, s.now),
                     ref command => command.clone(),
                 };
-                let all = answers(&self.assume, s, &command);
+                let all = answers(self, s, &command);
                 actions.extend(
                     all.iter()
                         .enumerate()

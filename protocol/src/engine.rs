@@ -14,7 +14,10 @@
 //! 2. Before requesting the delete, list the VM's parts (an address or an interface may be
 //!    unreachable once the VM is gone), then request the delete.
 //! 3. Confirm by a later lookup. A delete refused because of the instance's state, and a
-//!    delete answered NotFound, lead to another lookup after a wait, never to an answer.
+//!    delete answered NotFound, lead to another lookup after a wait, never to an answer. A
+//!    lookup's NotFound after an accepted delete is believed only by the window's rule (an
+//!    instance older than the window, or a NotFound that persisted for it): until then the
+//!    machine waits and looks again.
 //! 4. Once the VM is confirmed gone, list its parts again and delete only those that are the
 //!    VM's ([`Tie`]), each under the same guard; confirm each part gone by a later lookup.
 //!
@@ -113,8 +116,10 @@ pub enum DeleteAnswer {
 pub enum Observation {
     /// Nothing yet: the first step.
     Start,
-    /// The answer to [`Command::LookUp`].
-    Instance(Sighting),
+    /// The answer to [`Command::LookUp`], with the instance's age when the cloud tells its
+    /// creation time (an instance older than the consistency window is no new instance the
+    /// cloud may not show yet).
+    Instance(Sighting, Option<Duration>),
     /// The answer to [`Command::RequestDelete`].
     DeleteAnswered(DeleteAnswer),
     /// The answer to [`Command::ListParts`]: every part attached to or named for the VM.
@@ -269,7 +274,9 @@ impl<M: Moment> Deletion<M> {
         let phase = std::mem::replace(&mut self.phase, Phase::Start);
         match (phase, observation) {
             (Phase::Start, _) => self.look_up(),
-            (Phase::LookingUp, Observation::Instance(sighting)) => self.on_instance(sighting, now),
+            (Phase::LookingUp, Observation::Instance(sighting, age)) => {
+                self.on_instance(sighting, age, now)
+            }
             (Phase::Requesting, Observation::DeleteAnswered(answer)) => {
                 self.on_delete_answer(answer, now)
             }
@@ -323,10 +330,10 @@ impl<M: Moment> Deletion<M> {
         Command::ListParts
     }
 
-    fn on_instance(&mut self, sighting: Sighting, now: M) -> Command {
+    fn on_instance(&mut self, sighting: Sighting, age: Option<Duration>, now: M) -> Command {
         match sighting {
             Sighting::Present(tags) => {
-                self.memo.shown();
+                self.memo.shown(now, age);
                 self.shown = true;
                 if let Err(refusal) = self.guard.check(&tags) {
                     return self.finish(Verdict::Refused(refusal));
@@ -339,6 +346,7 @@ impl<M: Moment> Deletion<M> {
                 Command::RequestDelete
             }
             Sighting::Deleting(tags) => {
+                self.memo.shown(now, age);
                 self.memo.deletion_accepted(now);
                 self.shown = true;
                 if let Err(refusal) = self.guard.check(&tags) {
@@ -353,6 +361,11 @@ impl<M: Moment> Deletion<M> {
             Sighting::Gone => self.list(AfterListing::DeleteParts),
             Sighting::NotFound => match self.window.judge(&mut self.memo, now) {
                 NotFound::Gone => self.list(AfterListing::DeleteParts),
+                // A delete was accepted, but the instance is young: the lookup may lag behind it.
+                // The delete goes on; look again.
+                NotFound::NotYetVisible { .. } if self.memo.deletion_seen.is_some() => {
+                    self.wait(Waiting::Confirming, None)
+                }
                 NotFound::NotYetVisible {
                     unknown_for,
                     window,
@@ -544,7 +557,10 @@ mod tests {
             now,
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::ListParts),
+                (
+                    O::Instance(Sighting::Present(ours()), Some(WINDOW.0)),
+                    C::ListParts,
+                ),
                 (
                     O::Parts(vec![
                         part(
@@ -581,12 +597,12 @@ mod tests {
                 ),
                 (O::Waited, C::LookUp),
                 (
-                    O::Instance(Sighting::Deleting(ours())),
+                    O::Instance(Sighting::Deleting(ours()), None),
                     C::Wait(Waiting::CloudDeleting),
                 ),
                 (O::Waited, C::LookUp),
                 // The delete was accepted: NotFound confirms it, inside the window too.
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 // The interface goes first; the CAA address was not listed again: looked up.
                 (
                     O::Parts(vec![part(
@@ -641,7 +657,7 @@ mod tests {
             vec![
                 (O::Start, C::LookUp),
                 (
-                    O::Instance(Sighting::NotFound),
+                    O::Instance(Sighting::NotFound, None),
                     C::Finish(Verdict::NotYetVisible {
                         unknown_for: Duration::ZERO,
                         window: WINDOW.0,
@@ -660,7 +676,7 @@ mod tests {
             vec![
                 (O::Start, C::LookUp),
                 (
-                    O::Instance(Sighting::NotFound),
+                    O::Instance(Sighting::NotFound, None),
                     C::Finish(Verdict::NotYetVisible {
                         unknown_for: Duration::from_secs(299),
                         window: WINDOW.0,
@@ -674,7 +690,7 @@ mod tests {
             start + WINDOW.0,
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 (O::Parts(vec![]), C::Finish(Verdict::AlreadyGone)),
             ],
         );
@@ -688,24 +704,68 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Gone), C::ListParts),
+                (O::Instance(Sighting::Gone, None), C::ListParts),
                 (O::Parts(vec![]), C::Finish(Verdict::AlreadyGone)),
             ],
         );
     }
 
     #[test]
-    fn an_earlier_accepted_delete_makes_not_found_a_confirmation() {
-        let now = Instant::now();
+    fn an_accepted_delete_of_a_young_instance_waits_for_its_not_found_to_be_believed() {
+        let start = Instant::now();
+        let mut d = deletion();
+        expect(
+            &mut d,
+            start,
+            vec![
+                (O::Start, C::LookUp),
+                // The cloud gives no age: the instance is known from now on.
+                (O::Instance(Sighting::Present(ours()), None), C::ListParts),
+                (O::Parts(vec![]), C::RequestDelete),
+                (
+                    O::DeleteAnswered(DeleteAnswer::Accepted),
+                    C::Wait(Waiting::CloudDeleting),
+                ),
+                (O::Waited, C::LookUp),
+                // It may be the lookup's lag behind a new instance: look again.
+                (
+                    O::Instance(Sighting::NotFound, None),
+                    C::Wait(Waiting::Confirming),
+                ),
+                (O::Waited, C::LookUp),
+            ],
+        );
+        assert_eq!(d.verdict(), None);
+        // Known for the window: believed.
+        expect(
+            &mut d,
+            start + WINDOW.0,
+            vec![
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
+                (O::Parts(vec![]), C::Finish(Verdict::Deleted)),
+            ],
+        );
+        // A later run remembers the accepted delete and waits too, until the window has passed.
         let mut memo = Memo::default();
-        memo.deletion_accepted(now);
+        memo.deletion_accepted(start);
         let mut d = Deletion::new(guard(), WINDOW, memo);
         expect(
             &mut d,
-            now,
+            start,
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (
+                    O::Instance(Sighting::NotFound, None),
+                    C::Wait(Waiting::Confirming),
+                ),
+                (O::Waited, C::LookUp),
+            ],
+        );
+        expect(
+            &mut d,
+            start + WINDOW.0,
+            vec![
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 (O::Parts(vec![]), C::Finish(Verdict::AlreadyGone)),
             ],
         );
@@ -737,7 +797,7 @@ mod tests {
                 Instant::now(),
                 vec![
                     (O::Start, C::LookUp),
-                    (O::Instance(sighting), C::Finish(verdict.clone())),
+                    (O::Instance(sighting, None), C::Finish(verdict.clone())),
                     (
                         O::DeleteAnswered(DeleteAnswer::Accepted),
                         C::Finish(verdict),
@@ -752,7 +812,10 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Present(tags(&[]))), C::ListParts),
+                (
+                    O::Instance(Sighting::Present(tags(&[])), None),
+                    C::ListParts,
+                ),
             ],
         );
     }
@@ -766,7 +829,7 @@ mod tests {
             start,
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::ListParts),
+                (O::Instance(Sighting::Present(ours()), None), C::ListParts),
                 (O::Parts(vec![]), C::RequestDelete),
                 (
                     O::DeleteAnswered(DeleteAnswer::WrongState),
@@ -774,7 +837,10 @@ mod tests {
                 ),
                 (O::Waited, C::LookUp),
                 // Listed once while shown: the next sighting requests the delete at once.
-                (O::Instance(Sighting::Present(ours())), C::RequestDelete),
+                (
+                    O::Instance(Sighting::Present(ours()), None),
+                    C::RequestDelete,
+                ),
                 (
                     O::DeleteAnswered(DeleteAnswer::NotFound),
                     C::Wait(Waiting::Confirming),
@@ -782,7 +848,7 @@ mod tests {
                 (O::Waited, C::LookUp),
                 // Shown a moment ago and no delete accepted: NotFound is not yet proof.
                 (
-                    O::Instance(Sighting::NotFound),
+                    O::Instance(Sighting::NotFound, None),
                     C::Finish(Verdict::NotYetVisible {
                         unknown_for: Duration::ZERO,
                         window: WINDOW.0,
@@ -802,15 +868,18 @@ mod tests {
             now,
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Deleting(ours())), C::ListParts),
+                (
+                    O::Instance(Sighting::Deleting(ours()), Some(WINDOW.0)),
+                    C::ListParts,
+                ),
                 (O::Parts(vec![]), C::Wait(Waiting::CloudDeleting)),
                 (O::Waited, C::LookUp),
                 (
-                    O::Instance(Sighting::Deleting(ours())),
+                    O::Instance(Sighting::Deleting(ours()), None),
                     C::Wait(Waiting::CloudDeleting),
                 ),
                 (O::Waited, C::LookUp),
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 (O::Parts(vec![]), C::Finish(Verdict::Deleted)),
             ],
         );
@@ -825,14 +894,17 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::ListParts),
+                (O::Instance(Sighting::Present(ours()), None), C::ListParts),
                 (O::Parts(vec![]), C::RequestDelete),
                 (
                     O::DeleteAnswered(DeleteAnswer::Accepted),
                     C::Wait(Waiting::CloudDeleting),
                 ),
                 (O::Waited, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::RequestDelete),
+                (
+                    O::Instance(Sighting::Present(ours()), None),
+                    C::RequestDelete,
+                ),
                 // Tags read again: a mark set meanwhile stops it.
                 (
                     O::DeleteAnswered(DeleteAnswer::Accepted),
@@ -840,10 +912,10 @@ mod tests {
                 ),
                 (O::Waited, C::LookUp),
                 (
-                    O::Instance(Sighting::Present(tags(&[
-                        ("cluster", "prod"),
-                        (DO_NOT_DELETE, "true"),
-                    ]))),
+                    O::Instance(
+                        Sighting::Present(tags(&[("cluster", "prod"), (DO_NOT_DELETE, "true")])),
+                        None,
+                    ),
                     C::Finish(Verdict::Refused(Refusal::DoNotDelete {
                         tag: DO_NOT_DELETE,
                         value: "true".into(),
@@ -863,7 +935,7 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Gone), C::ListParts),
+                (O::Instance(Sighting::Gone, None), C::ListParts),
                 (O::Parts(vec![owned_disk]), C::DeletePart(disk.clone())),
                 (
                     O::PartDeleteAnswered(DeleteAnswer::WrongState),
@@ -922,7 +994,7 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Gone), C::ListParts),
+                (O::Instance(Sighting::Gone, None), C::ListParts),
                 (
                     O::Parts(vec![part(
                         PartKind::Disk,
@@ -966,14 +1038,17 @@ mod tests {
             Instant::now(),
             vec![
                 (O::Start, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::ListParts),
+                (
+                    O::Instance(Sighting::Present(ours()), Some(WINDOW.0)),
+                    C::ListParts,
+                ),
                 (O::Parts(vec![disk]), C::RequestDelete),
                 (
                     O::DeleteAnswered(DeleteAnswer::Accepted),
                     C::Wait(Waiting::CloudDeleting),
                 ),
                 (O::Waited, C::LookUp),
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 (O::Parts(vec![marked]), C::Finish(Verdict::Deleted)),
             ],
         );
@@ -991,7 +1066,10 @@ mod tests {
             vec![
                 (O::Start, C::LookUp),
                 (O::Waited, C::LookUp),
-                (O::Instance(Sighting::Present(ours())), C::ListParts),
+                (
+                    O::Instance(Sighting::Present(ours()), Some(WINDOW.0)),
+                    C::ListParts,
+                ),
                 (O::Waited, C::ListParts),
                 (O::Parts(vec![]), C::RequestDelete),
                 (O::Parts(vec![]), C::RequestDelete),
@@ -1001,7 +1079,7 @@ mod tests {
                 ),
                 (O::Start, C::Wait(Waiting::CloudDeleting)),
                 (O::Waited, C::LookUp),
-                (O::Instance(Sighting::NotFound), C::ListParts),
+                (O::Instance(Sighting::NotFound, None), C::ListParts),
                 (
                     O::Parts(vec![part(PartKind::Disk, "d", Tie::GoesWithVm, ours())]),
                     C::DeletePart(disk.clone()),

@@ -6,11 +6,15 @@
 //! Where a cloud does not document it, a window still costs nothing but time on an id that never
 //! existed. So a NotFound proves an instance gone only when
 //!
-//! - a delete of it was seen accepted before: this process's delete request was accepted, or
-//!   the cloud showed the instance being deleted (a later NotFound is that delete's end, and a
-//!   deleting instance is no new instance the cloud has not shown everywhere yet), or
-//! - it has persisted for the window, counted from the first NotFound for the instance's key;
-//!   any answer that shows the instance starts the count over.
+//! - the instance is known to be older than the window: the cloud's lag is about new instances
+//!   (its age when first shown, as the cloud reports its creation time, plus the time since),
+//!   or
+//! - the NotFound has persisted for the window, counted from the first NotFound for the
+//!   instance's key; any answer that shows the instance starts this count over.
+//!
+//! An accepted delete proves nothing by itself: right after a create, a lookup may not show an
+//! instance whose delete the cloud has just accepted, and that instance (and what is attached to
+//! it) still exists.
 //!
 //! Pure: the caller passes the time ([`Moment`]), so the same rules run under a model checker
 //! with logical time.
@@ -43,6 +47,9 @@ pub struct Memo<M> {
     pub first_not_found: Option<M>,
     /// When a delete of the instance was last seen accepted.
     pub deletion_seen: Option<M>,
+    /// When the instance was first shown, with the age the cloud gave it then (zero when the
+    /// cloud did not say).
+    pub first_shown: Option<(M, Duration)>,
 }
 
 impl<M> Default for Memo<M> {
@@ -50,6 +57,7 @@ impl<M> Default for Memo<M> {
         Memo {
             first_not_found: None,
             deletion_seen: None,
+            first_shown: None,
         }
     }
 }
@@ -57,12 +65,25 @@ impl<M> Default for Memo<M> {
 impl<M: Moment> Memo<M> {
     /// The latest moment this memo records, if any.
     fn last(&self) -> Option<M> {
-        self.first_not_found.max(self.deletion_seen)
+        self.first_not_found
+            .max(self.deletion_seen)
+            .max(self.first_shown.map(|(at, _)| at))
     }
 
-    /// An answer showed the instance: a NotFound before it was the cloud's lag.
-    pub fn shown(&mut self) {
+    /// An answer at `now` showed the instance, `age` old if the cloud says: a NotFound before it
+    /// was the cloud's lag.
+    pub fn shown(&mut self, now: M, age: Option<Duration>) {
         self.first_not_found = None;
+        let age = age.unwrap_or_default();
+        if self.known_for(now).is_none_or(|known| known < age) {
+            self.first_shown = Some((now, age));
+        }
+    }
+
+    /// How long the instance is known to have existed at `now`, if it was ever shown.
+    pub fn known_for(&self, now: M) -> Option<Duration> {
+        self.first_shown
+            .map(|(at, age)| now.since(at).saturating_add(age))
     }
 
     /// A delete of the instance was accepted (by this process, or the cloud shows it deleting).
@@ -75,8 +96,8 @@ impl<M: Moment> Memo<M> {
 /// What a NotFound means now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NotFound {
-    /// Gone: a delete was seen accepted, the NotFound persisted for the whole window, or the
-    /// window is zero.
+    /// Gone: the instance is older than the window, the NotFound persisted for the whole window,
+    /// or the window is zero.
     Gone,
     /// Unknown for `unknown_for` only, less than `window`: possibly a new instance the cloud does
     /// not show everywhere yet.
@@ -93,7 +114,7 @@ pub struct Window(pub Duration);
 impl Window {
     /// Judges a NotFound at `now`, recording it in `memo`.
     pub fn judge<M: Moment>(self, memo: &mut Memo<M>, now: M) -> NotFound {
-        if memo.deletion_seen.is_some() || self.0.is_zero() {
+        if self.0.is_zero() || memo.known_for(now).is_some_and(|known| known >= self.0) {
             return NotFound::Gone;
         }
         let first = *memo.first_not_found.get_or_insert(now);
@@ -198,7 +219,7 @@ mod tests {
         let start = Instant::now();
         let mut memo = Memo::default();
         let _ = WINDOW.judge(&mut memo, start);
-        memo.shown();
+        memo.shown(start + secs(299), None);
         assert_eq!(
             WINDOW.judge(&mut memo, start + secs(300)),
             NotFound::NotYetVisible {
@@ -209,13 +230,59 @@ mod tests {
     }
 
     #[test]
-    fn a_not_found_after_an_accepted_delete_confirms_it() {
+    fn an_accepted_delete_proves_nothing_by_itself() {
         let start = Instant::now();
         let mut memo = Memo::default();
         let _ = WINDOW.judge(&mut memo, start);
+        memo.shown(start, None);
         memo.deletion_accepted(start + secs(1));
         assert_eq!(memo.first_not_found, None);
-        assert_eq!(WINDOW.judge(&mut memo, start + secs(2)), NotFound::Gone);
+        assert_eq!(memo.deletion_seen, Some(start + secs(1)));
+        // Shown a moment ago: a NotFound may be the cloud's lag for a new instance.
+        assert!(matches!(
+            WINDOW.judge(&mut memo, start + secs(2)),
+            NotFound::NotYetVisible { .. }
+        ));
+        // Known for the whole window: no new instance any more.
+        memo.first_not_found = None;
+        assert_eq!(WINDOW.judge(&mut memo, start + WINDOW.0), NotFound::Gone);
+    }
+
+    #[test]
+    fn an_instance_older_than_the_window_is_believed_gone_at_once() {
+        let start = Instant::now();
+        let mut memo = Memo::default();
+        memo.shown(start, Some(WINDOW.0));
+        assert_eq!(memo.known_for(start), Some(WINDOW.0));
+        assert_eq!(WINDOW.judge(&mut memo, start), NotFound::Gone);
+        // Younger by a second: not yet.
+        let mut memo = Memo::default();
+        memo.shown(start, Some(WINDOW.0 - secs(1)));
+        assert!(matches!(
+            WINDOW.judge(&mut memo, start),
+            NotFound::NotYetVisible { .. }
+        ));
+        assert_eq!(WINDOW.judge(&mut memo, start + secs(1)), NotFound::Gone);
+    }
+
+    #[test]
+    fn the_oldest_known_age_is_kept() {
+        let start = Instant::now();
+        let mut memo = Memo::default();
+        assert_eq!(memo.known_for(start), None);
+        memo.shown(start, None);
+        assert_eq!(memo.first_shown, Some((start, Duration::ZERO)));
+        // A later answer without an age changes nothing.
+        memo.shown(start + secs(5), None);
+        assert_eq!(memo.known_for(start + secs(5)), Some(secs(5)));
+        // An age older than known replaces it; a younger one does not.
+        memo.shown(start + secs(5), Some(secs(60)));
+        assert_eq!(memo.first_shown, Some((start + secs(5), secs(60))));
+        memo.shown(start + secs(6), Some(secs(10)));
+        assert_eq!(memo.known_for(start + secs(6)), Some(secs(61)));
+        // Equal is no change either.
+        memo.shown(start + secs(6), Some(secs(61)));
+        assert_eq!(memo.first_shown, Some((start + secs(5), secs(60))));
     }
 
     #[test]
@@ -277,6 +344,10 @@ mod tests {
         memo.deletion_accepted(start + secs(10));
         memo.first_not_found = Some(start);
         assert_eq!(memo.last(), Some(start + secs(10)));
+        // The first sighting counts too.
+        let mut shown = memo;
+        shown.first_shown = Some((start + secs(20), Duration::ZERO));
+        assert_eq!(shown.last(), Some(start + secs(20)));
         let mut book = Book::new(WINDOW);
         let key = InstanceKey::new(ProviderName::Aws, "i-1");
         book.keep(&key, memo);

@@ -186,6 +186,8 @@ pub async fn a_new_vm_the_cloud_does_not_show_yet_is_not_gone(
     );
     assert!(emulator.injected().not_found >= 1);
     assert!(emulator.vm_or_parts_exist(&id));
+    // Shown now, and new: its NotFound after the delete is believed once the window (the suite's
+    // `not_shown_yet` keys set a short one) has passed since it was first shown.
     emulator.set_faults(Faults::default());
     delete_until_gone(emulator, provider, &id).await;
 }

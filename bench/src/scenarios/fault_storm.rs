@@ -64,6 +64,22 @@ const INVISIBLE_LIST: Duration = Duration::from_secs(20);
 const INVISIBLE_DELETE: Duration = Duration::from_secs(10);
 /// From the storm's start, how long answers about a VM flap (every kind of call, half of them not found).
 const FLAPPING: Duration = Duration::from_secs(30);
+/// How long after its creation some kind of call may still not see a VM, or see it flap, under `faults`.
+fn longest_lag(faults: &Faults) -> Duration {
+    [
+        faults.invisible_after_create,
+        faults.invisible.get,
+        faults.invisible.list,
+        faults.invisible.delete,
+        faults.flapping.window,
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or_default()
+}
+
+/// How much longer than the storm's longest lag provider-service's consistency window is.
+const WINDOW_MARGIN: Duration = Duration::from_secs(5);
 /// Every this many VMs (the first included), one gets a part beside it that is not the VM's.
 const FOREIGN_EVERY: usize = 10;
 /// A lookup of the checks (release, leak, foreign part) is asked this often, each within the deadline, before it
@@ -264,8 +280,9 @@ impl Cloud {
         })
     }
 
-    /// provider-service's configuration for this cloud, with short request deadlines where they can be set.
-    fn config(&self) -> Vec<(String, String)> {
+    /// provider-service's configuration for this cloud, with short request deadlines where they can be set, and
+    /// the cloud's consistency window (`window`, whole seconds up) when given.
+    fn config(&self, window: Option<Duration>) -> Vec<(String, String)> {
         let timeout_ms = (REQUEST_TIMEOUT_SECS * 1000).to_string();
         let timeout_s = REQUEST_TIMEOUT_SECS.to_string();
         let extra: Vec<(&str, &str)> = vec![
@@ -287,13 +304,30 @@ impl Cloud {
             Cloud::Aws(_) => "AWS_",
         };
         // Only this cloud's keys (and the shared ones): another cloud's key would be unknown to it.
-        test_support::fault_checks::with(
-            base,
-            &extra
-                .into_iter()
-                .filter(|(k, _)| k.starts_with(prefix) || *k == "DELETE_UNTAGGED")
-                .collect::<Vec<_>>(),
-        )
+        let mut extra: Vec<(&str, &str)> = extra
+            .into_iter()
+            .filter(|(k, _)| k.starts_with(prefix) || *k == "DELETE_UNTAGGED")
+            .collect();
+        let window_secs = window.map(|w| w.as_secs_f64().ceil().to_string());
+        if let Some(secs) = &window_secs {
+            extra.push((self.window_setting(), secs));
+        }
+        test_support::fault_checks::with(base, &extra)
+    }
+
+    /// The configuration key of this cloud's consistency window.
+    fn window_setting(&self) -> &'static str {
+        match self {
+            Cloud::Aws(_) => "AWS_NOT_FOUND_WINDOW_SECS",
+            Cloud::Emulator(emulator) => match emulator.provider() {
+                "azure" => "AZURE_NOT_FOUND_WINDOW_SECS",
+                "gcp" => "GCP_NOT_FOUND_WINDOW_SECS",
+                "ibmcloud-powervs" => "POWERVS_NOT_FOUND_WINDOW_SECS",
+                "ibmcloud" => "IBMCLOUD_NOT_FOUND_WINDOW_SECS",
+                // alibabacloud, the last of FAULT_STORM_CLOUDS
+                _ => "ALIBABACLOUD_NOT_FOUND_WINDOW_SECS",
+            },
+        }
     }
 
     /// Creates `n` VMs; returns their names and ids.
@@ -420,6 +454,7 @@ impl Cloud {
             },
             flapping: Flapping::within(setup + FLAPPING, flapping_kinds),
             operation_polls: Some(OPERATION_POLLS),
+            created_age: Some(Duration::ZERO),
             ..Faults::storm(HANG, SEED)
         };
         let settings = StormSettings {
@@ -577,6 +612,12 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     if let Cloud::Aws(_) = *cloud {
         test_support::moto::moto().reset();
     }
+    // Born new: the VMs lag for the storm's windows from their creation, and say they are that young (their
+    // creation times), as a cloud lags only for new instances.
+    cloud.set_storm(Some(&Faults {
+        created_age: Some(Duration::ZERO),
+        ..Faults::default()
+    }));
     let created = Instant::now();
     let vms = cloud.create_vms(n).await?;
     let ids: Vec<String> = vms.iter().map(|(_, id)| id.clone()).collect();
@@ -586,16 +627,24 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
             foreign.push(part);
         }
     }
-    let (provider, _config) = start_provider(options, &scenario, &cloud.config()).await?;
-    let ctrl = start_ctrl(options, &scenario, cluster, provider.1).await?;
-    let provider = provider.0;
-
     let ns = format!("bench-fault-storm-{name}");
     cluster.namespace(&ns).await?;
     cluster
         .create_peerpods(&ns, "storm", name, &ids, false)
         .await?;
     let api = cluster.peerpods(&ns);
+
+    let (settings, faults) = cloud.storm_settings(
+        created.elapsed(),
+        options.fault_storm_lookup_lag,
+        name == "alibabacloud",
+    );
+    // The cloud's consistency window outlasts its longest lag, the premise of the engine's window.
+    let window = longest_lag(&faults) + WINDOW_MARGIN;
+    let (provider, _config) =
+        start_provider(options, &scenario, &cloud.config(Some(window))).await?;
+    let ctrl = start_ctrl(options, &scenario, cluster, provider.1).await?;
+    let provider = provider.0;
 
     // The watch: every PeerPod seen going is checked against the cloud at that moment.
     let releases: Arc<Mutex<Vec<(Duration, Check)>>> = Arc::default();
@@ -634,11 +683,6 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
     };
 
     let before = Scrape::parse(&provider.metrics().await?)?;
-    let (settings, faults) = cloud.storm_settings(
-        created.elapsed(),
-        options.fault_storm_lookup_lag,
-        name == "alibabacloud",
-    );
     cloud.set_storm(Some(&faults));
     let begin = Instant::now();
     *started.lock().unwrap_or_else(|p| p.into_inner()) = Some(begin);

@@ -26,6 +26,15 @@ fn model(
         lease_expiries,
         restore,
         caa_deletes: caa,
+        cloud_tells_age: false,
+    }
+}
+
+/// `model(..)` on a cloud whose lookups tell the VM's age.
+fn telling_age(model: DeletionProtocol) -> DeletionProtocol {
+    DeletionProtocol {
+        cloud_tells_age: true,
+        ..model
     }
 }
 
@@ -82,6 +91,11 @@ fn caa_deleting_beside_peerpod_ctrl() {
     assert_holds(model(0, 0, 0, false, true));
 }
 
+#[test]
+fn a_cloud_telling_ages_with_faults_restarts_and_a_lease_expiry() {
+    assert_holds(telling_age(model(1, 1, 1, false, false)));
+}
+
 // The deep configurations: every actor with faults.
 
 #[test]
@@ -125,14 +139,29 @@ fn broken(model: DeletionProtocol, property: &str) -> Counterexample {
 }
 
 #[test]
-fn without_deleting_shown_a_not_found_in_the_creation_window_releases_early() {
+fn without_lag_only_while_young_a_not_found_of_an_old_vm_still_deleting_releases_early() {
     let c = broken(
         DeletionProtocol {
             assume: Assumptions {
-                deleting_is_shown: false,
+                lag_only_while_young: false,
                 ..Assumptions::ALL
             },
             ..model(2, 0, 0, false, false)
+        },
+        RELEASED_ONLY_WHEN_GONE,
+    );
+    assert!(c.len() <= 16, "{c}");
+}
+
+#[test]
+fn without_true_ages_a_new_vm_told_old_is_released_on_a_lagging_not_found() {
+    let c = broken(
+        DeletionProtocol {
+            assume: Assumptions {
+                told_ages_are_true: false,
+                ..Assumptions::ALL
+            },
+            ..telling_age(model(2, 0, 0, false, false))
         },
         RELEASED_ONLY_WHEN_GONE,
     );

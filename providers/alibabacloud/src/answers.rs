@@ -69,13 +69,16 @@ fn items<'a>(value: &'a Value, outer: &str, inner: &str) -> &'a [Value] {
         .unwrap_or_default()
 }
 
-/// ECS writes creation times as `2017-12-10T04:04Z` (minutes) or with seconds.
+/// The latest moment an instance may have been created, from its `CreationTime`: ECS writes
+/// `2017-12-10T04:04Z` (whole minutes; the instance may have been made up to the end of that
+/// minute, so the end it is: an age from it is never too old) or a time with seconds.
 pub fn creation_time(text: &str) -> Option<jiff::Timestamp> {
     if let Ok(at) = text.parse::<jiff::Timestamp>() {
         return Some(at);
     }
     let minutes = text.strip_suffix('Z')?;
-    format!("{minutes}:00Z").parse().ok()
+    let start: jiff::Timestamp = format!("{minutes}:00Z").parse().ok()?;
+    start.checked_add(jiff::SignedDuration::from_secs(60)).ok()
 }
 
 pub fn instances_page(answer: &Value) -> Result<InstancesPage, String> {
@@ -196,7 +199,7 @@ mod tests {
         assert_eq!(instance.memory_mib, Some(16384));
         assert_eq!(
             instance.created,
-            Some("2017-12-10T04:04:00Z".parse().expect("time"))
+            Some("2017-12-10T04:05:00Z".parse().expect("time"))
         );
         assert_eq!(
             creation_time("2021-04-23T01:37:38Z"),

@@ -32,7 +32,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use peerpods_provider_core::deletion::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie};
+use peerpods_provider_core::deletion::{
+    DeleteAnswer, Lookup, Part, PartId, PartKind, Sighting, Tie,
+};
 use peerpods_provider_core::{DeletionPorts, Error, InstanceKey, do_not_delete};
 
 use super::answers::{self, EcsInstance, Eip};
@@ -250,7 +252,7 @@ fn eip_only(part: &PartId) -> Result<&str, Error> {
 
 #[async_trait]
 impl DeletionPorts for EcsPorts<'_> {
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
         let found = self.describe(instance.id()).await?;
         let sighting = match &found {
             None => Sighting::NotFound,
@@ -264,8 +266,9 @@ impl DeletionPorts for EcsPorts<'_> {
                 seen.last_word = Some(format!("ECS still lists {} {}", i.id, i.status));
             }
         }
+        let created = found.as_ref().and_then(|i| i.created);
         seen.instance = found;
-        Ok(sighting)
+        Ok(Lookup::created(sighting, created))
     }
 
     async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {

@@ -60,6 +60,15 @@ pub struct Ec2Instance {
     pub vcpus: Option<u64>,
 }
 
+impl Ec2Instance {
+    /// Its launch time: when EC2 says it was created (the last start of a restarted instance is
+    /// later than its creation, so an age from it is never too old).
+    pub fn created(&self) -> Option<jiff::Timestamp> {
+        let time = self.launch_time?;
+        jiff::Timestamp::new(time.secs(), i32::try_from(time.subsec_nanos()).ok()?).ok()
+    }
+}
+
 pub struct Ec2 {
     client: aws_sdk_ec2::Client,
     permits: Semaphore,

@@ -174,9 +174,7 @@ impl Provider for AwsProvider {
             .await?
             .into_iter()
             .map(|instance| Instance {
-                created: instance.launch_time.and_then(|time| {
-                    jiff::Timestamp::new(time.secs(), i32::try_from(time.subsec_nanos()).ok()?).ok()
-                }),
+                created: instance.created(),
                 id: instance.id,
                 tags: instance.tags.into_iter().collect(),
             })

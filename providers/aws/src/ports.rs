@@ -27,7 +27,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 use futures::future::join_all;
-use peerpods_provider_core::deletion::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie};
+use peerpods_provider_core::deletion::{
+    DeleteAnswer, Lookup, Part, PartId, PartKind, Sighting, Tie,
+};
 use peerpods_provider_core::{DeletionPorts, Error, InstanceKey};
 
 use super::batch::BatchPolicy;
@@ -183,7 +185,7 @@ fn only_addresses(part: &PartId) -> Result<&str, Error> {
 
 #[async_trait]
 impl DeletionPorts for Ec2Ports<'_> {
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
         let Some(found) = self
             .calls
             .describe
@@ -191,16 +193,17 @@ impl DeletionPorts for Ec2Ports<'_> {
             .await
             .map_err(into_error)?
         else {
-            return Ok(Sighting::NotFound);
+            return Ok(Lookup::of(Sighting::NotFound));
         };
         let tags = tags_of(&found.tags);
         self.remember(&tags);
-        Ok(match found.state.as_deref() {
+        let sighting = match found.state.as_deref() {
             Some("terminated") => Sighting::Gone,
             Some("shutting-down") => Sighting::Deleting(tags),
             // pending, running, stopping, stopped: TerminateInstances accepts each.
             _ => Sighting::Present(tags),
-        })
+        };
+        Ok(Lookup::created(sighting, found.created()))
     }
 
     async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {

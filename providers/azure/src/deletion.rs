@@ -34,7 +34,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use azure_core::http::Method;
 use peerpods_provider_core::deletion::{
-    DeleteAnswer, DeletionPorts, Part, PartId, PartKind, Sighting, Tie,
+    DeleteAnswer, DeletionPorts, Lookup, Part, PartId, PartKind, Sighting, Tie,
 };
 use peerpods_provider_core::{Error, InstanceKey};
 
@@ -301,7 +301,7 @@ impl Listing {
 
 #[async_trait]
 impl DeletionPorts for VmPorts<'_> {
-    async fn look_up(&self, _instance: &InstanceKey) -> Result<Sighting, Error> {
+    async fn look_up(&self, _instance: &InstanceKey) -> Result<Lookup, Error> {
         let reading = format!("reading VM {}", self.vm.name);
         let answer = self
             .arm
@@ -309,7 +309,7 @@ impl DeletionPorts for VmPorts<'_> {
             .await?;
         if answer.status == 404 {
             self.seen().attached = None;
-            return Ok(Sighting::NotFound);
+            return Ok(Lookup::of(Sighting::NotFound));
         }
         if !answer.is_success() {
             return Err(self.arm.failure(&answer, &reading));
@@ -317,11 +317,12 @@ impl DeletionPorts for VmPorts<'_> {
         let vm: Vm = self.arm.json(&answer, &reading)?;
         let tags = vm.string_tags();
         self.seen().attached = Some(vm.attached(&self.caa));
-        Ok(if vm.is_deleting() {
+        let sighting = if vm.is_deleting() {
             Sighting::Deleting(tags)
         } else {
             Sighting::Present(tags)
-        })
+        };
+        Ok(Lookup::created(sighting, vm.created()))
     }
 
     async fn request_delete(&self, _instance: &InstanceKey) -> Result<DeleteAnswer, Error> {

@@ -201,13 +201,17 @@ impl Vm {
         string_tags(&self.tags)
     }
 
-    pub fn into_instance(self) -> Option<Instance> {
-        let tags = self.string_tags();
-        let created = self
-            .properties
+    /// When ARM says the VM was created (`properties.timeCreated`).
+    pub fn created(&self) -> Option<jiff::Timestamp> {
+        self.properties
             .time_created
             .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok());
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+    }
+
+    pub fn into_instance(self) -> Option<Instance> {
+        let tags = self.string_tags();
+        let created = self.created();
         Some(Instance {
             id: self.id?,
             created,

@@ -21,8 +21,9 @@ use crate::{DeleteOutcome, Error, ProviderConfig, ProviderName};
 /// instance's state is [`DeleteAnswer::WrongState`], a failure of the call is an [`Error`].
 #[async_trait]
 pub trait DeletionPorts: Send + Sync {
-    /// Looks the instance up (by id, so that a cloud that lists it shows it).
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error>;
+    /// Looks the instance up (by id, so that a cloud that lists it shows it), with its creation
+    /// time when the answer carries one.
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error>;
 
     /// Asks the cloud to delete the instance.
     async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error>;
@@ -55,6 +56,44 @@ fn no_parts(instance: &InstanceKey, part: &PartId) -> Error {
         part.id
     ))
 }
+
+/// What a lookup of the instance showed: the sighting, and when the cloud says the instance was
+/// created, if its answer says. An instance older than the consistency window is no new instance
+/// the cloud may not show yet: its NotFound is believed at once, where one of unknown age waits
+/// the window out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    pub sighting: Sighting,
+    /// The latest moment the instance may have been created (a cloud that writes its creation
+    /// time in whole minutes gives the end of that minute).
+    pub created: Option<jiff::Timestamp>,
+}
+
+impl Lookup {
+    /// A sighting of an instance whose creation time the answer does not give.
+    pub fn of(sighting: Sighting) -> Self {
+        Lookup {
+            sighting,
+            created: None,
+        }
+    }
+
+    /// A sighting of an instance created at `created`, when the answer says.
+    pub fn created(sighting: Sighting, created: Option<jiff::Timestamp>) -> Self {
+        Lookup { sighting, created }
+    }
+
+    /// The instance's age at `now` by this machine's clock, less [`CLOCK_SKEW`]; `None` when the
+    /// cloud gave no creation time or the instance is younger than the allowance.
+    pub fn age(&self, now: jiff::Timestamp) -> Option<Duration> {
+        let age: Duration = now.duration_since(self.created?).try_into().ok()?;
+        age.checked_sub(CLOCK_SKEW)
+    }
+}
+
+/// How far this machine's clock may be ahead of the cloud's: taken off every age the cloud's
+/// creation times give, so that a fast clock never makes a young instance look old.
+pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 /// How long the driver waits before looking again, per thing it waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +196,11 @@ impl Deleter {
             self.book().keep(&key, deletion.memo());
             tracing::debug!(instance = %key, ?command, "deletion step");
             observation = match command {
-                Command::LookUp => Observation::Instance(ports.look_up(&key).await?),
+                Command::LookUp => {
+                    let lookup = ports.look_up(&key).await?;
+                    let age = lookup.age(jiff::Timestamp::now());
+                    Observation::Instance(lookup.sighting, age)
+                }
                 Command::RequestDelete => {
                     Observation::DeleteAnswered(ports.request_delete(&key).await?)
                 }
@@ -203,5 +246,24 @@ impl Deleter {
                 message: format!("instance {instance_id}: {refusal}"),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_age_is_the_time_since_creation_less_the_clock_skew() {
+        let now: jiff::Timestamp = "2026-11-27T12:00:00Z".parse().unwrap();
+        let created = |text: &str| Lookup::created(Sighting::NotFound, Some(text.parse().unwrap()));
+        assert_eq!(
+            created("2026-11-27T11:00:00Z").age(now),
+            Some(Duration::from_secs(3600) - CLOCK_SKEW)
+        );
+        // Younger than the allowance, or created "after" now by a slow clock: no age.
+        assert_eq!(created("2026-11-27T11:59:30Z").age(now), None);
+        assert_eq!(created("2026-11-27T12:05:00Z").age(now), None);
+        assert_eq!(Lookup::of(Sighting::NotFound).age(now), None);
     }
 }

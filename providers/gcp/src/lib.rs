@@ -256,13 +256,18 @@ impl Provider for GcpProvider {
 /// The domain view of a Compute Engine instance: its name is the id CAA records.
 fn domain_instance(instance: ComputeInstance) -> Instance {
     Instance {
-        created: instance
-            .creation_timestamp
-            .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok()),
+        created: created_of(&instance),
         id: instance.name.unwrap_or_default(),
         tags: instance.labels.into_iter().collect(),
     }
+}
+
+/// When Compute Engine says `instance` was created (its `creationTimestamp`, RFC 3339).
+fn created_of(instance: &ComputeInstance) -> Option<jiff::Timestamp> {
+    instance
+        .creation_timestamp
+        .as_deref()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
 }
 
 /// A fresh `requestId` for `instances.delete` (a UUID, as Compute Engine asks), so that an

@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Sighting};
+use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Lookup, Sighting};
 use peerpods_provider_core::{Error, InstanceKey};
 
 use crate::GcpProvider;
@@ -91,19 +91,21 @@ fn ended_with_error(
 
 #[async_trait]
 impl DeletionPorts for GcpProvider {
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
         let name = instance.id();
         let instance = match self.compute.get_instance(name).await {
             Ok(instance) => instance,
             Err(failure) if failure.is_not_found() => {
                 self.pending.ended(name);
-                return Ok(Sighting::NotFound);
+                return Ok(Lookup::of(Sighting::NotFound));
             }
             Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
         };
+        let created = crate::created_of(&instance);
+        let seen = |sighting| Ok(Lookup::created(sighting, created));
         let labels = instance.labels.into_iter().collect();
         let Some(operation) = self.pending.of(name) else {
-            return Ok(Sighting::Present(labels));
+            return seen(Sighting::Present(labels));
         };
         let what = format!("deleting instance {name}");
         let polled = self
@@ -112,11 +114,11 @@ impl DeletionPorts for GcpProvider {
             .await
             .map_err(|failure| failure.into_error(&what))?;
         match operation::progress(&polled) {
-            Progress::Running => Ok(Sighting::Deleting(labels)),
+            Progress::Running => seen(Sighting::Deleting(labels)),
             // Done: the instance is on its way out; a later lookup confirms it.
             Progress::Done => {
                 self.pending.ended(name);
-                Ok(Sighting::Deleting(labels))
+                seen(Sighting::Deleting(labels))
             }
             Progress::Failed {
                 status,
@@ -126,7 +128,7 @@ impl DeletionPorts for GcpProvider {
                 self.pending.ended(name);
                 // Nothing was deleted: the instance is as the lookup shows it.
                 ended_with_error(status, codes, message, &what)?;
-                Ok(Sighting::Present(labels))
+                seen(Sighting::Present(labels))
             }
         }
     }

@@ -14,7 +14,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Sighting, window_from_config};
+use peerpods_provider_core::deletion::{
+    DeleteAnswer, DeletionPorts, Lookup, Sighting, window_from_config,
+};
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Deleter, Error, InstanceKey, OwnerTag, Pace, ProviderConfig,
     ProviderName, Redactor,
@@ -53,9 +55,13 @@ pub struct Backend {
 
 /// What the cloud shows of an instance, before its tags are read.
 pub enum Shown {
-    /// It is there: its CRN (where its user tags are attached) and whether the cloud shows it
-    /// being deleted.
-    Found { crn: Option<String>, deleting: bool },
+    /// It is there: its CRN (where its user tags are attached), when it was created and whether
+    /// the cloud shows it being deleted.
+    Found {
+        crn: Option<String>,
+        created: Option<jiff::Timestamp>,
+        deleting: bool,
+    },
     /// The API does not know it (404): not yet, or no more.
     Unknown,
     /// The API says it was deleted (410).
@@ -220,19 +226,27 @@ impl<L: Lookups> Ports<'_, L> {
 
 #[async_trait]
 impl<L: Lookups> DeletionPorts for Ports<'_, L> {
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
         self.within_bound()?;
         Ok(match self.lookups.look_up(instance.id()).await? {
             Shown::Found {
                 crn,
+                created,
                 deleting: false,
-            } => Sighting::Present(self.backend.tags(crn.as_deref()).await?),
+            } => Lookup::created(
+                Sighting::Present(self.backend.tags(crn.as_deref()).await?),
+                created,
+            ),
             Shown::Found {
                 crn,
+                created,
                 deleting: true,
-            } => Sighting::Deleting(self.tags_while_deleting(crn).await?),
-            Shown::Unknown => Sighting::NotFound,
-            Shown::Deleted => Sighting::Gone,
+            } => Lookup::created(
+                Sighting::Deleting(self.tags_while_deleting(crn).await?),
+                created,
+            ),
+            Shown::Unknown => Lookup::of(Sighting::NotFound),
+            Shown::Deleted => Lookup::of(Sighting::Gone),
         })
     }
 

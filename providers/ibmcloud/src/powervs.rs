@@ -194,6 +194,10 @@ impl Lookups for PowerVsProvider {
         Ok(match self.lookup(instance_id).await? {
             Ok(instance) => Shown::Found {
                 deleting: instance.status.eq_ignore_ascii_case("DELETING"),
+                created: instance
+                    .creation_date
+                    .as_deref()
+                    .and_then(timestamps::parse),
                 crn: instance.crn,
             },
             Err(reqwest::StatusCode::GONE) => Shown::Deleted,

@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::backend::{self, Backend, Kind, Lookups, Shown};
 use crate::settings::VpcSettings;
-use crate::{instance_id, search};
+use crate::{instance_id, search, timestamps};
 use peerpods_provider_core::deletion::DeleteAnswer;
 
 /// The `cloud_provider` name of this backend.
@@ -44,6 +44,9 @@ static KIND: Kind = Kind {
 struct VpcInstance {
     #[serde(default)]
     crn: Option<String>,
+    /// RFC 3339.
+    #[serde(default)]
+    created_at: Option<String>,
     #[serde(default)]
     status: String,
     #[serde(default)]
@@ -256,6 +259,7 @@ impl Lookups for IbmCloudVpcProvider {
         Ok(match self.instance(instance_id).await? {
             Some(instance) => Shown::Found {
                 deleting: instance.status == "deleting",
+                created: instance.created_at.as_deref().and_then(timestamps::parse),
                 crn: instance.crn,
             },
             None => Shown::Unknown,
@@ -286,6 +290,7 @@ mod tests {
     fn instance(vcpus: Option<u64>, memory: Option<u64>) -> VpcInstance {
         VpcInstance {
             crn: None,
+            created_at: None,
             status: "running".into(),
             vcpu: vcpus.map(|count| Vcpu { count: Some(count) }),
             memory,

@@ -50,7 +50,7 @@ use peerpods_provider_core::CloudCalls;
 use peerpods_provider_core::Error;
 use peerpods_provider_core::ProviderConfig;
 use peerpods_provider_core::deletion::{
-    DeleteAnswer, Part, PartId, PartKind, Sighting, Tie, window_from_config,
+    DeleteAnswer, Lookup, Part, PartId, PartKind, Sighting, Tie, window_from_config,
 };
 use peerpods_provider_core::{
     Capacity, DeleteOutcome, Deleter, DeletionPorts, Figure, Health, Instance, InstanceKey,
@@ -516,7 +516,8 @@ fn volume_only(part: &PartId) -> Result<String, Error> {
 
 #[async_trait]
 impl DeletionPorts for DomainPorts<'_> {
-    async fn look_up(&self, instance: &InstanceKey) -> Result<Sighting, Error> {
+    /// A domain has no creation time libvirt reports: its age is known from its first sighting.
+    async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
         let uuid = instance.id().to_owned();
         let shown = self
             .provider
@@ -531,7 +532,7 @@ impl DeletionPorts for DomainPorts<'_> {
             None => Sighting::NotFound,
         };
         seen.latest = shown;
-        Ok(sighting)
+        Ok(Lookup::of(sighting))
     }
 
     async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {

@@ -27,7 +27,7 @@ test_support::fault_suite! {
     hang_config: &[("ALIBABACLOUD_REQUEST_TIMEOUT_MS", "500")],
     /// ECS's documented eventual consistency: an instance `DescribeInstances` does not list yet,
     /// inside ALIBABACLOUD_NOT_FOUND_WINDOW_SECS, is retryable, not gone.
-    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
+    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[("ALIBABACLOUD_NOT_FOUND_WINDOW_SECS", "2")]),
 }
 
 /// ECS accepted the deletion but still lists the instance when the wait bound ends (a slow

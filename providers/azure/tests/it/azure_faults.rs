@@ -28,5 +28,5 @@ test_support::fault_suite! {
     /// EC2-style eventual consistency: ARM answers 404 for a VM created moments ago. Inside
     /// AZURE_NOT_FOUND_WINDOW_SECS such a 404 (of a VM this process never saw deleted) is a wait
     /// (NotYetVisible) and no part is looked for by name, and the VM is deleted once ARM shows it.
-    not_shown_yet: a_new_vm_the_cloud_does_not_show_yet_is_not_gone(&[]),
+    not_shown_yet: a_new_vm_the_cloud_does_not_show_yet_is_not_gone(&[("AZURE_NOT_FOUND_WINDOW_SECS", "2")]),
 }

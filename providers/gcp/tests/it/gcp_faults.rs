@@ -33,5 +33,5 @@ test_support::fault_suite! {
     hang_config: &[("GCP_REQUEST_TIMEOUT_MS", "500")],
     /// EC2-style eventual consistency on this cloud: a 404 inside GCP_NOT_FOUND_WINDOW_SECS of an
     /// instance this process never saw deleted is a wait (not yet visible), not gone.
-    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
+    not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[("GCP_NOT_FOUND_WINDOW_SECS", "2")]),
 }

@@ -5,7 +5,7 @@
 
 /// The fault suite of one backend, by its emulator and provider types.
 macro_rules! backend_suite {
-    ($backend:ident, $emulator:ty, $provider:ty) => {
+    ($backend:ident, $emulator:ty, $provider:ty, $window_key:literal) => {
         mod $backend {
             use peerpods_provider_core::{CloudCalls, ProviderConfig};
             use test_support::cloud::CloudEmulator;
@@ -31,7 +31,7 @@ macro_rules! backend_suite {
                 /// EC2-style eventual consistency on this cloud: a 404 inside the backend's NotFound window
                 /// (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, `POWERVS_NOT_FOUND_WINDOW_SECS`) of an instance this
                 /// process never saw deleted is a wait (not yet visible), not gone.
-                not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[]),
+                not_shown_yet: a_new_instance_the_cloud_does_not_show_yet_is_not_gone(&[($window_key, "2")]),
             }
         }
     };
@@ -40,10 +40,12 @@ macro_rules! backend_suite {
 backend_suite!(
     vpc,
     peerpods_emulator_ibmcloud::VpcEmulator,
-    peerpods_provider_ibmcloud::IbmCloudVpcProvider
+    peerpods_provider_ibmcloud::IbmCloudVpcProvider,
+    "IBMCLOUD_NOT_FOUND_WINDOW_SECS"
 );
 backend_suite!(
     powervs,
     peerpods_emulator_ibmcloud::PowerVsEmulator,
-    peerpods_provider_ibmcloud::PowerVsProvider
+    peerpods_provider_ibmcloud::PowerVsProvider,
+    "POWERVS_NOT_FOUND_WINDOW_SECS"
 );
