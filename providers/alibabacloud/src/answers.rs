@@ -73,12 +73,16 @@ fn items<'a>(value: &'a Value, outer: &str, inner: &str) -> &'a [Value] {
 /// `2017-12-10T04:04Z` (whole minutes; the instance may have been made up to the end of that
 /// minute, so the end it is: an age from it is never too old) or a time with seconds.
 pub fn creation_time(text: &str) -> Option<jiff::Timestamp> {
-    if let Ok(at) = text.parse::<jiff::Timestamp>() {
-        return Some(at);
+    // jiff reads a time without seconds as the minute's start.
+    let at: jiff::Timestamp = text.parse().ok()?;
+    let whole_minutes = text
+        .split_once('T')
+        .is_some_and(|(_, time)| time.matches(':').count() == 1 && time.ends_with('Z'));
+    if whole_minutes {
+        at.checked_add(jiff::SignedDuration::from_secs(60)).ok()
+    } else {
+        Some(at)
     }
-    let minutes = text.strip_suffix('Z')?;
-    let start: jiff::Timestamp = format!("{minutes}:00Z").parse().ok()?;
-    start.checked_add(jiff::SignedDuration::from_secs(60)).ok()
 }
 
 pub fn instances_page(answer: &Value) -> Result<InstancesPage, String> {

@@ -109,8 +109,8 @@ async fn the_reference_examples_are_read_and_the_next_token_followed() {
     );
     assert_eq!(
         listed[0].created,
-        Some("2017-12-10T04:04:00Z".parse().expect("time")),
-        "ECS writes `CreationTime` to the minute"
+        Some("2017-12-10T04:05:00Z".parse().expect("time")),
+        "ECS writes `CreationTime` to the minute (04:04): the latest it may be is the minute's end"
     );
     let pages = emulator.params_of("DescribeInstances");
     assert_eq!(pages.len(), 2, "{pages:?}");

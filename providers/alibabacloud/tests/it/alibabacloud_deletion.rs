@@ -23,7 +23,7 @@ fn provider(emulator: &AlibabaCloudEmulator, extra: &[(&str, &str)]) -> AlibabaC
 }
 
 /// The reference's `DescribeInstances` example listing `instances` only (each `(id, status)`,
-/// no tag, its primary NIC only), on one page.
+/// no tag, its primary NIC only, created this minute: new instances), on one page.
 fn describe_answer(instances: &[(&str, &str)]) -> String {
     let mut answer: Value = serde_json::from_str(examples::DESCRIBE_INSTANCES).expect("example");
     let template = answer["Instances"]["Instance"][0].clone();
@@ -33,6 +33,11 @@ fn describe_answer(instances: &[(&str, &str)]) -> String {
             let mut item = template.clone();
             item["InstanceId"] = json!(id);
             item["Status"] = json!(status);
+            item["CreationTime"] = json!(
+                jiff::Timestamp::now()
+                    .strftime("%Y-%m-%dT%H:%MZ")
+                    .to_string()
+            );
             item["Tags"] = json!({"Tag": []});
             item["NetworkInterfaces"] = json!({"NetworkInterface": [
                 {"Type": "Primary", "NetworkInterfaceId": "eni-2zeprimary000001"}
@@ -90,7 +95,12 @@ async fn a_not_found_delete_right_after_a_listing_is_not_already_gone() {
         invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(1)),
         ..Faults::default()
     });
-    let provider = provider(&emulator, &[("ALIBABACLOUD_POLL_INTERVAL_MS", "200")]);
+    // The instance is new: its NotFound after the delete is believed once the window (short
+    // here) has passed since it was first shown.
+    let provider = provider(
+        &emulator,
+        &[("ALIBABACLOUD_POLL_INTERVAL_MS", "200"), (WINDOW_KEY, "1")],
+    );
     let id = emulator.create_instance("pod-new", &[], false);
 
     let answer = provider.delete_instance(&id).await;
