@@ -45,10 +45,11 @@ const MAX_TAG_FILTERS: usize = 20;
 const MAX_VCPUS: &str = "max-postpaid-instance-vcpu-count";
 const USED_VCPUS: &str = "used-postpaid-instance-vcpu-count";
 
-/// How long `DescribeInstances` must keep not listing an instance this process never saw
-/// deleted (nor being released) before it counts as gone (`ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`): ECS is eventually
-/// consistent ("ECS OpenAPI eventual consistency": right after `RunInstances`, `DescribeInstances`
-/// may return an empty list or `InvalidInstance.NotFound`); five minutes, as for EC2.
+/// How long `DescribeInstances` must keep not listing an instance before it counts as gone,
+/// unless this process saw it older than that (`ALIBABACLOUD_NOT_FOUND_WINDOW_SECS`): ECS is
+/// eventually consistent ("ECS OpenAPI eventual consistency": right after `RunInstances`,
+/// `DescribeInstances` may return an empty list or `InvalidInstance.NotFound`); five minutes, as
+/// for EC2.
 const NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
 /// The setting of [`NOT_FOUND_WINDOW`].
 pub const NOT_FOUND_WINDOW_SETTING: &str = "ALIBABACLOUD_NOT_FOUND_WINDOW_SECS";

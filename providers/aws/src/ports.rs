@@ -11,8 +11,9 @@
 //! What EC2 shows, as the engine reads it:
 //! - an instance `pending`, `running`, `stopping` or `stopped`: present (`TerminateInstances`
 //!   accepts every one of them); `shutting-down`: being deleted; `terminated` (EC2 keeps showing it
-//!   for about an hour): gone; not listed: not found, which the engine believes only past the
-//!   consistency window.
+//!   for about an hour): gone; not listed: not found, which the engine believes at once only
+//!   for an instance known older than the consistency window, otherwise once it persisted for
+//!   the window.
 //! - its parts: the Elastic IPs associated with it. cloud-api-adaptor's AWS provider allocates no
 //!   Elastic IP (its public address is the one EC2 assigns to the interface it creates with
 //!   `DeleteOnTermination`, which EC2 deletes with the instance), and it tags what it creates with

@@ -46,8 +46,8 @@ use crate::resources::{
     tie,
 };
 
-/// How long ARM must keep answering 404 for a VM this process never saw deleted (nor saw ARM
-/// deleting) before it counts as gone (`AZURE_NOT_FOUND_WINDOW_SECS`). ARM does not promise that
+/// How long ARM must keep answering 404 for a VM before it counts as gone, unless this process
+/// saw it older than that (`AZURE_NOT_FOUND_WINDOW_SECS`). ARM does not promise that
 /// every instance serving a read already knows a VM created moments ago, and a VM taken for gone
 /// has its leftover parts looked for by name; the window only costs time on a VM that never
 /// existed.

@@ -51,8 +51,8 @@ const DELETE_POLL: Duration = Duration::from_secs(1);
 pub const DELETE_POLL_SETTING: &str = "GCP_DELETE_POLL_MS";
 /// A bound on `instances.list` pages (500 instances each) against a looping page token.
 const MAX_PAGES: usize = 1000;
-/// How long `instances.get` must keep answering 404 for an instance this process never saw
-/// being deleted before it counts as gone (`GCP_NOT_FOUND_WINDOW_SECS`). Compute Engine does not
+/// How long `instances.get` must keep answering 404 before the instance counts as gone, unless
+/// this process saw it older than that (`GCP_NOT_FOUND_WINDOW_SECS`). Compute Engine does not
 /// document a lag after `instances.insert`, so the window only costs time on an id that never
 /// existed, and guards a VM created moments ago against being released on a stale read.
 const NOT_FOUND_WINDOW: Duration = Duration::from_secs(120);

@@ -29,8 +29,9 @@ pub struct PowerVsProvider {
     workspace_url: String,
 }
 
-/// The not-found window: how long the Power API must keep answering 404 for an instance this
-/// process never saw deleted before it counts as gone (`POWERVS_NOT_FOUND_WINDOW_SECS`, 120 s).
+/// The not-found window: how long the Power API must keep answering 404 before an instance
+/// counts as gone, unless this process saw it older than that (`POWERVS_NOT_FOUND_WINDOW_SECS`,
+/// 120 s).
 /// Power Virtual Server does not document a lag after a create; the window only costs time on
 /// an id that never existed.
 static KIND: Kind = Kind {

@@ -28,8 +28,8 @@ pub struct IbmCloudVpcProvider {
     settings: VpcSettings,
 }
 
-/// The not-found window: how long the VPC API must keep answering 404 for an instance this
-/// process never saw deleted before it counts as gone (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, 120 s).
+/// The not-found window: how long the VPC API must keep answering 404 before an instance counts
+/// as gone, unless this process saw it older than that (`IBMCLOUD_NOT_FOUND_WINDOW_SECS`, 120 s).
 /// IBM Cloud VPC does not document a lag after `POST /instances`; the window only costs time
 /// on an id that never existed.
 static KIND: Kind = Kind {
