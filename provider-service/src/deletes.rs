@@ -100,8 +100,8 @@ pub type Finished = Result<DeleteOutcome, Arc<Error>>;
 /// What a call hears within its answer window.
 #[derive(Debug, Clone)]
 pub enum Answer {
-    /// The instance is confirmed gone, or the delete failed. Never [`DeleteOutcome::NotYetVisible`]:
-    /// that is [`Answer::InProgress`] with [`Wait::NotYetVisible`].
+    /// The instance is confirmed gone, or the delete failed. Never [`DeleteOutcome::NotYetVisible`]
+    /// nor [`DeleteOutcome::InProgress`]: those are [`Answer::InProgress`].
     Finished(Finished),
     /// Not confirmed gone, not failed: ask again.
     InProgress(Wait),
@@ -175,8 +175,11 @@ impl Job {
                     window: *window,
                     setting,
                 }),
+                // The backend's bound passed with the cloud still deleting: the next call resumes.
+                Some(Ok(DeleteOutcome::InProgress)) | None => {
+                    Answer::InProgress(Wait::CloudDeleting)
+                }
                 Some(finished) => Answer::Finished(finished.clone()),
-                None => Answer::InProgress(Wait::CloudDeleting),
             },
             // The task ended without an answer: it panicked.
             Ok(Err(_)) => Answer::Finished(Err(Arc::new(Error::internal(
@@ -255,6 +258,12 @@ impl Deletes {
                         tracing::info!(
                             unknown_for_ms = unknown_for.as_millis() as u64,
                             "the cloud does not show the instance yet; the next call looks again"
+                        );
+                    }
+                    Ok(DeleteOutcome::InProgress) => {
+                        tracing::Span::current().record("outcome", "in_progress");
+                        tracing::info!(
+                            "the cloud is still deleting the instance past the backend's bound; the next call resumes"
                         );
                     }
                     Ok(outcome) => {

@@ -251,6 +251,7 @@ fn delete_answer(
     let result = match outcome {
         DeleteOutcome::Deleted => pb::DeleteResult::Deleted,
         DeleteOutcome::AlreadyGone => pb::DeleteResult::AlreadyGone,
+        DeleteOutcome::InProgress => return in_progress(Wait::CloudDeleting, req, retry_after),
         DeleteOutcome::NotYetVisible {
             unknown_for,
             window,

@@ -49,7 +49,7 @@ pub async fn delete_until_gone(emulator: &dyn CloudEmulator, provider: &dyn Prov
     loop {
         match delete_once(provider, id).await {
             Ok(DeleteOutcome::Deleted | DeleteOutcome::AlreadyGone) => break,
-            Ok(DeleteOutcome::NotYetVisible { .. })
+            Ok(DeleteOutcome::NotYetVisible { .. } | DeleteOutcome::InProgress)
             | Err(Error::Throttled { .. } | Error::Unavailable { .. })
                 if Instant::now() < deadline =>
             {

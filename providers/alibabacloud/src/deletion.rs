@@ -100,11 +100,6 @@ impl<'a> EcsPorts<'a> {
         self.seen.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// What ECS or VPC last answered that the delete was waiting out, if anything.
-    pub fn last_word(&self) -> Option<String> {
-        self.seen().last_word.clone()
-    }
-
     fn said(&self, word: String) {
         self.seen().last_word = Some(word);
     }
@@ -269,6 +264,11 @@ impl DeletionPorts for EcsPorts<'_> {
         let created = found.as_ref().and_then(|i| i.created);
         seen.instance = found;
         Ok(Lookup::created(sighting, created))
+    }
+
+    /// What ECS or VPC last answered that the delete was waiting out, if anything.
+    fn last_word(&self) -> Option<String> {
+        self.seen().last_word.clone()
     }
 
     async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {

@@ -22,7 +22,7 @@ mod signature;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use peerpods_provider_core::deletion::window_from_config;
+use peerpods_provider_core::deletion::{Bound, window_from_config};
 use peerpods_provider_core::{
     Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance, OwnerTag, Pace,
     Provider, ProviderConfig, ProviderName, TagSelector,
@@ -85,7 +85,11 @@ impl AlibabaCloudProvider {
             window,
             NOT_FOUND_WINDOW_SETTING,
             Pace::every(settings.poll_interval),
-        );
+        )
+        .with_bound(Bound {
+            within: settings.wait_timeout,
+            setting: settings::WAIT_TIMEOUT_MS,
+        });
         Ok(Self {
             api,
             settings,
@@ -94,22 +98,13 @@ impl AlibabaCloudProvider {
         })
     }
 
-    /// Deletes `instance_id` by the engine's rules, for at most `ALIBABACLOUD_WAIT_TIMEOUT_MS`:
-    /// a delete still waiting for ECS or VPC then is a retryable `Unavailable` naming what it
-    /// waits for, and the next call resumes it (the engine keeps what it learnt).
+    /// Deletes `instance_id` by the engine's rules, waiting for ECS and VPC for at most
+    /// `ALIBABACLOUD_WAIT_TIMEOUT_MS` ([`Deleter::with_bound`]): a release still running then is
+    /// in progress, a refusal still standing a retryable `Unavailable` naming what ECS or VPC
+    /// last said; the next call resumes it (the engine keeps what it learnt).
     async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let ports = EcsPorts::new(&self.api, &self.settings.region, self.owner.required());
-        let bound = self.settings.wait_timeout;
-        match tokio::time::timeout(bound, self.deleter.delete(&ports, instance_id)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Error::unavailable(format!(
-                "ECS instance {instance_id} is not confirmed deleted after {bound:?} \
-                 ({}); the next call resumes",
-                ports
-                    .last_word()
-                    .unwrap_or_else(|| "no answer to wait out".to_owned())
-            ))),
-        }
+        self.deleter.delete(&ports, instance_id).await
     }
 
     /// Every instance of the region carrying the selector's tags (up to 20 filtered by ECS),

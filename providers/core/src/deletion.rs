@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use peerpods_protocol::engine::{Command, Deletion, Observation, Verdict};
-use peerpods_protocol::window::Book;
+use peerpods_protocol::window::{Book, Memo};
 use peerpods_protocol::{Guard, InstanceKey, Refusal, Window};
 
 pub use peerpods_protocol::engine::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie, Waiting};
@@ -46,6 +46,12 @@ pub trait DeletionPorts: Send + Sync {
     /// Looks one part up.
     async fn look_up_part(&self, instance: &InstanceKey, part: &PartId) -> Result<Sighting, Error> {
         Err(no_parts(instance, part))
+    }
+
+    /// What the cloud last answered that the deletion waits out (a status, a refusal), for the
+    /// error of a delete that ends at its bound while the cloud refuses it.
+    fn last_word(&self) -> Option<String> {
+        None
     }
 }
 
@@ -135,8 +141,17 @@ pub fn window_from_config(
     Ok(Window(config.duration_secs(setting)?.unwrap_or(default)))
 }
 
-/// The deletions of one backend: its guard, its pace, and what it remembers of each instance
-/// between deletions (the consistency window's memos, keyed by [`InstanceKey`]).
+/// How long one delete call may go on before it answers, and what sets that bound (named in the
+/// answer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bound {
+    pub within: Duration,
+    /// The configuration key that sets it, or how it is set.
+    pub setting: &'static str,
+}
+
+/// The deletions of one backend: its guard, its pace, its bound, and what it remembers of each
+/// instance between deletions (the consistency window's memos, keyed by [`InstanceKey`]).
 #[derive(Debug)]
 pub struct Deleter {
     provider: ProviderName,
@@ -144,6 +159,8 @@ pub struct Deleter {
     pace: Pace,
     /// The configuration key of the window, named when an instance is not yet visible.
     window_setting: &'static str,
+    /// Checked before each wait; `None`: only the caller's bound (provider-service's).
+    bound: Option<Bound>,
     book: Mutex<Book<Instant>>,
 }
 
@@ -160,8 +177,19 @@ impl Deleter {
             guard,
             pace,
             window_setting,
+            bound: None,
             book: Mutex::new(Book::new(window)),
         }
+    }
+
+    /// Ends each delete call at its first wait past `bound`: a delete the cloud accepted (or
+    /// shows deleting) and has not finished is then [`DeleteOutcome::InProgress`], a wait; one the
+    /// cloud still refuses, or whose parts are still being deleted, a retryable
+    /// [`Error::Unavailable`] naming what it waits for. The next call resumes from the memo. Each
+    /// cloud call is bounded by the backend's own request deadline; this bounds the waits.
+    pub fn with_bound(mut self, bound: Bound) -> Self {
+        self.bound = Some(bound);
+        self
     }
 
     pub fn window(&self) -> Window {
@@ -191,6 +219,7 @@ impl Deleter {
         };
         let mut deletion = Deletion::new(self.guard.clone(), window, memo);
         let mut observation = Observation::Start;
+        let started = Instant::now();
         loop {
             let command = deletion.step(observation, Instant::now());
             self.book().keep(&key, deletion.memo());
@@ -212,6 +241,9 @@ impl Deleter {
                     Observation::Part(ports.look_up_part(&key, &part).await?)
                 }
                 Command::Wait(waiting) => {
+                    if let Some(bound) = self.bound.filter(|b| started.elapsed() >= b.within) {
+                        return self.out_of_time(&key, deletion.memo(), waiting, bound, ports);
+                    }
                     tokio::time::sleep(self.pace.of(waiting)).await;
                     Observation::Waited
                 }
@@ -223,6 +255,38 @@ impl Deleter {
                 }
             };
         }
+    }
+
+    /// The answer of a delete whose bound passed as it was about to wait for `waiting`.
+    fn out_of_time(
+        &self,
+        key: &InstanceKey,
+        memo: Memo<Instant>,
+        waiting: Waiting,
+        bound: Bound,
+        ports: &(impl DeletionPorts + ?Sized),
+    ) -> Result<DeleteOutcome, Error> {
+        let what = match waiting {
+            // The cloud accepted the delete and is at it: a wait, not a failure.
+            Waiting::CloudDeleting | Waiting::Confirming if memo.deletion_seen.is_some() => {
+                tracing::info!(instance = %key, within_ms = bound.within.as_millis() as u64, setting = bound.setting, "the cloud is still deleting the instance; the next call resumes");
+                return Ok(DeleteOutcome::InProgress);
+            }
+            Waiting::CloudDeleting | Waiting::Confirming => "is not confirmed deleted".to_owned(),
+            Waiting::CloudBusy => "still refuses its delete for its state".to_owned(),
+            Waiting::Part(kind) => format!("still has a {} being deleted", kind.as_str()),
+        };
+        let said = ports
+            .last_word()
+            .map(|word| format!(" ({word})"))
+            .unwrap_or_default();
+        Err(Error::unavailable(format!(
+            "{} instance {} {what} after {} s{said} ({}); the next call resumes",
+            self.provider.as_str(),
+            key.id(),
+            bound.within.as_secs_f64(),
+            bound.setting,
+        )))
     }
 
     fn outcome(&self, instance_id: &str, verdict: Verdict) -> Result<DeleteOutcome, Error> {

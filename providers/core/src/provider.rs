@@ -14,7 +14,8 @@ use crate::{Error, ProviderName};
 pub type TagSelector = BTreeMap<String, String>;
 
 /// What deleting an instance did, as the deletion engine judged it ([`crate::deletion`]).
-/// `Deleted` and `AlreadyGone` are success (gone is never an error); `NotYetVisible` is a wait.
+/// `Deleted` and `AlreadyGone` are success (gone is never an error); `NotYetVisible` and
+/// `InProgress` are waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeleteOutcome {
     /// The instance existed and is confirmed gone, with its own parts.
@@ -29,6 +30,10 @@ pub enum DeleteOutcome {
         window: Duration,
         setting: &'static str,
     },
+    /// The cloud accepted the delete (or shows the instance being deleted) and has not
+    /// confirmed it gone within the backend's bound: not gone, not a failure; ask again later,
+    /// and the next call resumes.
+    InProgress,
 }
 
 impl DeleteOutcome {
@@ -38,6 +43,7 @@ impl DeleteOutcome {
             DeleteOutcome::Deleted => "deleted",
             DeleteOutcome::AlreadyGone => "already_gone",
             DeleteOutcome::NotYetVisible { .. } => "not_yet_visible",
+            DeleteOutcome::InProgress => "in_progress",
         }
     }
 

@@ -31,7 +31,7 @@ use google_cloud_compute_v1::model::Instance as ComputeInstance;
 pub use settings::{CredentialSource, GcpSettings};
 
 use compute::{Compute, Target};
-use peerpods_provider_core::deletion::window_from_config;
+use peerpods_provider_core::deletion::{Bound, window_from_config};
 use peerpods_provider_core::{
     Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Health, Instance, OwnerTag, Pace,
     Provider, ProviderConfig, ProviderName, Redactor, TagSelector, Window,
@@ -61,7 +61,6 @@ pub const NOT_FOUND_WINDOW_SETTING: &str = "GCP_NOT_FOUND_WINDOW_SECS";
 
 pub struct GcpProvider {
     compute: Compute,
-    delete_timeout: Duration,
     /// The deletion engine's driver: the guard (`CLUSTER_TAG`, do-not-delete), the not-found
     /// window and the pace of lookups.
     deleter: Deleter,
@@ -120,7 +119,6 @@ impl GcpProvider {
             .map_err(|message| Error::config(settings::COMPUTE_ENDPOINT, message))?;
         Ok(GcpProvider {
             compute,
-            delete_timeout: DELETE_TIMEOUT,
             deleter: deleter(&OwnerTag::default(), Window(NOT_FOUND_WINDOW), DELETE_POLL),
             pending: ports::Pending::default(),
         })
@@ -183,19 +181,7 @@ impl Provider for GcpProvider {
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         // The name becomes part of the URL path: never send one that is not a valid name.
         self.validate_instance_id(instance_id)?;
-        let outcome = match tokio::time::timeout(
-            self.delete_timeout,
-            self.deleter.delete(self, instance_id),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            // What the deletion learnt is kept: the next call resumes from it.
-            Err(_) => Err(Error::unavailable(format!(
-                "deleting instance {instance_id}: Compute Engine is still deleting it after {} s; ask again to confirm it gone",
-                self.delete_timeout.as_secs()
-            ))),
-        };
+        let outcome = self.deleter.delete(self, instance_id).await;
         match &outcome {
             Ok(outcome) => tracing::info!(
                 instance_id,
@@ -285,6 +271,10 @@ fn deleter(owner: &OwnerTag, window: Window, poll: Duration) -> Deleter {
         NOT_FOUND_WINDOW_SETTING,
         Pace::every(poll),
     )
+    .with_bound(Bound {
+        within: DELETE_TIMEOUT,
+        setting: "the backend's fixed delete bound",
+    })
 }
 
 fn config_error(problem: settings::Problem) -> Error {

@@ -9,13 +9,12 @@
 //! is an operator's reservation (cloud-api-adaptor creates none) and is never deleted.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use peerpods_provider_core::deletion::{
-    DeleteAnswer, DeletionPorts, Lookup, Sighting, window_from_config,
+    Bound, DeleteAnswer, DeletionPorts, Lookup, Sighting, window_from_config,
 };
 use peerpods_provider_core::{
     CloudCalls, DeleteOutcome, Deleter, Error, InstanceKey, OwnerTag, Pace, ProviderConfig,
@@ -101,7 +100,11 @@ impl Backend {
             window,
             kind.not_found_setting,
             Pace::every(policy.delete_poll),
-        );
+        )
+        .with_bound(Bound {
+            within: policy.delete_timeout,
+            setting: "IBMCLOUD_DELETE_TIMEOUT_SECONDS",
+        });
         Ok(Backend {
             cloud: Cloud::new(http, Iam::new(iam.clone())),
             tagging_url: tagging_url.to_owned(),
@@ -110,23 +113,18 @@ impl Backend {
         })
     }
 
-    /// Deletes the instance by the deletion engine's rules through `lookups` (`what` names the
-    /// delete in messages). Once the delete timeout (`IBMCLOUD_DELETE_TIMEOUT_SECONDS`) has
-    /// passed, a lookup the engine asks for is not made: the answer is a retryable
-    /// `Unavailable`, and the next call resumes from what this one learnt.
+    /// Deletes the instance by the deletion engine's rules through `lookups`. Once the delete timeout (`IBMCLOUD_DELETE_TIMEOUT_SECONDS`) has
+    /// passed, the next wait is not waited ([`Deleter::with_bound`]): a delete the cloud accepted
+    /// is in progress, a refusal a retryable `Unavailable`; the next call resumes from what this
+    /// one learnt.
     pub async fn delete(
         &self,
         lookups: &impl Lookups,
         instance_id: &str,
-        what: &str,
     ) -> Result<DeleteOutcome, Error> {
-        let policy = self.cloud.http.policy();
         let ports = Ports {
             backend: self,
             lookups,
-            what,
-            deadline: tokio::time::Instant::now() + policy.delete_timeout,
-            looked: AtomicBool::new(false),
             tags_while_deleting: Mutex::new(None),
         };
         let outcome = self.deleter.delete(&ports, instance_id).await;
@@ -171,36 +169,17 @@ pub fn is_delete_answer(status: StatusCode) -> bool {
 /// User tags, and the CRN they were read for.
 type TagsOf = (Option<String>, BTreeMap<String, String>);
 
-/// The engine's ports for one delete call: a backend's [`Lookups`], the instance's user tags
-/// with each sighting, and the call's bound.
+/// The engine's ports for one delete call: a backend's [`Lookups`] and the instance's user tags
+/// with each sighting.
 struct Ports<'a, L> {
     backend: &'a Backend,
     lookups: &'a L,
-    what: &'a str,
-    deadline: tokio::time::Instant,
-    /// Whether this call looked the instance up already.
-    looked: AtomicBool,
     /// The tags read while the cloud showed the instance being deleted, by its CRN: read once
     /// per call (a mark set during the cloud's deletion cannot stop it).
     tags_while_deleting: Mutex<Option<TagsOf>>,
 }
 
 impl<L: Lookups> Ports<'_, L> {
-    /// A retryable error once the bound has passed, for any lookup but the call's first.
-    fn within_bound(&self) -> Result<(), Error> {
-        let first = !self.looked.swap(true, Ordering::Relaxed);
-        if first || tokio::time::Instant::now() < self.deadline {
-            return Ok(());
-        }
-        let policy = self.backend.cloud.http.policy();
-        Err(Error::unavailable(format!(
-            "{}: still deleting after {} s; ask again in {} s to confirm it gone",
-            self.what,
-            policy.delete_timeout.as_secs(),
-            policy.delete_poll.as_secs().max(1)
-        )))
-    }
-
     async fn tags_while_deleting(
         &self,
         crn: Option<String>,
@@ -227,7 +206,6 @@ impl<L: Lookups> Ports<'_, L> {
 #[async_trait]
 impl<L: Lookups> DeletionPorts for Ports<'_, L> {
     async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
-        self.within_bound()?;
         Ok(match self.lookups.look_up(instance.id()).await? {
             Shown::Found {
                 crn,

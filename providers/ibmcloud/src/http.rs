@@ -189,10 +189,6 @@ impl Http {
         &self.client
     }
 
-    pub fn policy(&self) -> &CallPolicy {
-        &self.policy
-    }
-
     /// The cloud's explanation of an error body, without secrets.
     pub fn cloud_message(&self, body: &str) -> String {
         self.redactor.redact(&explanation(body))

@@ -292,8 +292,7 @@ impl Provider for PowerVsProvider {
     /// The DELETE of an instance being deleted is accepted again.
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
-        let what = format!("deleting PowerVS instance {instance_id}");
-        self.backend.delete(self, instance_id, &what).await
+        self.backend.delete(self, instance_id).await
     }
 }
 

@@ -197,8 +197,7 @@ impl Provider for IbmCloudVpcProvider {
     /// interfaces and the boot volume (`delete_volume_on_instance_delete`) with the instance.
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         self.validate_instance_id(instance_id)?;
-        let what = format!("deleting instance {instance_id}");
-        self.backend.delete(self, instance_id, &what).await
+        self.backend.delete(self, instance_id).await
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {

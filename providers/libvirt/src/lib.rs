@@ -50,7 +50,7 @@ use peerpods_provider_core::CloudCalls;
 use peerpods_provider_core::Error;
 use peerpods_provider_core::ProviderConfig;
 use peerpods_provider_core::deletion::{
-    DeleteAnswer, Lookup, Part, PartId, PartKind, Sighting, Tie, window_from_config,
+    Bound, DeleteAnswer, Lookup, Part, PartId, PartKind, Sighting, Tie, window_from_config,
 };
 use peerpods_provider_core::{
     Capacity, DeleteOutcome, Deleter, DeletionPorts, Figure, Health, Instance, InstanceKey,
@@ -144,7 +144,11 @@ impl LibvirtProvider {
             window_from_config(config, NOT_FOUND_WINDOW_SETTING, NOT_FOUND_WINDOW)?,
             NOT_FOUND_WINDOW_SETTING,
             Pace::every(PACE),
-        );
+        )
+        .with_bound(Bound {
+            within: call_timeout.saturating_mul(2),
+            setting: "twice LIBVIRT_CALL_TIMEOUT_SECS",
+        });
         Ok(LibvirtProvider {
             uri: uri.to_owned(),
             conn: Arc::new(Mutex::new(None)),
@@ -156,22 +160,15 @@ impl LibvirtProvider {
     }
 
     /// Deletes the domain by the engine's rules. Each libvirt call is bounded by
-    /// `LIBVIRT_CALL_TIMEOUT_SECS`; the whole delete by twice that, so a domain or volume that
-    /// stays busy is answered a retryable `Unavailable` instead of waited for without end.
+    /// `LIBVIRT_CALL_TIMEOUT_SECS`; the waits of one delete by twice that
+    /// ([`Deleter::with_bound`]), so a domain or volume that stays busy is answered a retryable
+    /// `Unavailable` instead of waited for without end.
     async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
         let ports = DomainPorts {
             provider: self,
             seen: Mutex::default(),
         };
-        let bound = self.call_timeout.saturating_mul(2);
-        match tokio::time::timeout(bound, self.deleter.delete(&ports, instance_id)).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Error::unavailable(format!(
-                "libvirt domain {instance_id} is not confirmed deleted within {} s \
-                 (twice LIBVIRT_CALL_TIMEOUT_SECS): it stayed busy; the next call resumes",
-                bound.as_secs()
-            ))),
-        }
+        self.deleter.delete(&ports, instance_id).await
     }
 
     /// Runs `op` with a live connection on the blocking pool, reconnecting once when the

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use peerpods_emulator_alibabacloud::{
-    ACCESS_KEY_SECRET, AlibabaCloudEmulator, DEFAULT_MAX_VCPUS, examples,
+    ACCESS_KEY_SECRET, AlibabaCloudEmulator, DEFAULT_MAX_VCPUS, EcsRefusal, examples,
 };
 use peerpods_provider_alibabacloud::{AlibabaCloudProvider, NAME};
 use peerpods_provider_core::{
@@ -201,19 +201,37 @@ async fn an_instance_being_released_is_waited_for() {
     assert!(calls.count(NAME, "DescribeInstances", "ok") >= 4);
 }
 
+/// A release ECS is still running when the wait bound passes is a wait (in progress), not a
+/// failure: no Warning, no breaker count; the next call resumes.
 #[tokio::test]
-async fn a_release_that_never_finishes_is_unavailable_after_the_wait_bound() {
+async fn a_release_that_never_finishes_is_in_progress_after_the_wait_bound() {
     let emulator = AlibabaCloudEmulator::start();
     let (provider, _) = provider(&emulator, &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")]);
     let id = emulator.create_instance("pod-stuck", &[], false);
     emulator.begin_release(&id, 1_000_000);
 
-    let error = provider.delete_instance(&id).await.expect_err("stuck");
+    let answer = provider.delete_instance(&id).await.expect("in progress");
+
+    assert_eq!(answer, DeleteOutcome::InProgress);
+    assert!(emulator.instance_exists(&id));
+}
+
+/// A delete ECS still refuses for the instance's state when the wait bound passes is a
+/// retryable failure naming what ECS said and the bound's key, and nothing was deleted.
+#[tokio::test]
+async fn a_refusal_still_standing_at_the_wait_bound_is_unavailable_naming_it() {
+    let emulator = AlibabaCloudEmulator::start();
+    let (provider, _) = provider(&emulator, &[("ALIBABACLOUD_WAIT_TIMEOUT_MS", "100")]);
+    let id = emulator.create_instance("pod-refused", &[], false);
+    emulator.refuse_next_of("DeleteInstance", 1_000, EcsRefusal::IncorrectInstanceStatus);
+
+    let error = provider.delete_instance(&id).await.expect_err("refused");
 
     assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    let text = error.to_string();
     assert!(
-        error.to_string().contains("still lists") && error.to_string().contains("Stopping"),
-        "{error}"
+        text.contains("IncorrectInstanceStatus") && text.contains("ALIBABACLOUD_WAIT_TIMEOUT_MS"),
+        "{text}"
     );
     assert!(emulator.instance_exists(&id));
 }

@@ -31,10 +31,10 @@ test_support::fault_suite! {
 }
 
 /// ECS accepted the deletion but still lists the instance when the wait bound ends (a slow
-/// release, or lookups lost to the faults): that is not "deleted", it is retryable, and a later
-/// call that sees the instance gone answers it.
+/// release): that is not "deleted", it is in progress, and a later call that sees the instance
+/// gone answers it.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_accepted_release_still_listed_at_the_bound_is_unavailable_not_deleted() {
+async fn an_accepted_release_still_listed_at_the_bound_is_in_progress_not_deleted() {
     let emulator = emulator();
     let provider = provider(
         &emulator,
@@ -50,7 +50,7 @@ async fn an_accepted_release_still_listed_at_the_bound_is_unavailable_not_delete
     assert!(
         matches!(
             answer,
-            Err(peerpods_provider_core::Error::Unavailable { .. })
+            Ok(peerpods_provider_core::DeleteOutcome::InProgress)
         ),
         "{answer:?}"
     );

@@ -270,8 +270,8 @@ async fn an_instance_tagged_do_not_delete_is_refused_and_kept() {
 /// released on an inference): a retryable error, and asked again, the deletion is followed until
 /// a lookup answers that the instance is gone.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
-    crate::ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+async fn a_deletion_that_outlasts_the_wait_is_in_progress_until_confirmed_gone() {
+    crate::ibm_support::a_deletion_that_outlasts_the_wait_is_in_progress_until_confirmed_gone::<
         PowerVsEmulator,
     >()
     .await;

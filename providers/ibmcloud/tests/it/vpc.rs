@@ -93,9 +93,9 @@ async fn an_instance_already_deleting_is_waited_for_not_deleted_again() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone() {
+async fn a_deletion_that_outlasts_the_wait_is_in_progress_until_confirmed_gone() {
     let (emulator, _) =
-        crate::ibm_support::a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone::<
+        crate::ibm_support::a_deletion_that_outlasts_the_wait_is_in_progress_until_confirmed_gone::<
             VpcEmulator,
         >()
         .await;

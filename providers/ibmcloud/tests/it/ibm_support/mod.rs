@@ -226,10 +226,10 @@ pub async fn an_instance_tagged_do_not_delete_is_refused_and_kept<B: Backend>(
 }
 
 /// A deletion still running when the wait's bound passes is not "deleted" (the finalizer would
-/// be released on an inference): a retryable error, the instance still deleting; asked again,
-/// the deletion is followed until a lookup answers that the instance is gone. Returns the
+/// be released on an inference), nor a failure: in progress, the instance still deleting; asked
+/// again, the deletion is followed until a lookup answers that the instance is gone. Returns the
 /// emulator and the instance's id for the cloud's own counts.
-pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone<B: Backend>()
+pub async fn a_deletion_that_outlasts_the_wait_is_in_progress_until_confirmed_gone<B: Backend>()
 -> (B, String) {
     let emulator = B::started();
     let impatient = emulator.backend_with(
@@ -239,12 +239,9 @@ pub async fn a_deletion_that_outlasts_the_wait_is_retryable_until_confirmed_gone
     let id = emulator.create_vm("podvm-a", &[]);
     emulator.set_deleting_polls(5);
 
-    // Accepted but not yet gone: not an answer of "deleted", a retryable error.
-    let error = impatient
-        .delete_instance(&id)
-        .await
-        .expect_err("not yet gone");
-    assert!(matches!(error, Error::Unavailable { .. }), "{error:?}");
+    // Accepted but not yet gone: not an answer of "deleted", nor an error: a wait.
+    let answer = impatient.delete_instance(&id).await.expect("in progress");
+    assert_eq!(answer, DeleteOutcome::InProgress);
     assert!(emulator.deletion_in_progress(&id));
 
     // Asked again, the deletion is followed until the instance is gone.
