@@ -601,7 +601,7 @@ mod tests {
                     C::Wait(Waiting::CloudDeleting),
                 ),
                 (O::Waited, C::LookUp),
-                // The delete was accepted: NotFound confirms it, inside the window too.
+                // Shown a window old: its NotFound after the accepted delete confirms it.
                 (O::Instance(Sighting::NotFound, None), C::ListParts),
                 // The interface goes first; the CAA address was not listed again: looked up.
                 (

@@ -271,7 +271,7 @@ mod tests {
             assert!(not_yet_visible(delete(id.clone()).await), "{id}");
         }
         assert_eq!(delete(ours.clone()).await, DeleteOutcome::Deleted);
-        // Our VM's accepted delete confirms its own 404, not theirs.
+        // Our VM, known from its lookup, has its own 404 believed; theirs, never shown, do not.
         for id in &elsewhere {
             assert!(not_yet_visible(delete(id.clone()).await), "{id}");
         }

@@ -597,7 +597,7 @@ async fn an_eip_whose_release_failed_is_found_by_its_mark_and_released_before_go
     let eip = emulator.eip_of(&id).expect("the VM has an EIP");
     delete_failing_at_the_release(&emulator, &provider, &id, &eip).await;
 
-    // The same process saw the release accepted: ECS's absence is believed at once.
+    // The instance is older than the window (seeded an hour old): ECS's absence is believed at once.
     let outcome = provider.delete_instance(&id).await.expect("gone");
 
     assert_eq!(outcome, DeleteOutcome::AlreadyGone);
