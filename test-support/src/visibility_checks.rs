@@ -29,6 +29,10 @@ pub trait Probe {
     /// A deletion: `true` if accepted, `false` if the cloud's not-found.
     async fn delete(&self, id: &str) -> bool;
 
+    /// Seconds since the creation time the cloud's API reports for the VM (checked in the
+    /// cloud's own format).
+    async fn age(&self, id: &str) -> f64;
+
     /// One call of `kind`.
     async fn found(&self, kind: CallKind, id: &str) -> bool {
         match kind {
@@ -166,5 +170,46 @@ pub async fn answers_of_a_kind_flap(
         first,
         "{provider}: not repeated with the seed"
     );
+    emulator.set_faults(Faults::default());
+}
+
+/// The creation time the emulator reports agrees with how it lags
+/// ([`Faults::age_at_creation`]): an hour ago with no lag knob (a VM cloud-api-adaptor created
+/// earlier), now while a knob (`lag`, a kind hidden for an hour) makes new VMs lag (the lag
+/// windows count from it), and `created_age` ago when the knobs say so, whatever else they say;
+/// knobs set after a VM's creation leave its time alone. `resolution`: how much older a time the
+/// cloud writes coarsely may read, in seconds (ECS writes minutes). Creates `podvm-old`,
+/// `podvm-new` and `podvm-aged`; the knobs are off again at the end.
+pub async fn creation_times_follow_the_lag(
+    emulator: &dyn CloudEmulator,
+    probe: &impl Probe,
+    lag: CallKind,
+    resolution: f64,
+) {
+    let provider = emulator.provider();
+    let within = |age: f64, low: f64, high: f64| {
+        assert!(
+            (low..high + resolution).contains(&age),
+            "{provider}: {age} s old, not within {low}..{high}"
+        );
+    };
+    let old = emulator.create_vm("podvm-old", &[]);
+    within(probe.age(&old).await, 3590.0, 3610.0);
+
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[lag], HOUR),
+        ..Faults::default()
+    });
+    let new = emulator.create_vm("podvm-new", &[]);
+    within(probe.age(&new).await, -1.0, 10.0);
+
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[lag], HOUR),
+        created_age: Some(2 * HOUR),
+        ..Faults::default()
+    });
+    let aged = emulator.create_vm("podvm-aged", &[]);
+    within(probe.age(&aged).await, 7190.0, 7210.0);
+    within(probe.age(&old).await, 3590.0, 3610.0);
     emulator.set_faults(Faults::default());
 }

@@ -104,23 +104,6 @@ impl<'a> Http<'a> {
             .is_some_and(|listed| listed.iter().any(|i| i["InstanceId"] == id))
     }
 
-    /// How long ago the instance was created, by its `CreationTime` (seconds; negative: in the
-    /// future): ECS writes it to the minute (`2017-12-10T04:04Z`), read as the minute's start.
-    async fn age(&self, id: &str) -> f64 {
-        let ids = format!("[\"{id}\"]");
-        let (status, body) = self
-            .call("DescribeInstances", &[("InstanceIds", ids.as_str())])
-            .await;
-        assert_eq!(status, 200, "{body}");
-        let created = body["Instances"]["Instance"][0]["CreationTime"]
-            .as_str()
-            .expect("CreationTime");
-        assert_eq!(created.len(), "2017-12-10T04:04Z".len(), "{created}");
-        let minute = created.strip_suffix('Z').expect("UTC");
-        let start: jiff::Timestamp = format!("{minute}:00Z").parse().expect("time");
-        jiff::Timestamp::now().duration_since(start).as_secs_f64()
-    }
-
     /// `DescribeInstances` by tag `owner=peerpods`: whether it lists `id`.
     async fn listed_by_tag(&self, id: &str) -> bool {
         let (status, body) = self
@@ -138,6 +121,23 @@ impl<'a> Http<'a> {
 }
 
 impl Probe for Http<'_> {
+    /// How long ago the instance was created, by its `CreationTime` (seconds; negative: in the
+    /// future): ECS writes it to the minute (`2017-12-10T04:04Z`), read as the minute's start.
+    async fn age(&self, id: &str) -> f64 {
+        let ids = format!("[\"{id}\"]");
+        let (status, body) = self
+            .call("DescribeInstances", &[("InstanceIds", ids.as_str())])
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let created = body["Instances"]["Instance"][0]["CreationTime"]
+            .as_str()
+            .expect("CreationTime");
+        assert_eq!(created.len(), "2017-12-10T04:04Z".len(), "{created}");
+        let minute = created.strip_suffix('Z').expect("UTC");
+        let start: jiff::Timestamp = format!("{minute}:00Z").parse().expect("time");
+        jiff::Timestamp::now().duration_since(start).as_secs_f64()
+    }
+
     fn kinds(&self) -> &'static [CallKind] {
         &[CallKind::List, CallKind::Delete]
     }
@@ -218,38 +218,17 @@ async fn a_list_by_tag_misses_a_new_instance_too() {
     assert!(http.delete(&id).await);
 }
 
-/// An instance's `CreationTime` agrees with how the emulator lags: an hour ago with no lag knob
-/// (an instance cloud-api-adaptor created earlier), now while a knob makes new instances lag (the
-/// lag windows count from it), and `created_age` ago when the knobs say so; each to the minute,
-/// so up to a minute more.
+/// An instance's `CreationTime` agrees with how the emulator lags (the shared check), to the
+/// minute, so up to a minute more; an instance seeded with its own helper is an hour old too.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_is_created_an_hour_old_unless_new_instances_lag() {
     let emulator = AlibabaCloudEmulator::start();
     let http = Http::new(&emulator);
-    let old = emulator.create_vm("podvm-old", &[]);
-    let age = http.age(&old).await;
-    assert!((3590.0..3670.0).contains(&age), "{age}");
+    visibility_checks::creation_times_follow_the_lag(&emulator, &http, CallKind::Delete, 60.0)
+        .await;
     let seeded = emulator.create_instance("podvm-seeded", &[], false);
     let age = http.age(&seeded).await;
     assert!((3590.0..3670.0).contains(&age), "{age}");
-
-    let hour = Duration::from_secs(3600);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        ..Faults::default()
-    });
-    let new = emulator.create_vm("podvm-new", &[]);
-    let age = http.age(&new).await;
-    assert!((-1.0..70.0).contains(&age), "{age}");
-
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        created_age: Some(Duration::from_secs(7200)),
-        ..Faults::default()
-    });
-    let aged = emulator.create_vm("podvm-aged", &[]);
-    let age = http.age(&aged).await;
-    assert!((7190.0..7270.0).contains(&age), "{age}");
 }
 
 #[test]

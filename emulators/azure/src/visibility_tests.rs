@@ -3,13 +3,11 @@
 //! from the emulated Entra ID.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::Value;
-use test_support::cloud::CloudEmulator;
-use test_support::faults::{CallKind, Faults, Visibility};
+use test_support::faults::CallKind;
 use test_support::visibility_checks::{self, Probe};
 
 use crate::{
@@ -85,22 +83,6 @@ impl<'a> Http<'a> {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    /// How long ago the VM was created, by its `timeCreated` (seconds; negative: in the future).
-    async fn age(&self, id: &str) -> f64 {
-        let url = format!(
-            "{}/{}?api-version={API_VERSION}",
-            self.vms(),
-            Self::name(id)
-        );
-        let (status, body) = self.send(self.client.get(url)).await;
-        assert_eq!(status, 200, "{body}");
-        let created = body["properties"]["timeCreated"]
-            .as_str()
-            .expect("timeCreated");
-        let created: jiff::Timestamp = created.parse().expect("RFC 3339");
-        jiff::Timestamp::now().duration_since(created).as_secs_f64()
-    }
-
     fn found(status: u16, body: &Value, found: u16) -> bool {
         if status == found {
             return true;
@@ -117,6 +99,22 @@ fn form(value: &str) -> String {
 }
 
 impl Probe for Http<'_> {
+    /// How long ago the VM was created, by its `timeCreated` (seconds; negative: in the future).
+    async fn age(&self, id: &str) -> f64 {
+        let url = format!(
+            "{}/{}?api-version={API_VERSION}",
+            self.vms(),
+            Self::name(id)
+        );
+        let (status, body) = self.send(self.client.get(url)).await;
+        assert_eq!(status, 200, "{body}");
+        let created = body["properties"]["timeCreated"]
+            .as_str()
+            .expect("timeCreated");
+        let created: jiff::Timestamp = created.parse().expect("RFC 3339");
+        jiff::Timestamp::now().duration_since(created).as_secs_f64()
+    }
+
     async fn get(&self, id: &str) -> bool {
         let url = format!(
             "{}/{}?api-version={API_VERSION}",
@@ -174,38 +172,14 @@ async fn lookups_and_lists_flap() {
     }
 }
 
-/// A VM's `timeCreated` agrees with how the emulator lags: an hour ago with no lag knob (a VM
-/// cloud-api-adaptor created earlier), now while a knob makes new VMs lag (the lag windows count
-/// from it), and `created_age` ago when the knobs say so, whatever else they say.
+/// A VM's `timeCreated` agrees with how the emulator lags (the shared check), and a VM seeded
+/// with options is an hour old like any other.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_vm_is_created_an_hour_old_unless_new_vms_lag() {
     let emulator = AzureEmulator::start();
     let probe = Http::new(&emulator).await;
-    let old = emulator.create_vm("podvm-old", &[]);
-    let age = probe.age(&old).await;
-    assert!((3590.0..3610.0).contains(&age), "{age}");
+    visibility_checks::creation_times_follow_the_lag(&emulator, &probe, CallKind::List, 0.0).await;
     let seeded = emulator.create_vm_with("podvm-seeded", &[], VmOptions::default());
     let age = probe.age(&seeded).await;
-    assert!((3590.0..3610.0).contains(&age), "{age}");
-
-    let hour = Duration::from_secs(3600);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::List], hour),
-        ..Faults::default()
-    });
-    let new = emulator.create_vm("podvm-new", &[]);
-    let age = probe.age(&new).await;
-    assert!((-1.0..10.0).contains(&age), "{age}");
-
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::List], hour),
-        created_age: Some(Duration::from_secs(7200)),
-        ..Faults::default()
-    });
-    let aged = emulator.create_vm("podvm-aged", &[]);
-    let age = probe.age(&aged).await;
-    assert!((7190.0..7210.0).contains(&age), "{age}");
-    // Set after their creation, knobs leave creation times alone.
-    let age = probe.age(&old).await;
     assert!((3590.0..3610.0).contains(&age), "{age}");
 }

@@ -3,13 +3,12 @@
 //! service-account key signs.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD, Engine as _};
 use ring::signature::RsaKeyPair;
 use serde_json::{Value, json};
 use test_support::cloud::CloudEmulator;
-use test_support::faults::{self, CallKind, Faults, Visibility};
+use test_support::faults::{self, CallKind};
 use test_support::visibility_checks::{self, Probe};
 
 use crate::{GcpEmulator, PROJECT, SERVICE_ACCOUNT_KEY, ZONE};
@@ -91,6 +90,19 @@ impl Http<'_> {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    fn found(status: u16, body: &Value) -> bool {
+        match status {
+            200 => true,
+            404 => {
+                assert_eq!(body["error"]["errors"][0]["reason"], "notFound", "{body}");
+                false
+            }
+            other => panic!("answered {other}: {body}"),
+        }
+    }
+}
+
+impl Probe for Http<'_> {
     /// How long ago the instance was created, by its `creationTimestamp` (seconds; negative: in
     /// the future), checked to be written as Compute Engine writes it.
     async fn age(&self, id: &str) -> f64 {
@@ -107,19 +119,6 @@ impl Http<'_> {
         faults::seconds_ago(created).expect("RFC 3339")
     }
 
-    fn found(status: u16, body: &Value) -> bool {
-        match status {
-            200 => true,
-            404 => {
-                assert_eq!(body["error"]["errors"][0]["reason"], "notFound", "{body}");
-                false
-            }
-            other => panic!("answered {other}: {body}"),
-        }
-    }
-}
-
-impl Probe for Http<'_> {
     async fn get(&self, id: &str) -> bool {
         let url = format!("{}/{id}", self.instances());
         let (status, body) = self.send(self.client.get(url)).await;
@@ -207,34 +206,14 @@ async fn lookups_and_lists_flap() {
     }
 }
 
-/// An instance's `creationTimestamp` agrees with how the emulator lags: an hour ago with no lag
-/// knob (an instance cloud-api-adaptor created earlier), now while a knob makes new instances lag
-/// (the lag windows count from it), and `created_age` ago when the knobs say so.
+/// An instance's `creationTimestamp` agrees with how the emulator lags (the shared check), and a
+/// list answers the same times.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_is_created_an_hour_old_unless_new_instances_lag() {
     let emulator = start();
     let probe = probe(&emulator);
-    let old = emulator.create_vm("podvm-old", &[]);
-    let age = probe.age(&old).await;
-    assert!((3590.0..3610.0).contains(&age), "{age}");
-
-    let hour = Duration::from_secs(3600);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        ..Faults::default()
-    });
-    let new = emulator.create_vm("podvm-new", &[]);
-    let age = probe.age(&new).await;
-    assert!((-1.0..10.0).contains(&age), "{age}");
-
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        created_age: Some(Duration::from_secs(7200)),
-        ..Faults::default()
-    });
-    let aged = emulator.create_vm("podvm-aged", &[]);
-    let age = probe.age(&aged).await;
-    assert!((7190.0..7210.0).contains(&age), "{age}");
+    visibility_checks::creation_times_follow_the_lag(&emulator, &probe, CallKind::Delete, 0.0)
+        .await;
 
     // A list answers the same times.
     let url = format!(

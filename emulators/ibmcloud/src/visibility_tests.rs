@@ -105,26 +105,6 @@ impl Http {
         false
     }
 
-    /// How long ago the instance was created, by its `created_at` (VPC) or `creationDate`
-    /// (Power), in seconds (negative: in the future), checked to be written as the APIs write
-    /// it (`2025-03-31T12:24:40.000Z`).
-    async fn age(&self, id: &str) -> f64 {
-        let url = self.url(&format!("{}/{id}", self.instances()));
-        let (status, body) = self.send(self.client.get(url)).await;
-        assert_eq!(status, 200, "{body}");
-        let field = match self.api {
-            Api::Vpc => "created_at",
-            Api::Power => "creationDate",
-        };
-        let created = body[field].as_str().expect(field);
-        assert_eq!(created.len(), 24, "{created}");
-        assert!(
-            created.ends_with('Z') && &created[19..20] == ".",
-            "{created}"
-        );
-        faults::seconds_ago(created).expect("RFC 3339")
-    }
-
     /// Global Search's CRNs of the account (one page is all the tests make).
     async fn searched_crns(&self) -> Vec<String> {
         let request = self
@@ -155,6 +135,26 @@ impl JsonBody for reqwest::RequestBuilder {
 }
 
 impl Probe for Http {
+    /// How long ago the instance was created, by its `created_at` (VPC) or `creationDate`
+    /// (Power), in seconds (negative: in the future), checked to be written as the APIs write
+    /// it (`2025-03-31T12:24:40.000Z`).
+    async fn age(&self, id: &str) -> f64 {
+        let url = self.url(&format!("{}/{id}", self.instances()));
+        let (status, body) = self.send(self.client.get(url)).await;
+        assert_eq!(status, 200, "{body}");
+        let field = match self.api {
+            Api::Vpc => "created_at",
+            Api::Power => "creationDate",
+        };
+        let created = body[field].as_str().expect(field);
+        assert_eq!(created.len(), 24, "{created}");
+        assert!(
+            created.ends_with('Z') && &created[19..20] == ".",
+            "{created}"
+        );
+        faults::seconds_ago(created).expect("RFC 3339")
+    }
+
     async fn get(&self, id: &str) -> bool {
         let url = self.url(&format!("{}/{id}", self.instances()));
         let (status, body) = self.send(self.client.get(url)).await;
@@ -254,43 +254,14 @@ async fn a_search_misses_what_lists_miss() {
     assert_eq!(emulator.injected().not_found, 0);
 }
 
-/// An instance's creation time agrees with how the emulator lags: an hour ago with no lag knob
-/// (an instance cloud-api-adaptor created earlier), now while a knob makes new instances lag (the
-/// lag windows count from it), and `created_age` ago when the knobs say so.
-async fn an_instance_is_created_an_hour_old_unless_new_instances_lag(
-    emulator: &impl CloudEmulator,
-    probe: &Http,
-) {
-    let old = emulator.create_vm("podvm-old", &[]);
-    let age = probe.age(&old).await;
-    assert!((3590.0..3610.0).contains(&age), "{age}");
-
-    let hour = Duration::from_secs(3600);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        ..Faults::default()
-    });
-    let new = emulator.create_vm("podvm-new", &[]);
-    let age = probe.age(&new).await;
-    assert!((-1.0..10.0).contains(&age), "{age}");
-
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], hour),
-        created_age: Some(Duration::from_secs(7200)),
-        ..Faults::default()
-    });
-    let aged = emulator.create_vm("podvm-aged", &[]);
-    let age = probe.age(&aged).await;
-    assert!((7190.0..7210.0).contains(&age), "{age}");
-    emulator.set_faults(Faults::default());
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_instance_is_created_an_hour_old_unless_new_instances_lag_vpc_and_power() {
     let (emulator, probe) = vpc().await;
-    an_instance_is_created_an_hour_old_unless_new_instances_lag(&emulator, &probe).await;
+    visibility_checks::creation_times_follow_the_lag(&emulator, &probe, CallKind::Delete, 0.0)
+        .await;
     let (emulator, probe) = power().await;
-    an_instance_is_created_an_hour_old_unless_new_instances_lag(&emulator, &probe).await;
+    visibility_checks::creation_times_follow_the_lag(&emulator, &probe, CallKind::Delete, 0.0)
+        .await;
 }
 
 /// Global Search's indexing lag is a lag too: a new instance is born new while it is on; the
