@@ -2,8 +2,9 @@
 //! cloud: malformed ids refused before any request, throttling reported with the cloud's wait
 //! and not retried, a VM the cloud is already deleting answered deleted only once gone, a second
 //! delete answered already gone, a 404 of an unknown VM not believed inside the not-found
-//! window, another cluster's VM and a VM marked do-not-delete refused and kept, health as one
-//! request, refused credentials reported as such and never shown.
+//! window, a DELETE's 404 after a found lookup held until the VM is gone, another cluster's VM
+//! and a VM marked do-not-delete refused and kept, health as one request, refused credentials
+//! reported as such and never shown.
 //!
 //! Each check drives the backend's real client code through the [`Provider`] its cloud's test
 //! built, and inspects the cloud through [`CloudEmulator`]. What differs between clouds stays in
@@ -15,11 +16,13 @@
 #![allow(clippy::unwrap_used)] // test support: a failed check ends the test with its message
 
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_provider_core::{DO_NOT_DELETE_PORTABLE_TAG, DeleteOutcome, Error, Provider};
 
 use crate::cloud::CloudEmulator;
+use crate::faults::{CallKind, Faults, Visibility};
 
 /// Requests the emulator's fault layer has seen so far.
 fn requests(emulator: &dyn CloudEmulator) -> u64 {
@@ -138,6 +141,56 @@ pub async fn a_vm_the_cloud_is_deleting_is_deleted_once_gone(
         emulator.provider()
     );
     deleted(emulator, provider, id).await;
+}
+
+/// A DELETE of `id` answered 404 right after a lookup found the VM proves nothing (a lookup and a
+/// deletion may see a VM differently for a while: the fault layer hides it from deletions only):
+/// the delete goes on looking and asking (the cloud got three DELETEs, counted by `deletes_sent`,
+/// `within` this long), answers nothing while the VM exists (`vm_exists`), and completes
+/// `Deleted` once the cloud deletes it.
+pub async fn a_delete_answered_404_after_a_found_lookup_is_held<P: Provider>(
+    emulator: &dyn CloudEmulator,
+    provider: Arc<P>,
+    id: &str,
+    within: Duration,
+    deletes_sent: impl Fn() -> u64,
+    vm_exists: impl Fn() -> bool,
+) {
+    emulator.set_faults(Faults {
+        invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(3600)),
+        ..Faults::default()
+    });
+    let deleting = tokio::spawn({
+        let (provider, id) = (Arc::clone(&provider), id.to_owned());
+        async move { provider.delete_instance(&id).await }
+    });
+    let asked = tokio::time::timeout(within, async {
+        while deletes_sent() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        asked.is_ok(),
+        "{}: the DELETE was not asked again after its 404",
+        emulator.provider()
+    );
+    assert!(
+        !deleting.is_finished(),
+        "{}: answered while the VM exists: {:?}",
+        emulator.provider(),
+        deleting.await
+    );
+    assert!(vm_exists(), "{}: {id} is gone", emulator.provider());
+    assert!(emulator.injected().not_found >= 3);
+
+    emulator.set_faults(Faults::default());
+    let answer = tokio::time::timeout(Duration::from_secs(30), deleting)
+        .await
+        .expect("the delete completes once the cloud deletes")
+        .expect("the delete's task");
+    assert_eq!(answer.expect("deleted"), DeleteOutcome::Deleted);
+    assert!(!emulator.vm_or_parts_exist(id));
 }
 
 /// A VM created as cloud-api-adaptor does, named `name`, is deleted, and a second delete answers

@@ -13,7 +13,7 @@ use peerpods_provider_core::{
 use peerpods_provider_gcp::GcpProvider;
 use test_support::cloud::CloudEmulator;
 use test_support::fault_checks::with;
-use test_support::faults::{CallKind, Faults, Visibility};
+use test_support::faults::Faults;
 use test_support::provider_checks;
 
 const GCP: &str = "gcp";
@@ -105,42 +105,16 @@ async fn a_confirmed_delete_is_three_calls() {
 async fn a_delete_answered_404_after_a_found_lookup_is_held_until_the_vm_is_gone() {
     let emulator = emulator();
     let id = emulator.create_vm("podvm-delete-404", &[]);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(3600)),
-        ..Faults::default()
-    });
     let (gcp, _calls) = provider(&emulator).await;
-    let gcp = Arc::new(gcp);
-
-    let deleting = tokio::spawn({
-        let (gcp, id) = (Arc::clone(&gcp), id.clone());
-        async move { gcp.delete_instance(&id).await }
-    });
-    let asked = tokio::time::timeout(Duration::from_secs(30), async {
-        while deletes_sent(&emulator, &id) < 3 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
+    provider_checks::a_delete_answered_404_after_a_found_lookup_is_held(
+        &emulator,
+        Arc::new(gcp),
+        &id,
+        Duration::from_secs(30),
+        || deletes_sent(&emulator, &id) as u64,
+        || emulator.instance_exists(&id),
+    )
     .await;
-    assert!(
-        asked.is_ok(),
-        "the DELETE was not asked again after its 404"
-    );
-    assert!(
-        !deleting.is_finished(),
-        "answered while the VM exists: {:?}",
-        deleting.await
-    );
-    assert!(emulator.instance_exists(&id));
-    assert!(emulator.injected().not_found >= 3);
-
-    emulator.set_faults(Faults::default());
-    let answer = tokio::time::timeout(Duration::from_secs(30), deleting)
-        .await
-        .expect("the delete completes once the cloud deletes")
-        .expect("the delete's task");
-    assert_eq!(answer.expect("deleted"), DeleteOutcome::Deleted);
-    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test]

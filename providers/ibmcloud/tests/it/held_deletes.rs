@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::ibm_support::Backend;
 use peerpods_emulator_ibmcloud::{PowerVsEmulator, VpcEmulator};
-use peerpods_provider_core::{CloudCalls, DeleteOutcome, Provider};
-use test_support::faults::{CallKind, Faults, Visibility};
+use peerpods_provider_core::CloudCalls;
+use test_support::provider_checks;
 
 async fn a_delete_answered_404_after_a_found_lookup_is_held<B: Backend>(delete_route: &str)
 where
@@ -19,40 +19,15 @@ where
     let emulator = B::started();
     let provider = Arc::new(emulator.backend(&CloudCalls::default()));
     let id = emulator.create_vm("podvm-delete-404", &[]);
-    emulator.set_faults(Faults {
-        invisible: Visibility::only(&[CallKind::Delete], Duration::from_secs(3600)),
-        ..Faults::default()
-    });
-
-    let deleting = tokio::spawn({
-        let (provider, id) = (Arc::clone(&provider), id.clone());
-        async move { provider.delete_instance(&id).await }
-    });
-    let asked = tokio::time::timeout(Duration::from_secs(5), async {
-        while emulator.requests_to(delete_route) < 3 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
+    provider_checks::a_delete_answered_404_after_a_found_lookup_is_held(
+        &emulator,
+        provider,
+        &id,
+        Duration::from_secs(5),
+        || emulator.requests_to(delete_route),
+        || emulator.vm_or_parts_exist(&id),
+    )
     .await;
-    assert!(
-        asked.is_ok(),
-        "the DELETE was not asked again after its 404"
-    );
-    assert!(
-        !deleting.is_finished(),
-        "answered while the VM exists: {:?}",
-        deleting.await
-    );
-    assert!(emulator.vm_or_parts_exist(&id));
-    assert!(emulator.injected().not_found >= 3);
-
-    emulator.set_faults(Faults::default());
-    let answer = tokio::time::timeout(Duration::from_secs(30), deleting)
-        .await
-        .expect("the delete completes once the cloud deletes")
-        .expect("the delete's task");
-    assert_eq!(answer.expect("deleted"), DeleteOutcome::Deleted);
-    assert!(!emulator.vm_or_parts_exist(&id));
 }
 
 #[tokio::test(flavor = "multi_thread")]
