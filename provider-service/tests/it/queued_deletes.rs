@@ -53,6 +53,29 @@ async fn ends(jobs: Vec<Job>, within: Duration) -> Vec<Answer> {
     futures::future::join_all(jobs.into_iter().map(|job| job.answer(within))).await
 }
 
+/// Every job ends `Deleted` within `patience`, the last longer after it was queued at `started`
+/// than its `bound` (counted from its queueing, it would have failed); each VM was deleted once
+/// and is gone, and nothing is left in flight.
+async fn all_end_deleted_once_past_the_bound(
+    jobs: Vec<Job>,
+    patience: Duration,
+    started: Instant,
+    bound: Duration,
+    emulator: &AzureEmulator,
+    names: &[String],
+    deletes: &Deletes,
+) {
+    let answers = ends(jobs, patience).await;
+    let waited = started.elapsed();
+    assert_all_deleted(&answers, names);
+    assert!(waited > bound, "{waited:?}");
+    for name in names {
+        assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
+        assert_eq!(vm_deletes(emulator, name), 1, "{name} was deleted once");
+    }
+    assert_eq!(deletes.in_flight(), 0);
+}
+
 fn assert_all_deleted(answers: &[Answer], names: &[String]) {
     for (answer, name) in answers.iter().zip(names) {
         assert!(
@@ -102,17 +125,16 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
     assert_eq!(vm_deletes(&emulator, &names[queued]), 0, "still queued");
     assert_eq!(deletes.in_flight(), 6);
 
-    let answers = ends(jobs, Duration::from_secs(300)).await;
-    let waited = started.elapsed();
-    assert_all_deleted(&answers, &names);
-    // The last delete ended longer after it was queued than its bound: counted from its queueing,
-    // it would have failed.
-    assert!(waited > bound, "{waited:?}");
-    for name in &names {
-        assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
-        assert_eq!(vm_deletes(&emulator, name), 1, "{name} was deleted once");
-    }
-    assert_eq!(deletes.in_flight(), 0);
+    all_end_deleted_once_past_the_bound(
+        jobs,
+        Duration::from_secs(300),
+        started,
+        bound,
+        &emulator,
+        &names,
+        &deletes,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -130,15 +152,14 @@ async fn two_hundred_slow_azure_deletes_end_with_none_timing_out_in_the_queue() 
     let started = Instant::now();
     let jobs = start_all(&deletes, &provider, &ids);
     assert_eq!(deletes.in_flight(), 200);
-    let answers = ends(jobs, Duration::from_secs(600)).await;
-    let waited = started.elapsed();
-    assert_all_deleted(&answers, &names);
-    // The last wave ended longer after it was queued than its bound: counted from its queueing, it
-    // would have failed.
-    assert!(waited > bound, "{waited:?}");
-    for name in &names {
-        assert!(!emulator.vm_or_parts_exist(name), "{name} is gone");
-        assert_eq!(vm_deletes(&emulator, name), 1, "{name} was deleted once");
-    }
-    assert_eq!(deletes.in_flight(), 0);
+    all_end_deleted_once_past_the_bound(
+        jobs,
+        Duration::from_secs(600),
+        started,
+        bound,
+        &emulator,
+        &names,
+        &deletes,
+    )
+    .await;
 }
