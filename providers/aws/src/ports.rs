@@ -286,6 +286,14 @@ impl DeletionPorts for Ec2Ports<'_> {
     }
 }
 
+/// The filter of what belongs to one of `ids` (`instance-id`).
+fn instance_ids(ids: &[String]) -> Filter {
+    Filter::builder()
+        .name("instance-id")
+        .set_values(Some(ids.to_vec()))
+        .build()
+}
+
 /// One `DescribeInstances` per 200 ids, filtered by `instance-id`: each id's instance, or `None`
 /// when EC2 does not list it.
 async fn describe_batch(
@@ -294,11 +302,7 @@ async fn describe_batch(
 ) -> Vec<(String, Answer<Option<Ec2Instance>>)> {
     let mut answers = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(MAX_FILTER_VALUES) {
-        let filter = Filter::builder()
-            .name("instance-id")
-            .set_values(Some(chunk.to_vec()))
-            .build();
-        match ec2.describe_instances(vec![filter]).await {
+        match ec2.describe_instances(vec![instance_ids(chunk)]).await {
             Ok(instances) => {
                 let mut by_id: HashMap<String, Ec2Instance> = instances
                     .into_iter()
@@ -318,11 +322,7 @@ async fn describe_batch(
 async fn addresses_batch(ec2: &Ec2, batch: Vec<String>) -> Vec<(String, Answer<Vec<ElasticIp>>)> {
     let mut answers = Vec::with_capacity(batch.len());
     for chunk in batch.chunks(MAX_FILTER_VALUES) {
-        let filter = Filter::builder()
-            .name("instance-id")
-            .set_values(Some(chunk.to_vec()))
-            .build();
-        match ec2.describe_addresses(filter).await {
+        match ec2.describe_addresses(instance_ids(chunk)).await {
             Ok(addresses) => {
                 let mut by_id: HashMap<String, Vec<ElasticIp>> = HashMap::new();
                 for address in addresses {
