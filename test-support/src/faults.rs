@@ -165,6 +165,16 @@ impl Faults {
         self.invisible_after_create.max(self.invisible.window(kind))
     }
 
+    /// How long after its creation some kind of call may still not see an instance, or see it
+    /// flap: the longest of [`Self::hidden_for`] each kind and the flapping window (flapping bounded
+    /// by a count of answers alone has no such time).
+    pub fn longest_lag(&self) -> Duration {
+        CallKind::ALL
+            .into_iter()
+            .map(|kind| self.hidden_for(kind))
+            .fold(self.flapping.window, Duration::max)
+    }
+
     /// The mix of the fault storm (`make bench`, its reduced test): 20% server errors, 10%
     /// throttling, 5% hangs of `hang_for`.
     pub fn storm(hang_for: Duration, seed: u64) -> Self {
@@ -739,6 +749,24 @@ mod tests {
     /// How long before now `at` is, in seconds (negative: in the future).
     fn secs_ago(at: jiff::Timestamp) -> f64 {
         seconds_ago(&at.to_string()).expect("RFC 3339")
+    }
+
+    #[test]
+    fn the_longest_lag_is_the_longest_window_of_any_kind_or_of_flapping() {
+        let secs = Duration::from_secs;
+        assert_eq!(Faults::default().longest_lag(), Duration::ZERO);
+        let faults = Faults {
+            invisible_after_create: secs(5),
+            invisible: Visibility::only(&[CallKind::List], secs(20)),
+            flapping: Flapping::within(secs(30), &[CallKind::Get]),
+            ..Faults::default()
+        };
+        assert_eq!(faults.longest_lag(), secs(30));
+        let faults = Faults {
+            flapping: Flapping::for_answers(10, &[CallKind::Get]),
+            ..faults
+        };
+        assert_eq!(faults.longest_lag(), secs(20));
     }
 
     #[test]

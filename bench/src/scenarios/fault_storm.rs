@@ -64,20 +64,6 @@ const INVISIBLE_LIST: Duration = Duration::from_secs(20);
 const INVISIBLE_DELETE: Duration = Duration::from_secs(10);
 /// From the storm's start, how long answers about a VM flap (every kind of call, half of them not found).
 const FLAPPING: Duration = Duration::from_secs(30);
-/// How long after its creation some kind of call may still not see a VM, or see it flap, under `faults`.
-fn longest_lag(faults: &Faults) -> Duration {
-    [
-        faults.invisible_after_create,
-        faults.invisible.get,
-        faults.invisible.list,
-        faults.invisible.delete,
-        faults.flapping.window,
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or_default()
-}
-
 /// How much longer than the storm's longest lag provider-service's consistency window is.
 const WINDOW_MARGIN: Duration = Duration::from_secs(5);
 /// Every this many VMs (the first included), one gets a part beside it that is not the VM's.
@@ -640,7 +626,7 @@ async fn one_cloud(options: &Options, cluster: &Cluster, name: &str) -> Result<C
         name == "alibabacloud",
     );
     // The cloud's consistency window outlasts its longest lag, the premise of the engine's window.
-    let window = longest_lag(&faults) + WINDOW_MARGIN;
+    let window = faults.longest_lag() + WINDOW_MARGIN;
     let (provider, _config) =
         start_provider(options, &scenario, &cloud.config(Some(window))).await?;
     let ctrl = start_ctrl(options, &scenario, cluster, provider.1).await?;
