@@ -19,10 +19,12 @@ CHART := $(ROOT)/deploy/chart/peerpods
 KUBE_VERSION := 1.37.1
 
 # Where `make deploy` installs, and which images it uses: IMG is <repository prefix>:<tag>; service images are
-# <repository prefix>/<service>:<tag>.
+# <repository prefix>/<image>:<tag>. The default prefix is local (`localhost/`, as buildah and podman name local
+# images): the project owns no registry namespace, so pushing needs IMG=<your registry>/<prefix>:<tag>.
 NAMESPACE ?= peerpods-system
 RELEASE ?= peerpods
-IMG ?= peerpods:$(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' $(CHART)/Chart.yaml)
+IMG_DEFAULT := localhost/peerpods:$(shell sed -n 's/^appVersion: *"\(.*\)"/\1/p' $(CHART)/Chart.yaml)
+IMG ?= $(IMG_DEFAULT)
 IMG_PREFIX = $(patsubst %:$(IMG_TAG),%,$(IMG))
 IMG_TAG = $(lastword $(subst :, ,$(lastword $(subst /, ,$(IMG)))))
 # With one image in IMAGES, IMAGE_REF names it exactly instead (Tilt's EXPECTED_REF).
@@ -31,15 +33,15 @@ image_ref = $(if $(IMAGE_REF),$(IMAGE_REF),$(IMG_PREFIX)/$(1):$(IMG_TAG))
 # buildah push checks the registry's TLS unless told (a plain-HTTP registry on localhost, as Tilt's local ones).
 PUSH_TLS_VERIFY ?= true
 SERVICES := provider-service peerpod-ctrl peer-pod-config-ctrl
-# The images: the three services, and the peer-pods webhook peer-pod-config-ctrl deploys (PeerPodConfig
-# spec.webhook.image).
-IMAGES := $(SERVICES) peerpods-webhook
+# The images: the three services (provider-service as two: every cloud but libvirt, and libvirt; see Images
+# below), and the peer-pods webhook peer-pod-config-ctrl deploys (PeerPodConfig spec.webhook.image).
+IMAGES ?= provider-service provider-service-libvirt peerpod-ctrl peer-pod-config-ctrl peerpods-webhook
 
 TEST_PREREQS += helm kubeconform kubectl
 CHECKS += chart-crds-check tiltfile-eval images-check
 
 .PHONY: helm kubeconform manifests chart-crds chart-crds-check helm-lint install uninstall run deploy undeploy \
-	docker-build docker-push images-binaries images-check images-verify buildah tilt tiltfile-eval
+	docker-build docker-push images-binaries images-assemble images-check images-verify buildah tilt tiltfile-eval
 
 ## Tools
 
@@ -121,12 +123,22 @@ deploy: $(HELM)
 undeploy: $(HELM)
 	$(HELM) uninstall $(RELEASE) --namespace $(NAMESPACE) --ignore-not-found
 
-## Images: FROM scratch, user 65532, the binary as entrypoint. peerpod-ctrl and peer-pod-config-ctrl are
-## static (glibc, crt-static); provider-service links libvirt dynamically, so its image carries the shared
-## libraries the binary needs, copied from this machine's Debian packages (deploy/images/stage.sh).
+## Images: FROM scratch, user 65532, the binary as entrypoint, its SBOM (deploy/images/stage.sh). The controllers,
+## the webhook and provider-service are static (glibc, crt-static), except provider-service-libvirt: libvirt has no
+## static library in Debian, so that image alone carries the shared libraries the binary needs, copied from this
+## machine's Debian packages and recorded where scanners look (/var/lib/dpkg/status.d) and in the SBOM.
 ##
-## IMAGE_BINARIES=release (default) builds them; IMAGE_BINARIES=debug packs target/debug as built by
-## `cargo test` (dynamic, for the image check in `make test`, which must not spend a release build).
+## provider-service comes in variants, an image each with its own cargo features (PROVIDER_FEATURES_<image>):
+## `provider-service` serves every cloud but libvirt; `provider-service-libvirt` serves libvirt. One cloud per image
+## on request: IMAGES=provider-service-aws (or -azure, -gcp, -ibmcloud, -alibabacloud, -byom).
+##
+## Reproducible: an image is a function of its binary and this tree. Timestamps are SOURCE_DATE_EPOCH (the last
+## commit's time), modes are set by stage.sh, the SBOM is sorted and dated SOURCE_DATE_EPOCH, buildah's version
+## label is left out. images-check builds every image twice and compares the digests.
+##
+## IMAGE_BINARIES=release (default) builds the binaries; IMAGE_BINARIES=debug packs debug binaries (for the image
+## check in `make test`, which must not spend a release build): target/debug's, as built by `cargo test`, which link
+## libvirt (provider-service-libvirt's), and the libvirt-free provider-service built apart.
 
 IMAGE_BINARIES ?= release
 IMAGE_TARGET_DIR := $(ROOT)/target/images
@@ -135,84 +147,161 @@ CONTAINERS := $(TOOLS)/containers
 BUILDAH = buildah --storage-driver vfs --root $(CONTAINERS)/storage --runroot $(CONTAINERS)/run
 # `docker` when its engine answers, otherwise buildah.
 IMAGE_TOOL ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
+SOURCE_DATE_EPOCH ?= $(shell git -C $(ROOT) log -1 --format=%ct 2>/dev/null || echo 0)
 
+PROVIDER_FEATURES_provider-service := alibabacloud,aws,azure,byom,gcp,ibmcloud,ibmcloud-powervs
+PROVIDER_FEATURES_provider-service-libvirt := libvirt
+PROVIDER_FEATURES_provider-service-aws := aws
+PROVIDER_FEATURES_provider-service-azure := azure
+PROVIDER_FEATURES_provider-service-gcp := gcp
+PROVIDER_FEATURES_provider-service-ibmcloud := ibmcloud,ibmcloud-powervs
+PROVIDER_FEATURES_provider-service-alibabacloud := alibabacloud
+PROVIDER_FEATURES_provider-service-byom := byom
+PROVIDER_IMAGES := $(sort $(patsubst PROVIDER_FEATURES_%,%,$(filter PROVIDER_FEATURES_%,$(.VARIABLES))))
+OTHER_IMAGES := peerpod-ctrl peer-pod-config-ctrl peerpods-webhook
+# The package an image's binary comes from, and the cargo arguments that select what is compiled into it (the
+# binary's build and its SBOM's `cargo tree` use the same).
+image_package = $(if $(filter $(1),$(PROVIDER_IMAGES)),provider-service,$(1))
+image_static = $(if $(filter provider-service-libvirt,$(1)),,yes)
 ifeq ($(IMAGE_BINARIES),release)
-BIN_provider-service := $(IMAGE_TARGET_DIR)/release/provider-service
-BIN_peerpod-ctrl := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peerpod-ctrl
-BIN_peer-pod-config-ctrl := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peer-pod-config-ctrl
-BIN_peerpods-webhook := $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/peerpods-webhook
+image_cargo_args = -p $(call image_package,$(1)) \
+	$(if $(filter $(1),$(PROVIDER_IMAGES)),--no-default-features --features $(PROVIDER_FEATURES_$(1)))
 else
-BIN_provider-service := $(ROOT)/target/debug/provider-service
-BIN_peerpod-ctrl := $(ROOT)/target/debug/peerpod-ctrl
-BIN_peer-pod-config-ctrl := $(ROOT)/target/debug/peer-pod-config-ctrl
-BIN_peerpods-webhook := $(ROOT)/target/debug/peerpods-webhook
+# target/debug's provider-service is the workspace's test build: every cloud, libvirt included.
+image_cargo_args = -p $(call image_package,$(1)) \
+	$(if $(filter-out provider-service-libvirt,$(filter $(1),$(PROVIDER_IMAGES))),--no-default-features --features $(PROVIDER_FEATURES_$(1)))
 endif
+# Where each image's binary is: release ones are copied into target/images/bin/<image>/ as each build lands (the
+# provider-service variants share one output path).
+image_bin = $(if $(filter release,$(IMAGE_BINARIES)),$(IMAGE_TARGET_DIR)/bin/$(1)/$(call image_package,$(1)),$(if \
+	$(filter provider-service-libvirt,$(1)),$(ROOT)/target/debug/provider-service,$(if $(filter $(1),$(PROVIDER_IMAGES)),\
+	$(ROOT)/target/$(IMAGE_TRIPLE)/debug/provider-service,$(ROOT)/target/debug/$(1))))
+# Build paths out of the binaries, so another checkout builds the same bytes (release builds only).
+REMAP_PATHS := --remap-path-prefix=$(ROOT)=/build --remap-path-prefix=$(or $(CARGO_HOME),$(HOME)/.cargo)=/cargo
 
 SYSTEM_PACKAGES += buildah
 buildah: system-packages
 
 # Release binaries in their own target directory so an image build never waits on (or invalidates) the
-# workspace's debug builds. The controllers and the webhook link statically (no musl target is installable here).
+# workspace's debug builds; static ones for IMAGE_TRIPLE with +crt-static (no musl target is installable here).
 images-binaries: libvirt-dev
 ifeq ($(IMAGE_BINARIES),release)
-	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) RUSTFLAGS="-C target-feature=+crt-static" \
-	  $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) -p peerpod-ctrl -p peer-pod-config-ctrl \
-	  -p peerpods-webhook
-	CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) $(CARGO) build --locked --release -p provider-service
+	@set -e; for s in $(IMAGES); do \
+	  case " $(PROVIDER_IMAGES) $(OTHER_IMAGES) " in *" $$s "*) ;; \
+	    *) echo "no image named $$s (images: $(PROVIDER_IMAGES) $(OTHER_IMAGES))"; exit 1;; esac; \
+	done
+	$(if $(filter $(OTHER_IMAGES),$(IMAGES)),CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) \
+	  RUSTFLAGS="-C target-feature=+crt-static $(REMAP_PATHS)" $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) \
+	  $(foreach s,$(filter $(OTHER_IMAGES),$(IMAGES)),-p $(s)))
+	@set -e; $(foreach s,$(IMAGES),mkdir -p $(IMAGE_TARGET_DIR)/bin/$(s);)
+	@set -e; $(foreach s,$(filter $(OTHER_IMAGES),$(IMAGES)),\
+	  cp $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/$(s) $(call image_bin,$(s));)
+	@# One build per provider-service variant (each its own features), copied out before the next overwrites it.
+	set -e; $(foreach s,$(filter $(PROVIDER_IMAGES),$(IMAGES)),\
+	  $(if $(call image_static,$(s)),\
+	    CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) RUSTFLAGS="-C target-feature=+crt-static $(REMAP_PATHS)" \
+	      $(CARGO) build --locked --release --target $(IMAGE_TRIPLE) $(call image_cargo_args,$(s)); \
+	    cp $(IMAGE_TARGET_DIR)/$(IMAGE_TRIPLE)/release/provider-service $(call image_bin,$(s));,\
+	    CARGO_TARGET_DIR=$(IMAGE_TARGET_DIR) RUSTFLAGS="$(REMAP_PATHS)" \
+	      $(CARGO) build --locked --release $(call image_cargo_args,$(s)); \
+	    cp $(IMAGE_TARGET_DIR)/release/provider-service $(call image_bin,$(s));))
 else
-	# The debug binaries `cargo test --workspace` leaves in target/debug (see provider-service-bin).
+	@# The debug binaries `cargo test --workspace` leaves in target/debug (see provider-service-bin).
 	$(CARGO) test --workspace --locked --no-run
+	@# The libvirt-free provider-service(s) are builds of their own (other features); built for IMAGE_TRIPLE so
+	@# they land apart from target/debug/provider-service, which the tests run.
+	$(foreach s,$(filter-out provider-service-libvirt,$(filter $(IMAGES),$(PROVIDER_IMAGES))),\
+	  $(CARGO) build --locked --target $(IMAGE_TRIPLE) $(call image_cargo_args,$(s)) &&) true
 endif
 
-docker-build: images-binaries $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
+docker-build: images-binaries images-assemble
+
+# Stages and builds each image of IMAGES from binaries already built; with buildah, also writes
+# target/images/<image>.oci.tar and, in any case, the image's SBOM as target/images/<image>.cdx.json.
+# IMAGE_IDS=<file> records each image's ID (its config's digest, which covers every layer's content).
+IMAGE_IDS ?=
+IMAGE_ARCHIVE ?= true
+images-assemble: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 	@mkdir -p $(IMAGE_TARGET_DIR)
-	@set -e; for s in $(IMAGES); do \
-	  case $$s in provider-service) bin=$(BIN_provider-service);; peerpod-ctrl) bin=$(BIN_peerpod-ctrl);; \
-	    peer-pod-config-ctrl) bin=$(BIN_peer-pod-config-ctrl);; peerpods-webhook) bin=$(BIN_peerpods-webhook);; \
-	    *) echo "no image named $$s (IMAGES: $(IMAGES))"; exit 1;; esac; \
-	  ctx=$(IMAGE_TARGET_DIR)/context/$$s; \
-	  $(ROOT)/deploy/images/stage.sh $$bin $$ctx; \
-	  image=$(call image_ref,$$s); \
+	@$(if $(IMAGE_IDS),: > $(IMAGE_IDS))
+	@set -e; $(foreach s,$(IMAGES),\
+	  ctx=$(IMAGE_TARGET_DIR)/context/$(s); image=$(call image_ref,$(s)); \
+	  mkdir -p $(IMAGE_TARGET_DIR)/context; \
+	  $(CARGO) tree --locked --offline -e normal,no-proc-macro --target $(IMAGE_TRIPLE) $(call image_cargo_args,$(s)) \
+	    --prefix none --format '{p}	{l}' > $(IMAGE_TARGET_DIR)/context/$(s).crates; \
+	  $(ROOT)/deploy/images/stage.sh $(s) $(call image_bin,$(s)) $$ctx $(IMAGE_TARGET_DIR)/context/$(s).crates \
+	    $(IMG_TAG) $(SOURCE_DATE_EPOCH); \
+	  cp $$ctx/sbom.cdx.json $(IMAGE_TARGET_DIR)/$(s).cdx.json; \
+	  args="$(if $(filter $(s),$(PROVIDER_IMAGES)),--build-arg IMAGE=$(s) --build-arg FEATURES=$(PROVIDER_FEATURES_$(s)))"; \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then \
-	    docker build -f $(ROOT)/deploy/images/$$s.Dockerfile -t $$image $$ctx; \
+	    SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) docker build $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
+	      -t $$image $$ctx; \
 	  else \
-	    $(BUILDAH) build --isolation chroot --layers=false -f $(ROOT)/deploy/images/$$s.Dockerfile -t $$image $$ctx; \
-	    rm -f $(IMAGE_TARGET_DIR)/$$s.oci.tar; \
-	    $(BUILDAH) push $$image oci-archive:$(IMAGE_TARGET_DIR)/$$s.oci.tar:$$image; \
-	    echo "$$image -> target/images/$$s.oci.tar ($$(du -h $(IMAGE_TARGET_DIR)/$$s.oci.tar | cut -f1))"; \
-	  fi; \
-	done
+	    $(BUILDAH) build --quiet --isolation chroot --layers=false --timestamp $(SOURCE_DATE_EPOCH) \
+	      --identity-label=false $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
+	      --iidfile $$ctx/id -t $$image $$ctx >/dev/null; \
+	    $(if $(IMAGE_IDS),echo "$(s) $$(cat $$ctx/id)" >> $(IMAGE_IDS);) \
+	    if [ "$(IMAGE_ARCHIVE)" = true ]; then \
+	      rm -f $(IMAGE_TARGET_DIR)/$(s).oci.tar; \
+	      $(BUILDAH) push --quiet $$image oci-archive:$(IMAGE_TARGET_DIR)/$(s).oci.tar:$$image; \
+	      echo "$$image $$(cut -c1-19 $$ctx/id) -> target/images/$(s).oci.tar ($$(du -h $(IMAGE_TARGET_DIR)/$(s).oci.tar | cut -f1)), SBOM $(s).cdx.json"; \
+	    fi; \
+	  fi;)
 
 docker-push: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
+	@[ -n "$(IMAGE_REF)" ] || [ "$(IMG)" != "$(IMG_DEFAULT)" ] || \
+	  { echo "docker-push: set IMG=<registry>/<prefix>:<tag> (the default, $(IMG_DEFAULT), names local images)"; exit 1; }
 	@set -e; for s in $(IMAGES); do \
 	  image=$(call image_ref,$$s); \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then docker push $$image; \
 	  else $(BUILDAH) push --tls-verify=$(PUSH_TLS_VERIFY) $$image docker://$$image; fi; \
 	done
 
-# `make test`: builds the images from the debug binaries with buildah, then checks each one: a non-root
-# user, the binary as entrypoint, and that binary runs `--help` inside the image's root filesystem.
+# `make test`: builds the images from the debug binaries with buildah, builds them again from a fresh context and
+# compares the IDs (reproducible), then checks each one (images-verify).
+CHECK_IMG := localhost/peerpods-check:test
 images-check: buildah
-	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=localhost/peerpods-check:test
-	$(MAKE) --no-print-directory images-verify IMG=localhost/peerpods-check:test
+	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
+	  IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.first
+	$(MAKE) --no-print-directory images-assemble IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
+	  IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.second IMAGE_ARCHIVE=false >/dev/null
+	@diff $(IMAGE_TARGET_DIR)/ids.first $(IMAGE_TARGET_DIR)/ids.second || \
+	  { echo "images-check: two builds of the same binaries gave different images (above)"; exit 1; }
+	@echo "images-check: built twice, one digest each: $$(cut -d' ' -f1 $(IMAGE_TARGET_DIR)/ids.first | tr '\n' ' ')"
+	$(MAKE) --no-print-directory images-verify IMAGE_BINARIES=debug IMG=$(CHECK_IMG)
 	@# vfs storage keeps full copies: drop the check images and anything left untagged.
 	@$(BUILDAH) rmi $(foreach s,$(IMAGES),localhost/peerpods-check/$(s):test) >/dev/null
 	@$(BUILDAH) rmi --prune >/dev/null 2>&1 || true
 
-# Checks the images of IMG built by buildah.
+# Checks the images of IMG built by buildah: the non-root user, the binary as entrypoint and running `--help` in
+# the image's root filesystem, the SBOM in the image (the one beside the OCI archive, naming the binary's crate),
+# and libvirt's libraries in provider-service-libvirt only.
 images-verify: buildah
 	@set -e; for s in $(IMAGES); do \
+	  case $$s in provider-service*) bin=provider-service;; *) bin=$$s;; esac; \
 	  image=$(IMG_PREFIX)/$$s:$(IMG_TAG); \
 	  user=$$($(BUILDAH) inspect --type image --format '{{.OCIv1.Config.User}}' $$image); \
 	  entry=$$($(BUILDAH) inspect --type image --format '{{.OCIv1.Config.Entrypoint}}' $$image); \
 	  [ "$$user" = 65532:65532 ] || { echo "$$s: user is '$$user', want 65532:65532"; exit 1; }; \
-	  [ "$$entry" = "[/usr/local/bin/$$s]" ] || { echo "$$s: entrypoint is $$entry"; exit 1; }; \
+	  [ "$$entry" = "[/usr/local/bin/$$bin]" ] || { echo "$$s: entrypoint is $$entry"; exit 1; }; \
 	  ctr=$$($(BUILDAH) from $$image); \
-	  out=$$($(BUILDAH) run --isolation chroot --user 65532:65532 $$ctr -- /usr/local/bin/$$s --help 2>&1) || \
+	  out=$$($(BUILDAH) run --isolation chroot --user 65532:65532 $$ctr -- /usr/local/bin/$$bin --help 2>&1) || \
 	    { echo "$$s --help failed in the image: $$out"; $(BUILDAH) rm $$ctr >/dev/null; exit 1; }; \
-	  $(BUILDAH) rm $$ctr >/dev/null; \
+	  root=$$($(BUILDAH) mount $$ctr); \
+	  libvirt=$$(cd $$root && find . -name 'libvirt*.so*' | sort | tr '\n' ' '); \
+	  cmp -s $$root/usr/share/doc/$$s/sbom.cdx.json $(IMAGE_TARGET_DIR)/$$s.cdx.json || sbom=differs; \
+	  $(BUILDAH) umount $$ctr >/dev/null; $(BUILDAH) rm $$ctr >/dev/null; \
 	  echo "$$out" | grep -q '^Usage: ' || { echo "$$s --help printed no usage: $$out"; exit 1; }; \
-	  echo "image $$s: user $$user, entrypoint $$entry, --help ok"; \
+	  [ "$${sbom:-}" != differs ] || { echo "$$s: the image's SBOM is not target/images/$$s.cdx.json"; exit 1; }; \
+	  python3 -c 'import json, sys; bom = json.load(open(sys.argv[1])); \
+	    sys.exit(0 if bom["metadata"]["component"]["name"] == sys.argv[2] and \
+	      any(c["name"] == sys.argv[3] for c in bom["components"]) else 1)' \
+	    $(IMAGE_TARGET_DIR)/$$s.cdx.json $$s $$bin || { echo "$$s: its SBOM does not list the crate $$bin"; exit 1; }; \
+	  case $$s in \
+	    provider-service-libvirt) [ -n "$$libvirt" ] || { echo "$$s carries no libvirt library"; exit 1; };; \
+	    *) [ -z "$$libvirt" ] || { echo "$$s carries libvirt's libraries: $$libvirt"; exit 1; };; \
+	  esac; \
+	  echo "image $$s: user $$user, entrypoint $$entry, --help ok, SBOM $$(grep -c '"bom-ref"' $(IMAGE_TARGET_DIR)/$$s.cdx.json) refs, libvirt: $${libvirt:-none}"; \
 	done
 
 ## Tilt

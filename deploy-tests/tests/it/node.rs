@@ -27,9 +27,10 @@ use testenv::node::{NODE_IP, NODE_NAME, NodeOptions};
 
 const NAMESPACE: &str = "peerpods-system";
 const SERVICES: [&str; 3] = ["provider-service", "peerpod-ctrl", "peer-pod-config-ctrl"];
-/// The images `make images-check` builds: the services and the peer-pods webhook.
+/// The images `make images-check` builds: the services and the peer-pods webhook. provider-service's is its
+/// libvirt variant: the test's cloud is libvirt's test driver.
 const IMAGES: [&str; 4] = [
-    "provider-service",
+    "provider-service-libvirt",
     "peerpod-ctrl",
     "peer-pod-config-ctrl",
     "peerpods-webhook",
@@ -272,6 +273,8 @@ async fn install_chart(cp: &testenv::ControlPlane) {
             NAMESPACE,
             "--set",
             "image.repositoryPrefix=localhost/peerpods-check",
+            "--set",
+            "providerService.image.repository=localhost/peerpods-check/provider-service-libvirt",
             "--set",
             "image.tag=test",
             "--set",
