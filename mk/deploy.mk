@@ -3,8 +3,9 @@
 #
 #   make install / uninstall        the CRDs into / out of the cluster of the current KUBECONFIG
 #   make run                        the three services on this machine against the current KUBECONFIG
-#   make deploy IMG=repo/prefix:tag helm upgrade --install (images repo/prefix/<service>:tag); make undeploy
-#   make docker-build / docker-push images of the three services and the webhook (docker if its engine answers,
+#   make deploy IMG=repo/prefix:tag helm upgrade --install (images repo/prefix/<image>:tag); make undeploy
+#   make docker-build / docker-push images of the three services (provider-service as two: without and with
+#                                   libvirt) and the webhook, each with its SBOM (docker if its engine answers,
 #                                   else buildah; IMAGES=... for some of them)
 #   make helm-lint                  helm lint with the default and the test values
 #
