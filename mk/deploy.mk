@@ -274,10 +274,18 @@ images-check: buildah
 	@$(BUILDAH) rmi $(foreach s,$(IMAGES),localhost/peerpods-check/$(s):test) >/dev/null
 	@$(BUILDAH) rmi --prune >/dev/null 2>&1 || true
 
+# The CycloneDX schemas (and their validator) the SBOMs are checked against, from PyPI into the shared venv.
+CYCLONEDX_LIB_VERSION := 11.12.0
+CYCLONEDX_LIB := $(TOOLS)/venv/cyclonedx-python-lib-$(CYCLONEDX_LIB_VERSION).installed
+$(CYCLONEDX_LIB): | $(TOOLS)/venv/bin/python
+	$(TOOLS)/venv/bin/pip install --quiet --disable-pip-version-check \
+	  'cyclonedx-python-lib[json-validation]==$(CYCLONEDX_LIB_VERSION)'
+	@touch $@
+
 # Checks the images of IMG built by buildah: the non-root user, the binary as entrypoint and running `--help` in
-# the image's root filesystem, the SBOM in the image (the one beside the OCI archive, naming the binary's crate),
-# and libvirt's libraries in provider-service-libvirt only.
-images-verify: buildah
+# the image's root filesystem, the SBOM in the image (the one beside the OCI archive, valid CycloneDX 1.5, naming
+# the image and the binary's crate), and libvirt's libraries in provider-service-libvirt only.
+images-verify: buildah $(CYCLONEDX_LIB)
 	@set -e; for s in $(IMAGES); do \
 	  case $$s in provider-service*) bin=provider-service;; *) bin=$$s;; esac; \
 	  image=$(IMG_PREFIX)/$$s:$(IMG_TAG); \
@@ -294,10 +302,7 @@ images-verify: buildah
 	  $(BUILDAH) umount $$ctr >/dev/null; $(BUILDAH) rm $$ctr >/dev/null; \
 	  echo "$$out" | grep -q '^Usage: ' || { echo "$$s --help printed no usage: $$out"; exit 1; }; \
 	  [ "$${sbom:-}" != differs ] || { echo "$$s: the image's SBOM is not target/images/$$s.cdx.json"; exit 1; }; \
-	  python3 -c 'import json, sys; bom = json.load(open(sys.argv[1])); \
-	    sys.exit(0 if bom["metadata"]["component"]["name"] == sys.argv[2] and \
-	      any(c["name"] == sys.argv[3] for c in bom["components"]) else 1)' \
-	    $(IMAGE_TARGET_DIR)/$$s.cdx.json $$s $$bin || { echo "$$s: its SBOM does not list the crate $$bin"; exit 1; }; \
+	  $(TOOLS)/venv/bin/python $(ROOT)/deploy/images/sbom-validate.py $$s $$bin $(IMAGE_TARGET_DIR)/$$s.cdx.json; \
 	  case $$s in \
 	    provider-service-libvirt) [ -n "$$libvirt" ] || { echo "$$s carries no libvirt library"; exit 1; };; \
 	    *) [ -z "$$libvirt" ] || { echo "$$s carries libvirt's libraries: $$libvirt"; exit 1; };; \
