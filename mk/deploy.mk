@@ -148,7 +148,9 @@ CONTAINERS := $(TOOLS)/containers
 BUILDAH = buildah --storage-driver vfs --root $(CONTAINERS)/storage --runroot $(CONTAINERS)/run
 # `docker` when its engine answers, otherwise buildah.
 IMAGE_TOOL ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah)
-SOURCE_DATE_EPOCH ?= $(shell git -C $(ROOT) log -1 --format=%ct 2>/dev/null || echo 0)
+ifeq ($(origin SOURCE_DATE_EPOCH),undefined)
+SOURCE_DATE_EPOCH := $(shell git -C $(ROOT) log -1 --format=%ct 2>/dev/null || echo 0)
+endif
 
 PROVIDER_FEATURES_provider-service := alibabacloud,aws,azure,byom,gcp,ibmcloud,ibmcloud-powervs
 PROVIDER_FEATURES_provider-service-libvirt := libvirt
@@ -235,7 +237,7 @@ images-assemble: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 	  cp $$ctx/sbom.cdx.json $(IMAGE_TARGET_DIR)/$(s).cdx.json; \
 	  args="$(if $(filter $(s),$(PROVIDER_IMAGES)),--build-arg IMAGE=$(s) --build-arg FEATURES=$(PROVIDER_FEATURES_$(s)))"; \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then \
-	    SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) docker build $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
+	    docker build --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
 	      -t $$image $$ctx; \
 	  else \
 	    $(BUILDAH) build --quiet --isolation chroot --layers=false --timestamp $(SOURCE_DATE_EPOCH) \
