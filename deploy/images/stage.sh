@@ -40,7 +40,8 @@ declare -A packages=()
 owner() {
   local path=$1 candidate pkg
   for candidate in "$path" "$(readlink -f "$path")" "/usr$path" "${path#/usr}"; do
-    pkg=$(dpkg-query -S "$candidate" 2>/dev/null | head -1 | cut -d: -f1) && [ -n "$pkg" ] && { echo "$pkg"; return; }
+    pkg=$(dpkg-query -S "$candidate" 2>/dev/null | grep -v '^diversion ' | head -1 | cut -d: -f1) &&
+      [ -n "$pkg" ] && { echo "$pkg"; return; }
   done
   return 1
 }
