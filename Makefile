@@ -38,8 +38,12 @@ DEV_BIN := $(CARGO_TARGET)/debug
 
 # CI (CI=true or CI=1 in the environment, as CI services and .ci/run set it) builds from scratch once:
 # incremental compilation's bookkeeping only costs time and disk there.
+# Line tables are dropped there too: a panic still names its file and line, and every test binary links
+# smaller, which matters where the disk is short (a cold `make test` writes tens of GiB: Rust's and Go's builds,
+# the images).
 ifneq ($(filter true 1,$(CI)),)
 export CARGO_INCREMENTAL := 0
+export CARGO_PROFILE_DEV_DEBUG := false
 endif
 
 SYSTEM_PACKAGES :=
@@ -136,6 +140,8 @@ CARGO_TEST := $(CARGO) test --workspace --locked --no-fail-fast
 
 .PHONY: test lint fmt-check clippy unit-tests integration-tests
 test:
+	@# The free disk, first: a build that runs out of it fails late, in whatever it was linking.
+	@df -h $(CARGO_TARGET) $(ROOT) 2>/dev/null | sed 's/^/disk: /' || true
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory unit-tests
 	@$(MAKE) --no-print-directory integration-tests
