@@ -1,7 +1,9 @@
 //! Caller authentication and authorization: the bearer token (a projected ServiceAccount token)
 //! is validated with the Kubernetes TokenReview API for our audience, the ServiceAccount must be
-//! in the allow-list, and the method called must be one it is granted ([`Grant`]). Answers are
-//! cached briefly so a cleanup storm costs a handful of reviews.
+//! in the allow-list, and the method called must be one it is granted ([`Grant`]); a path that
+//! names no method is refused before any review. A grant marked `@node` binds its caller to the
+//! node its token is bound to (see [`crate::placement`]). Answers are cached briefly so a cleanup
+//! storm costs a handful of reviews.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
@@ -17,6 +19,7 @@ use kube::api::PostParams;
 use crate::error::{Error, status};
 use crate::load::RateLimitedLog;
 use crate::metrics::{Metrics, ResultLabels};
+use crate::placement::{NodeBound, Placements, node_of};
 use crate::token_cache::{InFlight, Lru, TokenKey, key_of};
 
 /// An authenticated caller: the ServiceAccount behind the token.
@@ -24,6 +27,14 @@ use crate::token_cache::{InFlight, Lru, TokenKey, key_of};
 pub struct Caller {
     pub namespace: String,
     pub name: String,
+}
+
+/// A caller as its token's review found it: the ServiceAccount, and the node the token is bound to
+/// (the projected token of a Pod, or of a Node; `None` for a plain ServiceAccount token).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub caller: Caller,
+    pub node: Option<String>,
 }
 
 impl std::fmt::Display for Caller {
@@ -59,6 +70,9 @@ pub enum Method {
     ListProviders,
 }
 
+/// The path every method of `peerpods.provider.v1.ProviderService` starts with.
+pub const SERVICE_PATH_PREFIX: &str = "/peerpods.provider.v1.ProviderService/";
+
 impl Method {
     pub const ALL: [Method; 4] = [
         Method::DeleteInstance,
@@ -78,9 +92,9 @@ impl Method {
     }
 
     /// The method a request path (`/peerpods.provider.v1.ProviderService/<Method>`) calls;
-    /// `None` for paths that are no method of ours (tonic answers those with UNIMPLEMENTED).
+    /// `None` for paths that are no method in this table (refused: see [`Authenticated`]).
     pub fn from_path(path: &str) -> Option<Self> {
-        let name = path.strip_prefix("/peerpods.provider.v1.ProviderService/")?;
+        let name = path.strip_prefix(SERVICE_PATH_PREFIX)?;
         Method::ALL.into_iter().find(|m| m.as_str() == name)
     }
 }
@@ -111,10 +125,25 @@ impl std::str::FromStr for Method {
 /// Written `namespace/name=Method+Method` (e.g.
 /// `peerpods/peer-pod-config-ctrl=GetCapacity`). A bare `namespace/name` grants every method, as
 /// allow-list entries did before methods could be named; prefer naming them.
+///
+/// `namespace/name@node=...` binds the caller to its node (cloud-api-adaptor, which runs on every
+/// node under one ServiceAccount): its token must be bound to a node, and it may delete only what is
+/// its node's ([`crate::placement`]). `@` cannot occur in a ServiceAccount name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub caller: Caller,
     pub methods: BTreeSet<Method>,
+    pub node_bound: bool,
+}
+
+/// The suffix of a caller in a grant that binds it to its node.
+const NODE_BOUND_SUFFIX: &str = "@node";
+
+/// What the grants of one caller add up to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Granted {
+    methods: BTreeSet<Method>,
+    node_bound: bool,
 }
 
 impl Grant {
@@ -130,6 +159,7 @@ impl From<Caller> for Grant {
         Grant {
             caller,
             methods: Method::ALL.into_iter().collect(),
+            node_bound: false,
         }
     }
 }
@@ -137,10 +167,26 @@ impl From<Caller> for Grant {
 impl std::str::FromStr for Grant {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let Some((caller, methods)) = s.split_once('=') else {
-            return s.parse::<Caller>().map(Grant::from);
+        let (caller, methods) = match s.split_once('=') {
+            Some((caller, methods)) => (caller, Some(methods)),
+            None => (s, None),
         };
+        let (caller, node_bound) = match caller.trim().strip_suffix(NODE_BOUND_SUFFIX) {
+            Some(caller) => (caller, true),
+            None => (caller, false),
+        };
+        if caller.contains('@') {
+            return Err(format!(
+                "{s:?}: `@` marks what binds the caller, and only @node is known"
+            ));
+        }
         let caller = caller.parse::<Caller>()?;
+        let Some(methods) = methods else {
+            return Ok(Grant {
+                node_bound,
+                ..Grant::from(caller)
+            });
+        };
         let mut granted = BTreeSet::from([Method::ListProviders]);
         for method in methods.split('+') {
             granted.insert(method.parse::<Method>()?);
@@ -148,6 +194,7 @@ impl std::str::FromStr for Grant {
         Ok(Grant {
             caller,
             methods: granted,
+            node_bound,
         })
     }
 }
@@ -155,7 +202,12 @@ impl std::str::FromStr for Grant {
 impl std::fmt::Display for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let methods: Vec<&str> = self.methods.iter().map(|m| m.as_str()).collect();
-        write!(f, "{}={}", self.caller, methods.join("+"))
+        let bound = if self.node_bound {
+            NODE_BOUND_SUFFIX
+        } else {
+            ""
+        };
+        write!(f, "{}{bound}={}", self.caller, methods.join("+"))
     }
 }
 
@@ -183,13 +235,15 @@ const MAX_ALLOWED_ENTRIES: usize = 16_384;
 /// neither grow memory without bound nor evict a good caller.
 const MAX_REFUSED_ENTRIES: usize = 4096;
 
-type Verdict = Result<Caller, Error>;
+type Verdict = Result<Identity, Error>;
 
 /// Validates tokens with TokenReview and checks the allow-list and each caller's methods.
 pub struct TokenReviewer {
     client: kube::Client,
     audience: String,
-    grants: BTreeMap<Caller, BTreeSet<Method>>,
+    grants: BTreeMap<Caller, Granted>,
+    /// Where instances' Pods run, for callers bound to their node; `None` when no grant binds one.
+    placements: Option<Arc<Placements>>,
     // Keyed by the token's SHA-256, LRU-bounded, accepted and refused apart (see token_cache);
     // a caching crate (moka) would bring its own runtime and many dependencies for no gain here.
     allowed: Mutex<Lru<CachedVerdict>>,
@@ -203,9 +257,11 @@ pub struct TokenReviewer {
 
 #[derive(Clone, Debug)]
 enum CachedVerdict {
-    Allowed(Caller),
+    Allowed(Identity),
     Unauthenticated(String),
     NotAllowed(String),
+    /// A node-bound caller (named) whose token names no node.
+    NodeNotBound(String),
     /// The API server did not answer (what failed, and why); shared by the callers of one review, never
     /// kept.
     Unavailable(String, Option<crate::error::Cause>),
@@ -217,6 +273,7 @@ impl CachedVerdict {
             Ok(c) => CachedVerdict::Allowed(c),
             Err(Error::Unauthenticated { message }) => CachedVerdict::Unauthenticated(message),
             Err(Error::CallerNotAllowed { caller }) => CachedVerdict::NotAllowed(caller),
+            Err(Error::NodeNotBound { caller }) => CachedVerdict::NodeNotBound(caller),
             Err(Error::AuthUnavailable { message, source }) => {
                 CachedVerdict::Unavailable(message, source)
             }
@@ -231,6 +288,7 @@ impl CachedVerdict {
             CachedVerdict::Allowed(c) => Ok(c),
             CachedVerdict::Unauthenticated(message) => Err(Error::Unauthenticated { message }),
             CachedVerdict::NotAllowed(caller) => Err(Error::CallerNotAllowed { caller }),
+            CachedVerdict::NodeNotBound(caller) => Err(Error::NodeNotBound { caller }),
             CachedVerdict::Unavailable(message, source) => {
                 Err(Error::AuthUnavailable { message, source })
             }
@@ -240,24 +298,28 @@ impl CachedVerdict {
 
 impl TokenReviewer {
     /// `grants` are [`Grant`]s, or plain [`Caller`]s granted every method. Two grants of one
-    /// caller add up.
+    /// caller add up; if either binds it to its node, it is bound (the stricter wins).
     pub fn new<G: Into<Grant>>(
         client: kube::Client,
         audience: impl Into<String>,
         grants: impl IntoIterator<Item = G>,
         metrics: Metrics,
     ) -> Self {
-        let mut merged: BTreeMap<Caller, BTreeSet<Method>> = BTreeMap::new();
+        let mut merged: BTreeMap<Caller, Granted> = BTreeMap::new();
         for grant in grants.into_iter().map(Into::into) {
-            merged
-                .entry(grant.caller)
-                .or_default()
-                .extend(grant.methods);
+            let granted = merged.entry(grant.caller).or_default();
+            granted.methods.extend(grant.methods);
+            granted.node_bound |= grant.node_bound;
         }
+        let placements = merged
+            .values()
+            .any(|g| g.node_bound)
+            .then(|| Arc::new(Placements::new(client.clone())));
         TokenReviewer {
             client,
             audience: audience.into(),
             grants: merged,
+            placements,
             allowed: Mutex::new(Lru::new(MAX_ALLOWED_ENTRIES)),
             refused: Mutex::new(Lru::new(MAX_REFUSED_ENTRIES)),
             in_flight: InFlight::default(),
@@ -271,7 +333,7 @@ impl TokenReviewer {
         if self
             .grants
             .get(caller)
-            .is_some_and(|methods| methods.contains(&method))
+            .is_some_and(|granted| granted.methods.contains(&method))
         {
             Ok(())
         } else {
@@ -281,6 +343,29 @@ impl TokenReviewer {
                 method: method.as_str(),
             })
         }
+    }
+
+    /// What a caller bound to its node is held to (see [`crate::placement`]); `None` for a caller
+    /// that is not. A node-bound caller without a node is refused (its review refuses it already;
+    /// this does not rely on that).
+    pub fn node_bound(&self, identity: &Identity) -> Result<Option<NodeBound>, Error> {
+        if !self
+            .grants
+            .get(&identity.caller)
+            .is_some_and(|granted| granted.node_bound)
+        {
+            return Ok(None);
+        }
+        let refused = || Error::NodeNotBound {
+            caller: identity.caller.to_string(),
+        };
+        let node = identity.node.clone().ok_or_else(refused)?;
+        let placements = self.placements.clone().ok_or_else(refused)?;
+        Ok(Some(NodeBound {
+            caller: identity.caller.to_string(),
+            node,
+            placements,
+        }))
     }
 
     /// The caller behind an `authorization: Bearer <token>` header value.
@@ -312,9 +397,9 @@ impl TokenReviewer {
     fn keep(&self, key: TokenKey, verdict: &CachedVerdict) {
         let (map, ttl) = match verdict {
             CachedVerdict::Allowed(_) => (&self.allowed, ALLOW_TTL),
-            CachedVerdict::Unauthenticated(_) | CachedVerdict::NotAllowed(_) => {
-                (&self.refused, DENY_TTL)
-            }
+            CachedVerdict::Unauthenticated(_)
+            | CachedVerdict::NotAllowed(_)
+            | CachedVerdict::NodeNotBound(_) => (&self.refused, DENY_TTL),
             CachedVerdict::Unavailable(..) => return,
         };
         if let Ok(mut map) = map.lock() {
@@ -377,19 +462,27 @@ impl TokenReviewer {
                 message: format!("token is not for audience {:?}", self.audience),
             });
         }
-        let username = status.user.and_then(|u| u.username).unwrap_or_default();
+        let user = status.user.unwrap_or_default();
+        let username = user.username.unwrap_or_default();
         let Some(caller) = Caller::from_username(&username) else {
             self.count("not_allowed");
             return Err(Error::CallerNotAllowed { caller: username });
         };
-        if !self.grants.contains_key(&caller) {
+        let Some(granted) = self.grants.get(&caller) else {
             self.count("not_allowed");
             return Err(Error::CallerNotAllowed {
                 caller: caller.to_string(),
             });
+        };
+        let node = node_of(user.extra.as_ref());
+        if granted.node_bound && node.is_none() {
+            self.count("node_not_bound");
+            return Err(Error::NodeNotBound {
+                caller: caller.to_string(),
+            });
         }
         self.count("allowed");
-        Ok(caller)
+        Ok(Identity { caller, node })
     }
 
     fn count(&self, result: &'static str) {
@@ -427,7 +520,10 @@ fn bearer_token(header: Option<&http::HeaderValue>) -> Result<&str, Error> {
 }
 
 /// Wraps a gRPC service so every call is authenticated first; the [`Caller`] is put into the
-/// request extensions. With no reviewer (`--auth=none`) calls pass unchanged.
+/// request extensions, and a [`NodeBound`] for a caller bound to its node. A path that names no
+/// method of the table is refused (PERMISSION_DENIED, reason UnknownMethod) before its token is
+/// reviewed: a method the table does not know has no grant decision. With no reviewer
+/// (`--auth=none`) calls pass unchanged.
 #[derive(Clone)]
 pub struct Authenticated<S> {
     inner: S,
@@ -467,19 +563,24 @@ where
         let reviewer = self.reviewer.clone();
         Box::pin(async move {
             if let Some(reviewer) = reviewer {
-                let verdict = reviewer
-                    .authenticate(request.headers().get(http::header::AUTHORIZATION))
-                    .await
-                    .and_then(|caller| {
-                        // Paths that are no method of ours go on to tonic, which answers
-                        // UNIMPLEMENTED; they reach no provider.
-                        match Method::from_path(request.uri().path()) {
-                            Some(method) => reviewer.authorize(&caller, method).map(|()| caller),
-                            None => Ok(caller),
-                        }
-                    });
+                let verdict = match Method::from_path(request.uri().path()) {
+                    None => Err(Error::UnknownMethod {
+                        path: shortened(request.uri().path()),
+                    }),
+                    Some(method) => reviewer
+                        .authenticate(request.headers().get(http::header::AUTHORIZATION))
+                        .await
+                        .and_then(|identity| {
+                            reviewer.authorize(&identity.caller, method)?;
+                            let bound = reviewer.node_bound(&identity)?;
+                            Ok((identity.caller, bound))
+                        }),
+                };
                 match verdict {
-                    Ok(caller) => {
+                    Ok((caller, bound)) => {
+                        if let Some(bound) = bound {
+                            request.extensions_mut().insert(bound);
+                        }
                         request.extensions_mut().insert(caller);
                     }
                     Err(e) => {
@@ -494,6 +595,21 @@ where
             inner.call(request).await
         })
     }
+}
+
+/// The longest part of a refused path repeated in the answer (the path is the caller's input).
+const MAX_PATH_SHOWN: usize = 128;
+
+/// `path` cut at [`MAX_PATH_SHOWN`] bytes (on a character boundary), marked when cut.
+fn shortened(path: &str) -> String {
+    if path.len() <= MAX_PATH_SHOWN {
+        return path.to_owned();
+    }
+    let mut end = MAX_PATH_SHOWN;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &path[..end])
 }
 
 impl<S: tonic::server::NamedService> tonic::server::NamedService for Authenticated<S> {
@@ -590,6 +706,77 @@ mod tests {
             None
         );
         assert_eq!(Method::from_path("/other.Service/DeleteInstance"), None);
+    }
+
+    /// The method table is the service's: a method added to the proto without a grant decision here
+    /// (and so a place in [`Method::ALL`]) fails this test instead of being refused at run time.
+    #[test]
+    fn the_method_table_is_the_services_descriptor() {
+        use peerpods_proto::v1::provider_service_server::SERVICE_NAME;
+        use prost::Message as _;
+        let set = prost_types::FileDescriptorSet::decode(peerpods_proto::FILE_DESCRIPTOR_SET)
+            .expect("the proto crate's descriptor set decodes");
+        let services: Vec<(String, BTreeSet<String>)> = set
+            .file
+            .iter()
+            .flat_map(|file| {
+                file.service.iter().map(move |service| {
+                    let name = format!("{}.{}", file.package(), service.name());
+                    let methods = service.method.iter().map(|m| m.name().to_owned());
+                    (name, methods.collect())
+                })
+            })
+            .collect();
+        let ours: Vec<&BTreeSet<String>> = services
+            .iter()
+            .filter(|(name, _)| name == SERVICE_NAME)
+            .map(|(_, methods)| methods)
+            .collect();
+        assert_eq!(ours.len(), 1, "{services:?}");
+        let table: BTreeSet<String> = Method::ALL.map(|m| m.as_str().to_owned()).into();
+        assert_eq!(
+            ours[0], &table,
+            "every RPC needs a grant decision in Method"
+        );
+        assert_eq!(SERVICE_PATH_PREFIX, format!("/{SERVICE_NAME}/"));
+        for method in Method::ALL {
+            let path = format!("/{SERVICE_NAME}/{method}");
+            assert_eq!(Method::from_path(&path), Some(method));
+        }
+    }
+
+    #[test]
+    fn grants_bind_a_caller_to_its_node_with_at_node() {
+        let grant: Grant = "peerpods/caa@node=GetCapacity+DeleteInstance"
+            .parse()
+            .unwrap();
+        assert_eq!(grant.caller.to_string(), "peerpods/caa");
+        assert!(grant.node_bound);
+        assert_eq!(
+            grant.to_string(),
+            "peerpods/caa@node=DeleteInstance+GetCapacity+ListProviders"
+        );
+        assert_eq!(grant.to_string().parse::<Grant>(), Ok(grant));
+        let bare: Grant = "peerpods/caa@node".parse().unwrap();
+        assert!(bare.node_bound && bare.is_unrestricted());
+        let plain: Grant = "peerpods/caa=DeleteInstance".parse().unwrap();
+        assert!(!plain.node_bound);
+        assert!("peerpods/@node=DeleteInstance".parse::<Grant>().is_err());
+        let err = "peerpods/caa@nodes=DeleteInstance"
+            .parse::<Grant>()
+            .unwrap_err();
+        assert!(err.contains("only @node"), "{err}");
+    }
+
+    #[test]
+    fn refused_paths_are_shown_shortened() {
+        assert_eq!(shortened("/a/b"), "/a/b");
+        let long = format!("/{}", "é".repeat(200));
+        let shown = shortened(&long);
+        assert!(
+            shown.len() <= MAX_PATH_SHOWN + 3 && shown.ends_with("..."),
+            "{shown}"
+        );
     }
 
     #[test]

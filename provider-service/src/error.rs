@@ -66,6 +66,41 @@ pub enum Error {
         method: &'static str,
     },
 
+    /// A path under this service that names none of its methods: refused before any token is reviewed, so a
+    /// method added to the service is served only once the method table (and so every grant) knows it.
+    #[error("{path:?} is not a method of this service")]
+    UnknownMethod { path: String },
+
+    /// The caller's grant binds it to its node (`@node`), but its token is bound to no node: a plain
+    /// ServiceAccount token instead of the projected one of a Pod (or a Node).
+    #[error(
+        "caller {caller} must present a token bound to its node (its Pod's projected token); this one names no node"
+    )]
+    NodeNotBound { caller: String },
+
+    /// A node-bound caller asked to delete an instance that is not its node's: `why` says which PeerPod
+    /// names it and where that PeerPod's Pod runs.
+    #[error("caller {caller} on node {node} may not delete instance {instance_id}: {why}")]
+    NotOnCallersNode {
+        caller: String,
+        node: String,
+        instance_id: String,
+        why: String,
+    },
+
+    /// Which node an instance belongs to cannot be looked up now (the Kubernetes API does not answer):
+    /// a node-bound caller's delete is refused until it can.
+    #[error(
+        "cannot tell now which node instance {instance_id} belongs to: {}",
+        with_cause(message, source)
+    )]
+    PlacementUnavailable {
+        instance_id: String,
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+
     /// The gRPC port's certificate or key cannot be loaded.
     #[error("tls: {}", with_cause(message, source))]
     Tls {
@@ -124,6 +159,10 @@ impl Error {
             Error::AuthUnavailable { .. } => "AuthUnavailable",
             Error::CallerNotAllowed { .. } => "CallerNotAllowed",
             Error::MethodNotAllowed { .. } => "MethodNotAllowed",
+            Error::UnknownMethod { .. } => "UnknownMethod",
+            Error::NodeNotBound { .. } => "NodeNotBound",
+            Error::NotOnCallersNode { .. } => "NotOnCallersNode",
+            Error::PlacementUnavailable { .. } => "PlacementUnavailable",
             Error::Tls { .. } => "Tls",
             Error::Internal { .. } => "Internal",
             Error::ShuttingDown => "ShuttingDown",
@@ -190,8 +229,12 @@ pub fn status(e: &Error) -> Status {
     let code = match e {
         Error::Provider(p) => provider_code(p),
         Error::NotServing { .. } => Code::FailedPrecondition,
-        Error::AuthUnavailable { .. } => Code::Unavailable,
-        Error::CallerNotAllowed { .. } | Error::MethodNotAllowed { .. } => Code::PermissionDenied,
+        Error::AuthUnavailable { .. } | Error::PlacementUnavailable { .. } => Code::Unavailable,
+        Error::CallerNotAllowed { .. }
+        | Error::MethodNotAllowed { .. }
+        | Error::UnknownMethod { .. }
+        | Error::NodeNotBound { .. }
+        | Error::NotOnCallersNode { .. } => Code::PermissionDenied,
         Error::Unauthenticated { .. } => Code::Unauthenticated,
         Error::Tls { .. } | Error::Internal { .. } => Code::Internal,
         Error::ShuttingDown | Error::DeleteInProgress { .. } | Error::NotYetVisible { .. } => {

@@ -14,6 +14,7 @@ use crate::deletes::{Answer, Deletes, Wait};
 use crate::error::{Error, ProviderError};
 use crate::load::RateLimitedLog;
 use crate::metrics::Metrics;
+use crate::placement::NodeBound;
 use crate::provider::{
     Capacity, DeleteOutcome, Figure, Health, Instance, Provider, Requester, TagSelector,
 };
@@ -124,6 +125,7 @@ impl ProviderService for ProviderApi {
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let started = Instant::now();
         let caller = caller_of(&request);
+        let node_bound = request.extensions().get::<NodeBound>().cloned();
         let caller_deadline = crate::deletes::caller_deadline(request.metadata());
         let req = request.into_inner();
         let label = self.provider_label(&req.cloud_provider);
@@ -132,6 +134,11 @@ impl ProviderService for ProviderApi {
             let provider = self.provider(&req.cloud_provider)?;
             check_len("instance_id", &req.instance_id, MAX_INSTANCE_ID_LEN)?;
             provider.validate_instance_id(&req.instance_id)?;
+            // A caller bound to its node deletes only its node's instances; asked before the
+            // delete is started or joined, so it cannot join another node's either.
+            if let Some(bound) = &node_bound {
+                bound.may_delete(&req.instance_id).await?;
+            }
             let requester = requester(req.requester.as_ref())?;
             // The delete's own span, not a child of this call's: it outlives the call, and the
             // calls that join it later only follow from it.
@@ -328,7 +335,7 @@ fn is_callers_mistake(e: &Error) -> bool {
         e,
         Error::Provider(
             ProviderError::InvalidArgument { .. } | ProviderError::UnknownProvider { .. }
-        )
+        ) | Error::NotOnCallersNode { .. }
     )
 }
 

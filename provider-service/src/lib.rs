@@ -10,7 +10,7 @@
 //! - [`load`]: the bound on calls in flight (load shedding); [`cache`]: capacity and health
 //!   answers cached, one cloud call in flight.
 //! - [`server`]: tonic server with health and reflection; [`auth`]: TokenReview + per-method
-//!   grants;
+//!   grants; [`placement`]: callers bound to their node delete only their node's instances;
 //!   [`tls`]: rustls with certificate reload.
 //! - [`config`] and [`reload`]: cloud-api-adaptor-style configuration from files and env,
 //!   reloaded on change.
@@ -28,6 +28,7 @@ pub mod error;
 pub mod grpc;
 pub mod load;
 pub mod metrics;
+pub mod placement;
 pub mod registry;
 pub mod reload;
 pub mod server;
