@@ -26,15 +26,26 @@
 //! `terminationGracePeriodSeconds`. A call's answer comes within [`DEFAULT_ANSWER_WITHIN`] or 90 %
 //! of the caller's deadline, whichever is shorter, so the caller always hears an answer, never its
 //! own deadline.
+//!
+//! A call answered "in progress" leaves its delete running, so a caller could pile up deletes
+//! without bound, each a task and a place in the queue for the cloud's delete slots. The deletes
+//! one caller started and that still run are capped ([`DeleteCaps::per_caller`]), and so are all
+//! of them ([`DeleteCaps::total`]); a new delete past a cap is refused with RESOURCE_EXHAUSTED
+//! (reason `TooManyDeletes`) and retry advice, counted in `provider_service_deletes_refused`.
+//! Joining a delete that runs is never refused: it costs nothing.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::auth::Caller;
 use crate::error::Error;
 use crate::provider::{DeleteOutcome, Provider};
 use peerpods_provider_core::InstanceKey;
@@ -94,6 +105,101 @@ impl DeleteSettings {
     }
 }
 
+/// Configuration keys of the caps (files of the config directories, or the environment).
+pub const MAX_DETACHED_DELETES: &str = "MAX_DETACHED_DELETES";
+pub const MAX_DETACHED_DELETES_PER_CALLER: &str = "MAX_DETACHED_DELETES_PER_CALLER";
+
+/// How many deletes may run at once (started and not ended, waiting for a delete slot included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeleteCaps {
+    /// Deletes one caller started that still run, at most.
+    pub per_caller: usize,
+    /// Deletes running at most.
+    pub total: usize,
+}
+
+impl Default for DeleteCaps {
+    fn default() -> Self {
+        DeleteCaps {
+            // Far more than a node's CAA has, and more than a controller's cleanup storm starts
+            // before its first deletes end (each waits for one of the cloud's 32 delete slots).
+            per_caller: 1024,
+            // A few such callers at once.
+            total: 4096,
+        }
+    }
+}
+
+impl DeleteCaps {
+    /// The defaults, with `MAX_DETACHED_DELETES_PER_CALLER` and `MAX_DETACHED_DELETES` from
+    /// `config` where set (whole numbers of at least 1).
+    pub fn from_config(
+        config: &peerpods_provider_core::ProviderConfig,
+    ) -> Result<Self, peerpods_provider_core::Error> {
+        let mut caps = DeleteCaps::default();
+        for (key, field) in [
+            (MAX_DETACHED_DELETES_PER_CALLER, &mut caps.per_caller),
+            (MAX_DETACHED_DELETES, &mut caps.total),
+        ] {
+            if let Some(value) = config.get(key) {
+                *field = value
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n >= 1)
+                    .ok_or_else(|| {
+                        peerpods_provider_core::Error::config(
+                            key.to_owned(),
+                            format!("{value:?} is not a whole number of at least 1"),
+                        )
+                    })?;
+            }
+        }
+        Ok(caps)
+    }
+
+    /// Whether a new delete fits for a caller that runs `by_caller` deletes, with `total` running.
+    pub fn check(&self, by_caller: usize, total: usize) -> Result<(), DeleteCap> {
+        if by_caller >= self.per_caller {
+            Err(DeleteCap::PerCaller)
+        } else if total >= self.total {
+            Err(DeleteCap::Total)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The value and configuration key of `cap`.
+    pub fn of(&self, cap: DeleteCap) -> (usize, &'static str) {
+        match cap {
+            DeleteCap::PerCaller => (self.per_caller, MAX_DETACHED_DELETES_PER_CALLER),
+            DeleteCap::Total => (self.total, MAX_DETACHED_DELETES),
+        }
+    }
+}
+
+/// Which cap refused a new delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteCap {
+    PerCaller,
+    Total,
+}
+
+impl DeleteCap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteCap::PerCaller => "per_caller",
+            DeleteCap::Total => "total",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeleteCapLabels {
+    /// `per_caller` or `total` ([`DeleteCap`]).
+    pub cap: &'static str,
+}
+
 /// What a finished delete ended with. The error is shared by every caller that waited for it.
 pub type Finished = Result<DeleteOutcome, Arc<Error>>;
 
@@ -133,11 +239,16 @@ struct Inner {
     /// How many deletes run or wait for a delete slot; shutdown waits for 0.
     running_count: watch::Sender<usize>,
     next_id: AtomicU64,
+    /// `provider_service_deletes_refused{cap}`.
+    refused: Family<DeleteCapLabels, Counter>,
 }
 
 #[derive(Default)]
 struct State {
     running: HashMap<Key, Running>,
+    /// Deletes running per caller that started them (`None`: unauthenticated, `--auth=none`).
+    by_caller: HashMap<Option<Caller>, usize>,
+    caps: DeleteCaps,
     /// Shutting down: no new delete starts (running ones may still be joined).
     closed: bool,
 }
@@ -149,6 +260,7 @@ type Key = InstanceKey;
 
 struct Running {
     id: u64,
+    caller: Option<Caller>,
     done: watch::Receiver<Option<Finished>>,
 }
 
@@ -198,22 +310,62 @@ impl Deletes {
                 state: Mutex::default(),
                 running_count: watch::Sender::new(0),
                 next_id: AtomicU64::new(0),
+                refused: Family::default(),
             }),
         }
+    }
+
+    /// Puts other caps in place (the configuration's, once it is read); deletes running past them
+    /// go on.
+    pub fn set_caps(&self, caps: DeleteCaps) {
+        self.inner.state().caps = caps;
+    }
+
+    pub fn caps(&self) -> DeleteCaps {
+        self.inner.state().caps
+    }
+
+    /// Registers the refusal counter under `registry`'s prefix.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "deletes_refused",
+            "DeleteInstance calls refused with RESOURCE_EXHAUSTED because their caller (cap=per_caller, MAX_DETACHED_DELETES_PER_CALLER) or the service (cap=total, MAX_DETACHED_DELETES) runs as many deletes as it may",
+            self.inner.refused.clone(),
+        );
+    }
+
+    /// New deletes refused past `cap` so far.
+    pub fn refused(&self, cap: DeleteCap) -> u64 {
+        self.inner
+            .refused
+            .get_or_create(&DeleteCapLabels { cap: cap.as_str() })
+            .get()
     }
 
     pub fn settings(&self) -> DeleteSettings {
         self.inner.settings
     }
 
-    /// Joins the delete running for `instance_id` of `provider`, or starts one in a task of its
-    /// own (traced in `span`). Once shutdown began, only joining is allowed. `provider` bounds
-    /// the delete itself (its call budget, [`crate::backends::guarded`]): the task has no
-    /// deadline of its own, so the time it waits for a delete slot is never held against it.
+    /// [`Deletes::delete_for`] no known caller (the unauthenticated one of `--auth=none`).
     pub fn delete(
         &self,
         provider: Arc<dyn Provider>,
         instance_id: &str,
+        span: tracing::Span,
+    ) -> Result<Job, Error> {
+        self.delete_for(provider, instance_id, None, span)
+    }
+
+    /// Joins the delete running for `instance_id` of `provider`, or starts one for `caller` in a
+    /// task of its own (traced in `span`), if the caps allow ([`DeleteCaps`]). Once shutdown
+    /// began, only joining is allowed. `provider` bounds the delete itself (its call budget,
+    /// [`crate::backends::guarded`]): the task has no deadline of its own, so the time it waits for
+    /// a delete slot is never held against it.
+    pub fn delete_for(
+        &self,
+        provider: Arc<dyn Provider>,
+        instance_id: &str,
+        caller: Option<&Caller>,
         span: tracing::Span,
     ) -> Result<Job, Error> {
         let key = InstanceKey::new(provider.name(), instance_id);
@@ -227,12 +379,39 @@ impl Deletes {
         if state.closed {
             return Err(Error::ShuttingDown);
         }
+        let caller = caller.cloned();
+        let by_caller = state.by_caller.get(&caller).copied().unwrap_or(0);
+        if let Err(cap) = state.caps.check(by_caller, state.running.len()) {
+            let (limit, setting) = state.caps.of(cap);
+            let running = match cap {
+                DeleteCap::PerCaller => by_caller,
+                DeleteCap::Total => state.running.len(),
+            };
+            drop(state);
+            self.inner
+                .refused
+                .get_or_create(&DeleteCapLabels { cap: cap.as_str() })
+                .inc();
+            return Err(Error::TooManyDeletes {
+                by: match (cap, caller) {
+                    (DeleteCap::PerCaller, Some(caller)) => caller.to_string(),
+                    (DeleteCap::PerCaller, None) => "unauthenticated callers".to_owned(),
+                    (DeleteCap::Total, _) => "all callers".to_owned(),
+                },
+                running,
+                limit,
+                setting,
+                retry_after: self.inner.settings.retry_after,
+            });
+        }
+        *state.by_caller.entry(caller.clone()).or_insert(0) += 1;
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (finished, done) = watch::channel(None);
         state.running.insert(
             key.clone(),
             Running {
                 id,
+                caller,
                 done: done.clone(),
             },
         );
@@ -328,8 +507,13 @@ impl Drop for Ends {
             .running
             .get(&self.key)
             .is_some_and(|r| r.id == self.id)
+            && let Some(ended) = state.running.remove(&self.key)
+            && let Some(n) = state.by_caller.get_mut(&ended.caller)
         {
-            state.running.remove(&self.key);
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.by_caller.remove(&ended.caller);
+            }
         }
         let count = state.running.len();
         drop(state);
@@ -402,6 +586,18 @@ mod tests {
             settings.answer_window(Some(Duration::from_millis(10))),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn deletes_are_capped_per_caller_then_in_all() {
+        let caps = DeleteCaps {
+            per_caller: 2,
+            total: 3,
+        };
+        assert_eq!(caps.check(1, 2), Ok(()));
+        assert_eq!(caps.check(2, 2), Err(DeleteCap::PerCaller));
+        assert_eq!(caps.check(0, 3), Err(DeleteCap::Total));
+        assert_eq!(caps.of(DeleteCap::Total), (3, MAX_DETACHED_DELETES));
     }
 
     #[test]

@@ -147,6 +147,20 @@ pub enum Error {
         setting: &'static str,
         retry_after: std::time::Duration,
     },
+
+    /// A new delete past a cap of the deletes running (see [`crate::deletes::DeleteCaps`]): `by`
+    /// (a caller, or all callers) runs `running`, the most `setting` allows.
+    #[error(
+        "{by} run {running} deletes already, the most {setting} allows ({limit}); ask again in {} s",
+        retry_after.as_secs().max(1)
+    )]
+    TooManyDeletes {
+        by: String,
+        running: usize,
+        limit: usize,
+        setting: &'static str,
+        retry_after: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -168,6 +182,7 @@ impl Error {
             Error::ShuttingDown => "ShuttingDown",
             Error::DeleteInProgress { .. } => "DeleteInProgress",
             Error::NotYetVisible { .. } => "NotYetVisible",
+            Error::TooManyDeletes { .. } => "TooManyDeletes",
         }
     }
 
@@ -240,11 +255,13 @@ pub fn status(e: &Error) -> Status {
         Error::ShuttingDown | Error::DeleteInProgress { .. } | Error::NotYetVisible { .. } => {
             Code::Unavailable
         }
+        Error::TooManyDeletes { .. } => Code::ResourceExhausted,
     };
     let mut details = ErrorDetails::with_error_info(e.reason(), ERROR_DOMAIN, HashMap::new());
     if let Error::Provider(ProviderError::Throttled { retry_after, .. })
     | Error::DeleteInProgress { retry_after, .. }
-    | Error::NotYetVisible { retry_after, .. } = e
+    | Error::NotYetVisible { retry_after, .. }
+    | Error::TooManyDeletes { retry_after, .. } = e
     {
         details.set_retry_info(Some(*retry_after));
     }

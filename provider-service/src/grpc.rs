@@ -125,6 +125,8 @@ impl ProviderService for ProviderApi {
     ) -> Result<Response<pb::DeleteInstanceResponse>, Status> {
         let started = Instant::now();
         let caller = caller_of(&request);
+        // Whom the caps on running deletes count this one against.
+        let started_by = request.extensions().get::<Caller>().cloned();
         let node_bound = request.extensions().get::<NodeBound>().cloned();
         let caller_deadline = crate::deletes::caller_deadline(request.metadata());
         let req = request.into_inner();
@@ -155,7 +157,9 @@ impl ProviderService for ProviderApi {
                 outcome = tracing::field::Empty,
             );
             span.follows_from(tracing::Span::current());
-            let job = self.deletes.delete(provider, &req.instance_id, span)?;
+            let job =
+                self.deletes
+                    .delete_for(provider, &req.instance_id, started_by.as_ref(), span)?;
             tracing::debug!(
                 instance_id = %req.instance_id,
                 joined = job.joined,

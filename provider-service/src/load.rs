@@ -6,17 +6,28 @@
 //!
 //! Refused calls are logged at most once per [`LOG_EVERY`], with how many were refused since, so
 //! an overload or one misbehaving client cannot flood the logs.
+//!
+//! Shedding counts authenticated calls only: the server puts [`Shed`] inside authentication, so a
+//! call whose token is still being reviewed (or is garbage) holds no slot, the delete reserve
+//! included. Authentication has its own bounds (the TokenReview budget of [`crate::auth`]).
+//!
+//! [`Load::admit_connection`] bounds the established connections, per peer address and in all: each holds
+//! HTTP/2 state and up to [`crate::server::MAX_STREAMS_PER_CONNECTION`] streams, so their number
+//! bounds what a flood of connections can cost before any call is authenticated.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tonic_types::{ErrorDetails, StatusExt};
 
@@ -29,14 +40,21 @@ pub struct LoadLimits {
     pub delete_reserve: usize,
     /// The wait suggested to a refused caller.
     pub retry_after: Duration,
+    /// Established connections from one peer address at most.
+    pub max_connections_per_peer: usize,
+    /// Established connections at most.
+    pub max_connections: usize,
 }
 
 /// Configuration keys of the limits (files of the config directories, or the environment).
 pub const MAX_CALLS_IN_FLIGHT: &str = "MAX_CALLS_IN_FLIGHT";
 pub const DELETE_CALLS_RESERVE: &str = "DELETE_CALLS_RESERVE";
+pub const MAX_CONNECTIONS_PER_PEER: &str = "MAX_CONNECTIONS_PER_PEER";
+pub const MAX_CONNECTIONS: &str = "MAX_CONNECTIONS";
 
 impl LoadLimits {
-    /// The defaults, with `MAX_CALLS_IN_FLIGHT` and `DELETE_CALLS_RESERVE` from `config` where set.
+    /// The defaults, with `MAX_CALLS_IN_FLIGHT`, `DELETE_CALLS_RESERVE`, `MAX_CONNECTIONS_PER_PEER`
+    /// and `MAX_CONNECTIONS` from `config` where set.
     pub fn from_config(
         config: &peerpods_provider_core::ProviderConfig,
     ) -> Result<Self, peerpods_provider_core::Error> {
@@ -44,6 +62,12 @@ impl LoadLimits {
         for (key, field, min) in [
             (MAX_CALLS_IN_FLIGHT, &mut limits.max_in_flight, 1),
             (DELETE_CALLS_RESERVE, &mut limits.delete_reserve, 0),
+            (
+                MAX_CONNECTIONS_PER_PEER,
+                &mut limits.max_connections_per_peer,
+                1,
+            ),
+            (MAX_CONNECTIONS, &mut limits.max_connections, 1),
         ] {
             if let Some(value) = config.get(key) {
                 *field = value
@@ -69,6 +93,12 @@ impl Default for LoadLimits {
             max_in_flight: 512,
             delete_reserve: 128,
             retry_after: Duration::from_secs(1),
+            // A caller needs one connection (HTTP/2 multiplexes its calls); CAA on a node and the
+            // controllers are a few. Behind a node's address (hostNetwork, SNAT) several callers
+            // may share one, hence some room.
+            max_connections_per_peer: 64,
+            // Nodes of a large cluster, each with CAA, and the controllers.
+            max_connections: 4096,
         }
     }
 }
@@ -90,6 +120,80 @@ pub struct Load {
     /// `provider_service_grpc_shed`: calls refused as overloaded.
     pub shed: Counter,
     log: Arc<RateLimitedLog>,
+    open: Arc<Mutex<OpenConnections>>,
+    /// `provider_service_grpc_connections`: established connections now.
+    pub connections_gauge: Gauge,
+    /// `provider_service_grpc_connections_refused{cap}`: connections closed at once, past a cap.
+    pub connections_refused: Family<CapLabels, Counter>,
+    connections_log: Arc<RateLimitedLog>,
+}
+
+/// The established connections, per peer address and in all.
+#[derive(Debug, Default)]
+struct OpenConnections {
+    per_peer: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+/// Which cap refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionCap {
+    /// `MAX_CONNECTIONS_PER_PEER`: the peer address holds as many as it may.
+    PerPeer,
+    /// `MAX_CONNECTIONS`: the service holds as many as it may.
+    Total,
+}
+
+impl ConnectionCap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionCap::PerPeer => "per_peer",
+            ConnectionCap::Total => "total",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapLabels {
+    /// `per_peer` or `total` ([`ConnectionCap`]).
+    pub cap: &'static str,
+}
+
+/// Whether one more connection from a peer that holds `from_peer` fits, with `total` open in all.
+pub fn connection_fits(
+    from_peer: usize,
+    total: usize,
+    limits: &LoadLimits,
+) -> Result<(), ConnectionCap> {
+    if from_peer >= limits.max_connections_per_peer {
+        Err(ConnectionCap::PerPeer)
+    } else if total >= limits.max_connections {
+        Err(ConnectionCap::Total)
+    } else {
+        Ok(())
+    }
+}
+
+/// An established connection's place among the open ones, given back when the connection closes.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    load: Load,
+    peer: IpAddr,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut open = self.load.open_connections();
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.per_peer.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.per_peer.remove(&self.peer);
+            }
+        }
+        drop(open);
+        self.load.connections_gauge.dec();
+    }
 }
 
 impl Load {
@@ -100,7 +204,66 @@ impl Load {
             in_flight_gauge: Gauge::default(),
             shed: Counter::default(),
             log: Arc::new(RateLimitedLog::new(LOG_EVERY)),
+            open: Arc::default(),
+            connections_gauge: Gauge::default(),
+            connections_refused: Family::default(),
+            connections_log: Arc::new(RateLimitedLog::new(LOG_EVERY)),
         }
+    }
+
+    fn open_connections(&self) -> std::sync::MutexGuard<'_, OpenConnections> {
+        // Only counts are behind the lock; a panic elsewhere cannot leave them torn.
+        self.open.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for a connection just established from `peer`, or `None` (counted and logged at
+    /// most every [`LOG_EVERY`]) when it must be closed at once: its peer or the service holds as
+    /// many as it may.
+    pub fn admit_connection(&self, peer: IpAddr) -> Option<ConnectionPermit> {
+        let limits = self.limits();
+        let mut open = self.open_connections();
+        let from_peer = open.per_peer.get(&peer).copied().unwrap_or(0);
+        match connection_fits(from_peer, open.total, &limits) {
+            Ok(()) => {
+                open.total += 1;
+                *open.per_peer.entry(peer).or_insert(0) += 1;
+                drop(open);
+                self.connections_gauge.inc();
+                Some(ConnectionPermit {
+                    load: self.clone(),
+                    peer,
+                })
+            }
+            Err(cap) => {
+                let total = open.total;
+                drop(open);
+                self.connections_refused
+                    .get_or_create(&CapLabels { cap: cap.as_str() })
+                    .inc();
+                if let Some(refused) = self.connections_log.admit() {
+                    let (limit, key) = match cap {
+                        ConnectionCap::PerPeer => {
+                            (limits.max_connections_per_peer, MAX_CONNECTIONS_PER_PEER)
+                        }
+                        ConnectionCap::Total => (limits.max_connections, MAX_CONNECTIONS),
+                    };
+                    tracing::warn!(
+                        %peer,
+                        from_peer,
+                        total,
+                        limit,
+                        refused,
+                        "closing a new gRPC connection: {key} reached; logged at most every 10 s"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// Established connections now.
+    pub fn connections(&self) -> usize {
+        self.open_connections().total
     }
 
     /// Registers the gauge and the counter under `registry`'s prefix.
@@ -114,6 +277,16 @@ impl Load {
             "grpc_shed",
             "gRPC calls refused with RESOURCE_EXHAUSTED because the service runs as many as it may",
             self.shed.clone(),
+        );
+        registry.register(
+            "grpc_connections",
+            "gRPC connections established now",
+            self.connections_gauge.clone(),
+        );
+        registry.register(
+            "grpc_connections_refused",
+            "gRPC connections closed at once because their peer (cap=per_peer, MAX_CONNECTIONS_PER_PEER) or the service (cap=total, MAX_CONNECTIONS) holds as many as it may",
+            self.connections_refused.clone(),
         );
     }
 
@@ -241,6 +414,10 @@ impl<S> Shed<S> {
     }
 }
 
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Shed<S> {
+    const NAME: &'static str = S::NAME;
+}
+
 impl<S, B, R> tower::Service<http::Request<B>> for Shed<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<R>, Error = Infallible>,
@@ -287,6 +464,7 @@ mod tests {
             max_in_flight: 2,
             delete_reserve: 1,
             retry_after: Duration::from_secs(2),
+            ..LoadLimits::default()
         });
         let capacity = "/peerpods.provider.v1.ProviderService/GetCapacity";
         let a = load.admit(capacity).expect("first");
@@ -303,6 +481,42 @@ mod tests {
             status.get_details_retry_info().and_then(|r| r.retry_delay),
             Some(Duration::from_secs(2))
         );
+    }
+
+    #[test]
+    fn connections_are_capped_per_peer_then_in_all() {
+        let limits = LoadLimits {
+            max_connections_per_peer: 2,
+            max_connections: 3,
+            ..LoadLimits::default()
+        };
+        assert_eq!(connection_fits(1, 2, &limits), Ok(()));
+        assert_eq!(connection_fits(2, 2, &limits), Err(ConnectionCap::PerPeer));
+        assert_eq!(connection_fits(0, 3, &limits), Err(ConnectionCap::Total));
+
+        let load = Load::new(limits);
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let a1 = load.admit_connection(a).expect("first from a");
+        let _a2 = load.admit_connection(a).expect("second from a");
+        assert!(load.admit_connection(a).is_none(), "a holds its cap");
+        let _b1 = load.admit_connection(b).expect("b has its own cap");
+        assert!(
+            load.admit_connection(b).is_none(),
+            "the service holds its cap"
+        );
+        assert_eq!(load.connections(), 3);
+        drop(a1);
+        assert!(load.admit_connection(a).is_some(), "a place came back");
+        let per_peer = load
+            .connections_refused
+            .get_or_create(&CapLabels { cap: "per_peer" })
+            .get();
+        let total = load
+            .connections_refused
+            .get_or_create(&CapLabels { cap: "total" })
+            .get();
+        assert_eq!((per_peer, total), (1, 1));
     }
 
     #[test]

@@ -5,6 +5,14 @@
 //! Every accepted connection has TCP_NODELAY set: gRPC writes a response as several small
 //! frames, and with Nagle's algorithm on, the last one waits for the client's delayed ACK
 //! (40 ms on Linux) before it leaves.
+//!
+//! What anyone who reaches the port can hold is bounded before any call is authenticated:
+//! established connections per peer address and in all ([`Load::admit_connection`], a connection
+//! past a cap is closed at once), HTTP/2 streams per connection, reset streams (tonic leaves
+//! hyper's stream and local-reset limits off unless they are set; hyper's docs cite
+//! RUSTSEC-2024-0003), header lists, and a connection's life (HTTP/2 keepalive, a maximum age).
+//! Load shedding ([`crate::load`]) sits inside authentication: a call holds a slot only once its
+//! caller is known. Reflection, which needs no token, has a small budget of its own.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -25,7 +33,7 @@ use crate::Error;
 use crate::auth::{Authenticated, TokenReviewer};
 use crate::deletes::Deletes;
 use crate::grpc::ProviderApi;
-use crate::load::{Load, Shed};
+use crate::load::{ConnectionPermit, Load, LoadLimits, Shed};
 use crate::tls::ReloadingCert;
 
 /// Readiness component name of the gRPC server.
@@ -37,6 +45,34 @@ pub const READINESS_GRPC: &str = "grpc";
 /// operation). A delete is never cut by it: the call answers within its answer window and the
 /// delete runs on detached (see [`crate::deletes`] and the README's "Deadlines").
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(75);
+
+/// HTTP/2 streams one connection may have open (SETTINGS_MAX_CONCURRENT_STREAMS; tonic's default is
+/// none). A caller multiplexes its calls on one connection; a controller's cleanup storm runs
+/// far fewer at once than this, and more wait in the caller's HTTP/2 client.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 256;
+/// Streams a client may open and reset before the server answers them, per connection, before
+/// the connection is closed with GOAWAY (the "rapid reset" attack, CVE-2023-44487). h2's default,
+/// set here so it never depends on a dependency's.
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+/// Streams the server may reset for a client's protocol errors, per connection, before it closes
+/// the connection (RUSTSEC-2024-0003). hyper's own default, which tonic turns off unless set.
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+/// The largest header list a call may send: a bearer token (a projected ServiceAccount token is a
+/// few KiB) and gRPC's few headers fit with room.
+const MAX_HEADER_LIST_SIZE: u32 = 32 * 1024;
+/// HTTP/2 PING every so often on a connection; one unanswered within
+/// [`HTTP2_KEEPALIVE_TIMEOUT`] closes it, so a peer that vanished frees its place.
+const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection older than this is asked to go (GOAWAY; callers reconnect transparently), so a
+/// peer cannot hold a place for ever and callers spread over new replicas.
+pub const MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
+/// How long calls of a connection past its age may still run: longer than any call
+/// ([`CALL_TIMEOUT`]), so age never cuts one.
+pub const MAX_CONNECTION_AGE_GRACE: Duration = Duration::from_secs(90);
+/// Reflection calls (no token needed: grpcurl lists and describes) in flight at once, apart from
+/// the callers' budget so they can never take its slots.
+const REFLECTION_CALLS: usize = 16;
 
 /// What [`serve`] needs.
 pub struct GrpcServer {
@@ -73,25 +109,41 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
         |e: tonic_reflection::server::Error| Error::internal_from("reflection", e);
     let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
+    let reflection_load = Load::new(LoadLimits {
+        max_in_flight: REFLECTION_CALLS,
+        delete_reserve: 0,
+        ..LoadLimits::default()
+    });
     let router = Server::builder()
         // A stuck cloud call must not hold a caller forever; callers retry.
         .timeout(CALL_TIMEOUT)
-        .concurrency_limit_per_connection(1024)
+        .max_concurrent_streams(MAX_STREAMS_PER_CONNECTION)
+        // hyper already refuses streams past the maximum; this only keeps tonic from queueing.
+        .concurrency_limit_per_connection(MAX_STREAMS_PER_CONNECTION as usize)
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
+        .http2_max_header_list_size(MAX_HEADER_LIST_SIZE)
+        .http2_keepalive_interval(Some(HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(HTTP2_KEEPALIVE_TIMEOUT))
+        .max_connection_age(MAX_CONNECTION_AGE)
+        .max_connection_age_grace(MAX_CONNECTION_AGE_GRACE)
+        // TCP keepalive and TCP_NODELAY are set where connections are accepted
+        // (`plaintext_incoming`, the runtime's TLS listener): tonic ignores its own settings with
+        // an incoming stream.
         .layer(tower::layer::layer_fn(|inner| WithErrorInfo { inner }))
-        .layer(tower::layer::layer_fn({
-            let load = server.load.clone();
-            move |inner| Shed::new(inner, load.clone())
-        }))
         .trace_fn(|request| {
             let span = tracing::info_span!("grpc", path = %request.uri().path());
             peerpods_runtime::telemetry::set_parent_from_headers(&span, request.headers());
             span
         })
+        // Never shed: a kubelet probe must see the service alive while it sheds.
         .add_service(health)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
+        .add_service(Shed::new(reflection_v1, reflection_load.clone()))
+        .add_service(Shed::new(reflection_v1alpha, reflection_load))
+        // Authentication first, then load shedding: an unauthenticated call, or one whose token is
+        // still being reviewed, holds none of the callers' slots (the delete reserve included).
         .add_service(Authenticated::new(
-            server.api.into_service(),
+            Shed::new(server.api.into_service(), server.load.clone()),
             server.reviewer,
         ));
     let local = server
@@ -128,14 +180,20 @@ pub async fn serve(server: GrpcServer, shutdown: CancellationToken) -> Result<()
             let config = tls.server_config()?;
             router
                 .serve_with_incoming_shutdown(
-                    crate::tls::incoming(server.listener, config, shutdown.clone()),
+                    capped(
+                        crate::tls::incoming(server.listener, config, shutdown.clone()),
+                        server.load.clone(),
+                    ),
                     stop,
                 )
                 .await
         }
         None => {
             router
-                .serve_with_incoming_shutdown(plaintext_incoming(server.listener), stop)
+                .serve_with_incoming_shutdown(
+                    capped(plaintext_incoming(server.listener), server.load.clone()),
+                    stop,
+                )
                 .await
         }
     };
@@ -151,6 +209,107 @@ pub fn plaintext_incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(TCP_KEEPALIVE))
+}
+
+/// A connection's peer address, to count it against its peer's cap.
+pub trait PeerAddr {
+    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr>;
+}
+
+impl PeerAddr for tokio::net::TcpStream {
+    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        tokio::net::TcpStream::peer_addr(self)
+    }
+}
+
+impl PeerAddr for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
+    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.get_ref().0.peer_addr()
+    }
+}
+
+/// The connections of `incoming` that fit under `load`'s connection caps
+/// ([`Load::admit_connection`]); each holds its place until it closes. One past a cap is closed
+/// at once (dropped), before any byte of it is read: the cost of a flood stays one accept each.
+pub fn capped<S, IO>(
+    incoming: S,
+    load: Load,
+) -> impl futures::Stream<Item = Result<Capped<IO>, std::io::Error>> + Send + 'static
+where
+    S: futures::Stream<Item = Result<IO, std::io::Error>> + Send + 'static,
+    IO: PeerAddr + Send + 'static,
+{
+    use futures::StreamExt;
+    incoming.filter_map(move |accepted| {
+        let admitted = match accepted {
+            Err(e) => Some(Err(e)),
+            // A socket whose peer is already gone has nothing to serve.
+            Ok(io) => match io.peer_addr() {
+                Err(_) => None,
+                Ok(peer) => load.admit_connection(peer.ip()).map(|permit| {
+                    Ok(Capped {
+                        io,
+                        _permit: permit,
+                    })
+                }),
+            },
+        };
+        std::future::ready(admitted)
+    })
+}
+
+/// A connection counted against the caps until it is dropped.
+pub struct Capped<IO> {
+    io: IO,
+    _permit: ConnectionPermit,
+}
+
+impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Capped<IO> {
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
 }
 
 /// Adds `google.rpc.ErrorInfo` to errors that tonic itself answers before a handler runs (an

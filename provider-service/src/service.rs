@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::auth::{Grant, TokenReviewer};
-use crate::deletes::{DeleteSettings, Deletes};
+use crate::deletes::{DeleteCaps, DeleteSettings, Deletes};
 use crate::grpc::ProviderApi;
 use crate::load::{Load, LoadLimits};
 use crate::metrics::Metrics;
@@ -123,6 +123,8 @@ pub async fn start_with(
     let metrics = Metrics::register(&mut prometheus);
     let load = Load::new(LoadLimits::default());
     load.register(prometheus.sub_registry_with_prefix("provider_service"));
+    let deletes = Deletes::new(delete_settings);
+    deletes.register(prometheus.sub_registry_with_prefix("provider_service"));
     let prometheus = Arc::new(prometheus);
     let readiness = Readiness::default();
 
@@ -137,6 +139,7 @@ pub async fn start_with(
     let mut tls_policy = TlsPolicy::default();
     if let Some(config) = reloader.config() {
         load.set_limits(LoadLimits::from_config(config)?);
+        deletes.set_caps(DeleteCaps::from_config(config)?);
         tls_policy = tls_policy_from(config)?;
     }
     let tls = match &options.tls {
@@ -199,7 +202,6 @@ pub async fn start_with(
     let grpc_addr = listener
         .local_addr()
         .map_err(|e| Error::io("gRPC address", e))?;
-    let deletes = Deletes::new(delete_settings);
     let api = ProviderApi::new(reloader.registry(), metrics.clone(), deletes.clone());
 
     let task = tokio::spawn({

@@ -11,6 +11,7 @@ mod common;
 mod config_reload;
 mod detached_deletes;
 mod do_not_delete;
+mod exhaustion;
 mod grpcurl;
 mod idle_connections;
 mod libvirt;
