@@ -9,7 +9,7 @@ use tokio::sync::Mutex;
 use virt::connect::Connect;
 use virt::error::ErrorNumber;
 
-static LIBVIRT: Mutex<()> = Mutex::const_new(());
+pub(crate) static LIBVIRT: Mutex<()> = Mutex::const_new(());
 
 const POOL: &str = "default-pool";
 

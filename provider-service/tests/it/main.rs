@@ -16,6 +16,7 @@ mod grpcurl;
 mod idle_connections;
 mod libvirt;
 mod load;
+mod node_bound;
 mod nodelay;
 mod queued_deletes;
 mod safe_defaults;
