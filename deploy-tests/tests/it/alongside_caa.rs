@@ -138,7 +138,7 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         "no webhook ServiceAccount without peer-pod-config-ctrl"
     );
 
-    // Our provider-service (CAA's peer-pods-cm and peer-pods-secret) and peerpod-ctrl, as their ServiceAccounts.
+    // Our provider-service (CAA's peer-pods-cm, its own credential) and peerpod-ctrl, as their ServiceAccounts.
     let ours = Ours::start(cp, work.path()).await;
     let vms = ours.vms().await;
     assert!(

@@ -29,6 +29,10 @@ const FOREIGN_KINDS: [&str; 4] = ["Certificate", "Issuer", "ServiceMonitor", "Pr
 /// chart's defaults alone refuse to render without a cluster tag.
 const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 
+/// provider-service's own credential by default (providerService.credentials.secretName); CAA keeps
+/// peer-pods-secret.
+const PROVIDER_CREDENTIALS: &str = "provider-service-credentials";
+
 /// The CRDs are installed by whichever test comes first (Helm's crds/ or apply); never both at once.
 static CRDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -218,6 +222,13 @@ async fn values_schema_refuses_bad_values() {
             "webhook.targetRuntimeClass=Kata_Remote",
             "targetRuntimeClass",
         ),
+        // The credential holder is reached only from inside the cluster.
+        ("providerService.service.type=NodePort", "service/type"),
+        ("providerService.service.type=LoadBalancer", "service/type"),
+        (
+            "providerService.credentials.shareWithCAA=maybe",
+            "shareWithCAA",
+        ),
         ("unknownSetting=true", "unknownSetting"),
     ] {
         let (ok, _, err) = run(
@@ -319,6 +330,101 @@ async fn default_values_fail_without_a_cluster_tag() {
     }
 }
 
+/// A credential per job: CAA's DaemonSet runs on every selected node with peer-pods-secret, so the chart refuses
+/// to give provider-service that Secret (as its credential or an extra configuration Secret), saying what to
+/// set, unless `providerService.credentials.shareWithCAA` accepts it. By default provider-service mounts a Secret
+/// of its own, and none at all when its name is empty (a workload identity).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_refuses_one_secret_for_caa_and_provider_service() {
+    let template = |sets: Vec<String>| async move {
+        let mut args = vec![
+            "template".to_owned(),
+            "x".into(),
+            CHART.into(),
+            "--kube-version".into(),
+            KUBE_VERSION.into(),
+            "-f".into(),
+            DEV_VALUES.into(),
+        ];
+        for set in sets {
+            args.extend(["--set".into(), set]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&tool("helm"), &args, None).await
+    };
+    let sets = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let credential_volume = |out: &str| {
+        let parsed = documents(out)
+            .into_iter()
+            .filter(|d| kind_of(d) == "Deployment")
+            .map(|d| serde_saphyr::from_str::<Deployment>(&d).expect("a Deployment"))
+            .find(|d| {
+                d.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with("-provider-service"))
+            })
+            .expect("provider-service's Deployment");
+        parsed
+            .spec
+            .template
+            .spec
+            .and_then(|s| s.volumes)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|v| v.secret.and_then(|s| s.secret_name))
+            .collect::<Vec<_>>()
+    };
+
+    for shared in [
+        sets(&["providerService.credentials.secretName=peer-pods-secret"]),
+        sets(&["providerService.extraConfigSecrets={peer-pods-secret}"]),
+        sets(&[
+            "peerpodsConfig.secretName=cloud",
+            "providerService.credentials.secretName=cloud",
+        ]),
+    ] {
+        let (ok, _, err) = template(shared.clone()).await;
+        assert!(!ok, "{shared:?} rendered one Secret for both");
+        assert!(
+            err.contains("would share the Secret")
+                && err.contains("providerService.credentials.secretName")
+                && err.contains("providerService.credentials.shareWithCAA=true"),
+            "{shared:?}: {err}"
+        );
+        let mut accepted = shared.clone();
+        accepted.push("providerService.credentials.shareWithCAA=true".into());
+        let (ok, out, err) = template(accepted.clone()).await;
+        assert!(ok, "{accepted:?}: {err}");
+        let caa_secret = if shared[0].starts_with("peerpodsConfig") {
+            "cloud"
+        } else {
+            "peer-pods-secret"
+        };
+        assert!(
+            credential_volume(&out).iter().any(|s| s == caa_secret),
+            "{accepted:?}: provider-service does not mount {caa_secret}"
+        );
+    }
+
+    let (ok, out, err) = template(vec![]).await;
+    assert!(ok, "{err}");
+    let mounted = credential_volume(&out);
+    assert!(
+        mounted.contains(&PROVIDER_CREDENTIALS.to_owned())
+            && !mounted.contains(&"peer-pods-secret".to_owned()),
+        "by default provider-service mounts its own credential only: {mounted:?}"
+    );
+    let (ok, out, err) = template(sets(&["providerService.credentials.secretName="])).await;
+    assert!(ok, "{err}");
+    let mounted = credential_volume(&out);
+    assert!(
+        !mounted.contains(&PROVIDER_CREDENTIALS.to_owned())
+            && !mounted.contains(&"peer-pods-secret".to_owned()),
+        "a workload identity mounts no credential Secret: {mounted:?}"
+    );
+}
+
 async fn sa_client(
     cp: &testenv::ControlPlane,
     admin: &kube::Client,
@@ -391,13 +497,16 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .await
         .expect("peer-pods-cm");
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
-    let mut secret = Secret::default();
-    secret.metadata.name = Some("peer-pods-secret".into());
-    secret.string_data = Some(BTreeMap::from([("LIBVIRT_POOL".into(), "default".into())]));
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("peer-pods-secret");
+    // A credential per job: CAA's (peer-pods-secret) and provider-service's own.
+    for name in ["peer-pods-secret", PROVIDER_CREDENTIALS] {
+        let mut secret = Secret::default();
+        secret.metadata.name = Some(name.into());
+        secret.string_data = Some(BTreeMap::from([("LIBVIRT_POOL".into(), "default".into())]));
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 
     // An upgrade keeps provider-service's certificate (and so the CA every client trusts).
     let tls_secret = format!("{fullname}-provider-service-tls");
@@ -870,6 +979,12 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         forbidden(credentials(&caa_client).get("peer-pods-secret").await),
         "cloud-api-adaptor read peer-pods-secret"
     );
+    for client in [&ps_client, &pc_client, &cc_client, &caa_client] {
+        assert!(
+            forbidden(credentials(client).get(PROVIDER_CREDENTIALS).await),
+            "provider-service's credential read through the API"
+        );
+    }
     assert!(
         forbidden(credentials(&pc_client).list(&ListParams::default()).await),
         "peerpod-ctrl listed Secrets"

@@ -19,7 +19,7 @@ use peerpods_proto::v1::ListInstancesRequest;
 
 use crate::support::*;
 
-/// CAA's namespace; ours installs into it too, to share peer-pods-cm and peer-pods-secret.
+/// CAA's namespace; ours installs into it too, to share peer-pods-cm (provider-service has its own credential).
 pub const CAA_NS: &str = "confidential-containers-system";
 /// CAA's release, as its README installs it.
 pub const CAA_RELEASE: &str = "peerpods";
@@ -304,7 +304,7 @@ impl Ours {
                 .unwrap_or_else(|e| panic!("ServiceAccount {sa} from the chart: {e}"));
         }
 
-        // provider-service: peer-pods-cm and peer-pods-secret (CAA's chart's) and its certificate, mounted as a
+        // provider-service: peer-pods-cm (CAA's chart's), its own credential and its certificate, mounted as a
         // kubelet would.
         let provider = lay_out_provider_service(cp, &admin, CAA_NS, &ps_deploy, work).await;
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.

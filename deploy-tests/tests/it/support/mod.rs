@@ -578,7 +578,7 @@ pub struct ProviderServiceLayout {
 }
 
 /// provider-service's volumes of `deployment` (in `ns`) laid out under `<work>/provider-service` as a kubelet
-/// would: peer-pods-cm, peer-pods-secret and its TLS Secret, read as the admin (provider-service itself reads
+/// would: peer-pods-cm, its own credential and its TLS Secret, read as the admin (provider-service itself reads
 /// only the mounted files, and the chart lets it read nothing else). It reaches the API server with its own
 /// ServiceAccount's token (so the audit log tells its requests apart), gRPC and admin on free ports.
 pub async fn lay_out_provider_service(
@@ -604,11 +604,16 @@ pub async fn lay_out_provider_service(
             .map(|(k, v)| (k, v.into_bytes()))
             .collect(),
     );
+    // Its own credential (providerService.credentials.secretName): an optional volume, so a missing Secret
+    // mounts as an empty directory, as a kubelet mounts it.
     let credentials = secrets
-        .get(&secret_of(deployment, "credentials"))
+        .get_opt(&secret_of(deployment, "credentials"))
         .await
-        .expect("peer-pods-secret for the credentials volume");
-    mount_files(&mounted("credentials"), &secret_files(&credentials));
+        .expect("provider-service's credential for the credentials volume");
+    mount_files(
+        &mounted("credentials"),
+        &credentials.as_ref().map(secret_files).unwrap_or_default(),
+    );
     let tls = secrets
         .get(&secret_of(deployment, "tls"))
         .await
