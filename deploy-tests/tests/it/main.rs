@@ -1,13 +1,15 @@
 //! The Helm chart's tests, one binary: rendered and checked with the real helm and kubeconform, installed on the
 //! local control plane (beside cloud-api-adaptor's own chart, over an older release, with the services' real
-//! binaries), and on a real node (`make test-node`, as root). Each module whose tests install cluster-wide
-//! objects has a control plane of its own (`testenv::shared_for`).
+//! binaries), with its admission policies tried as an attacker would (`least_privilege`), and on a real node
+//! (`make test-node`, as root). Each module whose tests install cluster-wide objects has a control plane of its
+//! own (`testenv::shared_for`).
 
 mod alongside_caa;
 mod caa;
 mod chart;
 mod chart_resources;
 mod crd_upgrade;
+mod least_privilege;
 mod migration;
 mod node;
 mod prometheus;
