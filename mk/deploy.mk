@@ -263,11 +263,12 @@ docker-push: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 # `make test`: builds the images from the debug binaries with buildah, builds them again from a fresh context and
 # compares the IDs (reproducible), then checks each one (images-verify).
 CHECK_IMG := localhost/peerpods-check:test
+# Both builds get this make's SOURCE_DATE_EPOCH: a commit landing between them must not change the second one.
 images-check: buildah
 	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
-	  IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.first
+	  SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.first
 	$(MAKE) --no-print-directory images-assemble IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
-	  IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.second IMAGE_ARCHIVE=false >/dev/null
+	  SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.second IMAGE_ARCHIVE=false >/dev/null
 	@diff $(IMAGE_TARGET_DIR)/ids.first $(IMAGE_TARGET_DIR)/ids.second || \
 	  { echo "images-check: two builds of the same binaries gave different images (above)"; exit 1; }
 	@echo "images-check: built twice, one digest each: $$(cut -d' ' -f1 $(IMAGE_TARGET_DIR)/ids.first | tr '\n' ' ')"
