@@ -6,6 +6,7 @@
 mod all_clouds;
 mod auth;
 mod aws_grpc;
+mod aws_web_identity;
 mod bad_input;
 mod common;
 mod config_reload;

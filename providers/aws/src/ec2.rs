@@ -23,7 +23,8 @@ use tokio::sync::Semaphore;
 use super::NAME;
 use super::attempts::AttemptCounter;
 use super::failure::{Failure, Redactor, classify_service_error};
-use super::settings::AwsSettings;
+use super::settings::{AwsSettings, CredentialSource};
+use super::web_identity::WebIdentityProvider;
 use peerpods_provider_core::CloudCalls;
 
 /// Result labels of the shared cloud call counter.
@@ -82,7 +83,8 @@ pub struct ConnectProblem(pub String);
 
 impl Ec2 {
     /// Builds the EC2 client from the settings: ring-based rustls (no aws-lc, no legacy hyper),
-    /// static credentials when configured, else the SDK's default chain.
+    /// with static credentials, a web identity exchanged with STS (at the endpoint override too), or
+    /// else the SDK's default chain.
     pub async fn connect(
         settings: &AwsSettings,
         calls: CloudCalls,
@@ -104,15 +106,18 @@ impl Ec2 {
         if let Some(region) = &settings.region {
             loader = loader.region(Region::new(region.clone()));
         }
-        if let Some(credentials) = &settings.credentials {
-            loader = loader.credentials_provider(Credentials::new(
+        loader = match &settings.credentials {
+            CredentialSource::Static(credentials) => loader.credentials_provider(Credentials::new(
                 credentials.access_key_id.clone(),
                 credentials.secret_access_key.clone(),
                 credentials.session_token.clone(),
                 None,
                 STATIC_CREDENTIALS_SOURCE,
-            ));
-        }
+            )),
+            // Set on the EC2 client below, once the STS client can be built from the same config.
+            CredentialSource::WebIdentity(_) => loader.no_credentials(),
+            CredentialSource::DefaultChain => loader,
+        };
         if let Some(url) = &settings.endpoint_url {
             loader = loader.endpoint_url(url.clone());
         }
@@ -122,14 +127,29 @@ impl Ec2 {
                 "AWS_REGION is not set and the default region chain found none".into(),
             ));
         }
+        if settings.web_identity_ignored {
+            tracing::warn!(
+                "both static keys and a web identity are configured: the static keys are used"
+            );
+        }
+        tracing::info!(
+            credentials = settings.credentials.describe(),
+            "EC2 client configured"
+        );
+        let mut ec2_config = aws_sdk_ec2::config::Builder::from(&sdk_config)
+            .interceptor(AttemptCounter::new(calls.clone()));
+        if let CredentialSource::WebIdentity(identity) = &settings.credentials {
+            let mut sts = aws_sdk_sts::config::Builder::from(&sdk_config);
+            sts.set_endpoint_url(settings.sts_endpoint_url.clone());
+            ec2_config = ec2_config.credentials_provider(WebIdentityProvider::new(
+                identity.clone(),
+                aws_sdk_sts::Client::from_conf(sts.build()),
+            ));
+        }
         let per_second = NonZeroU32::new(settings.calls_per_second).unwrap_or(NonZeroU32::MIN);
         let burst = NonZeroU32::new(settings.call_burst).unwrap_or(per_second);
         Ok(Self {
-            client: aws_sdk_ec2::Client::from_conf(
-                aws_sdk_ec2::config::Builder::from(&sdk_config)
-                    .interceptor(AttemptCounter::new(calls.clone()))
-                    .build(),
-            ),
+            client: aws_sdk_ec2::Client::from_conf(ec2_config.build()),
             permits: Semaphore::new(settings.max_concurrent_calls.max(1)),
             limiter: RateLimiter::direct(Quota::per_second(per_second).allow_burst(burst)),
             calls,

@@ -8,6 +8,8 @@
 //! - `batch` + `batcher`: coalescing the ports' calls of concurrent deletions into batched EC2
 //!   calls; `terminate`: reading a batched `TerminateInstances` answer per id (pure).
 //! - `ec2`: every EC2 call, bounded, rate-limited, counted; `failure`: what an EC2 error means.
+//! - `web_identity`: credentials from a web identity token exchanged with STS (IRSA), at the
+//!   configured endpoint.
 
 mod attempts;
 mod batch;
@@ -18,6 +20,7 @@ mod instance_id;
 mod ports;
 mod settings;
 mod terminate;
+mod web_identity;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +29,7 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
 pub use batch::BatchPolicy;
-pub use settings::AwsSettings;
+pub use settings::{AwsSettings, CredentialSource, WebIdentity};
 
 use ec2::{Ec2, Ec2Instance};
 use failure::Failure;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use peerpods_provider_core::deletion::window_from_config;
@@ -37,16 +38,66 @@ impl fmt::Debug for StaticCredentials {
     }
 }
 
+/// A web identity to exchange for credentials with STS `AssumeRoleWithWebIdentity`: what EKS's
+/// IAM roles for service accounts (IRSA) puts in a pod's environment. Neither value is secret:
+/// the token is read from its file on each exchange, so a rotated token is picked up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebIdentity {
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE`: the projected ServiceAccount token.
+    pub token_file: PathBuf,
+    /// `AWS_ROLE_ARN`: the IAM role to assume.
+    pub role_arn: String,
+    /// `AWS_ROLE_SESSION_NAME`; without it [`DEFAULT_SESSION_NAME`].
+    pub session_name: String,
+}
+
+/// The STS session name when `AWS_ROLE_SESSION_NAME` is unset: what CloudTrail shows for the
+/// calls made with the role.
+pub const DEFAULT_SESSION_NAME: &str = "peerpods-provider-service";
+
+/// Where the EC2 calls' credentials come from, decided by the configuration alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CredentialSource {
+    /// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`). They win over a
+    /// web identity configured beside them, as in the SDK's own chain.
+    Static(StaticCredentials),
+    /// `AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, exchanged with STS at `sts_endpoint_url`
+    /// (the endpoint override applies to STS as to EC2).
+    WebIdentity(WebIdentity),
+    /// Neither: the SDK's default chain (EKS Pod Identity's container credentials, a profile,
+    /// instance metadata).
+    DefaultChain,
+}
+
+impl CredentialSource {
+    /// Its name in logs (never a credential).
+    pub fn describe(&self) -> String {
+        match self {
+            CredentialSource::Static(_) => "static keys from the configuration".to_owned(),
+            CredentialSource::WebIdentity(identity) => format!(
+                "web identity: role {} with the token in {}",
+                identity.role_arn,
+                identity.token_file.display()
+            ),
+            CredentialSource::DefaultChain => "the AWS SDK's default credential chain".to_owned(),
+        }
+    }
+}
+
 /// Everything the AWS provider reads from its configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AwsSettings {
     /// `AWS_REGION`; without it the SDK's default region chain decides.
     pub region: Option<String>,
-    /// `AWS_ACCESS_KEY_ID` + `AWS_SECRET_ACCESS_KEY` (+ `AWS_SESSION_TOKEN`); without them the
-    /// SDK's default credential chain (web identity, profile, instance metadata) is used.
-    pub credentials: Option<StaticCredentials>,
+    /// Static keys, a web identity or the SDK's default chain ([`CredentialSource`]).
+    pub credentials: CredentialSource,
+    /// Whether a web identity is configured but static keys win over it (logged as a warning).
+    pub web_identity_ignored: bool,
     /// `AWS_ENDPOINT_URL`: another EC2 endpoint, e.g. a local emulator.
     pub endpoint_url: Option<String>,
+    /// `AWS_ENDPOINT_URL_STS`, else `AWS_ENDPOINT_URL` (the SDK's own precedence): where a web
+    /// identity is exchanged; `None` is STS's regional endpoint.
+    pub sts_endpoint_url: Option<String>,
     /// `TAGS` (`k=v,k2=v2`): the tags cloud-api-adaptor puts on the instances of this cluster.
     pub cluster_tags: BTreeMap<String, String>,
     /// `CLUSTER_TAG` (`key=value`): the tag this cluster's instances carry (peerpod-ctrl's
@@ -87,7 +138,7 @@ impl AwsSettings {
     /// typed getters.
     pub fn from_config(config: &ProviderConfig) -> Result<Self, SettingsProblem> {
         let get = |key: &str| config.get(key).map(str::to_owned);
-        let credentials = match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
+        let static_keys = match (get("AWS_ACCESS_KEY_ID"), get("AWS_SECRET_ACCESS_KEY")) {
             (Some(access_key_id), Some(secret_access_key)) => Some(StaticCredentials {
                 access_key_id,
                 secret_access_key,
@@ -97,15 +148,25 @@ impl AwsSettings {
             (Some(_), None) => return Err(missing("AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID")),
             (None, Some(_)) => return Err(missing("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")),
         };
-        let endpoint_url = get("AWS_ENDPOINT_URL");
-        if let Some(url) = &endpoint_url
-            && !(url.starts_with("http://") || url.starts_with("https://"))
-        {
-            return Err(SettingsProblem {
-                key: "AWS_ENDPOINT_URL".to_owned(),
-                reason: "must start with http:// or https://".into(),
-            });
-        }
+        let web_identity = match (get("AWS_WEB_IDENTITY_TOKEN_FILE"), get("AWS_ROLE_ARN")) {
+            (Some(token_file), Some(role_arn)) => Some(WebIdentity {
+                token_file: PathBuf::from(token_file),
+                role_arn,
+                session_name: get("AWS_ROLE_SESSION_NAME")
+                    .unwrap_or_else(|| DEFAULT_SESSION_NAME.to_owned()),
+            }),
+            (None, None) => None,
+            (Some(_), None) => return Err(missing("AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE")),
+            (None, Some(_)) => return Err(missing("AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN")),
+        };
+        let web_identity_ignored = static_keys.is_some() && web_identity.is_some();
+        let credentials = match (static_keys, web_identity) {
+            (Some(keys), _) => CredentialSource::Static(keys),
+            (None, Some(identity)) => CredentialSource::WebIdentity(identity),
+            (None, None) => CredentialSource::DefaultChain,
+        };
+        let endpoint_url = url(get, "AWS_ENDPOINT_URL")?;
+        let sts_endpoint_url = url(get, "AWS_ENDPOINT_URL_STS")?.or_else(|| endpoint_url.clone());
         let defaults = BatchPolicy::default();
         let millis = |key: &'static str, default: Duration| -> Result<Duration, SettingsProblem> {
             Ok(typed(config.duration_ms(key))?.unwrap_or(default))
@@ -113,7 +174,9 @@ impl AwsSettings {
         Ok(Self {
             region: get("AWS_REGION"),
             credentials,
+            web_identity_ignored,
             endpoint_url,
+            sts_endpoint_url,
             cluster_tags: parse_tags(get("TAGS").as_deref().unwrap_or("")).map_err(from_core)?,
             owner_tag: OwnerTag::parse(
                 get("CLUSTER_TAG").as_deref(),
@@ -151,14 +214,32 @@ impl AwsSettings {
 
     /// Values that must never appear in logs, errors or metrics.
     pub fn secrets(&self) -> Vec<String> {
-        self.credentials
-            .iter()
-            .flat_map(|c| {
+        match &self.credentials {
+            CredentialSource::Static(c) => {
                 [Some(c.secret_access_key.clone()), c.session_token.clone()]
                     .into_iter()
                     .flatten()
+                    .collect()
+            }
+            // The token is read from its file at each exchange; STS's answers never echo it.
+            CredentialSource::WebIdentity(_) | CredentialSource::DefaultChain => Vec::new(),
+        }
+    }
+}
+
+/// An endpoint URL setting: unset, or a URL with an http(s) scheme.
+fn url(
+    get: impl Fn(&str) -> Option<String>,
+    key: &'static str,
+) -> Result<Option<String>, SettingsProblem> {
+    match get(key) {
+        Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+            Err(SettingsProblem {
+                key: key.to_owned(),
+                reason: "must start with http:// or https://".into(),
             })
-            .collect()
+        }
+        other => Ok(other),
     }
 }
 
@@ -200,7 +281,8 @@ mod tests {
     fn defaults_without_any_key() {
         let s = settings(&[]).expect("defaults");
         assert_eq!(s.region, None);
-        assert_eq!(s.credentials, None);
+        assert_eq!(s.credentials, CredentialSource::DefaultChain);
+        assert_eq!(s.sts_endpoint_url, None);
         assert_eq!(s.batch, BatchPolicy::default());
         assert!(s.cluster_tags.is_empty());
         assert_eq!(s.owner_tag, None);
@@ -248,7 +330,9 @@ mod tests {
         ])
         .expect("valid");
         assert_eq!(s.region.as_deref(), Some("eu-west-1"));
-        let creds = s.credentials.clone().expect("static credentials");
+        let CredentialSource::Static(creds) = s.credentials.clone() else {
+            panic!("static credentials: {:?}", s.credentials);
+        };
         assert_eq!(creds.session_token.as_deref(), Some("token-value-5678"));
         assert_eq!(s.endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
         assert_eq!(s.batch.idle, Duration::from_millis(20));
@@ -257,6 +341,71 @@ mod tests {
         let printed = format!("{s:?}");
         assert!(!printed.contains("secret-value-1234"), "{printed}");
         assert!(!printed.contains("token-value-5678"), "{printed}");
+    }
+
+    #[test]
+    fn a_web_identity_is_used_without_static_keys_and_sts_follows_the_endpoint() {
+        let s = settings(&[
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", "/var/run/secrets/eks/token"),
+            (
+                "AWS_ROLE_ARN",
+                "arn:aws:iam::123456789012:role/provider-service",
+            ),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+        ])
+        .expect("valid");
+        assert_eq!(
+            s.credentials,
+            CredentialSource::WebIdentity(WebIdentity {
+                token_file: PathBuf::from("/var/run/secrets/eks/token"),
+                role_arn: "arn:aws:iam::123456789012:role/provider-service".to_owned(),
+                session_name: DEFAULT_SESSION_NAME.to_owned(),
+            })
+        );
+        assert!(!s.web_identity_ignored);
+        assert_eq!(s.sts_endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
+
+        let s = settings(&[
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
+            ("AWS_ENDPOINT_URL_STS", "https://sts.example"),
+        ])
+        .expect("valid");
+        assert_eq!(s.sts_endpoint_url.as_deref(), Some("https://sts.example"));
+        assert_eq!(
+            settings(&[("AWS_ENDPOINT_URL_STS", "sts.example")])
+                .expect_err("scheme")
+                .key,
+            "AWS_ENDPOINT_URL_STS"
+        );
+    }
+
+    #[test]
+    fn static_keys_win_over_a_web_identity_and_say_so() {
+        let s = settings(&[
+            ("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE"),
+            ("AWS_SECRET_ACCESS_KEY", "secret-value-1234"),
+            ("AWS_WEB_IDENTITY_TOKEN_FILE", "/token"),
+            ("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/r"),
+        ])
+        .expect("valid");
+        assert!(matches!(s.credentials, CredentialSource::Static(_)));
+        assert!(s.web_identity_ignored);
+    }
+
+    #[test]
+    fn half_a_web_identity_names_the_missing_key() {
+        assert_eq!(
+            settings(&[("AWS_WEB_IDENTITY_TOKEN_FILE", "/token")])
+                .expect_err("no role")
+                .key,
+            "AWS_ROLE_ARN"
+        );
+        assert_eq!(
+            settings(&[("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/r")])
+                .expect_err("no token file")
+                .key,
+            "AWS_WEB_IDENTITY_TOKEN_FILE"
+        );
     }
 
     #[test]
