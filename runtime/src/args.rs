@@ -8,12 +8,14 @@
 //! - [`ControllerArgs`]: the three above, as every controller takes them.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::Error;
 use crate::health::Liveness;
 #[cfg(feature = "controller")]
 use crate::leader::LeaderConfig;
+use crate::secure_metrics::SecureMetrics;
 use crate::telemetry::{self, LogFormat, Telemetry};
 
 /// Parses `30s`, `5m`, `1h30m` or ISO 8601 (`PT5M`); negative durations are refused.
@@ -35,6 +37,17 @@ pub struct AdminArgs {
     /// OTLP/gRPC collector to export trace spans to (e.g. http://otel-collector:4317); unset: no export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    /// Serve /metrics only over TLS on --metrics-listen, to callers whose bearer token passes a TokenReview
+    /// and a SubjectAccessReview for `get` on `/metrics`; /healthz and /readyz stay on the admin port.
+    #[arg(long, env = "METRICS_SECURE", default_value_t = false)]
+    pub metrics_secure: bool,
+    /// Address of the secure metrics port (with --metrics-secure).
+    #[arg(long, env = "METRICS_LISTEN", default_value = "0.0.0.0:8443")]
+    pub metrics_listen: SocketAddr,
+    /// Directory holding tls.crt and tls.key for the secure metrics port; unset: a self-signed certificate
+    /// made at start.
+    #[arg(long, env = "METRICS_CERT_DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
 }
 
 impl AdminArgs {
@@ -45,6 +58,27 @@ impl AdminArgs {
             self.log_format,
             self.otlp_endpoint.as_deref().filter(|e| !e.is_empty()),
         )
+    }
+
+    /// The secure metrics port, bound, with `--metrics-secure` (its callers reviewed through the in-cluster or
+    /// kubeconfig client); `None` without it.
+    pub async fn secure_metrics(&self) -> Result<Option<SecureMetrics>, Error> {
+        if !self.metrics_secure {
+            return Ok(None);
+        }
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| Error::MetricsAuth {
+                message: "no Kubernetes client to review scrapes with".into(),
+                source: Some(Box::new(e)),
+            })?;
+        SecureMetrics::bind(
+            self.metrics_listen,
+            self.metrics_cert_dir.as_deref(),
+            client,
+        )
+        .await
+        .map(Some)
     }
 }
 

@@ -167,7 +167,8 @@ where
         Arc::new(registry),
     )
     .await?
-    .with_liveness(health.liveness.clone());
+    .with_liveness(health.liveness.clone())
+    .with_secure_metrics(admin.secure_metrics().await?);
     serve_until(server, health, controller, crate::shutdown::signal()).await
 }
 

@@ -40,6 +40,14 @@ pub enum Error {
         source: Option<Cause>,
     },
 
+    /// The secure metrics port has no Kubernetes client to review its callers with.
+    #[error("secure metrics: {}", with_cause(message, source))]
+    MetricsAuth {
+        message: String,
+        #[source]
+        source: Option<Cause>,
+    },
+
     /// Reading a file or binding a socket failed.
     #[error("{context}: {source}")]
     Io {
@@ -57,6 +65,7 @@ impl Error {
             Error::Io { .. } => "Io",
             Error::LeaderElection { .. } => "LeaderElection",
             Error::Tls { .. } => "Tls",
+            Error::MetricsAuth { .. } => "MetricsAuth",
         }
     }
 

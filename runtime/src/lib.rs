@@ -5,6 +5,7 @@
 //!   watch liveness).
 //! - [`binary`]: what every controller binary's `main` does (CRD printing, telemetry, admin server, exit code).
 //! - [`admin`]: `/healthz`, `/readyz` and `/metrics` on the admin port.
+//! - [`secure_metrics`]: `/metrics` on a TLS port of its own behind TokenReview and SubjectAccessReview.
 //! - [`health`]: liveness and readiness of a controller from its watches' progress.
 //! - [`backoff`]: the per-object retry policy of the controllers.
 //! - [`shutdown`]: one cancellation token for SIGTERM/SIGINT.
@@ -30,6 +31,7 @@ pub mod health;
 pub mod leader;
 #[cfg(feature = "controller")]
 pub mod metrics;
+pub mod secure_metrics;
 pub mod shutdown;
 #[cfg(feature = "controller")]
 pub mod status;
