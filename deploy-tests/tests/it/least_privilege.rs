@@ -5,16 +5,25 @@
 //! - cloud-api-adaptor: a token bound to a Pod on node A changes node A's `kata.peerpods.io/caa-owner`
 //!   annotation and `kata.peerpods.io/vm` capacity, and nothing else of any Node; node B not at all, and a
 //!   token bound to no node changes no Node.
+//! - peer-pod-config-ctrl: it writes only the objects it renders, by name, with allowed images, its
+//!   ServiceAccounts and Secrets, and a webhook configuration that never reaches kube-system; it patches neither
+//!   provider-service's Deployment nor its Service.
 
 use std::time::{Duration, Instant};
 
 use crate::support::*;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod, Service, ServiceAccount};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 const CAA_SA: &str = "cloud-api-adaptor";
+// The names peer-pod-config-ctrl renders (peer-pod-config-ctrl/src/objects.rs).
+const CAA_DAEMONSET: &str = "peerpodconfig-ctrl-caa-daemon";
+const WEBHOOK_SERVICE: &str = "peer-pods-webhook-service";
+const WEBHOOK_CONFIGURATION: &str = "peer-pods-webhook-mutating-webhook-configuration";
 
 /// The kinds of the chart that decide who may do what: applied, the rest (workloads that never run here) not.
 const POLICY_KINDS: [&str; 7] = [
@@ -272,4 +281,306 @@ async fn caa_changes_only_its_own_node_and_only_the_keys_it_writes() {
     for name in [&node_a, &node_b] {
         let _ = nodes.delete(name, &Default::default()).await;
     }
+}
+
+/// A DaemonSet of `name` as peer-pod-config-ctrl renders CAA's, with `image`, run as `sa`, carrying the Secret
+/// `secret` as environment and key `tls_key` of provider-service's TLS Secret `tls_secret` (ca.crt, as rendered).
+fn caa_daemonset(
+    name: &str,
+    image: &str,
+    sa: &str,
+    secret: &str,
+    (tls_secret, tls_key): (&str, &str),
+) -> DaemonSet {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"name": "caa-daemonset"}},
+            "template": {
+                "metadata": {"labels": {"name": "caa-daemonset"}},
+                "spec": {
+                    "serviceAccountName": sa,
+                    "nodeSelector": {"peerpods.io/never": "true"},
+                    "containers": [{
+                        "name": "cloud-api-adaptor-con",
+                        "image": image,
+                        "envFrom": [{"secretRef": {"name": secret}}]
+                    }],
+                    "volumes": [{"name": "provider-service", "projected": {"sources": [
+                        {"serviceAccountToken": {"audience": "provider-service", "path": "token"}},
+                        {"secret": {"name": tls_secret, "items": [{"key": tls_key, "path": tls_key}]}}
+                    ]}}]
+                }
+            }
+        }
+    }))
+    .expect("DaemonSet")
+}
+
+/// A MutatingWebhookConfiguration `name` calling `service` in `ns`, for `resource`, in namespaces but
+/// `excluded`. Harmless while it exists: it fails open and selects no object.
+fn webhook_configuration(
+    name: &str,
+    ns: &str,
+    service: &str,
+    resource: &str,
+    excluded: &[&str],
+) -> MutatingWebhookConfiguration {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "webhooks": [{
+            "name": "mwebhook.peerpods.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Ignore",
+            "clientConfig": {"service": {"name": service, "namespace": ns, "path": "/mutate-v1-pod"}},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": [resource]}],
+            "namespaceSelector": {"matchExpressions": [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": excluded}
+            ]},
+            "objectSelector": {"matchLabels": {"peerpods.io/never": "true"}}
+        }]
+    }))
+    .expect("MutatingWebhookConfiguration")
+}
+
+/// peer-pod-config-ctrl's ServiceAccount, as an attacker holding its token (a compromised controller, or one
+/// driven by a hostile PeerPodConfig) would try: a webhook configuration of another name or reaching kube-system,
+/// CAA's DaemonSet with a foreign image, provider-service's ServiceAccount or credential, and patches of
+/// provider-service's Deployment and Service are all refused; what it renders goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
+    let cp = control_plane();
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "ppc-rendered").await;
+    let release = format!("lp-{ns}");
+    let fullname = format!("{release}-peerpods");
+    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
+    let token = testenv::service_account_token(
+        &admin,
+        &ns,
+        &format!("{fullname}-peer-pod-config-ctrl"),
+        &[],
+    )
+    .await;
+    let ppc = cp.client_with_token(&token).await;
+    let webhooks: Api<MutatingWebhookConfiguration> = Api::all(ppc.clone());
+    let admin_webhooks: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    let post = PostParams::default();
+
+    // The policy takes effect once the API server has loaded it: until then the probe goes through (and is
+    // removed again).
+    let other_name = format!("{ns}-other");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let created = loop {
+        let result = webhooks
+            .create(
+                &post,
+                &webhook_configuration(&other_name, &ns, WEBHOOK_SERVICE, "pods", &["kube-system"]),
+            )
+            .await;
+        if result.is_ok() {
+            let _ = admin_webhooks
+                .delete(&other_name, &Default::default())
+                .await;
+        }
+        if refused_by_policy(&result, "writes only the") || Instant::now() > deadline {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        refused_by_policy(
+            &created,
+            &format!("({WEBHOOK_CONFIGURATION}), not {other_name}")
+        ),
+        "peer-pod-config-ctrl created a webhook configuration of another name: {created:?}"
+    );
+
+    // Its own webhook configuration, but reaching kube-system, another Service or other resources: refused.
+    for (what, service, resource, excluded) in [
+        (
+            "reaching kube-system",
+            WEBHOOK_SERVICE,
+            "pods",
+            vec![ns.as_str()],
+        ),
+        (
+            "calling another Service",
+            "provider-service",
+            "pods",
+            vec!["kube-system"],
+        ),
+        (
+            "for Secrets",
+            WEBHOOK_SERVICE,
+            "secrets",
+            vec!["kube-system"],
+        ),
+    ] {
+        let result = webhooks
+            .create(
+                &post,
+                &webhook_configuration(WEBHOOK_CONFIGURATION, &ns, service, resource, &excluded),
+            )
+            .await;
+        if result.is_ok() {
+            let _ = admin_webhooks
+                .delete(WEBHOOK_CONFIGURATION, &Default::default())
+                .await;
+        }
+        assert!(
+            refused_by_policy(&result, "never in kube-system"),
+            "peer-pod-config-ctrl created its webhook configuration {what}: {result:?}"
+        );
+    }
+
+    // CAA's DaemonSet: a foreign image, provider-service's ServiceAccount or credential, another name.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
+    let allowed = "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0";
+    let provider_sa = format!("{fullname}-provider-service");
+    let tls_secret = format!("{fullname}-provider-service-tls");
+    let ca = (tls_secret.as_str(), "ca.crt");
+    for (what, daemonset, says) in [
+        (
+            "a foreign image",
+            caa_daemonset(
+                CAA_DAEMONSET,
+                "evil.example/miner:1",
+                CAA_SA,
+                "peer-pods-secret",
+                ca,
+            ),
+            "only images of peerPodConfigCtrl.allowedImages",
+        ),
+        (
+            "a look-alike image",
+            caa_daemonset(
+                CAA_DAEMONSET,
+                "quay.io/confidential-containers/cloud-api-adaptor-evil:1",
+                CAA_SA,
+                "peer-pods-secret",
+                ca,
+            ),
+            "only images of peerPodConfigCtrl.allowedImages",
+        ),
+        (
+            "provider-service's ServiceAccount",
+            caa_daemonset(CAA_DAEMONSET, allowed, &provider_sa, "peer-pods-secret", ca),
+            "only as ServiceAccount cloud-api-adaptor",
+        ),
+        (
+            "provider-service's credential",
+            caa_daemonset(
+                CAA_DAEMONSET,
+                allowed,
+                CAA_SA,
+                "provider-service-credentials",
+                ca,
+            ),
+            "refer only to the Secrets",
+        ),
+        (
+            "provider-service's TLS key",
+            caa_daemonset(
+                CAA_DAEMONSET,
+                allowed,
+                CAA_SA,
+                "peer-pods-secret",
+                (&tls_secret, "tls.key"),
+            ),
+            "refer only to the Secrets",
+        ),
+        (
+            "another name",
+            caa_daemonset("caa-elsewhere", allowed, CAA_SA, "peer-pods-secret", ca),
+            "writes only the daemonsets it renders",
+        ),
+    ] {
+        let result = daemonsets.create(&post, &daemonset).await;
+        assert!(
+            refused_by_policy(&result, says),
+            "peer-pod-config-ctrl created CAA's DaemonSet with {what}: {result:?}"
+        );
+    }
+    // What it renders goes through.
+    daemonsets
+        .create(
+            &post,
+            &caa_daemonset(CAA_DAEMONSET, allowed, CAA_SA, "peer-pods-secret", ca),
+        )
+        .await
+        .expect("peer-pod-config-ctrl creates CAA's DaemonSet as it renders it");
+    webhooks
+        .create(
+            &post,
+            &webhook_configuration(
+                WEBHOOK_CONFIGURATION,
+                &ns,
+                WEBHOOK_SERVICE,
+                "pods",
+                &["kube-system", &ns],
+            ),
+        )
+        .await
+        .expect("peer-pod-config-ctrl creates its webhook configuration as it renders it");
+    let _ = admin_webhooks
+        .delete(WEBHOOK_CONFIGURATION, &Default::default())
+        .await;
+
+    // provider-service's Deployment and Service (made by the admin, as Helm would): no patch by
+    // peer-pod-config-ctrl, whose patches RBAC limits to the names it renders (the policy would refuse them too;
+    // RBAC is the layer checked here).
+    let provider = format!("{fullname}-provider-service");
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": provider},
+        "spec": {
+            "selector": {"matchLabels": {"app": "provider-service"}},
+            "template": {
+                "metadata": {"labels": {"app": "provider-service"}},
+                "spec": {"containers": [{"name": "provider-service", "image": "provider-service:unused"}]}
+            }
+        }
+    }))
+    .expect("Deployment");
+    Api::<Deployment>::namespaced(admin.clone(), &ns)
+        .create(&post, &deployment)
+        .await
+        .expect("provider-service's Deployment");
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": provider},
+        "spec": {"selector": {"app": "provider-service"}, "ports": [{"port": 50051}]}
+    }))
+    .expect("Service");
+    Api::<Service>::namespaced(admin.clone(), &ns)
+        .create(&post, &service)
+        .await
+        .expect("provider-service's Service");
+    let params = PatchParams::default();
+    let result = Api::<Deployment>::namespaced(ppc.clone(), &ns)
+        .patch(
+            &provider,
+            &params,
+            &merge(
+                serde_json::json!({"spec": {"template": {"spec": {"containers": [
+                    {"name": "provider-service", "image": "evil.example/collector:1"}
+                ]}}}}),
+            ),
+        )
+        .await;
+    assert!(
+        matches!(&result, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("cannot patch resource")),
+        "peer-pod-config-ctrl patched provider-service's Deployment: {result:?}"
+    );
+    let result = Api::<Service>::namespaced(ppc.clone(), &ns)
+        .patch(
+            &provider,
+            &params,
+            &merge(serde_json::json!({"spec": {"selector": {"app": "peer-pods-webhook"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&result, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("cannot patch resource")),
+        "peer-pod-config-ctrl pointed provider-service's Service elsewhere: {result:?}"
+    );
 }
