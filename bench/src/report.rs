@@ -163,6 +163,13 @@ pub struct Grpc {
     pub go_check_p99_us: f64,
     pub go_delete_p50_us: f64,
     pub go_delete_p99_us: f64,
+    /// The Rust client's authenticated DeleteInstance beside a flood: idle connections from many peers and streams
+    /// of calls with no token or a forged one, every one of which was refused.
+    pub flood_idle_connections: usize,
+    pub flood_streams: usize,
+    pub flood_calls_refused: u64,
+    pub flood_delete_p50_us: f64,
+    pub flood_delete_p99_us: f64,
 }
 
 impl Results {
@@ -382,6 +389,23 @@ impl Results {
                     "grpc",
                     "Go client DeleteInstance p50 / p99",
                     format!("{} / {}", us(g.go_delete_p50_us), us(g.go_delete_p99_us)),
+                );
+                add(
+                    "grpc",
+                    &format!(
+                        "flood: {} idle connections, {} streams without a valid token",
+                        g.flood_idle_connections, g.flood_streams
+                    ),
+                    format!("{} calls refused", g.flood_calls_refused),
+                );
+                add(
+                    "grpc",
+                    "DeleteInstance p50 / p99 under the flood",
+                    format!(
+                        "{} / {}",
+                        us(g.flood_delete_p50_us),
+                        us(g.flood_delete_p99_us)
+                    ),
                 );
             }
             other => add("grpc", "", not_measured(other)),

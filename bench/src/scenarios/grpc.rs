@@ -8,6 +8,12 @@
 //! a health Check and a DeleteInstance over the same TLS connection and token: what a Go caller sees, including
 //! any stall from Nagle's algorithm, which a Rust client's prompt ACKs hide.
 //!
+//! Then the same authenticated DeleteInstance is timed under a flood of what anyone who reaches the port can send:
+//! idle TCP connections from many peer addresses (every 127/8 address is this host's), and TLS connections
+//! each running many streams of DeleteInstance calls with no token or a forged one (a real token's shape,
+//! audience and expiry, its signature replaced, so only the API server can refuse it). Every flood call must be
+//! refused, and the authenticated calls served; the figure is their latency meanwhile.
+//!
 //! Both Rust measurements run in this process so they share the test driver's domains. Each call deletes a domain
 //! defined just before it (untimed); direct and gRPC calls alternate, so drift on the machine loads both sides
 //! alike. Hand-timed rather than with criterion: criterion reports means and medians of batched iterations, while
@@ -42,6 +48,13 @@ const AUDIENCE: &str = "provider-service";
 const SERVER_NAME: &str = "provider-service.peerpods.svc";
 const CALLER_NAMESPACE: &str = "bench-grpc";
 const CALLER: &str = "cloud-api-adaptor";
+/// The flood: idle connections from each of this many peer addresses...
+const FLOOD_PEERS: u8 = 40;
+/// ...this many from each (under the per-peer cap, so all are held)...
+const FLOOD_IDLE_PER_PEER: usize = 50;
+/// ...and TLS connections each running this many streams in a loop, half without a token, half forged.
+const FLOOD_CONNECTIONS: usize = 32;
+const FLOOD_STREAMS: usize = 16;
 
 pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     let libvirt =
@@ -80,6 +93,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
         ServiceOptions {
             grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
             admin: None,
+            secure_metrics: None,
             config_dirs: vec![config_dir],
             development: true,
             reload_interval: Duration::from_secs(5),
@@ -106,6 +120,20 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
         Ok(client) => measure(options.grpc_calls, &libvirt, &direct, client).await,
         Err(e) => Err(Error::grpc_from("", e)),
     };
+    let flooded = match &measured {
+        Ok(_) => {
+            flooded(
+                options.grpc_calls,
+                &libvirt,
+                &client_config,
+                addr,
+                &token,
+                files.path(),
+            )
+            .await
+        }
+        Err(_) => Err(Error::setup("the Rust client failed first")),
+    };
     let go = match &measured {
         Ok(_) => go_client(options.grpc_calls, &client_config).await,
         Err(_) => Err(Error::setup("the Rust client failed first")),
@@ -113,6 +141,8 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
     shutdown.cancel();
     let _ = server.wait().await;
     let (mut direct_times, mut grpc_times) = measured?;
+    let mut flood = flooded?;
+    flood.times.sort();
     let go = go?;
     direct_times.sort();
     grpc_times.sort();
@@ -134,6 +164,143 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Grpc, Error> {
         go_check_p99_us: go.check_p99_us,
         go_delete_p50_us: go.delete_p50_us,
         go_delete_p99_us: go.delete_p99_us,
+        flood_idle_connections: flood.idle_connections,
+        flood_streams: FLOOD_CONNECTIONS * FLOOD_STREAMS,
+        flood_calls_refused: flood.refused,
+        flood_delete_p50_us: us(percentile(&flood.times, 50.0)),
+        flood_delete_p99_us: us(percentile(&flood.times, 99.0)),
+    })
+}
+
+/// What the flood phase measured.
+struct Flood {
+    times: Vec<Duration>,
+    idle_connections: usize,
+    refused: u64,
+}
+
+/// `token` with its signature replaced.
+fn forged(token: &str, i: usize) -> String {
+    let signed = token.rsplit_once('.').map_or(token, |(signed, _)| signed);
+    format!("{signed}.{}{i:08}", "A".repeat(300))
+}
+
+/// Times `calls` authenticated DeleteInstance calls (after a warm-up) while the flood runs.
+async fn flooded(
+    calls: usize,
+    libvirt: &Connect,
+    config: &ProviderClientConfig,
+    addr: SocketAddr,
+    token: &str,
+    dir: &Path,
+) -> Result<Flood, Error> {
+    let mut idle = Vec::new();
+    for peer in 2..2 + FLOOD_PEERS {
+        for _ in 0..FLOOD_IDLE_PER_PEER {
+            let socket =
+                tokio::net::TcpSocket::new_v4().map_err(|e| Error::io("a flood socket", e))?;
+            socket
+                .bind(SocketAddr::from(([127, 0, 0, peer], 0)))
+                .map_err(|e| Error::io("binding a flood socket", e))?;
+            if let Ok(stream) = socket.connect(addr).await {
+                idle.push(stream);
+            }
+        }
+    }
+    let idle_connections = idle.len();
+    let stop = CancellationToken::new();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let refused = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut flood = tokio::task::JoinSet::new();
+    for c in 0..FLOOD_CONNECTIONS {
+        let token_file = if c % 2 == 0 {
+            None
+        } else {
+            let path = dir.join(format!("forged-{c}"));
+            write(&path, forged(token, c).as_bytes())?;
+            Some(path)
+        };
+        let client = connect(&ProviderClientConfig {
+            token_file,
+            ..config.clone()
+        })
+        .map_err(|e| Error::grpc_from("a flood client", e))?;
+        for _ in 0..FLOOD_STREAMS {
+            let (mut client, stop, served, refused) = (
+                client.clone(),
+                stop.clone(),
+                served.clone(),
+                refused.clone(),
+            );
+            flood.spawn(async move {
+                while !stop.is_cancelled() {
+                    let request = DeleteInstanceRequest {
+                        cloud_provider: "libvirt".into(),
+                        instance_id: uuid::Uuid::new_v4().to_string(),
+                        requester: None,
+                        accept_in_progress: true,
+                    };
+                    let counter = match client.delete_instance(request).await {
+                        Ok(_) => &served,
+                        Err(_) => &refused,
+                    };
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    }
+    let mut client =
+        connect(config).map_err(|e| Error::grpc_from("the authenticated client", e))?;
+    let mut times = Vec::with_capacity(calls);
+    let mut failed = None;
+    for i in 0..WARMUP + calls {
+        let uuid = define_domain(libvirt)?;
+        let request = DeleteInstanceRequest {
+            cloud_provider: "libvirt".into(),
+            instance_id: uuid.clone(),
+            requester: None,
+            accept_in_progress: false,
+        };
+        let started = Instant::now();
+        let answer = client.delete_instance(request).await;
+        let took = started.elapsed();
+        match answer {
+            Ok(answer) if answer.get_ref().result == DeleteResult::Deleted as i32 => {}
+            Ok(answer) => {
+                failed = Some(Error::grpc(format!(
+                    "DeleteInstance {uuid} under the flood: result {}",
+                    answer.get_ref().result
+                )));
+                break;
+            }
+            Err(e) => {
+                failed = Some(Error::grpc_from(
+                    format!("DeleteInstance {uuid} under the flood"),
+                    e,
+                ));
+                break;
+            }
+        }
+        if i >= WARMUP {
+            times.push(took);
+        }
+    }
+    stop.cancel();
+    while flood.join_next().await.is_some() {}
+    drop(idle);
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let served = served.load(std::sync::atomic::Ordering::Relaxed);
+    if served > 0 {
+        return Err(Error::grpc(format!(
+            "{served} unauthenticated flood calls were served"
+        )));
+    }
+    Ok(Flood {
+        times,
+        idle_connections,
+        refused: refused.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
 
