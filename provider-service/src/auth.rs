@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::PostParams;
@@ -20,7 +20,7 @@ use crate::error::{Error, status};
 use crate::load::RateLimitedLog;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::placement::{NodeBound, Placements, node_of};
-use crate::token_cache::{InFlight, Lru, TokenKey, key_of};
+use crate::token_cache::{InFlight, Lru, TokenKey, key_of, precheck};
 
 /// An authenticated caller: the ServiceAccount behind the token.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -234,6 +234,13 @@ const MAX_ALLOWED_ENTRIES: usize = 16_384;
 /// Refused tokens kept at most, apart from the accepted ones: a flood of distinct bad tokens must
 /// neither grow memory without bound nor evict a good caller.
 const MAX_REFUSED_ENTRIES: usize = 4096;
+/// TokenReviews running at once at most (one per distinct token not cached): a flood of tokens
+/// that pass the local pre-check (a real token's payload with a forged signature) costs the API
+/// server this many reviews at a time, not one per call. Past it, a new token is answered
+/// UNAVAILABLE at once; a cached caller is not affected.
+const MAX_REVIEWS_IN_FLIGHT: usize = 64;
+/// The longest one TokenReview may take; an API server that does not answer holds no caller longer.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Verdict = Result<Identity, Error>;
 
@@ -250,6 +257,8 @@ pub struct TokenReviewer {
     refused: Mutex<Lru<CachedVerdict>>,
     /// Reviews running now, one per token, shared by concurrent callers with that token.
     in_flight: InFlight<CachedVerdict>,
+    /// A permit per review running, [`MAX_REVIEWS_IN_FLIGHT`] in all.
+    review_slots: tokio::sync::Semaphore,
     /// Rejected calls are logged at most once per period, with how many there were.
     rejections: RateLimitedLog,
     metrics: Metrics,
@@ -323,6 +332,7 @@ impl TokenReviewer {
             allowed: Mutex::new(Lru::new(MAX_ALLOWED_ENTRIES)),
             refused: Mutex::new(Lru::new(MAX_REFUSED_ENTRIES)),
             in_flight: InFlight::default(),
+            review_slots: tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
             rejections: RateLimitedLog::new(crate::load::LOG_EVERY),
             metrics,
         }
@@ -371,6 +381,13 @@ impl TokenReviewer {
     /// The caller behind an `authorization: Bearer <token>` header value.
     pub async fn authenticate(&self, header: Option<&http::HeaderValue>) -> Verdict {
         let token = bearer_token(header)?;
+        // Not cached either way: refusing again costs less than remembering.
+        if let Err(why) = precheck(token, &self.audience, SystemTime::now()) {
+            self.count("refused_before_review");
+            return Err(Error::Unauthenticated {
+                message: why.to_string(),
+            });
+        }
         let key = key_of(token);
         if let Some(v) = self.cached(&key) {
             return v.verdict();
@@ -382,6 +399,15 @@ impl TokenReviewer {
                 if let Some(v) = self.cached(&key) {
                     return v;
                 }
+                let Ok(_slot) = self.review_slots.try_acquire() else {
+                    self.count("too_many_in_flight");
+                    return CachedVerdict::Unavailable(
+                        format!(
+                            "{MAX_REVIEWS_IN_FLIGHT} TokenReviews are in flight already; ask again"
+                        ),
+                        None,
+                    );
+                };
                 let verdict = CachedVerdict::of(self.review(token).await);
                 self.keep(key, &verdict);
                 verdict
@@ -431,16 +457,29 @@ impl TokenReviewer {
             },
             ..Default::default()
         };
-        let answer = match api.create(&PostParams::default(), &review).await {
-            Ok(a) => a,
-            Err(e) => {
-                self.count("error");
-                return Err(Error::AuthUnavailable {
-                    message: "TokenReview failed".into(),
-                    source: Some(std::sync::Arc::new(e)),
-                });
-            }
-        };
+        let answer =
+            match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), &review))
+                .await
+            {
+                Ok(Ok(a)) => a,
+                Ok(Err(e)) => {
+                    self.count("error");
+                    return Err(Error::AuthUnavailable {
+                        message: "TokenReview failed".into(),
+                        source: Some(std::sync::Arc::new(e)),
+                    });
+                }
+                Err(_) => {
+                    self.count("timeout");
+                    return Err(Error::AuthUnavailable {
+                        message: format!(
+                            "TokenReview did not answer within {} s",
+                            REVIEW_TIMEOUT.as_secs()
+                        ),
+                        source: None,
+                    });
+                }
+            };
         let status = answer.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             self.count("unauthenticated");

@@ -3,10 +3,16 @@
 //! with accepted and refused tokens in separate maps, so a burst of garbage tokens from anyone who
 //! reaches the port evicts only other refusals, never a caller that was let in. Concurrent calls
 //! with one token that is not cached share one review (single flight).
+//!
+//! Before any of that, [`precheck`] refuses locally what no review could accept: a token that is
+//! not a JWT, or whose payload says it expired or is for another audience. Forging a payload is
+//! easy, so this only spares the API server garbage; the review alone lets a token in.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::serde_json::{self, Value};
 
 use sha2::{Digest, Sha256};
 
@@ -19,6 +25,104 @@ pub fn key_of(token: &str) -> TokenKey {
     let mut key = [0u8; 32];
     key.copy_from_slice(&digest);
     key
+}
+
+/// How far past its `exp` a token is still sent for review: the API server's clock, not ours,
+/// decides, and the two may differ by this much.
+const EXPIRY_LEEWAY: Duration = Duration::from_secs(60);
+
+/// Why a token is refused without a review.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAToken {
+    /// Not three dot-separated base64url segments.
+    NotAJwt,
+    /// The payload is not a JSON object.
+    PayloadNotJson,
+    /// No numeric `exp` claim (every projected ServiceAccount token expires).
+    NoExpiry,
+    /// `exp` is past (by more than the leeway), in seconds since the epoch.
+    Expired { exp: u64 },
+    /// The `aud` claim does not name this service's audience.
+    OtherAudience,
+}
+
+impl std::fmt::Display for NotAToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotAToken::NotAJwt => f.write_str("token is not a JWT (three base64url segments)"),
+            NotAToken::PayloadNotJson => f.write_str("token's payload is not a JSON object"),
+            NotAToken::NoExpiry => f.write_str("token has no expiry (exp)"),
+            NotAToken::Expired { exp } => write!(f, "token expired (exp {exp})"),
+            NotAToken::OtherAudience => f.write_str("token is not for this service's audience"),
+        }
+    }
+}
+
+/// Whether `token` may be worth a review for `audience` at `now` (see the module doc).
+pub fn precheck(token: &str, audience: &str, now: SystemTime) -> Result<(), NotAToken> {
+    let segments: Vec<&str> = token.split('.').collect();
+    let [header, payload, signature] = segments.as_slice() else {
+        return Err(NotAToken::NotAJwt);
+    };
+    if [header, signature].iter().any(|s| !is_base64url(s)) {
+        return Err(NotAToken::NotAJwt);
+    }
+    let payload = decode_base64url(payload).ok_or(NotAToken::NotAJwt)?;
+    let claims: Value = serde_json::from_slice(&payload).map_err(|_| NotAToken::PayloadNotJson)?;
+    let Value::Object(claims) = claims else {
+        return Err(NotAToken::PayloadNotJson);
+    };
+    let exp = claims
+        .get("exp")
+        .and_then(Value::as_u64)
+        .ok_or(NotAToken::NoExpiry)?;
+    let now = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    if exp.saturating_add(EXPIRY_LEEWAY.as_secs()) < now {
+        return Err(NotAToken::Expired { exp });
+    }
+    let for_us = match claims.get("aud") {
+        Some(Value::String(aud)) => aud == audience,
+        Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(audience)),
+        _ => false,
+    };
+    if !for_us {
+        return Err(NotAToken::OtherAudience);
+    }
+    Ok(())
+}
+
+fn is_base64url(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Unpadded base64url (RFC 4648, section 5), as JWT segments are written; `None` if it is not.
+fn decode_base64url(segment: &str) -> Option<Vec<u8>> {
+    if !is_base64url(segment) || segment.len() % 4 == 1 {
+        return None;
+    }
+    let value = |b: u8| -> u32 {
+        u32::from(match b {
+            b'A'..=b'Z' => b - b'A',
+            b'a'..=b'z' => b - b'a' + 26,
+            b'0'..=b'9' => b - b'0' + 52,
+            b'-' => 62,
+            _ => 63,
+        })
+    };
+    let mut out = Vec::with_capacity(segment.len() * 3 / 4);
+    for chunk in segment.as_bytes().chunks(4) {
+        let bits =
+            chunk.iter().fold(0u32, |acc, &b| (acc << 6) | value(b)) << (6 * (4 - chunk.len()));
+        let bytes = bits.to_be_bytes();
+        out.extend_from_slice(&bytes[1..chunk.len()]);
+    }
+    Some(out)
 }
 
 /// A map with a size bound that evicts the least recently used entry, and entries that expire.
@@ -148,6 +252,86 @@ mod tests {
         assert_eq!(lru.len(), 2);
         assert_eq!(lru.get(&a, later), None, "expired");
         assert_eq!(lru.len(), 1);
+    }
+
+    fn jwt(claims: &str) -> String {
+        fn encode(bytes: &[u8]) -> String {
+            const ALPHABET: &[u8] =
+                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+            let mut out = String::new();
+            for chunk in bytes.chunks(3) {
+                let mut n = [0u8; 3];
+                n[..chunk.len()].copy_from_slice(chunk);
+                let bits = u32::from_be_bytes([0, n[0], n[1], n[2]]);
+                for i in 0..=chunk.len() {
+                    out.push(ALPHABET[(bits >> (18 - 6 * i) & 63) as usize] as char);
+                }
+            }
+            out
+        }
+        format!(
+            "{}.{}.{}",
+            encode(br#"{"alg":"RS256","kid":"k"}"#),
+            encode(claims.as_bytes()),
+            encode(b"not a signature")
+        )
+    }
+
+    #[test]
+    fn base64url_decodes_every_length() {
+        assert_eq!(decode_base64url("YQ"), Some(b"a".to_vec()));
+        assert_eq!(decode_base64url("YWI"), Some(b"ab".to_vec()));
+        assert_eq!(decode_base64url("YWJj"), Some(b"abc".to_vec()));
+        assert_eq!(decode_base64url("-_8"), Some(vec![0xfb, 0xff]));
+        assert_eq!(decode_base64url("YWJjZ"), None, "a lone sextet is no byte");
+        assert_eq!(decode_base64url("YW=="), None, "JWT segments are unpadded");
+        assert_eq!(decode_base64url(""), None);
+    }
+
+    #[test]
+    fn only_an_unexpired_jwt_for_our_audience_is_worth_a_review() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let check = |token: &str| precheck(token, "provider-service", now);
+        assert_eq!(
+            check(&jwt(r#"{"aud":["provider-service"],"exp":1000100}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            check(&jwt(r#"{"aud":"provider-service","exp":1000000}"#)),
+            Ok(())
+        );
+        // Within the leeway of clocks that differ.
+        assert_eq!(
+            check(&jwt(r#"{"aud":"provider-service","exp":999950}"#)),
+            Ok(())
+        );
+        assert_eq!(
+            check(&jwt(r#"{"aud":"provider-service","exp":999000}"#)),
+            Err(NotAToken::Expired { exp: 999000 })
+        );
+        assert_eq!(
+            check(&jwt(r#"{"aud":["other"],"exp":1000100}"#)),
+            Err(NotAToken::OtherAudience)
+        );
+        assert_eq!(
+            check(&jwt(r#"{"exp":1000100}"#)),
+            Err(NotAToken::OtherAudience)
+        );
+        assert_eq!(
+            check(&jwt(r#"{"aud":"provider-service"}"#)),
+            Err(NotAToken::NoExpiry)
+        );
+        assert_eq!(
+            check(&jwt(r#"{"aud":"provider-service","exp":"soon"}"#)),
+            Err(NotAToken::NoExpiry)
+        );
+        assert_eq!(check(&jwt("[1,2]")), Err(NotAToken::PayloadNotJson));
+        assert_eq!(check(&jwt("{not json")), Err(NotAToken::PayloadNotJson));
+        for garbage in [
+            "garbage", "a.b", "a.b.c.d", "a..c", "a.b!.c", "..", "a.b.c=",
+        ] {
+            assert_eq!(check(garbage), Err(NotAToken::NotAJwt), "{garbage}");
+        }
     }
 
     #[test]

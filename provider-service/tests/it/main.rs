@@ -23,3 +23,4 @@ mod queued_deletes;
 mod safe_defaults;
 mod tls;
 mod token_cache;
+mod token_precheck;

@@ -54,15 +54,17 @@ async fn one_review_per_token_and_garbage_evicts_no_good_caller() {
         "one TokenReview for 50 calls"
     );
 
-    // A burst of distinct garbage tokens, each refused after a review of its own.
+    // A burst of distinct garbage tokens, each refused after a review of its own: the caller's
+    // token with its signature replaced, which only the API server can refuse (a token that is
+    // no JWT, expired or for another audience is refused before any review).
+    let (signed, _signature) = token.rsplit_once('.').unwrap();
     let garbage = futures::stream::iter(0..GARBAGE)
         .map(|i| {
             let mut client = client.clone();
+            let forged = format!("{signed}.garbage-{i}");
             async move {
                 client
-                    .list_providers(crate::common::list_providers_with_token(&format!(
-                        "garbage-{i}"
-                    )))
+                    .list_providers(crate::common::list_providers_with_token(&forged))
                     .await
             }
         })
