@@ -425,6 +425,99 @@ async fn the_chart_refuses_one_secret_for_caa_and_provider_service() {
     );
 }
 
+/// provider-service connects only to DNS and HTTPS (the API server, the cloud's endpoints): a NetworkPolicy of
+/// its own limits its egress beside the one limiting who reaches it. The webhook, whether the chart's or a
+/// PeerPodConfig's, is reachable only on its serving and admin ports and connects nowhere. (The local control
+/// plane runs no network plugin: the policies are checked as rendered and accepted by the API server in
+/// `every_rendered_object_is_valid_for_kubeconform_and_the_api_server`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn network_policies_limit_provider_service_egress_and_the_webhook() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let policies = |manifest: &str| {
+        documents(manifest)
+            .into_iter()
+            .filter(|d| kind_of(d) == "NetworkPolicy")
+            .map(|d| serde_saphyr::from_str::<NetworkPolicy>(&d).expect("a NetworkPolicy"))
+            .collect::<Vec<_>>()
+    };
+    let manifest = render(
+        "np",
+        "np",
+        &[DEV_VALUES, "deploy/tests/values-our-webhook.yaml"],
+    )
+    .await;
+    let all = policies(&manifest);
+    let named = |suffix: &str| {
+        all.iter()
+            .find(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with(suffix))
+            })
+            .unwrap_or_else(|| panic!("no NetworkPolicy *{suffix}"))
+            .spec
+            .clone()
+            .expect("spec")
+    };
+    let egress = named("-provider-service-egress");
+    assert_eq!(egress.policy_types, Some(vec!["Egress".to_owned()]));
+    let ports: Vec<(i32, String)> = egress
+        .egress
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|rule| rule.ports.clone().unwrap_or_default())
+        .map(|p| match p.port {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n)) => {
+                (n, p.protocol.unwrap_or_default())
+            }
+            other => panic!("port {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        ports,
+        vec![
+            (53, "UDP".to_owned()),
+            (53, "TCP".to_owned()),
+            (443, "TCP".to_owned()),
+            (6443, "TCP".to_owned())
+        ],
+        "provider-service's egress"
+    );
+    for webhook in ["-peerpods-webhook", "-peer-pods-webhook"] {
+        let spec = named(webhook);
+        assert_eq!(
+            spec.policy_types,
+            Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
+            "{webhook}"
+        );
+        assert!(
+            spec.egress.unwrap_or_default().is_empty(),
+            "{webhook} may connect somewhere"
+        );
+        assert_eq!(spec.ingress.unwrap_or_default().len(), 2, "{webhook}");
+    }
+    // Off, none of them.
+    let (ok, out, err) = run(
+        &tool("helm"),
+        &[
+            "template",
+            "np",
+            CHART,
+            "--kube-version",
+            KUBE_VERSION,
+            "-f",
+            DEV_VALUES,
+            "--set",
+            "networkPolicy.enabled=false",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(policies(&out).is_empty());
+}
+
 async fn sa_client(
     cp: &testenv::ControlPlane,
     admin: &kube::Client,
