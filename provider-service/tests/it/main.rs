@@ -20,6 +20,7 @@ mod load;
 mod node_bound;
 mod nodelay;
 mod queued_deletes;
+mod review_budget;
 mod safe_defaults;
 mod tls;
 mod token_cache;
