@@ -107,6 +107,11 @@ async fn run(args: Args) -> Result<(), provider_service::Error> {
     let options = Options {
         grpc: Listen::Addr(args.listen),
         admin: Some(Listen::Addr(args.admin.admin_listen)),
+        secure_metrics: args
+            .admin
+            .secure_metrics()
+            .await
+            .map_err(|e| provider_service::Error::internal_from("secure metrics port", e))?,
         config_dirs: args.config_dir,
         development: args.development,
         reload_interval: Duration::from_secs(args.reload_interval_seconds.max(1)),

@@ -59,6 +59,9 @@ pub struct Options {
     pub grpc: Listen,
     /// `/healthz`, `/readyz` and `/metrics`; `None` runs without them.
     pub admin: Option<Listen>,
+    /// With the admin port: `/metrics` on this TLS port only, behind TokenReview and SubjectAccessReview
+    /// (`--metrics-secure`).
+    pub secure_metrics: Option<peerpods_runtime::secure_metrics::SecureMetrics>,
     /// Directories whose files are configuration keys (later ones win; the environment fills
     /// in).
     pub config_dirs: Vec<PathBuf>,
@@ -184,11 +187,14 @@ pub async fn start_with(
     };
 
     let admin = match options.admin {
-        Some(listen) => Some(AdminServer::on(
-            listen.bind("admin").await?,
-            readiness.clone(),
-            prometheus.clone(),
-        )),
+        Some(listen) => Some(
+            AdminServer::on(
+                listen.bind("admin").await?,
+                readiness.clone(),
+                prometheus.clone(),
+            )
+            .with_secure_metrics(options.secure_metrics),
+        ),
         None => None,
     };
     let admin_addr = match &admin {

@@ -166,6 +166,7 @@ async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortL
         ServiceOptions {
             grpc: Listen::Addr(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
             admin: None,
+            secure_metrics: None,
             config_dirs: vec![config_dir],
             development: true,
             reload_interval: Duration::from_secs(5),
@@ -341,6 +342,7 @@ async fn capacity_flood(options: &Options) -> Result<Load, Error> {
         ServiceOptions {
             grpc: Listen::Addr(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
             admin: None,
+            secure_metrics: None,
             config_dirs: vec![config_dir.path().to_owned()],
             development: false,
             reload_interval: Duration::from_secs(5),

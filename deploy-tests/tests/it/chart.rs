@@ -1285,7 +1285,10 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 ///   Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) then check `update` on
 ///   `peerpodconfigs/finalizers`; that check runs inside admission and writes no audit event of its own, and
 ///   the local control plane runs without that plugin.
-const UNSEEN_GRANTS: [(&str, &str, &str, &str); 7] = [
+/// - With `metrics.secure` each service reviews a scrape of its metrics port (TokenReview, SubjectAccessReview;
+///   `peerpods_runtime::secure_metrics::Reviewer::check`); no Prometheus scrapes here. Checked against the real
+///   API server in `runtime/tests/it/secure_metrics.rs` and, scraped by a real Prometheus, in `prometheus.rs`.
+const UNSEEN_GRANTS: [(&str, &str, &str, &str); 12] = [
     (
         "cloud-api-adaptor",
         "create",
@@ -1307,6 +1310,36 @@ const UNSEEN_GRANTS: [(&str, &str, &str, &str); 7] = [
         "update",
         "confidentialcontainers.org",
         "peerpodconfigs/finalizers",
+    ),
+    (
+        "peerpod-ctrl",
+        "create",
+        "authentication.k8s.io",
+        "tokenreviews",
+    ),
+    (
+        "peer-pod-config-ctrl",
+        "create",
+        "authentication.k8s.io",
+        "tokenreviews",
+    ),
+    (
+        "provider-service",
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+    ),
+    (
+        "peerpod-ctrl",
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+    ),
+    (
+        "peer-pod-config-ctrl",
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
     ),
 ];
 

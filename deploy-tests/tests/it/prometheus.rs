@@ -6,6 +6,11 @@
 //! `PeerPodCleanupStuck` (threshold and `for` shortened through the chart's values) fires. provider-service is
 //! restarted granting DeleteInstance; the finalizer is released and the alert resolves. Then every query of
 //! every panel of the chart's dashboards is evaluated by that Prometheus and must return series.
+//!
+//! The services serve their metrics as the chart runs them (`metrics.secure`): over TLS on a port of their own,
+//! to a token the API server authenticates and allows to `get` `/metrics`. Prometheus scrapes with the token of a
+//! ServiceAccount bound to the chart's metrics-reader ClusterRole, as the ServiceMonitors do; its scrape of the
+//! same port without a token is refused (401).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -137,8 +142,7 @@ fn local(port: u16) -> SocketAddr {
 fn provider_service(
     kubeconfig: &Path,
     ns: &str,
-    grpc: u16,
-    admin: u16,
+    (grpc, admin, metrics): (u16, u16, u16),
     peerpod_ctrl_methods: &str,
     dir: &Path,
 ) -> Service {
@@ -154,6 +158,8 @@ fn provider_service(
         ),
         ("LISTEN".into(), local(grpc).to_string()),
         ("ADMIN_LISTEN".into(), local(admin).to_string()),
+        ("METRICS_SECURE".into(), "true".into()),
+        ("METRICS_LISTEN".into(), local(metrics).to_string()),
     ]);
     Service::start(
         "provider-service",
@@ -162,6 +168,48 @@ fn provider_service(
         local(admin),
         dir,
     )
+}
+
+/// Creates the chart's ClusterRole `name` as rendered in `manifest` and binds it to ServiceAccount `ns/sa`.
+async fn bind_chart_cluster_role(
+    client: &kube::Client,
+    manifest: &str,
+    name: &str,
+    ns: &str,
+    sa: &str,
+) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    let role: ClusterRole = documents(manifest)
+        .iter()
+        .filter(|doc| kind_of(doc) == "ClusterRole")
+        .map(|doc| serde_saphyr::from_str::<ClusterRole>(doc).expect("a rendered ClusterRole"))
+        .find(|role| role.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("the chart renders no ClusterRole {name}"));
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create ClusterRole");
+    let binding = ClusterRoleBinding {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{name}-{ns}")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.to_owned(),
+            namespace: Some(ns.to_owned()),
+            ..Default::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create ClusterRoleBinding");
 }
 
 fn peerpod(name: &str, vm: &str) -> DynamicObject {
@@ -230,10 +278,14 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
     }
     let (grpc, ps_admin, pc_admin, ppc_admin) =
         (free_port(), free_port(), free_port(), free_port());
-    let mut ps = provider_service(kubeconfig, &ns, grpc, ps_admin, "ListInstances", dir.path());
+    let (ps_metrics, pc_metrics, ppc_metrics) = (free_port(), free_port(), free_port());
+    let ps_ports = (grpc, ps_admin, ps_metrics);
+    let mut ps = provider_service(kubeconfig, &ns, ps_ports, "ListInstances", dir.path());
     ps.wait_ready().await;
-    let controller_env = |sa: &str, admin: u16| {
+    let controller_env = |sa: &str, admin: u16, metrics: u16| {
         BTreeMap::from([
+            ("METRICS_SECURE".into(), "true".into()),
+            ("METRICS_LISTEN".into(), local(metrics).to_string()),
             ("KUBECONFIG".into(), kubeconfig.display().to_string()),
             (
                 "PROVIDER_ENDPOINT".into(),
@@ -246,7 +298,7 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
             ("POD_NAME".into(), format!("{sa}-0")),
         ])
     };
-    let mut env = controller_env("peerpod-ctrl", pc_admin);
+    let mut env = controller_env("peerpod-ctrl", pc_admin, pc_metrics);
     env.extend([
         ("POD_NAMESPACE".into(), ns.clone()),
         ("RETRY_MAX_DELAY".into(), "2s".into()),
@@ -265,7 +317,7 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
         local(pc_admin),
         dir.path(),
     );
-    let mut env = controller_env("peer-pod-config-ctrl", ppc_admin);
+    let mut env = controller_env("peer-pod-config-ctrl", ppc_admin, ppc_metrics);
     env.insert("PEERPODS_NAMESPACE".into(), ns.clone());
     let mut config_ctrl = Service::start(
         "peer-pod-config-ctrl",
@@ -277,25 +329,64 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
     peerpod_ctrl.wait_ready().await;
     config_ctrl.wait_ready().await;
 
-    // Prometheus scrapes each service as the chart's ServiceMonitors do: `namespace` the release's, and
-    // provider-service's job named after its Service.
+    // Prometheus scrapes each service as the chart's ServiceMonitors do: `namespace` the release's,
+    // provider-service's job named after its Service, over TLS with its ServiceAccount's token (bound to the
+    // chart's metrics-reader ClusterRole), the services' self-signed certificates unverified.
+    let reader = format!("{RELEASE}-metrics-reader");
+    bind_chart_cluster_role(&client, &manifest, &reader, &ns, "prometheus").await;
+    let prometheus_token = dir.path().join("prometheus.token");
+    std::fs::write(
+        &prometheus_token,
+        testenv::service_account_token(&client, &ns, "prometheus", &[]).await,
+    )
+    .expect("writing token");
     let target = |job: String, port: u16| {
         serde_json::json!({
             "job_name": job,
+            "scheme": "https",
+            "tls_config": {"insecure_skip_verify": true},
+            "authorization": {"type": "Bearer", "credentials_file": prometheus_token.display().to_string()},
             "static_configs": [{"targets": [local(port).to_string()], "labels": {"namespace": ns}}],
         })
     };
+    // provider-service's metrics port scraped without a token, to see it refused.
+    let mut anonymous = target("anonymous".into(), ps_metrics);
+    anonymous
+        .as_object_mut()
+        .expect("a scrape config")
+        .remove("authorization");
     let config = serde_json::json!({
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [dir.path().join("rules.yml").display().to_string()],
         "scrape_configs": [
-            target(format!("{RELEASE}-provider-service"), ps_admin),
-            target(format!("{RELEASE}-peerpod-ctrl-metrics"), pc_admin),
-            target(format!("{RELEASE}-peer-pod-config-ctrl-metrics"), ppc_admin),
+            target(format!("{RELEASE}-provider-service"), ps_metrics),
+            target(format!("{RELEASE}-peerpod-ctrl-metrics"), pc_metrics),
+            target(format!("{RELEASE}-peer-pod-config-ctrl-metrics"), ppc_metrics),
+            anonymous,
         ],
     });
     let prometheus = Prometheus::start(dir.path(), &config).await;
     let prom = prometheus.addr;
+    let anonymous_scrape = testenv::wait_for(
+        "Prometheus's scrape without a token refused",
+        Duration::from_secs(60),
+        || async {
+            let data = api(prom, "/api/v1/targets").await?;
+            data["activeTargets"]
+                .as_array()?
+                .iter()
+                .find(|t| t["labels"]["job"] == "anonymous" && t["health"] == "down")
+                .cloned()
+        },
+    )
+    .await;
+    assert!(
+        anonymous_scrape["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("401"),
+        "{anonymous_scrape}"
+    );
 
     // A PeerPodConfig asking provider-service for capacity, and its node.
     let ppc = ApiResource::from_gvk(&GroupVersionKind::gvk(
@@ -392,8 +483,7 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
     let mut ps = provider_service(
         kubeconfig,
         &ns,
-        grpc,
-        ps_admin,
+        ps_ports,
         "DeleteInstance+ListInstances",
         dir.path(),
     );

@@ -86,6 +86,7 @@ impl Azure {
             Options {
                 grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
                 admin: None,
+                secure_metrics: None,
                 config_dirs: vec![self._config.path().to_owned()],
                 development: false,
                 reload_interval: Duration::from_secs(1),

@@ -155,6 +155,7 @@ async fn tls_settings_upstream_refuses_are_refused() {
                     0,
                 ))),
                 admin: None,
+                secure_metrics: None,
                 config_dirs: vec![dir.path().to_owned()],
                 development: true,
                 reload_interval: Duration::from_secs(1),

@@ -416,6 +416,8 @@ pub fn provider_service_env(
     relocate(&mut env, "/etc/peerpods", &dir.join("etc/peerpods"));
     env.insert("LISTEN".into(), format!("127.0.0.1:{grpc_port}"));
     env.insert("ADMIN_LISTEN".into(), admin.to_string());
+    // The secure metrics port on a free one: several services share this host.
+    env.insert("METRICS_LISTEN".into(), "127.0.0.1:0".into());
     env.insert("HOME".into(), home.display().to_string());
     env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
     env
@@ -712,6 +714,8 @@ pub async fn lay_out_controller(
     );
     env.insert("PROVIDER_SERVER_NAME".into(), server_name.clone());
     env.insert("ADMIN_LISTEN".into(), admin_addr.to_string());
+    // The secure metrics port on a free one: several services share this host.
+    env.insert("METRICS_LISTEN".into(), "127.0.0.1:0".into());
     env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
     ControllerLayout {
         env,

@@ -111,6 +111,22 @@ app.kubernetes.io/component: {{ .component }}
       fieldPath: metadata.namespace
 {{- end -}}
 
+{{/* The secure metrics port (metrics.secure): a container port and the flags that serve it. */}}
+{{- define "peerpods.metricsPort" -}}
+{{- if .Values.metrics.secure }}
+- name: metrics
+  containerPort: {{ .Values.metrics.port }}
+{{- end }}
+{{- end -}}
+{{- define "peerpods.metricsEnv" -}}
+- name: METRICS_SECURE
+  value: {{ .Values.metrics.secure | quote }}
+{{- if .Values.metrics.secure }}
+- name: METRICS_LISTEN
+  value: "0.0.0.0:{{ .Values.metrics.port }}"
+{{- end }}
+{{- end -}}
+
 {{/* Liveness and readiness on the admin port. */}}
 {{- define "peerpods.probes" -}}
 livenessProbe:

@@ -355,6 +355,7 @@ impl ProviderService {
             Options {
                 grpc: Listen::Addr(SocketAddr::from(([127, 0, 0, 1], 0))),
                 admin: None,
+                secure_metrics: None,
                 config_dirs: vec![config.path().to_owned()],
                 // libvirt's test driver is accepted in development mode only.
                 development: true,

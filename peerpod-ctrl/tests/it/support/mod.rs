@@ -413,6 +413,7 @@ impl ProviderService {
             Options {
                 grpc: Listen::Bound(bind_retrying(bind).await),
                 admin: None,
+                secure_metrics: None,
                 config_dirs: vec![config.path().to_owned()],
                 // libvirt's test driver is accepted in development mode only.
                 development: true,

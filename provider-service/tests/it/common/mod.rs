@@ -128,6 +128,7 @@ pub async fn start(config_dir: &Path, options: Options) -> TestServer {
             grpc: loopback(),
             // The admin port's own tests are runtime's; here readiness is read from `readiness`.
             admin: None,
+            secure_metrics: None,
             config_dirs: vec![config_dir.to_owned()],
             development: options.development,
             reload_interval: options.reload_interval,
