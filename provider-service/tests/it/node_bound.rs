@@ -341,3 +341,132 @@ async fn an_unknown_method_is_permission_denied() {
         "an unknown method is refused before its token is reviewed"
     );
 }
+
+/// provider-service with only what it needs to review tokens: RBAC of its own, through a client
+/// that is its ServiceAccount (the chart's ClusterRole before node binding), `rules` added.
+async fn service_account_client(
+    cp: &testenv::ControlPlane,
+    admin: &kube::Client,
+    ns: &str,
+    rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+) -> kube::Client {
+    use k8s_openapi::api::rbac::v1::{
+        ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject,
+    };
+    use kube::api::{Patch, PatchParams};
+    let name = format!("{ns}-provider-service");
+    let mut all = vec![PolicyRule {
+        api_groups: Some(vec!["authentication.k8s.io".into()]),
+        resources: Some(vec!["tokenreviews".into()]),
+        verbs: vec!["create".into()],
+        ..PolicyRule::default()
+    }];
+    all.extend(rules);
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        rules: Some(all),
+        ..ClusterRole::default()
+    };
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            kind: "ClusterRole".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "provider-service".into(),
+            namespace: Some(ns.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    let apply = PatchParams::apply("node-bound-test").force();
+    Api::<ClusterRole>::all(admin.clone())
+        .patch(&name, &apply, &Patch::Apply(&role))
+        .await
+        .unwrap();
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .patch(&name, &apply, &Patch::Apply(&binding))
+        .await
+        .unwrap();
+    let token = testenv::service_account_token(admin, ns, "provider-service", &[]).await;
+    cp.client_with_token(&token).await
+}
+
+/// Fail closed: a provider-service that may not read PeerPods and Pods refuses a node-bound
+/// caller's delete as UNAVAILABLE (reason PlacementUnavailable) and deletes nothing; once its
+/// ServiceAccount may list PeerPods and get Pods (what node binding needs of it), the same delete
+/// goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_placement_that_cannot_be_read_refuses_the_delete() {
+    use k8s_openapi::api::rbac::v1::PolicyRule;
+
+    let _serial = crate::libvirt::LIBVIRT.lock().await;
+    let cp = testenv::shared();
+    let admin = cp.client().await;
+    testenv::apply_crds(&admin, "deploy/crds/peerpods.yaml").await;
+    let ns = testenv::namespace(&admin, "provider-node-unreadable").await;
+    let node = format!("{ns}-a");
+    create_node(&admin, &node).await;
+    testenv::service_account_token(&admin, &ns, CAA, &[AUDIENCE]).await;
+    let caa_pod = create_pod(&admin, &ns, "caa-a", &node).await;
+    let caa = pod_token(&admin, &ns, "caa-a", &caa_pod).await;
+    let conn = Connect::open(Some("test:///default")).unwrap();
+    let vm = define_domain(&conn);
+
+    let reviewer = service_account_client(cp, &admin, &ns, vec![]).await;
+    let grants = vec![
+        format!("{ns}/{CAA}@node=DeleteInstance")
+            .parse::<Grant>()
+            .unwrap(),
+    ];
+    let dir = crate::common::libvirt_config_dir();
+    let server =
+        crate::common::start_with_token_review(dir.path(), &reviewer, AUDIENCE, grants).await;
+    let mut client = ProviderServiceClient::new(server.channel().await);
+
+    let refused = client.delete_instance(delete(&caa, &vm)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("PlacementUnavailable"));
+    assert!(refused.message().contains(&vm), "{}", refused.message());
+    assert!(exists(&conn, &vm), "deleted without knowing whose it is");
+
+    service_account_client(
+        cp,
+        &admin,
+        &ns,
+        vec![
+            PolicyRule {
+                api_groups: Some(vec!["confidentialcontainers.org".into()]),
+                resources: Some(vec!["peerpods".into()]),
+                verbs: vec!["list".into()],
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                api_groups: Some(vec![String::new()]),
+                resources: Some(vec!["pods".into()]),
+                verbs: vec!["get".into()],
+                ..PolicyRule::default()
+            },
+        ],
+    )
+    .await;
+    let answer = crate::common::eventually("the grant takes effect", || {
+        let mut client = client.clone();
+        let request = delete(&caa, &vm);
+        async move { client.delete_instance(request).await.ok() }
+    })
+    .await;
+    assert_eq!(answer.into_inner().result(), pb::DeleteResult::Deleted);
+    assert!(!exists(&conn, &vm));
+    let _ = Api::<Node>::all(admin.clone())
+        .delete(&node, &Default::default())
+        .await;
+}
