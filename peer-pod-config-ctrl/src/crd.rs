@@ -145,7 +145,7 @@ pub struct CaaSpec {
     #[schemars(length(min = 1))]
     pub image: String,
 
-    /// Image pull policy (Always, IfNotPresent or Never). Unset means Always, as cloud-api-adaptor's Helm chart.
+    /// Image pull policy (Always, IfNotPresent or Never). Unset means IfNotPresent, where cloud-api-adaptor's Helm chart says Always, so the privileged DaemonSet keeps running the image it pulled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<PullPolicy>,
 
@@ -288,8 +288,10 @@ fn default_node_selector() -> BTreeMap<String, String> {
 fn default_refresh_seconds() -> u32 {
     60
 }
+/// Pinned to the release this controller renders the DaemonSet of (CAA v0.22, docs/caa-daemonset.md), never a
+/// moving tag: the image runs privileged on every selected node.
 fn default_caa_image() -> String {
-    "quay.io/confidential-containers/cloud-api-adaptor:latest".into()
+    "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0".into()
 }
 fn default_caa_service_account() -> String {
     "cloud-api-adaptor".into()

@@ -19,9 +19,9 @@ use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapEnvSource, Container, ContainerPort, EnvFromSource, EnvVar,
     EnvVarSource, HTTPGetAction, HostPathVolumeSource, KeyToPath, ObjectFieldSelector,
     PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ProjectedVolumeSource,
-    ResourceRequirements, SecretEnvSource, SecretProjection, SecretVolumeSource, SecurityContext,
-    Service, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeProjection,
+    ResourceRequirements, SeccompProfile, SecretEnvSource, SecretProjection, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccountTokenProjection, ServicePort, ServiceSpec, Volume,
+    VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -397,10 +397,12 @@ pub fn caa_daemonset(
     let container = Container {
         name: "cloud-api-adaptor-con".into(),
         image: Some(spec.caa.image.clone()),
+        // Not CAA's chart's Always: a privileged container on every selected node runs the image that was
+        // pulled and checked once, not whatever its tag points at when a node next restarts it.
         image_pull_policy: Some(
             spec.caa
                 .image_pull_policy
-                .unwrap_or(PullPolicy::Always)
+                .unwrap_or(PullPolicy::IfNotPresent)
                 .as_str()
                 .to_owned(),
         ),
@@ -409,6 +411,12 @@ pub fn caa_daemonset(
             capabilities: Some(Capabilities {
                 add: Some(vec!["NET_ADMIN".into(), "SYS_ADMIN".into()]),
                 ..Capabilities::default()
+            }),
+            // The runtime's default syscall filter, which CAA's chart leaves off (Unconfined): with SYS_ADMIN
+            // and the host network, it still keeps the syscalls no container needs out of reach.
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
             }),
             ..SecurityContext::default()
         }),
@@ -719,6 +727,39 @@ pub(crate) mod tests {
         config.metadata.namespace = Some("peer-pods".into());
         config.metadata.uid = Some("5b0c1e8e-1111-2222-3333-444455556666".into());
         config
+    }
+
+    #[test]
+    fn caa_pulls_its_image_if_not_present_under_the_runtime_default_seccomp_profile() {
+        let libvirt = CaaCloud {
+            provider: Some(CloudProvider::Libvirt),
+            agent_tls: false,
+        };
+        let container = |spec: serde_json::Value| {
+            caa_daemonset(&config(spec), "peer-pods", None, &libvirt)
+                .unwrap()
+                .spec
+                .template
+                .spec
+                .unwrap()
+                .containers
+                .remove(0)
+        };
+        let c = container(serde_json::json!({}));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(
+            c.security_context.unwrap().seccomp_profile,
+            Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            })
+        );
+        // A digest the user gives is passed on as it is; an explicit policy is the user's.
+        let pinned = "quay.io/confidential-containers/cloud-api-adaptor@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+        let c =
+            container(serde_json::json!({"caa": {"image": pinned, "imagePullPolicy": "Always"}}));
+        assert_eq!(c.image.as_deref(), Some(pinned));
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Always"));
     }
 
     #[test]

@@ -110,8 +110,33 @@ fn set_aside_deliberate_differences(ours: &mut Value, theirs: &mut Value, wired:
     for (key, value) in their_labels.as_object().expect("chart pod labels") {
         assert_eq!(&our_labels[key], value, "pod label {key}");
     }
+    // The image pulled if not present (the chart's Always re-pulls a moving tag on every restart), under the
+    // runtime's default seccomp profile (the chart sets none).
+    // The image pinned to the release (the chart's default is :latest).
+    let their_container = &mut theirs["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        their_container["image"].take(),
+        json!("quay.io/confidential-containers/cloud-api-adaptor:latest")
+    );
+    assert_eq!(their_container["imagePullPolicy"].take(), json!("Always"));
+    assert_eq!(
+        their_container["securityContext"].get("seccompProfile"),
+        None
+    );
     let pod = &mut ours["spec"]["template"]["spec"];
     let container = &mut pod["containers"][0];
+    assert_eq!(
+        container["image"].take(),
+        json!("quay.io/confidential-containers/cloud-api-adaptor:v0.22.0")
+    );
+    assert_eq!(container["imagePullPolicy"].take(), json!("IfNotPresent"));
+    assert_eq!(
+        container["securityContext"]
+            .as_object_mut()
+            .expect("securityContext")
+            .remove("seccompProfile"),
+        Some(json!({"type": "RuntimeDefault"}))
+    );
     let env = container["env"].as_array_mut().expect("env");
     let before = env.len();
     env.retain(|e| !DELIBERATE_ENV.contains(&e["name"].as_str().unwrap_or_default()));
