@@ -1,4 +1,4 @@
-//! provider-service: the only holder of cloud credentials in a peer-pods cluster.
+//! provider-service: the holder of the controllers' cloud credential (CAA keeps its own, to create VMs).
 //!
 //! - [`provider`]: the domain (the `Provider` trait and its types), from `peerpods-provider-core`;
 //!   each cloud is a crate of its own under `providers/`.
