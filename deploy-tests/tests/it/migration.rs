@@ -134,6 +134,9 @@ async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each
     // 3. Ours, beside CAA's chart.
     install_ours(cp).await;
     let mut ours = Ours::prepare(cp, work.path()).await;
+    // The cloud calls are counted from provider-service's metrics below; how the chart serves them (TLS, a
+    // reader's token) is prometheus.rs's test, not this one's.
+    ours.plain_metrics();
 
     // peerpod-ctrl before provider-service answers (its Pods still starting): with no VM deleted, no PeerPod is
     // released. The first failed delete is reported with a Warning Event; the others may be held back by the

@@ -260,6 +260,14 @@ impl Ours {
         ours
     }
 
+    /// provider-service as the chart renders it with `metrics.secure=false` (`/metrics` plain on the admin port),
+    /// for a test that counts provider-service's cloud calls ([`Ours::metric`]) rather than testing how the chart
+    /// serves metrics (`prometheus.rs` scrapes them over TLS with a reader's token). Before [`Ours::start_provider`].
+    pub fn plain_metrics(&mut self) {
+        self.ps_env.insert("METRICS_SECURE".into(), "false".into());
+        self.ps_env.remove("METRICS_LISTEN");
+    }
+
     /// provider-service (up to ready).
     pub async fn start_provider(&mut self) {
         let mut provider = Service::start(
@@ -385,12 +393,16 @@ impl Ours {
             .collect()
     }
 
-    /// provider-service's `/metrics`: the sum of the samples of `metric` whose labels include every one of
-    /// `labels`.
+    /// provider-service's `/metrics` on its admin port (started after [`Ours::plain_metrics`]): the sum of the
+    /// samples of `metric` whose labels include every one of `labels`.
     pub async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
-        let (_, text) = http_get(self.provider_admin, "/metrics")
+        let (status, text) = http_get(self.provider_admin, "/metrics")
             .await
             .expect("provider-service /metrics");
+        assert_eq!(
+            status, 200,
+            "provider-service /metrics on its admin port: {text}"
+        );
         text.lines()
             .filter(|l| l.starts_with(&format!("{metric}{{")))
             .filter(|l| {
