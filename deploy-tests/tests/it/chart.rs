@@ -576,8 +576,17 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // The operator's provider configuration: libvirt's test driver with one VM.
     let vm = uuid::Uuid::new_v4().to_string();
+    // Two more for CAA's node-bound deletes: one whose Pod runs on CAA's node, one whose Pod runs on another.
+    let (vm_here, vm_there) = (
+        uuid::Uuid::new_v4().to_string(),
+        uuid::Uuid::new_v4().to_string(),
+    );
     let host = work.path().join("libvirt-host.xml");
-    std::fs::write(&host, libvirt_host(std::slice::from_ref(&vm))).expect("libvirt host file");
+    std::fs::write(
+        &host,
+        libvirt_host(&[vm.clone(), vm_here.clone(), vm_there.clone()]),
+    )
+    .expect("libvirt host file");
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("peer-pods-cm".into());
@@ -745,7 +754,14 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let audience = pc_env_audience(&ps_env);
     let token_of =
         async |sa: &str| testenv::service_account_token(&admin, &ns, sa, &[&audience]).await;
-    let caa_token = token_of("cloud-api-adaptor").await;
+    // CAA's grant is node-bound (`@node`): its token is a Pod's, bound to the Pod and its node, as the kubelet
+    // mounts it.
+    let caa_node = format!("{ns}-caa-node");
+    let other_node = format!("{ns}-other-node");
+    for node in [&caa_node, &other_node] {
+        create_node(&admin, node).await;
+    }
+    let caa_token = caa_pod_token(&admin, &ns, "cloud-api-adaptor-0", &caa_node, &audience).await;
     let peerpod_ctrl_token = token_of(&format!("{fullname}-peerpod-ctrl")).await;
     let stranger = token_of("default").await;
     let ca_file = work.path().join("peerpod-ctrl-0/mount/ca.crt");
@@ -799,10 +815,74 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
     assert_eq!(reason(&refused).as_deref(), Some("CallerNotAllowed"));
 
+    // CAA deletes only what runs on its node: provider-service finds the PeerPod naming the VM (a list by
+    // spec.instanceID) and gets its Pod (the chart's peerpods list and pods get).
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let peerpods_as_caa =
+        Api::<DynamicObject>::namespaced_with(caa_client.clone(), &ns, &peerpod_resource());
+    for (pod, node, vm) in [
+        ("here", &caa_node, &vm_here),
+        ("there", &other_node, &vm_there),
+    ] {
+        let pod = pod_on(&pods, pod, node, "default").await;
+        let name = format!(
+            "{}-resource-ddddd",
+            pod.metadata.name.clone().expect("name")
+        );
+        peerpods_as_caa
+            .create(&PostParams::default(), &peerpod_of(&pod, &name, vm))
+            .await
+            .expect("CAA creates the PeerPod");
+    }
+    let caa_delete = async |vm: &str| {
+        caller(&caa_token)
+            .delete_instance(peerpods_proto::v1::DeleteInstanceRequest {
+                cloud_provider: "libvirt".into(),
+                instance_id: vm.to_owned(),
+                requester: None,
+                accept_in_progress: false,
+            })
+            .await
+    };
+    let deleted = caa_delete(&vm_here)
+        .await
+        .expect("CAA deletes the VM of a Pod on its node")
+        .into_inner();
+    assert_eq!(deleted.result(), peerpods_proto::v1::DeleteResult::Deleted);
+    let refused = caa_delete(&vm_there)
+        .await
+        .expect_err("CAA may not delete the VM of a Pod on another node");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert_eq!(reason(&refused).as_deref(), Some("NotOnCallersNode"));
+    let vms = list_vms(&peerpod_ctrl_token)
+        .await
+        .expect("peerpod-ctrl lists VMs");
+    assert!(
+        !vms.contains(&vm_here) && vms.contains(&vm_there),
+        "{vm_here} deleted, {vm_there} kept: {vms:?}"
+    );
+    // Their Pods end (at once: no kubelet confirms a scheduled Pod's end here): peerpod-ctrl cleans both
+    // PeerPods up (one VM already gone, the other deleted now).
+    for pod in ["here", "there"] {
+        pods.delete(pod, &DeleteParams::background().grace_period(0))
+            .await
+            .expect("delete Pod");
+    }
+    let peerpods_of_caa =
+        Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &peerpod_resource());
+    for name in ["here-resource-ddddd", "there-resource-ddddd"] {
+        wait_gone(
+            &format!("PeerPod {name} cleaned up"),
+            &peerpods_of_caa,
+            name,
+            Duration::from_secs(60),
+        )
+        .await;
+    }
+
     // The PeerPod cleanup story: CAA (as its chart ServiceAccount) records the VM in a PeerPod owned by the
     // Pod; the Pod is deleted; the garbage collector deletes the PeerPod; peerpod-ctrl deletes the VM through
     // provider-service and releases the finalizer.
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
     let pod = workload_pod(&pods, "workload").await;
     let resource = peerpod_resource();
     let peerpod: DynamicObject = serde_json::from_value(serde_json::json!({
@@ -902,8 +982,14 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         .expect("projected CA");
     let mount = work.path().join("caa");
     std::fs::create_dir_all(&mount).expect("CAA mount");
-    let caa_projected_token =
-        testenv::service_account_token(&admin, &ns, "cloud-api-adaptor", &[&audience_of_caa]).await;
+    let caa_projected_token = caa_pod_token(
+        &admin,
+        &ns,
+        "cloud-api-adaptor-1",
+        &caa_node,
+        &audience_of_caa,
+    )
+    .await;
     std::fs::write(mount.join("token"), caa_projected_token).expect("token");
     let ca = secrets
         .get(&ca_secret)
@@ -955,7 +1041,6 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // CAA recorded a second PeerPod for the same Pod (a retried sandbox): peerpod-ctrl deletes the older one,
     // and cleans it up like any other.
-    let peerpods_as_caa = Api::<DynamicObject>::namespaced_with(caa_client.clone(), &ns, &resource);
     let retried = workload_pod(&pods, "retried").await;
     let older = peerpod_of(
         &retried,
@@ -1174,6 +1259,71 @@ async fn lease_watch_seen(cp: &testenv::ControlPlane, credential: &str, ns: &str
         },
     )
     .await;
+}
+
+/// Node `name`, as a joining kubelet registers it (no kubelet here: the API server's view is what counts).
+async fn create_node(admin: &kube::Client, name: &str) {
+    let node: k8s_openapi::api::core::v1::Node =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("Node");
+    Api::all(admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap_or_else(|e| panic!("Node {name}: {e}"));
+}
+
+/// Pod `name` of ServiceAccount `sa`, scheduled to `node`.
+async fn pod_on(pods: &Api<Pod>, name: &str, node: &str, sa: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": node, "serviceAccountName": sa, "automountServiceAccountToken": false,
+                 "containers": [{"name": "app", "image": "registry.example/app"}]}
+    }))
+    .expect("Pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("Pod {name}: {e}"))
+}
+
+/// The projected token (for `audience`) of a CAA Pod `pod` on `node`, as the kubelet mounts it: the API server
+/// binds it to the Pod and so to the Pod's node.
+async fn caa_pod_token(
+    admin: &kube::Client,
+    ns: &str,
+    pod: &str,
+    node: &str,
+    audience: &str,
+) -> String {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    let pod = pod_on(
+        &Api::namespaced(admin.clone(), ns),
+        pod,
+        node,
+        "cloud-api-adaptor",
+    )
+    .await;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.to_owned()]),
+            expiration_seconds: Some(3600),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    Api::<ServiceAccount>::namespaced(admin.clone(), ns)
+        .create_token_request("cloud-api-adaptor", &PostParams::default(), &request)
+        .await
+        .expect("CAA's Pod token")
+        .status
+        .and_then(|s| s.token)
+        .expect("token")
 }
 
 /// A PeerPod as cloud-api-adaptor records a VM: owned by the Pod, with its finalizer.
