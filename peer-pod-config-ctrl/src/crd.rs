@@ -298,8 +298,10 @@ fn default_caa_service_account() -> String {
 }
 /// This project's webhook (`peerpods-webhook`, a drop-in for cloud-api-adaptor's image), named as the chart names
 /// the project's images (`<repositoryPrefix>/<component>:<appVersion>`, with the chart's default prefix).
-pub const DEFAULT_WEBHOOK_IMAGE: &str =
-    concat!("peerpods/peerpods-webhook:", env!("CARGO_PKG_VERSION"));
+pub const DEFAULT_WEBHOOK_IMAGE: &str = concat!(
+    "localhost/peerpods/peerpods-webhook:",
+    env!("CARGO_PKG_VERSION")
+);
 
 fn default_webhook_image() -> String {
     DEFAULT_WEBHOOK_IMAGE.into()
@@ -516,7 +518,11 @@ mod tests {
     fn the_default_webhook_is_this_project_s() {
         let s = spec(serde_json::json!({"limit": "1"}));
         assert_eq!(s.webhook.image, DEFAULT_WEBHOOK_IMAGE);
-        assert!(s.webhook.image.starts_with("peerpods/peerpods-webhook:"));
+        assert!(
+            s.webhook
+                .image
+                .starts_with("localhost/peerpods/peerpods-webhook:")
+        );
     }
 
     #[test]
