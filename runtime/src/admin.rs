@@ -18,7 +18,8 @@ use prometheus_client::registry::Registry;
 
 use crate::Error;
 use crate::health::Liveness;
-use crate::secure_metrics::{Reviewer, SecureMetrics, TlsListener, Verdict};
+use crate::secure_metrics::{Reviewer, SecureMetrics, Verdict};
+use crate::tls::TlsListener;
 // Where the services have always found it. It lives with the rest of a service's health state, which this server
 // only serves: `admin` depends on `health`, never the other way.
 pub use crate::health::Readiness;
@@ -112,7 +113,13 @@ impl AdminServer {
                 .await
                 .map_err(|e| Error::io("admin server", e));
         };
-        let (listener, reviewer) = TlsListener::new(secure)?;
+        let SecureMetrics {
+            listener,
+            tls,
+            reviewer,
+        } = secure;
+        let listener =
+            TlsListener::new(listener, tls).map_err(|e| Error::io("metrics port address", e))?;
         let secured = Router::new()
             .route("/metrics", get(reviewed_metrics))
             .with_state(SecureState {

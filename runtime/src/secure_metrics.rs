@@ -18,16 +18,14 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use kube::api::PostParams;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
 use tokio_rustls::rustls::sign::{CertifiedKey, SingleCertAndKey};
-use tokio_rustls::server::TlsStream;
-use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::tls::{HandshakeLimits, TlsPolicy};
+use crate::tls::TlsPolicy;
 
 /// The path a scrape must be allowed to `get` (the SubjectAccessReview's non-resource URL).
 pub const METRICS_PATH: &str = "/metrics";
@@ -267,57 +265,6 @@ fn self_signed() -> Result<Arc<CertifiedKey>, Error> {
             source: None,
         })?;
     certified(vec![made.cert.der().clone()], &key)
-}
-
-/// Connections that completed their TLS handshake on the metrics port, for `axum::serve`.
-pub(crate) struct TlsListener {
-    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-    stop: CancellationToken,
-}
-
-impl TlsListener {
-    pub(crate) fn new(metrics: SecureMetrics) -> Result<(Self, Reviewer), Error> {
-        let local_addr = metrics.local_addr()?;
-        let stop = CancellationToken::new();
-        let connections = crate::tls::incoming(
-            metrics.listener,
-            metrics.tls,
-            HandshakeLimits::default(),
-            stop.clone(),
-        );
-        Ok((
-            TlsListener {
-                connections,
-                local_addr,
-                stop,
-            },
-            metrics.reviewer,
-        ))
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(connection) => connection,
-            // The accept loop ends only when stopped; then nothing is accepted any more.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
 }
 
 #[cfg(test)]

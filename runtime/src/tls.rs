@@ -264,6 +264,52 @@ pub fn incoming(
     rx
 }
 
+/// Connections that completed their TLS handshake, for `axum::serve`, from [`incoming`]: accepting never waits
+/// for a handshake, each runs in its own task with a short deadline, and idle connections cost only the
+/// handshake slots they hold. The webhook's port and the secure metrics port both serve through it.
+pub struct TlsListener {
+    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    local_addr: SocketAddr,
+    /// Stops the accept loop (and so closes the port) when the listener is dropped.
+    stop: CancellationToken,
+}
+
+impl TlsListener {
+    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        let local_addr = listener.local_addr()?;
+        let stop = CancellationToken::new();
+        let connections = incoming(listener, config, HandshakeLimits::default(), stop.clone());
+        Ok(TlsListener {
+            connections,
+            local_addr,
+            stop,
+        })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.connections.recv().await {
+            Some(connection) => connection,
+            // The accept loop only ends when stopped, and then nothing is accepted any more.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        Ok(self.local_addr)
+    }
+}
+
 /// Sets the socket options every accepted connection gets: TCP_NODELAY (a response's last small frame must not
 /// wait for the peer's delayed ACK) and keepalive.
 pub fn tune_accepted(tcp: &TcpStream, peer: SocketAddr) {

@@ -150,7 +150,8 @@ pub async fn start(options: Options, shutdown: CancellationToken) -> Result<Runn
             address: options.webhook.to_string(),
             problem: "the webhook port cannot be turned off",
         })?;
-    let listener = TlsListener::new(webhook, tls)?;
+    let listener =
+        TlsListener::new(webhook, tls).map_err(|e| Error::io("webhook listener address", e))?;
     let webhook_addr = axum::serve::Listener::local_addr(&listener)
         .map_err(|e| Error::io("webhook listener address", e))?;
     let app = Router::new()

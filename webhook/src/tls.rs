@@ -6,20 +6,14 @@
 //! old one. Secret mounts are swapped atomically, but the two files are read one after the other, so a pair that
 //! does not match is simply tried again on the next poll.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use peerpods_runtime::shutdown::CancellationToken;
-use peerpods_runtime::tls::HandshakeLimits;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::{ClientHello, ResolvesServerCert};
 use tokio_rustls::rustls::sign::CertifiedKey;
-use tokio_rustls::server::TlsStream;
 
 use crate::Error;
 
@@ -29,7 +23,7 @@ pub const KEY_FILE: &str = "tls.key";
 
 /// Lowest TLS version the port accepts (upstream's `TLS_MIN_VERSION` values), and the version and cipher policy
 /// built from it and `TLS_CIPHER_SUITES`: the same for every port of the services.
-pub use peerpods_runtime::tls::{TlsPolicy, TlsVersion};
+pub use peerpods_runtime::tls::{TlsListener, TlsPolicy, TlsVersion};
 
 /// The certificate and key files and the pair currently served.
 #[derive(Debug)]
@@ -135,59 +129,6 @@ fn certified_key((cert, key): &(Vec<u8>, Vec<u8>)) -> Result<Arc<CertifiedKey>, 
         Error::certificate_from(format!("{CERT_FILE} and {KEY_FILE} do not match"), e)
     })?;
     Ok(Arc::new(certified))
-}
-
-/// Connections that completed their TLS handshake, for `axum::serve`, from the services' shared listener
-/// ([`peerpods_runtime::tls::incoming`]): accepting never waits for a handshake, each runs in its own task with a
-/// short deadline, and idle connections cost only the handshake slots they hold.
-pub struct TlsListener {
-    connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-    /// Stops the accept loop (and so closes the port) when the listener is dropped.
-    stop: CancellationToken,
-}
-
-impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> Result<Self, Error> {
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| Error::io("webhook listener address", e))?;
-        let stop = CancellationToken::new();
-        let connections = peerpods_runtime::tls::incoming(
-            listener,
-            config,
-            HandshakeLimits::default(),
-            stop.clone(),
-        );
-        Ok(TlsListener {
-            connections,
-            local_addr,
-            stop,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(connection) => connection,
-            // The accept loop only ends when stopped, and then nothing is accepted any more.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        Ok(self.local_addr)
-    }
 }
 
 #[cfg(test)]
