@@ -109,6 +109,7 @@ async fn malformed_instance_id_over_grpc_is_invalid_argument_naming_the_field() 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_concurrent_grpc_deletes_share_few_cloud_calls() {
     let _serial = SERIAL.lock().await;
+    let _alone = crate::common::CPU_HEAVY.lock().await;
     moto().reset();
     let ec2 = moto().client();
     let real = run_instances(&ec2, 160, &[("cluster", "grpc")]).await;

@@ -140,6 +140,7 @@ async fn idle_connection(source: Ipv4Addr, to: SocketAddr) -> Option<tokio::net:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_authenticated_delete_is_served_through_a_flood_of_unauthenticated_calls() {
+    let _alone = crate::common::CPU_HEAVY.lock().await;
     let cp = testenv::shared();
     let admin = cp.client().await;
     let ns = testenv::namespace(&admin, "provider-flood").await;

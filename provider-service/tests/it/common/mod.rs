@@ -13,6 +13,11 @@ use provider_service::service::{Listen, Options as ServiceOptions};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
+/// Held by the flood test (thousands of connections and looping streams) and by the tests whose verdict
+/// counts calls that coalesce while others are in flight (the AWS backend's batching): on a 2-core machine the
+/// flood would spread those calls out and split their batches, whatever the code does.
+pub static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub metrics: Metrics,
