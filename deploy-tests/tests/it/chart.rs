@@ -206,6 +206,24 @@ async fn validators_refuse_a_broken_object() {
     );
 }
 
+/// A checksum annotation is a hex string: unquoted, YAML reads one of digits and a single `e` as a number, and
+/// the API server refuses the Deployment. In namespace `app-h6shj` the allowed callers hash to such a value.
+#[tokio::test(flavor = "multi_thread")]
+async fn checksum_annotations_stay_strings_whatever_they_hash_to() {
+    let values = testenv::repo_root().join("deploy/tests/values-dev.yaml");
+    let manifest = render("app", "app-h6shj", &[&values.display().to_string()]).await;
+    let checksums: Vec<&str> = manifest
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("checksum/"))
+        .collect();
+    assert!(!checksums.is_empty(), "no checksum annotation rendered");
+    for line in checksums {
+        let (_, value) = line.split_once(": ").expect("an annotation line");
+        assert!(value.starts_with('"'), "unquoted: {line}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn values_schema_refuses_bad_values() {
     for (set, complaint) in [
