@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use base64::Engine as _;
+use base64::alphabet::URL_SAFE;
+use base64::engine::DecodePaddingMode;
+use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
 use k8s_openapi::serde_json::{self, Value};
 
 use sha2::{Digest, Sha256};
@@ -101,28 +105,23 @@ fn is_base64url(segment: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// Unpadded base64url (RFC 4648, section 5), as JWT segments are written; `None` if it is not.
+/// Unpadded base64url (RFC 4648, section 5), as JWT segments are written. Trailing bits are not
+/// judged: the pre-check asks only whether a review could accept the token, and the API server
+/// verifies the signature over the segments as sent.
+pub const JWT_SEGMENT: GeneralPurpose = GeneralPurpose::new(
+    &URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
+
+/// A JWT segment's bytes; `None` if it is not one (empty, padded, or not base64url).
 fn decode_base64url(segment: &str) -> Option<Vec<u8>> {
-    if !is_base64url(segment) || segment.len() % 4 == 1 {
+    if !is_base64url(segment) {
         return None;
     }
-    let value = |b: u8| -> u32 {
-        u32::from(match b {
-            b'A'..=b'Z' => b - b'A',
-            b'a'..=b'z' => b - b'a' + 26,
-            b'0'..=b'9' => b - b'0' + 52,
-            b'-' => 62,
-            _ => 63,
-        })
-    };
-    let mut out = Vec::with_capacity(segment.len() * 3 / 4);
-    for chunk in segment.as_bytes().chunks(4) {
-        let bits =
-            chunk.iter().fold(0u32, |acc, &b| (acc << 6) | value(b)) << (6 * (4 - chunk.len()));
-        let bytes = bits.to_be_bytes();
-        out.extend_from_slice(&bytes[1..chunk.len()]);
-    }
-    Some(out)
+    JWT_SEGMENT.decode(segment).ok()
 }
 
 /// A map with a size bound that evicts the least recently used entry, and entries that expire.
@@ -255,20 +254,7 @@ mod tests {
     }
 
     fn jwt(claims: &str) -> String {
-        fn encode(bytes: &[u8]) -> String {
-            const ALPHABET: &[u8] =
-                b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-            let mut out = String::new();
-            for chunk in bytes.chunks(3) {
-                let mut n = [0u8; 3];
-                n[..chunk.len()].copy_from_slice(chunk);
-                let bits = u32::from_be_bytes([0, n[0], n[1], n[2]]);
-                for i in 0..=chunk.len() {
-                    out.push(ALPHABET[(bits >> (18 - 6 * i) & 63) as usize] as char);
-                }
-            }
-            out
-        }
+        let encode = |bytes: &[u8]| JWT_SEGMENT.encode(bytes);
         format!(
             "{}.{}.{}",
             encode(br#"{"alg":"RS256","kid":"k"}"#),

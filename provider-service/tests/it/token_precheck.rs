@@ -15,19 +15,10 @@ fn count(server: &crate::common::TestServer, result: &'static str) -> u64 {
         .get()
 }
 
-/// Unpadded base64url, as JWT segments are written.
+/// Unpadded base64url, as JWT segments are written (the pre-check's own engine).
 fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let mut n = [0u8; 3];
-        n[..chunk.len()].copy_from_slice(chunk);
-        let bits = u32::from_be_bytes([0, n[0], n[1], n[2]]);
-        for i in 0..=chunk.len() {
-            out.push(ALPHABET[((bits >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
+    use base64::Engine as _;
+    provider_service::token_cache::JWT_SEGMENT.encode(bytes)
 }
 
 #[tokio::test(flavor = "multi_thread")]
