@@ -4,7 +4,9 @@
 //! libvirt's test driver, and a byom pool on the local control plane. grpcurl's ListProviders lists every cloud
 //! healthy, and one DeleteInstance through gRPC on each deletes its VM with the parts created with it.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::common::free_addr;
 use std::process::{Command, Stdio};
 
 use peerpods_emulator_alibabacloud::AlibabaCloudEmulator;
@@ -36,13 +38,6 @@ impl Drop for Service {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 fn delete_request(provider: &str, instance_id: &str) -> pb::DeleteInstanceRequest {

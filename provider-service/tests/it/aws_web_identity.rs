@@ -4,7 +4,9 @@
 //! `AssumeRoleWithWebIdentity` (moto's STS, at the configured endpoint override) and signs the
 //! EC2 calls with the role's temporary keys.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::common::free_addr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -25,13 +27,6 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 /// The binary reading `config_dir` (the ConfigMap: region, endpoint, tags) with only `env` as its

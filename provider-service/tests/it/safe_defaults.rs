@@ -3,7 +3,9 @@
 //! `test:` URI and a cloud with tags but no cluster-tag choice are refused the same way. Only
 //! `--development` (what `make dev` passes) runs on the embedded default, libvirt's test driver.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
+
+use crate::common::free_addr;
 use std::process::{Command, Stdio};
 
 use peerpods_proto::v1 as pb;
@@ -23,13 +25,6 @@ impl Drop for Service {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
 }
 
 /// Starts the binary with only `args` and `config_dir` (if any): the environment is emptied, so no

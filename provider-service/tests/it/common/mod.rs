@@ -18,6 +18,14 @@ use tonic::transport::Channel;
 /// flood would spread those calls out and split their batches, whatever the code does.
 pub static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// A loopback address no one listens on now, for a binary the test starts (it binds it itself).
+pub fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
 pub struct TestServer {
     pub addr: SocketAddr,
     pub metrics: Metrics,
