@@ -139,14 +139,18 @@ testenv-down:
 CARGO_TEST := $(CARGO) test --workspace --locked --no-fail-fast
 
 .PHONY: test lint fmt-check clippy unit-tests integration-tests
+# Each stage (and each check) prints how long it took, so a run that creeps toward its time budget says where.
+timed = start=$$(date +%s); $(MAKE) --no-print-directory $(1); \
+	echo "time: $(1): $$(( $$(date +%s) - start )) s (total $$(( $$(date +%s) - $(TEST_START) )) s)"
+TEST_START := $(shell date +%s)
+
 test:
 	@# The free disk, first: a build that runs out of it fails late, in whatever it was linking.
 	@df -h $(CARGO_TARGET) $(ROOT) 2>/dev/null | sed 's/^/disk: /' || true
-	@$(MAKE) --no-print-directory lint
-	@$(MAKE) --no-print-directory unit-tests
-	@$(MAKE) --no-print-directory integration-tests
-	@$(if $(strip $(CHECKS)),$(MAKE) --no-print-directory $(CHECKS),true)
-	@$(if $(strip $(E2E)),$(MAKE) --no-print-directory $(E2E),true)
+	@$(call timed,lint)
+	@$(call timed,unit-tests)
+	@$(call timed,integration-tests)
+	@$(foreach c,$(CHECKS) $(E2E),$(call timed,$(c));)true
 
 lint:
 	@$(MAKE) --no-print-directory fmt-check
