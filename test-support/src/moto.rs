@@ -493,6 +493,27 @@ impl Moto {
         by_key.remove(access_key).unwrap_or_default()
     }
 
+    /// One call of IAM's query API (`Action` and its parameters), unsigned, and the body of
+    /// moto's 200 answer (panics on any other). Only for the first requests of a server started
+    /// with `INITIAL_NO_AUTH_ACTION_COUNT`: moto neither authenticates nor authorizes those, and
+    /// this is how a test creates the IAM users whose keys every later request must then carry.
+    pub fn iam_unsigned(&self, params: &[(&str, &str)]) -> String {
+        let body = params
+            .iter()
+            .map(|(key, value)| format!("{}={}", form_encode(key), form_encode(value)))
+            .collect::<Vec<_>>()
+            .join("&");
+        // The credential scope names the service: moto routes the request to IAM by it.
+        let headers = format!(
+            "Authorization: AWS4-HMAC-SHA256 Credential=IAMSETUP/20260101/{REGION}/iam/aws4_request, \
+             SignedHeaders=host, Signature=0\r\n"
+        );
+        let answer = self.request_with("POST", "/", &headers, FORM, &body);
+        let (status, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+        assert!(status.contains(" 200 "), "IAM {params:?} failed: {answer}");
+        body.to_owned()
+    }
+
     fn post(&self, path: &str, body: &str) {
         let answer = self.request("POST", path, body);
         assert!(
@@ -504,12 +525,24 @@ impl Moto {
     /// One request over a socket, the whole answer as text. Plain HTTP/1.0: these few control
     /// requests do not justify an HTTP client dependency.
     fn request(&self, method: &str, path: &str, body: &str) -> String {
+        self.request_with(method, path, "", "application/json", body)
+    }
+
+    /// [`Moto::request`] with `headers` (each line ending in CRLF) and a content type of its own.
+    fn request_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &str,
+        content_type: &str,
+        body: &str,
+    ) -> String {
         let mut stream = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to moto");
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("set timeout");
         let request = format!(
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{headers}Content-Type: {content_type}\r\n\
              Content-Length: {}\r\n\r\n{body}",
             body.len()
         );
@@ -526,13 +559,18 @@ impl Moto {
 
     /// A plain SDK client for arranging and inspecting moto's state.
     pub fn client(&self) -> aws_sdk_ec2::Client {
+        self.client_as(ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+    }
+
+    /// [`Moto::client`] signing with these keys (an IAM user's, where moto enforces IAM).
+    pub fn client_as(&self, access_key_id: &str, secret_access_key: &str) -> aws_sdk_ec2::Client {
         let config = aws_sdk_ec2::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(REGION))
             .endpoint_url(&self.endpoint)
             .credentials_provider(Credentials::new(
-                ACCESS_KEY_ID,
-                SECRET_ACCESS_KEY,
+                access_key_id,
+                secret_access_key,
                 None,
                 None,
                 "test",
@@ -547,6 +585,21 @@ impl Moto {
             .build();
         aws_sdk_ec2::Client::from_conf(config)
     }
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// `text` as a value of an `application/x-www-form-urlencoded` body: every byte but the
+/// unreserved ones percent-encoded (a policy document is JSON, full of `{`, `"` and `:`).
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|byte| match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                char::from(byte).to_string()
+            }
+            _ => format!("%{byte:02X}"),
+        })
+        .collect()
 }
 
 /// provider-service configuration keys for the AWS provider against `endpoint`; `extra` adds or

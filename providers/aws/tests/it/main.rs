@@ -8,4 +8,5 @@ mod aws_auth;
 mod aws_consistency;
 mod aws_errors;
 mod aws_faults;
+mod aws_least_privilege;
 mod aws_support;

@@ -3,7 +3,7 @@
 
 use peerpods_provider_core::ProviderConfig;
 pub use test_support::moto::{
-    SECRET_ACCESS_KEY, SERIAL, closed_port, moto, moto_with_env, run_instances, state_of,
+    Moto, SECRET_ACCESS_KEY, SERIAL, closed_port, moto, moto_with_env, run_instances, state_of,
     unknown_id,
 };
 
