@@ -498,11 +498,9 @@ impl Moto {
     /// with `INITIAL_NO_AUTH_ACTION_COUNT`: moto neither authenticates nor authorizes those, and
     /// this is how a test creates the IAM users whose keys every later request must then carry.
     pub fn iam_unsigned(&self, params: &[(&str, &str)]) -> String {
-        let body = params
-            .iter()
-            .map(|(key, value)| format!("{}={}", form_encode(key), form_encode(value)))
-            .collect::<Vec<_>>()
-            .join("&");
+        let body = form_urlencoded::Serializer::new(String::new())
+            .extend_pairs(params)
+            .finish();
         // The credential scope names the service: moto routes the request to IAM by it.
         let headers = format!(
             "Authorization: AWS4-HMAC-SHA256 Credential=IAMSETUP/20260101/{REGION}/iam/aws4_request, \
@@ -588,19 +586,6 @@ impl Moto {
 }
 
 const FORM: &str = "application/x-www-form-urlencoded";
-
-/// `text` as a value of an `application/x-www-form-urlencoded` body: every byte but the
-/// unreserved ones percent-encoded (a policy document is JSON, full of `{`, `"` and `:`).
-fn form_encode(text: &str) -> String {
-    text.bytes()
-        .map(|byte| match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                char::from(byte).to_string()
-            }
-            _ => format!("%{byte:02X}"),
-        })
-        .collect()
-}
 
 /// provider-service configuration keys for the AWS provider against `endpoint`; `extra` adds or
 /// overrides keys.
