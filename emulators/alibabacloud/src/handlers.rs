@@ -15,7 +15,7 @@ use test_support::faults::{CallKind, Fault};
 
 use crate::signature::{expected_signature, parse_authorization, query_params, sha256_hex};
 use crate::state::State as Account;
-use crate::{ACCESS_KEY_ID, REGION};
+use crate::{ACCESS_KEY_ID, OIDC_PROVIDER_ARN, REGION, ROLE_ARN};
 
 const DESCRIBE_INSTANCES: &str = include_str!("../fixtures/describe_instances.json");
 const DELETE_INSTANCE: &str = include_str!("../fixtures/delete_instance.json");
@@ -24,10 +24,14 @@ const DESCRIBE_EIPS: &str = include_str!("../fixtures/describe_eip_addresses.jso
 const UNASSOCIATE_EIP: &str = include_str!("../fixtures/unassociate_eip_address.json");
 const RELEASE_EIP: &str = include_str!("../fixtures/release_eip_address.json");
 const TAG_RESOURCES: &str = include_str!("../fixtures/tag_resources.json");
+const ASSUME_ROLE_WITH_OIDC: &str = include_str!("../fixtures/assume_role_with_oidc.json");
 const ERROR: &str = include_str!("../fixtures/error.json");
 
 const ECS_VERSION: &str = "2014-05-26";
 const VPC_VERSION: &str = "2016-04-28";
+const STS_VERSION: &str = "2015-04-01";
+/// `DurationSeconds` when the request leaves it out (the API reference's default).
+const DEFAULT_KEY_LIFETIME: std::time::Duration = std::time::Duration::from_secs(3600);
 const USED_VCPUS: &str = "used-postpaid-instance-vcpu-count";
 const INCORRECT_STATUS: &str =
     "The current status of the resource does not support this operation.";
@@ -144,7 +148,16 @@ fn serve(
         .to_owned();
     account.requests.push(action.clone());
     let params = query_params(query);
-    account.params.push((action.clone(), params.clone()));
+    // STS's parameters may travel form-encoded in the body (what Alibaba's SDKs do).
+    let sts_form = if action == "AssumeRoleWithOIDC" {
+        query_params(&String::from_utf8_lossy(body))
+    } else {
+        Vec::new()
+    };
+    account.params.push((
+        action.clone(),
+        params.iter().chain(&sts_form).cloned().collect(),
+    ));
 
     let throttled_now = fault == Fault::Throttled;
     if throttled_now || account.throttle.0 > 0 {
@@ -199,6 +212,19 @@ fn serve(
         return response;
     }
 
+    // Anonymous: STS authenticates the OIDC token, not a signature.
+    if action == "AssumeRoleWithOIDC" {
+        if header(headers, "x-acs-version") != Some(STS_VERSION) {
+            return error(
+                account,
+                400,
+                "InvalidVersion",
+                "Specified parameter Version is not valid.",
+            );
+        }
+        let all: Vec<(String, String)> = params.iter().chain(&sts_form).cloned().collect();
+        return assume_role_with_oidc(account, &all);
+    }
     if let Some(response) = authenticate(account, method, &params, headers, body) {
         return response;
     }
@@ -295,14 +321,10 @@ fn authenticate(
     let Some(auth) = header(headers, "authorization").and_then(parse_authorization) else {
         return Some(incomplete(account));
     };
-    if auth.access_key_id != ACCESS_KEY_ID {
-        return Some(error(
-            account,
-            404,
-            "InvalidAccessKeyId.NotFound",
-            "Specified access key is not found.",
-        ));
-    }
+    let secret = match key_secret(account, &auth.access_key_id, headers) {
+        Ok(secret) => secret,
+        Err((status, code, message)) => return Some(error(account, status, code, message)),
+    };
     let mut required: Vec<String> = headers
         .keys()
         .map(|k| k.as_str().to_owned())
@@ -323,7 +345,7 @@ fn authenticate(
         signed.push((name.clone(), value.to_owned()));
     }
     let payload_hash = sha256_hex(body);
-    let expected = expected_signature(method, params, &signed, &payload_hash, &account.secret);
+    let expected = expected_signature(method, params, &signed, &payload_hash, &secret);
     if header(headers, "x-acs-content-sha256") != Some(payload_hash.as_str())
         || expected != auth.signature
     {
@@ -345,7 +367,124 @@ fn authenticate(
             "Specified signature nonce was used already.",
         ));
     }
+    account.signers.push(auth.access_key_id);
     None
+}
+
+/// The secret of the key that signed: the static pair's, or a temporary key's, which counts
+/// only with its own security token (`x-acs-security-token`) and until its `Expiration`, as the
+/// gateway's common errors describe: 400 `MissingSecurityToken`, 400
+/// `InvalidSecurityToken.MismatchWithAccessKey`, 400 `InvalidSecurityToken.Expired`.
+fn key_secret(
+    account: &Account,
+    key_id: &str,
+    headers: &HeaderMap,
+) -> Result<String, (u16, &'static str, &'static str)> {
+    if key_id == ACCESS_KEY_ID {
+        return Ok(account.secret.clone());
+    }
+    let Some(key) = account.temporary.get(key_id) else {
+        return Err((
+            404,
+            "InvalidAccessKeyId.NotFound",
+            "Specified access key is not found.",
+        ));
+    };
+    match header(headers, "x-acs-security-token") {
+        None => Err((
+            400,
+            "MissingSecurityToken",
+            "SecurityToken is mandatory for this action.",
+        )),
+        Some(token) if token != key.security_token => Err((
+            400,
+            "InvalidSecurityToken.MismatchWithAccessKey",
+            "Specified SecurityToken mismatch with the AccessKey.",
+        )),
+        Some(_) if jiff::Timestamp::now() >= key.expires => Err((
+            400,
+            "InvalidSecurityToken.Expired",
+            "Specified SecurityToken is expired.",
+        )),
+        Some(_) => Ok(key.secret.clone()),
+    }
+}
+
+/// STS `AssumeRoleWithOIDC`: the OIDC provider must be the registered one, the token the one
+/// the test wrote (a real STS verifies its signature against the provider's keys), the role
+/// the one trusting that provider; then a temporary key, in the reference example's shape.
+/// Refusals are STS's documented 401s.
+fn assume_role_with_oidc(account: &mut Account, params: &[(String, String)]) -> Response {
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_default()
+    };
+    let refusal = if get("OIDCProviderArn") != OIDC_PROVIDER_ARN {
+        Some((
+            "AuthenticationFail.NoPermission",
+            "No such OIDC Provider registered.",
+        ))
+    } else if get("OIDCToken").is_empty() {
+        Some((
+            "AuthenticationFail.OIDCToken.Invalid",
+            "The OIDCToken can not empty.",
+        ))
+    } else if get("OIDCToken") != account.oidc_token {
+        Some((
+            "AuthenticationFail.OIDCToken.InvalidSignature",
+            "OIDC token validate failed: invalid signature.",
+        ))
+    } else if get("RoleArn") != ROLE_ARN {
+        Some(("AuthenticationFail.NoPermission", "There is no permission"))
+    } else {
+        None
+    };
+    if let Some((code, message)) = refusal {
+        return sts_error(account, StatusCode::UNAUTHORIZED, code, message);
+    }
+    if !(2..=64).contains(&get("RoleSessionName").len()) {
+        return sts_error(
+            account,
+            StatusCode::BAD_REQUEST,
+            "InvalidParameter.RoleSessionName",
+            "The parameter RoleSessionName is wrongly formed.",
+        );
+    }
+    let lifetime = account.key_lifetime.unwrap_or_else(|| {
+        get("DurationSeconds")
+            .parse()
+            .map(std::time::Duration::from_secs)
+            .unwrap_or(DEFAULT_KEY_LIFETIME)
+    });
+    let id = account.issue_temporary_key(lifetime);
+    let Some(key) = account.temporary.get(&id) else {
+        return server_failure(account, 500);
+    };
+    let mut body = fixture(ASSUME_ROLE_WITH_OIDC);
+    body["Credentials"] = json!({
+        "AccessKeyId": id,
+        "AccessKeySecret": key.secret,
+        "SecurityToken": key.security_token,
+        "Expiration": key.expires.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    body["AssumedRoleUser"]["Arn"] = json!(format!("{ROLE_ARN}/{}", get("RoleSessionName")));
+    ok(account, body)
+}
+
+/// STS's error: the common shape, naming STS's host and product.
+fn sts_error(account: &Account, status: StatusCode, code: &str, message: &str) -> Response {
+    let mut body = fixture(ERROR);
+    body["RequestId"] = json!(request_id(account));
+    body["HostId"] = json!("sts.aliyuncs.com");
+    body["Code"] = json!(code);
+    body["Message"] = json!(message);
+    body["Recommend"] = json!(format!(
+        "https://api.aliyun.com/troubleshoot?q={code}&product=Sts"
+    ));
+    answer(status, body, &[])
 }
 
 fn describe_instances(account: &mut Account, params: &[(String, String)]) -> Response {

@@ -1,6 +1,8 @@
 //! A local emulator of the Alibaba Cloud ECS and VPC RPC endpoints provider-service calls, for
-//! tests: `DescribeInstances`, `DeleteInstance`, `DescribeAccountAttributes` (ECS 2014-05-26) and
-//! `DescribeEipAddresses`, `UnassociateEipAddress`, `ReleaseEipAddress` (VPC 2016-04-28).
+//! tests: `DescribeInstances`, `DeleteInstance`, `DescribeAccountAttributes` (ECS 2014-05-26),
+//! `DescribeEipAddresses`, `UnassociateEipAddress`, `ReleaseEipAddress` (VPC 2016-04-28), and
+//! STS (2015-04-01) `AssumeRoleWithOIDC`, whose temporary keys sign ECS and VPC calls with
+//! their security token (RRSA).
 //!
 //! An axum server on 127.0.0.1 (own thread, own tokio runtime; stopped on drop). It verifies
 //! every request's V3 signature (`ACS3-HMAC-SHA256`, written here independently of the backend)
@@ -39,6 +41,14 @@ pub const ACCESS_KEY_ID: &str = "LTAI5tEmulatorAccessKey01";
 pub const ACCESS_KEY_SECRET: &str = "emulator-secret-Xq7v2Lr9Nw4Tz1Kp";
 /// The region the emulator serves.
 pub const REGION: &str = "cn-beijing";
+/// The RAM role STS lets the OIDC token assume (RRSA).
+pub const ROLE_ARN: &str = "acs:ram::113511544585****:role/peerpods-provider-service";
+/// The OIDC provider registered in RAM (the cluster's issuer, for RRSA).
+pub const OIDC_PROVIDER_ARN: &str = "acs:ram::113511544585****:oidc-provider/ack-rrsa-c1";
+/// The OIDC token STS accepts until [`AlibabaCloudEmulator::rotate_oidc_token`]: what a test
+/// writes into the token file, as the kubelet writes the projected ServiceAccount token.
+pub const OIDC_TOKEN: &str =
+    "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06c2VydmljZWFjY291bnQifQ.c2lnbmF0dXJl";
 
 /// A running emulator; dropping it stops the server.
 pub struct AlibabaCloudEmulator {
@@ -133,6 +143,47 @@ impl AlibabaCloudEmulator {
     /// request gets ECS's `SignatureDoesNotMatch`.
     pub fn reject_credentials(&self) {
         self.state().secret = "rotated-secret-value-0000".into();
+    }
+
+    /// From now on STS accepts only `token` (the kubelet rotated the projected token; the old
+    /// one is no longer valid).
+    pub fn rotate_oidc_token(&self, token: &str) {
+        self.state().oidc_token = token.to_owned();
+    }
+
+    /// Every temporary key STS issues from now on lasts `lifetime` (to the second), whatever
+    /// `DurationSeconds` asks: a short one makes a backend exchange again without waiting.
+    pub fn set_temporary_key_lifetime(&self, lifetime: std::time::Duration) {
+        self.state().key_lifetime = Some(lifetime);
+    }
+
+    /// The clock passes the `Expiration` of every temporary key issued so far: each is refused
+    /// from now on with `InvalidSecurityToken.Expired`.
+    pub fn expire_temporary_keys(&self) {
+        let past = jiff::Timestamp::now()
+            .checked_sub(jiff::SignedDuration::from_secs(1))
+            .unwrap_or_else(|_| jiff::Timestamp::now());
+        for key in self.state().temporary.values_mut() {
+            key.expires = past;
+        }
+    }
+
+    /// The temporary keys STS issued, in order: `(AccessKeyId, AccessKeySecret, SecurityToken)`.
+    pub fn temporary_keys(&self) -> Vec<(String, String, String)> {
+        let state = self.state();
+        state
+            .issued
+            .iter()
+            .filter_map(|id| {
+                let key = state.temporary.get(id)?;
+                Some((id.clone(), key.secret.clone(), key.security_token.clone()))
+            })
+            .collect()
+    }
+
+    /// The key id of each authenticated ECS or VPC request so far, in order.
+    pub fn signers(&self) -> Vec<String> {
+        self.state().signers.clone()
     }
 
     /// Requests received so far (all actions), including refused ones.

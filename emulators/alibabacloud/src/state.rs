@@ -98,6 +98,15 @@ impl EcsRefusal {
     }
 }
 
+/// A temporary key STS issued (`AssumeRoleWithOIDC`): valid only with its token, until its
+/// `Expiration`.
+pub struct TemporaryKey {
+    pub secret: String,
+    pub security_token: String,
+    /// The `Expiration` answered, to the second.
+    pub expires: jiff::Timestamp,
+}
+
 pub struct State {
     pub instances: BTreeMap<String, Instance>,
     pub eips: BTreeMap<String, Eip>,
@@ -118,6 +127,17 @@ pub struct State {
     pub release_polls: u32,
     pub page_limit: usize,
     pub attributes: Vec<(String, String)>,
+    /// The OIDC token STS accepts (what the test wrote into the token file).
+    pub oidc_token: String,
+    /// Temporary keys by id, as STS issued them.
+    pub temporary: BTreeMap<String, TemporaryKey>,
+    /// The order of issue of the temporary keys.
+    pub issued: Vec<String>,
+    /// How long a temporary key lasts, whatever `DurationSeconds` asks; `None`: as asked (3600
+    /// by default).
+    pub key_lifetime: Option<std::time::Duration>,
+    /// The key id of each request authenticated, in order.
+    pub signers: Vec<String>,
     /// Every NIC and EIP created with an instance, kept after the instance is gone.
     pub parts: BTreeMap<String, Vec<String>>,
     /// The fault layer in front of the API (see `test_support::faults`).
@@ -148,8 +168,37 @@ impl State {
                 DEFAULT_MAX_VCPUS.to_owned(),
             )],
             parts: BTreeMap::new(),
+            oidc_token: crate::OIDC_TOKEN.to_owned(),
+            temporary: BTreeMap::new(),
+            issued: Vec::new(),
+            key_lifetime: None,
+            signers: Vec::new(),
             counter: 0,
         }
+    }
+
+    /// Issues a temporary key lasting `lifetime` (to the second, as `Expiration` is written);
+    /// returns its id.
+    pub fn issue_temporary_key(&mut self, lifetime: std::time::Duration) -> String {
+        let n = self.issued.len() + 1;
+        let id = format!("STS.NUgYrLnoC37mZZCNnAbe{n:04}");
+        let now = jiff::Timestamp::now();
+        let expires = jiff::Timestamp::from_second(now.as_second())
+            .unwrap_or(now)
+            .checked_add(jiff::SignedDuration::from_secs(
+                i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX / 2),
+            ))
+            .unwrap_or(now);
+        self.temporary.insert(
+            id.clone(),
+            TemporaryKey {
+                secret: format!("CVwjCkNzTMupZ8NbTCxCBRq3K16jtcWFTJAy{n:08}"),
+                security_token: format!("CAIShwJ1q6Ft5B2yfSjIr5bSEsj4g7BihPWG{n:08}"),
+                expires,
+            },
+        );
+        self.issued.push(id.clone());
+        id
     }
 
     /// Allocates one more EIP and binds it to the instance's add-on NIC (EIPs in multi-EIP

@@ -2,23 +2,30 @@
 //!
 //! No official Alibaba Cloud SDK for Rust exists, so this is reqwest (rustls with ring) and the
 //! documented RPC API: `POST https://<endpoint>/?<parameters>` with the action and version in
-//! `x-acs-*` headers, signed with V3 (see `signature`). Every HTTP attempt is counted in
-//! [`CloudCalls`] by action and result, as a call and as an attempt (`cloud_api_attempts`); a
-//! failure becomes a [`Failure`] with secrets removed.
+//! `x-acs-*` headers, signed with V3 (see `signature`) by the key `credentials` describes (for
+//! RRSA, STS's `AssumeRoleWithOIDC` is called here too, anonymous as STS documents it). Every
+//! HTTP attempt is counted in [`CloudCalls`] by action and result, as a call and as an attempt
+//! (`cloud_api_attempts`); a failure becomes a [`Failure`] with secrets removed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use jiff::Timestamp;
 use peerpods_provider_core::{
     CloudCalls, Error, ExposeSecret, Redactor, attempt_result, http as cloud_http,
 };
 use reqwest::header::RETRY_AFTER;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
+use tokio::sync::Mutex;
 
 use super::NAME;
+use super::credentials::{
+    ASSUME_ROLE_WITH_OIDC, RrsaError, STS_VERSION, SigningKey, exchange_form, read_answer,
+    read_token, refresh_at,
+};
 use super::failure::{Failure, classify};
-use super::settings::{AccessKey, Settings};
+use super::settings::{Credential, Rrsa, Settings};
 use super::signature::{SigningInput, sha256_hex, sign};
 
 /// Which API answers an action: each has its endpoint and version.
@@ -44,11 +51,23 @@ const RESULT_THROTTLED: &str = "throttled";
 /// Pause before the second attempt; doubled for each further one.
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 
+/// The error code of a temporary key past its `Expiration` (the gateway's common codes).
+const KEY_EXPIRED: &str = "InvalidSecurityToken.Expired";
+
+/// RRSA's temporary key and when to exchange it again.
+struct Cached {
+    key: SigningKey,
+    refresh_at: Timestamp,
+}
+
 pub struct Api {
     http: reqwest::Client,
-    access_key: AccessKey,
+    credential: Credential,
+    /// RRSA's current key; `None` until the first exchange (and with static keys).
+    cached: Mutex<Option<Cached>>,
     ecs_endpoint: reqwest::Url,
     vpc_endpoint: reqwest::Url,
+    sts_endpoint: reqwest::Url,
     max_attempts: u32,
     calls: CloudCalls,
     redactor: Redactor,
@@ -85,8 +104,15 @@ impl Api {
             http,
             ecs_endpoint: url(super::settings::ECS_ENDPOINT, &settings.ecs_endpoint)?,
             vpc_endpoint: url(super::settings::VPC_ENDPOINT, &settings.vpc_endpoint)?,
-            redactor: Redactor::new([settings.access_key.secret.expose_secret().to_owned()]),
-            access_key: settings.access_key.clone(),
+            sts_endpoint: url(super::settings::STS_ENDPOINT, &settings.sts_endpoint)?,
+            // RRSA's temporary secrets are never echoed by the cloud; the static one is the
+            // one a misconfiguration could put in a message.
+            redactor: Redactor::new(match &settings.credential {
+                Credential::AccessKey(key) => vec![key.secret.expose_secret().to_owned()],
+                Credential::Rrsa(_) => vec![],
+            }),
+            credential: settings.credential.clone(),
+            cached: Mutex::new(None),
             max_attempts: settings.max_attempts,
             calls,
             random: SystemRandom::new(),
@@ -95,7 +121,9 @@ impl Api {
 
     /// Calls `action` with `params`; retries server errors and unanswered requests up to
     /// `max_attempts` times with exponential backoff. Throttling is not retried here: the
-    /// caller gets [`Error::Throttled`] with the cloud's wait.
+    /// caller gets [`Error::Throttled`] with the cloud's wait. A temporary key the cloud calls
+    /// expired (its clock ahead of ours, or the key revoked early) is exchanged again and the
+    /// call repeated once.
     pub async fn call(
         &self,
         service: Service,
@@ -103,8 +131,17 @@ impl Api {
         params: &[(String, String)],
     ) -> Result<Value, Failure> {
         let mut attempt = 1;
+        let mut exchanged_again = false;
         loop {
-            let result = self.attempt(service, action, params).await;
+            let (result, key_expired) = self.attempt(service, action, params).await;
+            if key_expired && !exchanged_again {
+                tracing::info!(
+                    action,
+                    "the temporary key expired early; exchanging it again"
+                );
+                exchanged_again = true;
+                continue;
+            }
             match result {
                 Err(failure) if failure.is_transient() && attempt < self.max_attempts => {
                     tracing::debug!(action, attempt, "retrying a failed Alibaba Cloud call");
@@ -116,20 +153,30 @@ impl Api {
         }
     }
 
+    /// One attempt, and whether the cloud refused its temporary key as expired (then that key
+    /// is forgotten, so the next attempt exchanges again).
     async fn attempt(
         &self,
         service: Service,
         action: &'static str,
         params: &[(String, String)],
-    ) -> Result<Value, Failure> {
+    ) -> (Result<Value, Failure>, bool) {
+        let key = match self.signing_key().await {
+            Ok(key) => key,
+            Err(error) => return (Err(Failure::Error(error)), false),
+        };
         let started = std::time::Instant::now();
+        let mut key_expired = false;
         // `attempt`: the `cloud_api_attempts` result, `None` when nothing was sent.
-        let (result, attempt) = match self.request(service, action, params) {
+        let (result, attempt) = match self.request(service, action, params, &key) {
             Err(failure) => (Err(failure), None),
             Ok(request) => match self.send(request, action).await {
                 Err(failure) => (Err(failure), Some("transport_error")),
                 Ok(answer) => {
                     let status = answer.status.as_u16();
+                    key_expired = key.security_token.is_some()
+                        && !answer.status.is_success()
+                        && error_code(&answer.body).as_deref() == Some(KEY_EXPIRED);
                     let result = self.read(action, answer);
                     // Throttling as `classify` reads it (a `Throttling*` code whatever the
                     // status, or 429); anything else by its status.
@@ -151,7 +198,113 @@ impl Api {
         if let Some(attempt) = attempt {
             self.calls.record_attempt(NAME, action, attempt);
         }
+        if key_expired {
+            self.forget(&key).await;
+        }
+        (result, key_expired)
+    }
+
+    /// The key to sign with: the static pair, or RRSA's temporary key, exchanged when the cached
+    /// one is due.
+    async fn signing_key(&self) -> Result<SigningKey, Error> {
+        let rrsa = match &self.credential {
+            Credential::AccessKey(key) => {
+                return Ok(SigningKey {
+                    id: key.id.clone(),
+                    secret: key.secret.clone(),
+                    security_token: None,
+                });
+            }
+            Credential::Rrsa(rrsa) => rrsa,
+        };
+        let mut cached = self.cached.lock().await;
+        if let Some(c) = cached.as_ref()
+            && Timestamp::now() < c.refresh_at
+        {
+            return Ok(c.key.clone());
+        }
+        let obtained = Timestamp::now();
+        let (key, expires) = self.exchange(rrsa).await?;
+        *cached = Some(Cached {
+            key: key.clone(),
+            refresh_at: refresh_at(obtained, expires),
+        });
+        Ok(key)
+    }
+
+    /// Forgets `used` if it is still the cached key.
+    async fn forget(&self, used: &SigningKey) {
+        let mut cached = self.cached.lock().await;
+        if cached.as_ref().is_some_and(|c| c.key.id == used.id) {
+            *cached = None;
+        }
+    }
+
+    /// STS `AssumeRoleWithOIDC` with the token as the kubelet last wrote it; counted as that
+    /// action. Anonymous (STS authenticates the token, no signature): the V3 headers name the
+    /// action, the parameters travel form-encoded in the body.
+    async fn exchange(&self, rrsa: &Rrsa) -> Result<(SigningKey, Timestamp), Error> {
+        let unauthenticated =
+            |e: RrsaError| Error::cloud_unauthenticated(e.to_string()).with_source(e);
+        let token = read_token(rrsa).await.map_err(unauthenticated)?;
+        let body = exchange_form(rrsa, &token);
+        let started = std::time::Instant::now();
+        let (result, attempt) = match self.sts_request(body) {
+            Err(failure) => (Err(failure.into_error(ASSUME_ROLE_WITH_OIDC)), None),
+            Ok(request) => match self.send(request, ASSUME_ROLE_WITH_OIDC).await {
+                Err(failure) => (
+                    Err(failure.into_error(ASSUME_ROLE_WITH_OIDC)),
+                    Some("transport_error"),
+                ),
+                Ok(answer) => {
+                    let status = answer.status.as_u16();
+                    let redactor = Redactor::new([token.expose_secret().to_owned()]);
+                    let result = read_exchange(rrsa, answer, &redactor);
+                    let attempt = match &result {
+                        Err(Error::Throttled { .. }) => "throttled",
+                        _ => attempt_result(Some(status)),
+                    };
+                    (result, Some(attempt))
+                }
+            },
+        };
+        let label = match &result {
+            Ok(_) => RESULT_OK,
+            Err(Error::Throttled { .. }) => RESULT_THROTTLED,
+            Err(_) => RESULT_ERROR,
+        };
+        self.calls
+            .record_timed(NAME, ASSUME_ROLE_WITH_OIDC, label, started.elapsed());
+        if let Some(attempt) = attempt {
+            self.calls
+                .record_attempt(NAME, ASSUME_ROLE_WITH_OIDC, attempt);
+        }
+        if let Err(error) = &result {
+            tracing::warn!(reason = error.reason(), %error, "RRSA exchange failed");
+        }
         result
+    }
+
+    /// The anonymous `AssumeRoleWithOIDC` request carrying `body`.
+    fn sts_request(&self, body: String) -> Result<reqwest::RequestBuilder, Failure> {
+        let content_sha256 = sha256_hex(body.as_bytes());
+        let headers = [
+            ("x-acs-action", ASSUME_ROLE_WITH_OIDC.to_owned()),
+            ("x-acs-version", STS_VERSION.to_owned()),
+            ("x-acs-date", now_iso8601()),
+            ("x-acs-signature-nonce", self.nonce()?),
+            ("x-acs-content-sha256", content_sha256),
+        ];
+        let mut request = self
+            .http
+            .post(self.sts_endpoint.clone())
+            .header("accept", "application/json")
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        Ok(request)
     }
 
     /// The signed request of one attempt; a failure here sends nothing.
@@ -160,6 +313,7 @@ impl Api {
         service: Service,
         action: &'static str,
         params: &[(String, String)],
+        key: &SigningKey,
     ) -> Result<reqwest::RequestBuilder, Failure> {
         let endpoint = match service {
             Service::Ecs => &self.ecs_endpoint,
@@ -173,7 +327,7 @@ impl Api {
             }
         };
         let payload_sha256 = sha256_hex(b"");
-        let headers = [
+        let mut headers = vec![
             ("host", host),
             ("x-acs-action", action.to_owned()),
             ("x-acs-version", service.version().to_owned()),
@@ -181,6 +335,11 @@ impl Api {
             ("x-acs-signature-nonce", self.nonce()?),
             ("x-acs-content-sha256", payload_sha256.clone()),
         ];
+        // A temporary key is only valid with its STS token, which V3 carries in this header
+        // (signed like every `x-acs-*` header).
+        if let Some(token) = &key.security_token {
+            headers.push(("x-acs-security-token", token.expose_secret().to_owned()));
+        }
         let signed = sign(
             &SigningInput {
                 method: "POST",
@@ -188,8 +347,8 @@ impl Api {
                 headers: &headers,
                 payload_sha256: &payload_sha256,
             },
-            &self.access_key.id,
-            self.access_key.secret.expose_secret(),
+            &key.id,
+            key.secret.expose_secret(),
         );
         let mut url = endpoint.clone();
         url.set_query(
@@ -292,6 +451,64 @@ impl Api {
             other => other,
         }
     }
+}
+
+/// The `Code` of an error answer, if it is JSON with one.
+fn error_code(body: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(body)
+        .ok()?
+        .get("Code")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// What STS's answer to `AssumeRoleWithOIDC` means: the key, or why there is none. A refusal
+/// (4xx other than throttling) is this service's credential problem, named with STS's code;
+/// throttling and server errors are classified as for every other call (retryable).
+fn read_exchange(
+    rrsa: &Rrsa,
+    answer: Answered,
+    redactor: &Redactor,
+) -> Result<(SigningKey, Timestamp), Error> {
+    let unauthenticated = |e: RrsaError| Error::cloud_unauthenticated(e.to_string()).with_source(e);
+    let json = serde_json::from_slice::<Value>(&answer.body).ok();
+    if answer.status.is_success() {
+        let json = json.unwrap_or(Value::Null);
+        return read_answer(&json).map_err(unauthenticated);
+    }
+    let field = |name: &str| {
+        json.as_ref()
+            .and_then(|j| j.get(name))
+            .and_then(Value::as_str)
+            .map(|s| redactor.redact(s))
+    };
+    let code = field("Code").unwrap_or_default();
+    let message = field("Message").unwrap_or_else(|| {
+        redactor.redact(
+            &String::from_utf8_lossy(&answer.body)
+                .chars()
+                .take(200)
+                .collect::<String>(),
+        )
+    });
+    let throttled = code.starts_with("Throttling") || answer.status.as_u16() == 429;
+    if answer.status.is_client_error() && !throttled {
+        return Err(unauthenticated(RrsaError::Refused {
+            role_arn: rrsa.role_arn.clone(),
+            status: answer.status.as_u16(),
+            code,
+            message,
+        }));
+    }
+    let code = Some(code.as_str()).filter(|c| !c.is_empty());
+    Err(classify(
+        answer.status,
+        code,
+        &message,
+        answer.retry_after,
+        ASSUME_ROLE_WITH_OIDC,
+    )
+    .into_error(ASSUME_ROLE_WITH_OIDC))
 }
 
 /// One answer of the cloud, whatever its status.

@@ -52,7 +52,7 @@ pub const BUSY_CODES: [&str; 3] = [
 ];
 
 /// Codes that mean the service's own credentials are wrong, inactive or expired.
-const UNAUTHENTICATED: [&str; 8] = [
+const UNAUTHENTICATED: [&str; 9] = [
     "SignatureDoesNotMatch",
     "IncompleteSignature",
     "InvalidAccessKeyId",
@@ -61,6 +61,8 @@ const UNAUTHENTICATED: [&str; 8] = [
     "InvalidSecurityToken.Expired",
     "InvalidSecurityToken.Malformed",
     "InvalidSecurityToken.MismatchWithAccessKey",
+    // A temporary (STS) key sent without its token.
+    "MissingSecurityToken",
 ];
 
 /// Classifies an error answer. `message` is the cloud's text, already redacted.

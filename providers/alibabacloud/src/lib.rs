@@ -5,7 +5,9 @@
 //! Alibaba's V3 signature.
 //!
 //! - [`AlibabaCloudProvider`]: the [`Provider`] implementation; the only public entry.
-//! - `settings`: configuration keys (cloud-api-adaptor's names plus endpoint overrides).
+//! - `settings`: configuration keys (cloud-api-adaptor's names, RRSA's, endpoint overrides).
+//! - `credentials`: the signing key, static or RRSA's temporary one from STS
+//!   `AssumeRoleWithOIDC` ([`RrsaError`] says why there is none).
 //! - `instance_id`: syntax of ECS instance ids; `signature`: `ACS3-HMAC-SHA256` (pure).
 //! - `api`: every HTTP call, signed, retried, counted; `failure`: what an error answer means.
 //! - `answers`: reading ECS/VPC JSON answers (pure); `deletion`: the deletion engine's ports
@@ -13,6 +15,7 @@
 
 mod answers;
 mod api;
+mod credentials;
 mod deletion;
 mod failure;
 mod instance_id;
@@ -32,6 +35,8 @@ use answers::EcsInstance;
 use api::{Api, Service};
 use deletion::EcsPorts;
 use settings::Settings;
+
+pub use credentials::{RrsaError, RrsaReason};
 
 /// The `cloud_provider` name of this backend.
 pub const NAME: &str = "alibabacloud";

@@ -5,3 +5,4 @@ mod alibabacloud;
 mod alibabacloud_answers;
 mod alibabacloud_deletion;
 mod alibabacloud_faults;
+mod alibabacloud_rrsa;
