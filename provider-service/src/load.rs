@@ -13,23 +13,29 @@
 //!
 //! [`Load::admit_connection`] bounds the established connections, per peer address and in all: each holds
 //! HTTP/2 state and up to [`crate::server::MAX_STREAMS_PER_CONNECTION`] streams, so their number
-//! bounds what a flood of connections can cost before any call is authenticated.
+//! bounds what a flood of connections can cost before any call is authenticated. The counting and
+//! the decision are the services' shared ones ([`peerpods_runtime::tls::OpenConnections`]); only
+//! the configuration keys that set the caps are this service's.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use peerpods_runtime::tls::{ConnectionLimits, OpenConnections};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tonic_types::{ErrorDetails, StatusExt};
+
+/// Where the rest of the service has always found them.
+pub use peerpods_runtime::telemetry::RateLimitedLog;
+pub use peerpods_runtime::tls::{CapLabels, ConnectionCap, ConnectionPermit};
 
 /// How many calls run at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +91,14 @@ impl LoadLimits {
         }
         Ok(limits)
     }
+
+    /// The connection caps, for the shared count ([`OpenConnections`]).
+    pub fn connections(&self) -> ConnectionLimits {
+        ConnectionLimits {
+            per_peer: self.max_connections_per_peer,
+            total: self.max_connections,
+        }
+    }
 }
 
 impl Default for LoadLimits {
@@ -120,150 +134,56 @@ pub struct Load {
     /// `provider_service_grpc_shed`: calls refused as overloaded.
     pub shed: Counter,
     log: Arc<RateLimitedLog>,
-    open: Arc<Mutex<OpenConnections>>,
+    open: OpenConnections,
     /// `provider_service_grpc_connections`: established connections now.
     pub connections_gauge: Gauge,
     /// `provider_service_grpc_connections_refused{cap}`: connections closed at once, past a cap.
     pub connections_refused: Family<CapLabels, Counter>,
-    connections_log: Arc<RateLimitedLog>,
-}
-
-/// The established connections, per peer address and in all.
-#[derive(Debug, Default)]
-struct OpenConnections {
-    per_peer: HashMap<IpAddr, usize>,
-    total: usize,
-}
-
-/// Which cap refused a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnectionCap {
-    /// `MAX_CONNECTIONS_PER_PEER`: the peer address holds as many as it may.
-    PerPeer,
-    /// `MAX_CONNECTIONS`: the service holds as many as it may.
-    Total,
-}
-
-impl ConnectionCap {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ConnectionCap::PerPeer => "per_peer",
-            ConnectionCap::Total => "total",
-        }
-    }
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CapLabels {
-    /// `per_peer` or `total` ([`ConnectionCap`]).
-    pub cap: &'static str,
-}
-
-/// Whether one more connection from a peer that holds `from_peer` fits, with `total` open in all.
-pub fn connection_fits(
-    from_peer: usize,
-    total: usize,
-    limits: &LoadLimits,
-) -> Result<(), ConnectionCap> {
-    if from_peer >= limits.max_connections_per_peer {
-        Err(ConnectionCap::PerPeer)
-    } else if total >= limits.max_connections {
-        Err(ConnectionCap::Total)
-    } else {
-        Ok(())
-    }
-}
-
-/// An established connection's place among the open ones, given back when the connection closes.
-#[derive(Debug)]
-pub struct ConnectionPermit {
-    load: Load,
-    peer: IpAddr,
-}
-
-impl Drop for ConnectionPermit {
-    fn drop(&mut self) {
-        let mut open = self.load.open_connections();
-        open.total = open.total.saturating_sub(1);
-        if let Some(n) = open.per_peer.get_mut(&self.peer) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.per_peer.remove(&self.peer);
-            }
-        }
-        drop(open);
-        self.load.connections_gauge.dec();
-    }
 }
 
 impl Load {
     pub fn new(limits: LoadLimits) -> Self {
+        let open = OpenConnections::new(limits.connections());
         Load {
             limits: Arc::new(std::sync::RwLock::new(limits)),
             in_flight: Arc::new(AtomicUsize::new(0)),
             in_flight_gauge: Gauge::default(),
             shed: Counter::default(),
             log: Arc::new(RateLimitedLog::new(LOG_EVERY)),
-            open: Arc::default(),
-            connections_gauge: Gauge::default(),
-            connections_refused: Family::default(),
-            connections_log: Arc::new(RateLimitedLog::new(LOG_EVERY)),
+            connections_gauge: open.gauge.clone(),
+            connections_refused: open.refused.clone(),
+            open,
         }
-    }
-
-    fn open_connections(&self) -> std::sync::MutexGuard<'_, OpenConnections> {
-        // Only counts are behind the lock; a panic elsewhere cannot leave them torn.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A place for a connection just established from `peer`, or `None` (counted and logged at
     /// most every [`LOG_EVERY`]) when it must be closed at once: its peer or the service holds as
     /// many as it may.
     pub fn admit_connection(&self, peer: IpAddr) -> Option<ConnectionPermit> {
-        let limits = self.limits();
-        let mut open = self.open_connections();
-        let from_peer = open.per_peer.get(&peer).copied().unwrap_or(0);
-        match connection_fits(from_peer, open.total, &limits) {
-            Ok(()) => {
-                open.total += 1;
-                *open.per_peer.entry(peer).or_insert(0) += 1;
-                drop(open);
-                self.connections_gauge.inc();
-                Some(ConnectionPermit {
-                    load: self.clone(),
-                    peer,
-                })
-            }
-            Err(cap) => {
-                let total = open.total;
-                drop(open);
-                self.connections_refused
-                    .get_or_create(&CapLabels { cap: cap.as_str() })
-                    .inc();
-                if let Some(refused) = self.connections_log.admit() {
-                    let (limit, key) = match cap {
-                        ConnectionCap::PerPeer => {
-                            (limits.max_connections_per_peer, MAX_CONNECTIONS_PER_PEER)
-                        }
-                        ConnectionCap::Total => (limits.max_connections, MAX_CONNECTIONS),
+        self.open
+            .admit(peer)
+            .inspect_err(|refusal| {
+                if let Some(refused) = refusal.log_due {
+                    let key = match refusal.cap {
+                        ConnectionCap::PerPeer => MAX_CONNECTIONS_PER_PEER,
+                        ConnectionCap::Total => MAX_CONNECTIONS,
                     };
                     tracing::warn!(
                         %peer,
-                        from_peer,
-                        total,
-                        limit,
+                        from_peer = refusal.from_peer,
+                        total = refusal.total,
+                        limit = refusal.limit,
                         refused,
                         "closing a new gRPC connection: {key} reached; logged at most every 10 s"
                     );
                 }
-                None
-            }
-        }
+            })
+            .ok()
     }
 
     /// Established connections now.
     pub fn connections(&self) -> usize {
-        self.open_connections().total
+        self.open.count()
     }
 
     /// Registers the gauge and the counter under `registry`'s prefix.
@@ -297,6 +217,7 @@ impl Load {
 
     /// Puts other limits in place (the configuration's, once it is read).
     pub fn set_limits(&self, limits: LoadLimits) {
+        self.open.set_limits(limits.connections());
         match self.limits.write() {
             Ok(mut l) => *l = limits,
             Err(poisoned) => *poisoned.into_inner() = limits,
@@ -366,38 +287,6 @@ impl Drop for Slot {
     fn drop(&mut self) {
         self.load.in_flight.fetch_sub(1, Ordering::AcqRel);
         self.load.in_flight_gauge.dec();
-    }
-}
-
-/// One log line per period at most: [`RateLimitedLog::admit`] says whether to log now and how
-/// many events happened since the last line (this one included).
-#[derive(Debug)]
-pub struct RateLimitedLog {
-    every: Duration,
-    last: Mutex<Option<Instant>>,
-    since: AtomicU64,
-}
-
-impl RateLimitedLog {
-    pub fn new(every: Duration) -> Self {
-        RateLimitedLog {
-            every,
-            last: Mutex::new(None),
-            since: AtomicU64::new(0),
-        }
-    }
-
-    /// Counts one event; `Some(count)` when a line is due now.
-    pub fn admit(&self) -> Option<u64> {
-        self.since.fetch_add(1, Ordering::AcqRel);
-        let mut last = self.last.lock().ok()?;
-        let due = last.is_none_or(|at| at.elapsed() >= self.every);
-        if due {
-            *last = Some(Instant::now());
-            Some(self.since.swap(0, Ordering::AcqRel))
-        } else {
-            None
-        }
     }
 }
 
@@ -490,10 +379,6 @@ mod tests {
             max_connections: 3,
             ..LoadLimits::default()
         };
-        assert_eq!(connection_fits(1, 2, &limits), Ok(()));
-        assert_eq!(connection_fits(2, 2, &limits), Err(ConnectionCap::PerPeer));
-        assert_eq!(connection_fits(0, 3, &limits), Err(ConnectionCap::Total));
-
         let load = Load::new(limits);
         let a: IpAddr = [10, 0, 0, 1].into();
         let b: IpAddr = [10, 0, 0, 2].into();
@@ -517,14 +402,5 @@ mod tests {
             .get_or_create(&CapLabels { cap: "total" })
             .get();
         assert_eq!((per_peer, total), (1, 1));
-    }
-
-    #[test]
-    fn refusals_are_logged_once_per_period_with_a_count() {
-        let log = RateLimitedLog::new(Duration::from_secs(3600));
-        assert_eq!(log.admit(), Some(1));
-        for _ in 0..99 {
-            assert_eq!(log.admit(), None);
-        }
     }
 }

@@ -185,9 +185,52 @@ pub fn current_trace_id() -> Option<String> {
     sc.is_valid().then(|| sc.trace_id().to_string())
 }
 
+/// One log line per period at most: [`RateLimitedLog::admit`] says whether to log now and how many events happened
+/// since the last line (this one included). For refusals a flood can cause by the thousand: the metrics count each,
+/// the log says that it happens.
+#[derive(Debug)]
+pub struct RateLimitedLog {
+    every: std::time::Duration,
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    since: std::sync::atomic::AtomicU64,
+}
+
+impl RateLimitedLog {
+    pub fn new(every: std::time::Duration) -> Self {
+        RateLimitedLog {
+            every,
+            last: std::sync::Mutex::new(None),
+            since: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one event; `Some(count)` when a line is due now.
+    pub fn admit(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        self.since.fetch_add(1, Ordering::AcqRel);
+        let mut last = self.last.lock().ok()?;
+        let due = last.is_none_or(|at| at.elapsed() >= self.every);
+        if due {
+            *last = Some(std::time::Instant::now());
+            Some(self.since.swap(0, Ordering::AcqRel))
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusals_are_logged_once_per_period_with_a_count() {
+        let log = RateLimitedLog::new(std::time::Duration::from_secs(3600));
+        assert_eq!(log.admit(), Some(1));
+        for _ in 0..99 {
+            assert_eq!(log.admit(), None);
+        }
+    }
 
     #[test]
     fn log_format_parses() {

@@ -7,11 +7,24 @@
 //! total; past a bound the *oldest* handshake of that peer (or of all) is dropped, never the new one. So a client
 //! that opens idle connections costs only the slots it holds, and a well-behaved client that finishes its
 //! handshake in milliseconds is served however many idle sockets are held open against the port.
+//!
+//! Established connections are bounded too, per peer address and in all ([`OpenConnections`], the decision is
+//! [`connection_fits`]): each holds buffers, TLS state and (over HTTP/2) streams, so their number bounds what a
+//! flood of connections costs before any request is authenticated or decided. One past a cap is closed at once,
+//! before any byte of it is read, and counted by the cap that refused it. [`TlsListener`] applies them to the
+//! ports served with axum; provider-service applies the same [`OpenConnections`] to its gRPC connections.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -23,6 +36,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
+use crate::telemetry::RateLimitedLog;
 
 /// Lowest TLS version a port accepts, by the names of Go's `crypto/tls` that `TLS_MIN_VERSION` takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -266,22 +280,45 @@ pub fn incoming(
 
 /// Connections that completed their TLS handshake, for `axum::serve`, from [`incoming`]: accepting never waits
 /// for a handshake, each runs in its own task with a short deadline, and idle connections cost only the
-/// handshake slots they hold. The webhook's port and the secure metrics port both serve through it.
+/// handshake slots they hold. Established connections are capped by its [`OpenConnections`]: one past a cap is
+/// closed at once. The webhook's port and the secure metrics port both serve through it.
 pub struct TlsListener {
     connections: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
     local_addr: SocketAddr,
+    open: OpenConnections,
+    /// The port's name in the log ("webhook", "metrics").
+    port: &'static str,
     /// Stops the accept loop (and so closes the port) when the listener is dropped.
     stop: CancellationToken,
 }
 
 impl TlsListener {
+    /// A listener with the default connection caps ([`ConnectionLimits::default`]).
     pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
+        Self::with_caps(
+            listener,
+            config,
+            OpenConnections::new(ConnectionLimits::default()),
+            "TLS",
+        )
+    }
+
+    /// A listener whose established connections are counted and capped by `open` (whose metrics the caller
+    /// registers), logged as the `port`'s.
+    pub fn with_caps(
+        listener: TcpListener,
+        config: Arc<rustls::ServerConfig>,
+        open: OpenConnections,
+        port: &'static str,
+    ) -> std::io::Result<Self> {
         let local_addr = listener.local_addr()?;
         let stop = CancellationToken::new();
         let connections = incoming(listener, config, HandshakeLimits::default(), stop.clone());
         Ok(TlsListener {
             connections,
             local_addr,
+            open,
+            port,
             stop,
         })
     }
@@ -294,14 +331,31 @@ impl Drop for TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = Established<TlsStream<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.connections.recv().await {
-            Some(connection) => connection,
-            // The accept loop only ends when stopped, and then nothing is accepted any more.
-            None => std::future::pending().await,
+        loop {
+            let Some((io, peer)) = self.connections.recv().await else {
+                // The accept loop only ends when stopped, and then nothing is accepted any more.
+                return std::future::pending().await;
+            };
+            match self.open.admit(peer.ip()) {
+                Ok(permit) => {
+                    return (
+                        Established {
+                            io,
+                            _permit: permit,
+                        },
+                        peer,
+                    );
+                }
+                Err(refusal) => {
+                    // Dropped unread: the cost of a flood stays one accept and one handshake each.
+                    drop(io);
+                    refusal.log(self.port);
+                }
+            }
         }
     }
 
@@ -369,6 +423,268 @@ async fn accept_loop(
                 None => tracing::debug!(%peer, "TLS handshake dropped for a newer one"),
             }
         });
+    }
+}
+
+/// Bounds of the established connections a port holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Established connections from one peer address at most.
+    pub per_peer: usize,
+    /// Established connections at most.
+    pub total: usize,
+}
+
+impl Default for ConnectionLimits {
+    /// What a port that few clients call needs (a metrics port: Prometheus and a few scrapers): room for several
+    /// callers behind one address (SNAT, hostNetwork), and as many in all as handshakes in progress.
+    fn default() -> Self {
+        ConnectionLimits {
+            per_peer: 64,
+            total: 1024,
+        }
+    }
+}
+
+/// Which cap refused a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectionCap {
+    /// The peer address holds as many as it may ([`ConnectionLimits::per_peer`]).
+    PerPeer,
+    /// The port holds as many as it may ([`ConnectionLimits::total`]).
+    Total,
+}
+
+impl ConnectionCap {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionCap::PerPeer => "per_peer",
+            ConnectionCap::Total => "total",
+        }
+    }
+}
+
+/// The label of the refusal counters: which cap refused.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CapLabels {
+    /// `per_peer` or `total` ([`ConnectionCap`]).
+    pub cap: &'static str,
+}
+
+/// Whether one more connection from a peer that holds `from_peer` fits, with `total` open in all. The peer's cap
+/// is judged first: a flood from one address is named as such even when it also fills the port.
+pub fn connection_fits(
+    from_peer: usize,
+    total: usize,
+    limits: &ConnectionLimits,
+) -> Result<(), ConnectionCap> {
+    if from_peer >= limits.per_peer.max(1) {
+        Err(ConnectionCap::PerPeer)
+    } else if total >= limits.total.max(1) {
+        Err(ConnectionCap::Total)
+    } else {
+        Ok(())
+    }
+}
+
+/// At most one log line about refused connections per this long, per port.
+pub const REFUSALS_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The established connections of a port, per peer address and in all, with their caps and metrics. Cheap to
+/// clone; clones share the counts.
+#[derive(Clone, Debug)]
+pub struct OpenConnections {
+    limits: Arc<RwLock<ConnectionLimits>>,
+    counts: Arc<Mutex<Counts>>,
+    /// Established connections now.
+    pub gauge: Gauge,
+    /// Connections closed at once, past a cap, by `cap`.
+    pub refused: Family<CapLabels, Counter>,
+    log: Arc<RateLimitedLog>,
+}
+
+#[derive(Debug, Default)]
+struct Counts {
+    per_peer: HashMap<IpAddr, usize>,
+    total: usize,
+}
+
+/// Why a connection was refused, for the caller's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    pub cap: ConnectionCap,
+    pub peer: IpAddr,
+    /// Connections its peer held.
+    pub from_peer: usize,
+    /// Connections the port held.
+    pub total: usize,
+    /// The cap's value.
+    pub limit: usize,
+    /// `Some(refused since the last line)` when a log line is due ([`REFUSALS_LOG_EVERY`]).
+    pub log_due: Option<u64>,
+}
+
+impl Refusal {
+    /// The warning of a refusal, when one is due, naming the cap.
+    pub fn log(&self, port: &str) {
+        if let Some(refused) = self.log_due {
+            tracing::warn!(
+                peer = %self.peer,
+                cap = self.cap.as_str(),
+                from_peer = self.from_peer,
+                total = self.total,
+                limit = self.limit,
+                refused,
+                "closing a new {port} connection: its {} holds as many as it may; logged at most every 10 s",
+                match self.cap {
+                    ConnectionCap::PerPeer => "peer address",
+                    ConnectionCap::Total => "port",
+                }
+            );
+        }
+    }
+}
+
+impl OpenConnections {
+    pub fn new(limits: ConnectionLimits) -> Self {
+        OpenConnections {
+            limits: Arc::new(RwLock::new(limits)),
+            counts: Arc::default(),
+            gauge: Gauge::default(),
+            refused: Family::default(),
+            log: Arc::new(RateLimitedLog::new(REFUSALS_LOG_EVERY)),
+        }
+    }
+
+    /// Puts other caps in place (a configuration read again); connections already held stay.
+    pub fn set_limits(&self, limits: ConnectionLimits) {
+        match self.limits.write() {
+            Ok(mut l) => *l = limits,
+            Err(poisoned) => *poisoned.into_inner() = limits,
+        }
+    }
+
+    pub fn limits(&self) -> ConnectionLimits {
+        match self.limits.read() {
+            Ok(l) => *l,
+            Err(poisoned) => *poisoned.into_inner(),
+        }
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        // Only counts are behind the lock; a panic elsewhere cannot leave them torn.
+        self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A place for a connection just established from `peer`, held until the permit is dropped; or the
+    /// [`Refusal`] (counted in [`OpenConnections::refused`]) when it must be closed at once.
+    pub fn admit(&self, peer: IpAddr) -> Result<ConnectionPermit, Refusal> {
+        let limits = self.limits();
+        let mut counts = self.counts();
+        let from_peer = counts.per_peer.get(&peer).copied().unwrap_or(0);
+        match connection_fits(from_peer, counts.total, &limits) {
+            Ok(()) => {
+                counts.total += 1;
+                *counts.per_peer.entry(peer).or_insert(0) += 1;
+                drop(counts);
+                self.gauge.inc();
+                Ok(ConnectionPermit {
+                    open: self.clone(),
+                    peer,
+                })
+            }
+            Err(cap) => {
+                let total = counts.total;
+                drop(counts);
+                self.refused
+                    .get_or_create(&CapLabels { cap: cap.as_str() })
+                    .inc();
+                Err(Refusal {
+                    cap,
+                    peer,
+                    from_peer,
+                    total,
+                    limit: match cap {
+                        ConnectionCap::PerPeer => limits.per_peer,
+                        ConnectionCap::Total => limits.total,
+                    },
+                    log_due: self.log.admit(),
+                })
+            }
+        }
+    }
+
+    /// Established connections now.
+    pub fn count(&self) -> usize {
+        self.counts().total
+    }
+}
+
+/// An established connection's place among the open ones, given back when the connection closes.
+#[derive(Debug)]
+pub struct ConnectionPermit {
+    open: OpenConnections,
+    peer: IpAddr,
+}
+
+impl Drop for ConnectionPermit {
+    fn drop(&mut self) {
+        let mut counts = self.open.counts();
+        counts.total = counts.total.saturating_sub(1);
+        if let Some(n) = counts.per_peer.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                counts.per_peer.remove(&self.peer);
+            }
+        }
+        drop(counts);
+        self.open.gauge.dec();
+    }
+}
+
+/// A connection counted against its port's caps until it is dropped.
+pub struct Established<IO> {
+    io: IO,
+    _permit: ConnectionPermit,
+}
+
+impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Established<IO> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Established<IO> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -482,6 +798,40 @@ mod tests {
             nothing_left.contains("no TLS 1.2 cipher suite"),
             "{nothing_left}"
         );
+    }
+
+    #[test]
+    fn connections_are_capped_per_peer_then_in_all() {
+        let limits = ConnectionLimits {
+            per_peer: 2,
+            total: 3,
+        };
+        assert_eq!(connection_fits(1, 2, &limits), Ok(()));
+        assert_eq!(connection_fits(2, 2, &limits), Err(ConnectionCap::PerPeer));
+        assert_eq!(connection_fits(2, 3, &limits), Err(ConnectionCap::PerPeer));
+        assert_eq!(connection_fits(0, 3, &limits), Err(ConnectionCap::Total));
+
+        let open = OpenConnections::new(limits);
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let a1 = open.admit(a).expect("first from a");
+        let _a2 = open.admit(a).expect("second from a");
+        let refused = open.admit(a).expect_err("a holds its cap");
+        assert_eq!(
+            (refused.cap, refused.from_peer, refused.limit),
+            (ConnectionCap::PerPeer, 2, 2)
+        );
+        let _b1 = open.admit(b).expect("b has its own cap");
+        let refused = open.admit(b).expect_err("the port holds its cap");
+        assert_eq!(
+            (refused.cap, refused.total, refused.limit),
+            (ConnectionCap::Total, 3, 3)
+        );
+        assert_eq!((open.count(), open.gauge.get()), (3, 3));
+        drop(a1);
+        assert!(open.admit(a).is_ok(), "a place came back");
+        let refused = |cap| open.refused.get_or_create(&CapLabels { cap }).get();
+        assert_eq!((refused("per_peer"), refused("total")), (1, 1));
     }
 
     #[test]
