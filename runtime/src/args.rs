@@ -2,7 +2,8 @@
 //! (`#[command(flatten)]`), so every service reads the same flag and environment variable the same way. Every
 //! flag has an environment variable of the same meaning (the Helm chart sets those).
 //!
-//! - [`AdminArgs`]: admin server address, log format, OTLP endpoint (every service).
+//! - [`AdminArgs`]: admin server address, log format, OTLP endpoint and [`SecureMetricsArgs`] (every service but
+//!   the webhook, which keeps upstream's flags for the others and takes [`SecureMetricsArgs`] alone).
 //! - [`LeaderArgs`]: leader election on a Lease (the controllers; feature `controller`).
 //! - [`HealthArgs`]: how long a controller's watch may make no progress before `/healthz` fails.
 //! - [`ControllerArgs`]: the three above, as every controller takes them.
@@ -37,6 +38,13 @@ pub struct AdminArgs {
     /// OTLP/gRPC collector to export trace spans to (e.g. http://otel-collector:4317); unset: no export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub metrics: SecureMetricsArgs,
+}
+
+/// `/metrics` behind TLS, TokenReview and SubjectAccessReview ([`crate::secure_metrics`]).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SecureMetricsArgs {
     /// Serve /metrics only over TLS on --metrics-listen, to callers whose bearer token passes a TokenReview
     /// and a SubjectAccessReview for `get` on `/metrics`; /healthz and /readyz stay on the admin port.
     #[arg(long, env = "METRICS_SECURE", default_value_t = false)]
@@ -60,6 +68,13 @@ impl AdminArgs {
         )
     }
 
+    /// The secure metrics port ([`SecureMetricsArgs::secure_metrics`]).
+    pub async fn secure_metrics(&self) -> Result<Option<SecureMetrics>, Error> {
+        self.metrics.secure_metrics().await
+    }
+}
+
+impl SecureMetricsArgs {
     /// The secure metrics port, bound, with `--metrics-secure` (its callers reviewed through the in-cluster or
     /// kubeconfig client); `None` without it.
     pub async fn secure_metrics(&self) -> Result<Option<SecureMetrics>, Error> {

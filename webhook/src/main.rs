@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use peerpods_runtime::args::SecureMetricsArgs;
 use peerpods_runtime::telemetry::{self, LogFormat};
 use peerpods_webhook::listen::ListenAddr;
 use peerpods_webhook::mutation::{DEFAULT_EXTENDED_RESOURCE, DEFAULT_RUNTIME_CLASS, Target};
@@ -36,7 +37,8 @@ struct Cli {
     /// Directory with the serving certificate, `tls.crt` and `tls.key`; re-read when they change.
     #[arg(long, env = "CERT_DIR", default_value = DEFAULT_CERT_DIR)]
     cert_dir: PathBuf,
-    /// Plain-HTTP address of /healthz, /readyz and /metrics: `:port`, `ip:port`, or 0 for none.
+    /// Plain-HTTP address of /healthz, /readyz and (without --metrics-secure) /metrics: `:port`, `ip:port`, or 0
+    /// for none (secure metrics included).
     #[arg(long, env = "HEALTH_PROBE_BIND_ADDRESS", default_value = ":8081")]
     health_probe_bind_address: ListenAddr,
     /// Lowest TLS version the webhook port accepts.
@@ -52,8 +54,11 @@ struct Cli {
     /// OTLP/gRPC collector to export trace spans to (e.g. http://otel-collector:4317); unset: no export.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     otlp_endpoint: Option<String>,
+    /// `--metrics-secure`, `--metrics-listen`, `--metrics-cert-dir`: the same as every other service's.
+    #[command(flatten)]
+    metrics: SecureMetricsArgs,
     // Upstream's manifests pass these two; accepted so they keep working. Every replica serves (a webhook has
-    // nothing to lead), and /metrics is on the health probe address.
+    // nothing to lead), and /metrics is on the health probe address or, with --metrics-secure, --metrics-listen.
     #[arg(long, hide = true)]
     leader_elect: bool,
     #[arg(long, hide = true)]
@@ -61,10 +66,12 @@ struct Cli {
 }
 
 impl Cli {
+    /// The options, but for the secure metrics port, which [`SecureMetricsArgs::secure_metrics`] binds.
     fn options(&self) -> Options {
         Options {
             webhook: self.webhook_bind_address,
             health: self.health_probe_bind_address,
+            secure_metrics: None,
             cert_dir: self.cert_dir.clone(),
             cert_poll_interval: CERT_POLL_INTERVAL,
             tls_min_version: self.tls_min_version,
@@ -97,7 +104,16 @@ async fn main() -> ExitCode {
             "--leader-elect and --metrics-bind-address are not needed: every replica serves, /metrics is on the health probe address"
         );
     }
-    let result = server::run(cli.options(), peerpods_runtime::shutdown::on_signal()).await;
+    let result = match cli.metrics.secure_metrics().await {
+        Ok(secure_metrics) => {
+            let options = Options {
+                secure_metrics,
+                ..cli.options()
+            };
+            server::run(options, peerpods_runtime::shutdown::on_signal()).await
+        }
+        Err(error) => Err(error.into()),
+    };
     if let Err(error) = &result {
         tracing::error!(%error, reason = error.reason(), "{COMPONENT} stopped");
     }
@@ -139,6 +155,23 @@ mod tests {
     }
 
     #[test]
+    fn secure_metrics_flags_are_the_other_services() {
+        let cli = Cli::try_parse_from([
+            COMPONENT,
+            "--metrics-secure",
+            "--metrics-listen=0.0.0.0:8443",
+            "--metrics-cert-dir=/etc/metrics-tls",
+        ])
+        .unwrap();
+        assert!(cli.metrics.metrics_secure);
+        assert_eq!(cli.metrics.metrics_listen, "0.0.0.0:8443".parse().unwrap());
+        assert_eq!(
+            cli.metrics.metrics_cert_dir,
+            Some(PathBuf::from("/etc/metrics-tls"))
+        );
+    }
+
+    #[test]
     fn upstream_flags_are_accepted() {
         let cli = Cli::try_parse_from([
             COMPONENT,
@@ -149,6 +182,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(cli.options().tls_min_version, TlsVersion::Tls13);
+        assert!(!cli.metrics.metrics_secure, "plain /metrics unless asked");
         let cli = Cli::try_parse_from([
             COMPONENT,
             "--health-probe-bind-address=0",

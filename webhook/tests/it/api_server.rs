@@ -223,6 +223,7 @@ async fn a_shed_admission_is_retried_by_the_api_server_and_the_pod_is_mutated() 
             budget_bytes: peerpods_webhook::server::ADMISSION_MIN_SHARE,
             wait: Duration::from_secs(1),
             body_read_timeout: Duration::from_secs(600),
+            ..AdmissionLimits::default()
         },
     )
     .await;

@@ -105,6 +105,7 @@ async fn tls_cipher_suites_refuses_the_others() {
         Options {
             webhook: ListenAddr::Socket("127.0.0.1:0".parse().unwrap()),
             health: ListenAddr::Off,
+            secure_metrics: None,
             cert_dir: dir.path().to_owned(),
             cert_poll_interval: Duration::from_millis(100),
             tls_min_version: TlsVersion::Tls12,

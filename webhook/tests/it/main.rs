@@ -8,6 +8,7 @@ mod caa_parity;
 mod certificates;
 mod idle_connections;
 mod memory;
+mod per_peer;
 mod robustness;
 mod serving;
 mod support;

@@ -88,6 +88,7 @@ impl Webhook {
         let options = Options {
             webhook: ListenAddr::Socket("127.0.0.1:0".parse().unwrap()),
             health: ListenAddr::Socket("127.0.0.1:0".parse().unwrap()),
+            secure_metrics: None,
             cert_dir: cert_dir.path().to_owned(),
             cert_poll_interval: Duration::from_millis(100),
             tls_min_version: TlsVersion::Tls12,
@@ -251,6 +252,17 @@ pub async fn connect_tls(
     ca: &str,
     server_name: &str,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+    connect_tls_from(None, addr, ca, server_name).await
+}
+
+/// [`connect_tls`] from the local address `source` (Linux loopback takes any 127/8 address), as another client
+/// would connect.
+pub async fn connect_tls_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    ca: &str,
+    server_name: &str,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(ca.as_bytes()) {
@@ -262,7 +274,14 @@ pub async fn connect_tls(
         .with_root_certificates(roots)
         .with_no_client_auth();
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(addr).await.unwrap();
+    let tcp = match source {
+        None => TcpStream::connect(addr).await.unwrap(),
+        Some(source) => {
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(SocketAddr::new(source, 0)).unwrap();
+            socket.connect(addr).await.unwrap()
+        }
+    };
     let name = ServerName::try_from(server_name.to_owned()).unwrap();
     connector
         .connect(name, tcp)
