@@ -202,6 +202,14 @@ async fn the_charts_webhook_mutates_a_peer_pod_through_its_helm_issued_ca_bundle
         format!("127.0.0.1:{webhook_port}"),
     );
     env.insert("HEALTH_PROBE_BIND_ADDRESS".into(), admin_addr.to_string());
+    // With metrics.secure the Pod mounts its ServiceAccount's token to review scrapes of /metrics: that token
+    // here, and the secure metrics port on a free one.
+    assert_eq!(env.get("METRICS_SECURE").map(String::as_str), Some("true"));
+    let token = testenv::service_account_token(&admin, &ns, "peer-pods-webhook", &[]).await;
+    let kubeconfig = work.path().join("kubeconfig");
+    token_kubeconfig(cp, &kubeconfig, &token);
+    env.insert("KUBECONFIG".into(), kubeconfig.display().to_string());
+    env.insert("METRICS_LISTEN".into(), "127.0.0.1:0".into());
     let mut webhook = Service::start(
         "peerpods-webhook",
         &service_binary("peerpods-webhook"),
