@@ -14,6 +14,7 @@ mod detached_deletes;
 mod do_not_delete;
 mod exhaustion;
 mod grpcurl;
+mod http2_limits;
 mod idle_connections;
 mod libvirt;
 mod load;
