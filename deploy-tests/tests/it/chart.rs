@@ -85,6 +85,9 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
         let ns = testenv::namespace(&client, &format!("render-{case}")).await;
         let manifest = render("peerpods", &ns, &values).await;
         let docs = documents(&manifest);
+        // provider-service's own namespace: the chart creates it, but a dry run creates nothing for the objects
+        // in it to be checked against.
+        create_namespace(&client, &provider_namespace(&ns)).await;
         let (foreign, ours): (Vec<_>, Vec<_>) = docs
             .iter()
             .partition(|d| FOREIGN_KINDS.contains(&kind_of(d)));
@@ -98,8 +101,8 @@ async fn every_rendered_object_is_valid_for_kubeconform_and_the_api_server() {
         if case == "addons" {
             assert_eq!(
                 foreign.len(),
-                8,
-                "addons: 2 Issuers, 2 Certificates, 3 ServiceMonitors and a PrometheusRule expected"
+                6,
+                "addons: an Issuer, a Certificate, 3 ServiceMonitors and a PrometheusRule expected"
             );
         } else {
             assert!(foreign.is_empty(), "{case}: unexpected add-on objects");
@@ -246,6 +249,15 @@ async fn values_schema_refuses_bad_values() {
         (
             "providerService.credentials.shareWithCAA=maybe",
             "shareWithCAA",
+        ),
+        // provider-service's namespace is a DNS label; an issuer of cert-manager's needs its CA to publish.
+        (
+            "providerService.namespace.name=Not_A_Namespace",
+            "namespace/name",
+        ),
+        (
+            "tls.certManager.enabled=true,tls.certManager.issuerRef.name=company-ca",
+            "caCert",
         ),
         ("unknownSetting=true", "unknownSetting"),
     ] {
@@ -478,6 +490,41 @@ async fn network_policies_limit_provider_service_egress_and_the_webhook() {
             .clone()
             .expect("spec")
     };
+    // provider-service's, in its own namespace; its callers (the controllers, CAA) come from the release
+    // namespace, named by its kubernetes.io/metadata.name label beside their Pod labels.
+    for policy in all.iter().filter(|p| {
+        p.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.contains("-provider-service"))
+    }) {
+        assert_eq!(
+            policy.metadata.namespace.as_deref(),
+            Some("np-provider"),
+            "{:?}",
+            policy.metadata.name
+        );
+    }
+    let callers = named("-provider-service")
+        .ingress
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .and_then(|rule| rule.from)
+        .unwrap_or_default();
+    assert_eq!(callers.len(), 3, "peerpod-ctrl, peer-pod-config-ctrl, CAA");
+    for peer in &callers {
+        assert_eq!(
+            peer.namespace_selector
+                .as_ref()
+                .and_then(|s| s.match_labels.as_ref())
+                .and_then(|l| l.get("kubernetes.io/metadata.name"))
+                .map(String::as_str),
+            Some("np"),
+            "{peer:?}"
+        );
+        assert!(peer.pod_selector.is_some(), "{peer:?}");
+    }
     let egress = named("-provider-service-egress");
     assert_eq!(egress.policy_types, Some(vec!["Egress".to_owned()]));
     let ports: Vec<(i32, String)> = egress
@@ -536,6 +583,16 @@ async fn network_policies_limit_provider_service_egress_and_the_webhook() {
     assert!(policies(&out).is_empty());
 }
 
+/// Creates namespace `name` (the chart creates provider-service's; a dry run does not).
+async fn create_namespace(admin: &kube::Client, name: &str) {
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("Namespace");
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap_or_else(|e| panic!("namespace {name}: {e}"));
+}
+
 async fn sa_client(
     cp: &testenv::ControlPlane,
     admin: &kube::Client,
@@ -561,6 +618,8 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let cp = control_plane();
     let admin = cp.client().await;
     let ns = testenv::namespace(&admin, "chart").await;
+    // provider-service, its credential and its certificate: in their own namespace, which the chart creates.
+    let ps_ns = provider_namespace(&ns);
     let release = ns.clone();
     let fullname = format!("{release}-peerpods");
     let work = tempfile::tempdir().expect("temp dir");
@@ -605,20 +664,27 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         libvirt_host(&[vm.clone(), vm_here.clone(), vm_there.clone()]),
     )
     .expect("libvirt host file");
-    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
-    let mut cm = ConfigMap::default();
-    cm.metadata.name = Some("peer-pods-cm".into());
-    cm.data = Some(BTreeMap::from([
-        ("CLOUD_PROVIDER".into(), "libvirt".into()),
-        ("LIBVIRT_URI".into(), format!("test://{}", host.display())),
-    ]));
-    config_maps
-        .create(&PostParams::default(), &cm)
-        .await
-        .expect("peer-pods-cm");
+    // CAA's (read by peer-pod-config-ctrl in the release namespace) and provider-service's copy in its own.
+    for namespace in [&ns, &ps_ns] {
+        let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), namespace);
+        let mut cm = ConfigMap::default();
+        cm.metadata.name = Some("peer-pods-cm".into());
+        cm.data = Some(BTreeMap::from([
+            ("CLOUD_PROVIDER".into(), "libvirt".into()),
+            ("LIBVIRT_URI".into(), format!("test://{}", host.display())),
+        ]));
+        config_maps
+            .create(&PostParams::default(), &cm)
+            .await
+            .expect("peer-pods-cm");
+    }
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), &ns);
-    // A credential per job: CAA's (peer-pods-secret) and provider-service's own.
-    for name in ["peer-pods-secret", PROVIDER_CREDENTIALS] {
+    let ps_secrets: Api<Secret> = Api::namespaced(admin.clone(), &ps_ns);
+    // A credential per job: CAA's (peer-pods-secret) and provider-service's own, in its namespace.
+    for (secrets, name) in [
+        (&secrets, "peer-pods-secret"),
+        (&ps_secrets, PROVIDER_CREDENTIALS),
+    ] {
         let mut secret = Secret::default();
         secret.metadata.name = Some(name.into());
         secret.string_data = Some(BTreeMap::from([("LIBVIRT_POOL".into(), "default".into())]));
@@ -630,7 +696,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // An upgrade keeps provider-service's certificate (and so the CA every client trusts).
     let tls_secret = format!("{fullname}-provider-service-tls");
-    let issued = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    let issued = ps_secrets.get(&tls_secret).await.expect("TLS Secret").data;
     helm_ok(
         cp,
         &[
@@ -644,17 +710,22 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         ],
     )
     .await;
-    let kept = secrets.get(&tls_secret).await.expect("TLS Secret").data;
+    let kept = ps_secrets.get(&tls_secret).await.expect("TLS Secret").data;
     assert!(
         issued.is_some() && issued == kept,
         "helm upgrade replaced the certificate"
     );
 
     let deployments: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
-    let ps_deploy = deployment_of(&deployments, &fullname, "provider-service").await;
+    let ps_deploy = deployment_of(
+        &Api::namespaced(admin.clone(), &ps_ns),
+        &fullname,
+        "provider-service",
+    )
+    .await;
     let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
     let cc_deploy = deployment_of(&deployments, &fullname, "peer-pod-config-ctrl").await;
-    let (_, ps_client) = sa_client(cp, &admin, &ns, &service_account_of(&ps_deploy)).await;
+    let (_, ps_client) = sa_client(cp, &admin, &ps_ns, &service_account_of(&ps_deploy)).await;
     let (_, pc_client) = sa_client(cp, &admin, &ns, &service_account_of(&pc_deploy)).await;
     let (_, cc_client) = sa_client(cp, &admin, &ns, &service_account_of(&cc_deploy)).await;
     let (_, caa_client) = sa_client(cp, &admin, &ns, "cloud-api-adaptor").await;
@@ -666,7 +737,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         grpc_port,
         admin: ps_admin,
         token: ps_token,
-    } = lay_out_provider_service(cp, &admin, &ns, &ps_deploy, work.path()).await;
+    } = lay_out_provider_service(cp, &admin, &ps_ns, &ps_deploy, work.path()).await;
     let mut provider = Service::start(
         "provider-service",
         &service_binary("provider-service"),
@@ -783,7 +854,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     let peerpod_ctrl_token = token_of(&format!("{fullname}-peerpod-ctrl")).await;
     let stranger = token_of("default").await;
     let ca_file = work.path().join("peerpod-ctrl-0/mount/ca.crt");
-    let server_name = format!("{fullname}-provider-service.{ns}.svc");
+    let server_name = format!("{fullname}-provider-service.{ps_ns}.svc");
     let caller = |token: &str| {
         static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -1159,6 +1230,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
 
     // Not too much: nobody reads the cloud credentials through the API; provider-service gets them mounted.
     let credentials = |c: &kube::Client| Api::<Secret>::namespaced(c.clone(), &ns);
+    let ps_credentials = |c: &kube::Client| Api::<Secret>::namespaced(c.clone(), &ps_ns);
     assert!(
         forbidden(credentials(&ps_client).get("peer-pods-secret").await),
         "provider-service read peer-pods-secret through the API"
@@ -1177,7 +1249,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     );
     for client in [&ps_client, &pc_client, &cc_client, &caa_client] {
         assert!(
-            forbidden(credentials(client).get(PROVIDER_CREDENTIALS).await),
+            forbidden(ps_credentials(client).get(PROVIDER_CREDENTIALS).await),
             "provider-service's credential read through the API"
         );
     }
@@ -1189,13 +1261,15 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         forbidden(credentials(&cc_client).list(&ListParams::default()).await),
         "peer-pod-config-ctrl listed Secrets"
     );
-    assert!(
-        forbidden(credentials(&ps_client).list(&ListParams::default()).await),
-        "provider-service listed Secrets"
-    );
+    for secrets in [credentials(&ps_client), ps_credentials(&ps_client)] {
+        assert!(
+            forbidden(secrets.list(&ListParams::default()).await),
+            "provider-service listed Secrets"
+        );
+    }
     assert!(
         forbidden(
-            credentials(&ps_client)
+            ps_credentials(&ps_client)
                 .get(&secret_of(&ps_deploy, "tls"))
                 .await
         ),

@@ -26,7 +26,9 @@ const WEBHOOK_SERVICE: &str = "peer-pods-webhook-service";
 const WEBHOOK_CONFIGURATION: &str = "peer-pods-webhook-mutating-webhook-configuration";
 
 /// The kinds of the chart that decide who may do what: applied, the rest (workloads that never run here) not.
-const POLICY_KINDS: [&str; 7] = [
+/// provider-service's Namespace holds its ServiceAccount.
+const POLICY_KINDS: [&str; 8] = [
+    "Namespace",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
     "ClusterRole",
@@ -440,7 +442,9 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
     let allowed = "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0";
     let provider_sa = format!("{fullname}-provider-service");
     let tls_secret = format!("{fullname}-provider-service-tls");
-    let ca = (tls_secret.as_str(), "ca.crt");
+    // provider-service's CA, published (ca.crt only) in the release namespace.
+    let ca_secret = format!("{fullname}-provider-service-tls-ca");
+    let ca = (ca_secret.as_str(), "ca.crt");
     for (what, daemonset, says) in [
         (
             "a foreign image",
@@ -488,6 +492,17 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
                 CAA_SA,
                 "peer-pods-secret",
                 (&tls_secret, "tls.key"),
+            ),
+            "refer only to the Secrets",
+        ),
+        (
+            "another key than ca.crt of the published CA",
+            caa_daemonset(
+                CAA_DAEMONSET,
+                allowed,
+                CAA_SA,
+                "peer-pods-secret",
+                (&ca_secret, "tls.key"),
             ),
             "refer only to the Secrets",
         ),
@@ -583,4 +598,269 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
         matches!(&result, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("cannot patch resource")),
         "peer-pod-config-ctrl pointed provider-service's Service elsewhere: {result:?}"
     );
+}
+
+/// provider-service, its credential and its TLS key live where nothing privileged runs and where
+/// peer-pod-config-ctrl creates nothing: installed with the chart's defaults, provider-service's Deployment,
+/// Service, ServiceAccount, NetworkPolicies and TLS Secret are in a namespace of their own, which enforces Pod
+/// Security "restricted" (a privileged Pod is refused there, provider-service's own Pod is not); the release
+/// namespace, where the CAA DaemonSet runs, holds only provider-service's CA (ca.crt, no key); and
+/// peer-pod-config-ctrl's ServiceAccount can create nothing in provider-service's namespace, nor patch its
+/// Deployment or Service there.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_service_lives_apart_in_a_restricted_namespace_peer_pod_config_ctrl_cannot_write()
+{
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    // A control plane of its own: the whole chart is installed, whose cluster-wide objects a release installed
+    // beside it on a shared one may also claim.
+    let cp = testenv::shared_for(concat!(module_path!(), "::provider_namespace"));
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "ps-apart").await;
+    let ps_ns = provider_namespace(&ns);
+    let release = format!("lp-{ns}");
+    let fullname = format!("{release}-peerpods");
+    let provider = format!("{fullname}-provider-service");
+    helm_ok(
+        cp,
+        &[
+            "install",
+            &release,
+            CHART,
+            "--skip-crds",
+            "-f",
+            DEV_VALUES,
+            "--namespace",
+            &ns,
+        ],
+    )
+    .await;
+
+    let namespace = Api::<Namespace>::all(admin.clone())
+        .get(&ps_ns)
+        .await
+        .unwrap_or_else(|e| panic!("provider-service's namespace {ps_ns}: {e}"));
+    assert_eq!(
+        namespace
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("pod-security.kubernetes.io/enforce")
+            .map(String::as_str),
+        Some("restricted"),
+        "{ps_ns} enforces Pod Security restricted"
+    );
+    // provider-service's objects are there, none of them in the release namespace.
+    let ps_deploy = Api::<Deployment>::namespaced(admin.clone(), &ps_ns)
+        .get(&provider)
+        .await
+        .expect("provider-service's Deployment in its namespace");
+    assert!(
+        exists(
+            &Api::<Service>::namespaced(admin.clone(), &ps_ns),
+            &provider
+        )
+        .await,
+        "provider-service's Service in its namespace"
+    );
+    assert!(
+        exists(
+            &Api::<ServiceAccount>::namespaced(admin.clone(), &ps_ns),
+            &service_account_of(&ps_deploy)
+        )
+        .await,
+        "provider-service's ServiceAccount in its namespace"
+    );
+    for policy in [provider.clone(), format!("{provider}-egress")] {
+        assert!(
+            exists(
+                &Api::<NetworkPolicy>::namespaced(admin.clone(), &ps_ns),
+                &policy
+            )
+            .await,
+            "NetworkPolicy {policy} in provider-service's namespace"
+        );
+    }
+    assert!(
+        !exists(
+            &Api::<Deployment>::namespaced(admin.clone(), &ns),
+            &provider
+        )
+        .await,
+        "a provider-service Deployment in the release namespace"
+    );
+    assert!(
+        !exists(&Api::<Service>::namespaced(admin.clone(), &ns), &provider).await,
+        "a provider-service Service in the release namespace"
+    );
+    // Its key (and the volumes of its credential: a Pod mounts only Secrets of its own namespace) are there;
+    // the release namespace holds no key, only the CA its callers verify it with.
+    let tls = Api::<Secret>::namespaced(admin.clone(), &ps_ns)
+        .get(&secret_of(&ps_deploy, "tls"))
+        .await
+        .expect("provider-service's TLS Secret in its namespace");
+    assert!(secret_files(&tls).contains_key("tls.key"));
+    assert_eq!(
+        secret_of(&ps_deploy, "credentials"),
+        "provider-service-credentials"
+    );
+    let release_secrets = Api::<Secret>::namespaced(admin.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .expect("Secrets of the release namespace")
+        .items;
+    for secret in &release_secrets {
+        assert!(
+            !secret_files(secret).contains_key("tls.key"),
+            "a key in the release namespace: {:?}",
+            secret.metadata.name
+        );
+    }
+    let ca = release_secrets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(&format!("{provider}-tls-ca")))
+        .expect("provider-service's CA published in the release namespace");
+    assert_eq!(
+        secret_files(ca).into_keys().collect::<Vec<_>>(),
+        vec!["ca.crt".to_owned()]
+    );
+    assert_eq!(
+        secret_files(ca).get("ca.crt"),
+        secret_files(&tls).get("ca.crt"),
+        "the published CA is the one that signed provider-service's certificate"
+    );
+
+    // Nothing privileged runs there: the API server refuses a privileged Pod (a CAA DaemonSet's); provider-service's
+    // own Pod, as its Deployment renders it, is admitted.
+    let pods = Api::<Pod>::namespaced(admin.clone(), &ps_ns);
+    let privileged: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "privileged"},
+        "spec": {
+            "serviceAccountName": service_account_of(&ps_deploy),
+            "automountServiceAccountToken": false,
+            "hostNetwork": true,
+            "containers": [{"name": "caa", "image": "cloud-api-adaptor:unused",
+                            "securityContext": {"privileged": true}}]
+        }
+    }))
+    .expect("Pod");
+    let refused = pods.create(&PostParams::default(), &privileged).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("violates PodSecurity")),
+        "a privileged Pod in provider-service's namespace: {refused:?}"
+    );
+    let own = Pod {
+        metadata: kube::api::ObjectMeta {
+            name: Some("provider-service".into()),
+            ..Default::default()
+        },
+        spec: ps_deploy.spec.template.spec.clone(),
+        ..Default::default()
+    };
+    pods.create(
+        &PostParams {
+            dry_run: true,
+            ..Default::default()
+        },
+        &own,
+    )
+    .await
+    .expect("provider-service's Pod passes Pod Security restricted");
+
+    // peer-pod-config-ctrl creates nothing there, not even the objects it renders, and patches nothing.
+    let token = testenv::service_account_token(
+        &admin,
+        &ns,
+        &format!("{fullname}-peer-pod-config-ctrl"),
+        &[],
+    )
+    .await;
+    let ppc = cp.client_with_token(&token).await;
+    let post = PostParams::default();
+    let cannot = |what: &str, result: Result<(), kube::Error>| {
+        assert!(
+            matches!(&result, Err(kube::Error::Api(e)) if e.code == 403 && e.reason == "Forbidden"),
+            "peer-pod-config-ctrl {what} in provider-service's namespace: {result:?}"
+        );
+    };
+    cannot(
+        "created CAA's DaemonSet",
+        Api::<DaemonSet>::namespaced(ppc.clone(), &ps_ns)
+            .create(
+                &post,
+                &caa_daemonset(
+                    CAA_DAEMONSET,
+                    "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0",
+                    CAA_SA,
+                    "peer-pods-secret",
+                    (&format!("{provider}-tls-ca"), "ca.crt"),
+                ),
+            )
+            .await
+            .map(drop),
+    );
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "peer-pods-webhook"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "peer-pods-webhook"}},
+            "template": {
+                "metadata": {"labels": {"app": "peer-pods-webhook"}},
+                "spec": {"containers": [{"name": "webhook", "image": "peer-pods-webhook:unused"}]}
+            }
+        }
+    }))
+    .expect("Deployment");
+    cannot(
+        "created a Deployment",
+        Api::<Deployment>::namespaced(ppc.clone(), &ps_ns)
+            .create(&post, &deployment)
+            .await
+            .map(drop),
+    );
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": WEBHOOK_SERVICE},
+        "spec": {"selector": {"app.kubernetes.io/name": "peer-pods-webhook"}, "ports": [{"port": 443}]}
+    }))
+    .expect("Service");
+    cannot(
+        "created a Service",
+        Api::<Service>::namespaced(ppc.clone(), &ps_ns)
+            .create(&post, &service)
+            .await
+            .map(drop),
+    );
+    let secret: Secret =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "webhook-server-cert"}}))
+            .expect("Secret");
+    cannot(
+        "created a Secret",
+        Api::<Secret>::namespaced(ppc.clone(), &ps_ns)
+            .create(&post, &secret)
+            .await
+            .map(drop),
+    );
+    let params = PatchParams::default();
+    cannot(
+        "patched provider-service's Deployment",
+        Api::<Deployment>::namespaced(ppc.clone(), &ps_ns)
+            .patch(
+                &provider,
+                &params,
+                &merge(serde_json::json!({"spec": {"replicas": 0}})),
+            )
+            .await
+            .map(drop),
+    );
+    cannot(
+        "patched provider-service's Service",
+        Api::<Service>::namespaced(ppc.clone(), &ps_ns)
+            .patch(
+                &provider,
+                &params,
+                &merge(serde_json::json!({"spec": {"selector": {"app": "peer-pods-webhook"}}})),
+            )
+            .await
+            .map(drop),
+    );
+    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
 }

@@ -34,6 +34,186 @@ fn has_finalizer(peerpod: &DynamicObject) -> bool {
         .is_some_and(|f| f.iter().any(|f| f == FINALIZER))
 }
 
+/// The last chart whose provider-service ran in the release namespace (this repository's commit).
+const CHART_BEFORE_PROVIDER_NAMESPACE: &str = "45a2a6211c5797cb6a1276ad5ccb78b2aafbf3cf";
+
+/// docs/migrating.md, "Upgrading a release whose provider-service ran in the release namespace": `helm upgrade`
+/// of such a release (the chart at [`CHART_BEFORE_PROVIDER_NAMESPACE`]) ends with one provider-service, in its own
+/// namespace (Deployment, Service, ServiceAccount, TLS Secret), nothing of it left in the release namespace but
+/// the CA its callers verify it with, and the callers pointed at it: the controllers' endpoint names the new
+/// namespace and peer-pod-config-ctrl hands CAA's DaemonSet the published CA. On a control plane of its own (the
+/// whole chart is installed, cluster-wide objects included), without CRDs (`--skip-crds`).
+#[tokio::test(flavor = "multi_thread")]
+async fn upgrading_a_release_with_provider_service_in_the_release_namespace_leaves_one_in_its_own()
+{
+    use crate::support::{CHART, container_env, provider_namespace, run_ok, secret_files};
+    use k8s_openapi::api::core::v1::{Secret, Service, ServiceAccount};
+    let cp = testenv::shared_for(concat!(module_path!(), "::provider_namespace_upgrade"));
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "ps-move").await;
+    let ps_ns = provider_namespace(&ns);
+    let release = ns.clone();
+    let provider = format!("{release}-peerpods-provider-service");
+    let work = tempfile::tempdir().expect("temp dir");
+    let archive = work.path().join("chart.tar");
+    let root = testenv::repo_root().display().to_string();
+    let archive_path = archive.display().to_string();
+    run_ok(
+        std::path::Path::new("git"),
+        &[
+            "-C",
+            &root,
+            "archive",
+            "--output",
+            &archive_path,
+            CHART_BEFORE_PROVIDER_NAMESPACE,
+            "deploy/chart/peerpods",
+            // The chart's crds/ links there.
+            "deploy/crds",
+        ],
+        None,
+    )
+    .await;
+    let old = work.path().display().to_string();
+    run_ok(
+        std::path::Path::new("tar"),
+        &["-x", "-f", &archive_path, "-C", &old],
+        None,
+    )
+    .await;
+    let old_chart = work
+        .path()
+        .join("deploy/chart/peerpods")
+        .display()
+        .to_string();
+    let values = testenv::repo_root().join(DEV_VALUES).display().to_string();
+    let deploy = |chart: String, verb: &'static str| {
+        let (release, ns, values) = (release.clone(), ns.clone(), values.clone());
+        async move {
+            helm_ok(
+                cp,
+                &[
+                    verb,
+                    &release,
+                    &chart,
+                    "--skip-crds",
+                    "-f",
+                    &values,
+                    "--namespace",
+                    &ns,
+                ],
+            )
+            .await
+        }
+    };
+    deploy(old_chart, "install").await;
+    let in_release: Api<Deployment> = Api::namespaced(admin.clone(), &ns);
+    assert!(
+        exists(&in_release, &provider).await,
+        "the older chart runs provider-service in the release namespace"
+    );
+
+    deploy(
+        testenv::repo_root().join(CHART).display().to_string(),
+        "upgrade",
+    )
+    .await;
+    let everywhere: Api<Deployment> = Api::all(admin.clone());
+    let providers: Vec<(String, String)> = everywhere
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={release},app.kubernetes.io/name=provider-service"
+        )))
+        .await
+        .expect("list Deployments")
+        .items
+        .into_iter()
+        .map(|d| {
+            (
+                d.metadata.namespace.unwrap_or_default(),
+                d.metadata.name.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        providers,
+        vec![(ps_ns.clone(), provider.clone())],
+        "one provider-service, in its own namespace"
+    );
+    assert!(
+        exists(
+            &Api::<Service>::namespaced(admin.clone(), &ps_ns),
+            &provider
+        )
+        .await
+    );
+    assert!(
+        exists(
+            &Api::<ServiceAccount>::namespaced(admin.clone(), &ps_ns),
+            &provider
+        )
+        .await
+    );
+    assert!(
+        exists(
+            &Api::<Secret>::namespaced(admin.clone(), &ps_ns),
+            &format!("{provider}-tls")
+        )
+        .await
+    );
+    for (what, gone) in [
+        (
+            "Service",
+            exists(&Api::<Service>::namespaced(admin.clone(), &ns), &provider).await,
+        ),
+        (
+            "ServiceAccount",
+            exists(
+                &Api::<ServiceAccount>::namespaced(admin.clone(), &ns),
+                &provider,
+            )
+            .await,
+        ),
+        (
+            "TLS Secret",
+            exists(
+                &Api::<Secret>::namespaced(admin.clone(), &ns),
+                &format!("{provider}-tls"),
+            )
+            .await,
+        ),
+    ] {
+        assert!(
+            !gone,
+            "provider-service's {what} left in the release namespace"
+        );
+    }
+    let ca = Api::<Secret>::namespaced(admin.clone(), &ns)
+        .get(&format!("{provider}-tls-ca"))
+        .await
+        .expect("provider-service's CA published in the release namespace");
+    assert_eq!(
+        secret_files(&ca).into_keys().collect::<Vec<_>>(),
+        vec!["ca.crt".to_owned()]
+    );
+    // The callers follow: each controller dials the new namespace; CAA's DaemonSet gets the published CA.
+    for controller in ["peerpod-ctrl", "peer-pod-config-ctrl"] {
+        let deployment = in_release
+            .get(&format!("{release}-peerpods-{controller}"))
+            .await
+            .expect("controller Deployment");
+        let env = container_env(&deployment, controller);
+        assert_eq!(
+            env["PROVIDER_ENDPOINT"],
+            format!("https://{provider}.{ps_ns}.svc:50051"),
+            "{controller}"
+        );
+        if controller == "peer-pod-config-ctrl" {
+            assert_eq!(env["CAA_PROVIDER_CA_SECRET"], format!("{provider}-tls-ca"));
+        }
+    }
+    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn switching_from_upstreams_peerpod_ctrl_loses_no_peerpod_and_deletes_each_vm_once() {
     let cp = testenv::shared_for(module_path!());

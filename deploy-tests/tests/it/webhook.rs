@@ -294,9 +294,9 @@ async fn the_charts_webhook_mutates_a_peer_pod_through_its_helm_issued_ca_bundle
     // the webhook's certificate is refused and so is the peer pod; with the chart's back, it is mutated again.
     let other_ca = secret_key(
         &secrets
-            .get(&format!("{RELEASE}-provider-service-tls"))
+            .get(&format!("{RELEASE}-provider-service-tls-ca"))
             .await
-            .expect("provider-service's TLS Secret"),
+            .expect("provider-service's CA, published in the release namespace"),
         "ca.crt",
     );
     assert_ne!(other_ca, secret_key(&secret, "ca.crt"));

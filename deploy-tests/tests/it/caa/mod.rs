@@ -19,8 +19,10 @@ use peerpods_proto::v1::ListInstancesRequest;
 
 use crate::support::*;
 
-/// CAA's namespace; ours installs into it too, to share peer-pods-cm (provider-service has its own credential).
+/// CAA's namespace; ours installs into it too, beside CAA (its callers of provider-service run there).
 pub const CAA_NS: &str = "confidential-containers-system";
+/// Our provider-service's own namespace (the chart's default for a release in [`CAA_NS`]).
+pub const PROVIDER_NS: &str = "confidential-containers-system-provider";
 /// CAA's release, as its README installs it.
 pub const CAA_RELEASE: &str = "peerpods";
 /// Ours, beside it (release names are per namespace: it cannot be `peerpods` too).
@@ -213,7 +215,8 @@ pub async fn turn_off_upstream_controller(cp: &testenv::ControlPlane, chart: &st
 }
 
 /// Our chart as docs/alongside-caa.md installs it: in CAA's namespace with `examples/alongside-caa.yaml`, and
-/// libvirt's test driver behind provider-service in development mode.
+/// libvirt's test driver behind provider-service in development mode; then, as the document says, a copy of
+/// the peer-pods-cm CAA's chart manages in provider-service's namespace.
 pub async fn install_ours(cp: &testenv::ControlPlane) {
     helm_ok(
         cp,
@@ -229,6 +232,28 @@ pub async fn install_ours(cp: &testenv::ControlPlane) {
             "-f",
             DEV_VALUES,
         ],
+    )
+    .await;
+    let caas = kubectl_ok(
+        cp,
+        &[
+            "get",
+            "configmap",
+            "peer-pods-cm",
+            "--namespace",
+            CAA_NS,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let mut copy: serde_json::Value = serde_json::from_str(&caas).expect("peer-pods-cm JSON");
+    copy["metadata"] = serde_json::json!({"name": "peer-pods-cm", "namespace": PROVIDER_NS});
+    let kubeconfig = cp.kubeconfig_path().display().to_string();
+    run_ok(
+        &tool("kubectl"),
+        &["--kubeconfig", &kubeconfig, "apply", "-f", "-"],
+        Some(&copy.to_string()),
     )
     .await;
 }
@@ -299,22 +324,26 @@ impl Ours {
         let admin = cp.client().await;
         let fullname = OUR_RELEASE.to_owned();
         let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
-        let ps_deploy = deployment_of(&deployments, &fullname, "provider-service").await;
+        let ps_deploy = deployment_of(
+            &Api::namespaced(admin.clone(), PROVIDER_NS),
+            &fullname,
+            "provider-service",
+        )
+        .await;
         let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), CAA_NS);
-        for sa in [
-            service_account_of(&ps_deploy),
-            service_account_of(&pc_deploy),
+        for (ns, sa) in [
+            (PROVIDER_NS, service_account_of(&ps_deploy)),
+            (CAA_NS, service_account_of(&pc_deploy)),
         ] {
-            accounts
+            Api::<ServiceAccount>::namespaced(admin.clone(), ns)
                 .get(&sa)
                 .await
-                .unwrap_or_else(|e| panic!("ServiceAccount {sa} from the chart: {e}"));
+                .unwrap_or_else(|e| panic!("ServiceAccount {ns}/{sa} from the chart: {e}"));
         }
 
-        // provider-service: peer-pods-cm (CAA's chart's), its own credential and its certificate, mounted as a
-        // kubelet would.
-        let provider = lay_out_provider_service(cp, &admin, CAA_NS, &ps_deploy, work).await;
+        // provider-service: the copy of peer-pods-cm (CAA's chart's), its own credential and its certificate, in
+        // its namespace, mounted as a kubelet would.
+        let provider = lay_out_provider_service(cp, &admin, PROVIDER_NS, &ps_deploy, work).await;
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
         let sa = service_account_of(&pc_deploy);
         let api_token = testenv::service_account_token(&admin, CAA_NS, &sa, &[]).await;

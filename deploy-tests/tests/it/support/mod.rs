@@ -492,6 +492,12 @@ pub async fn kubectl_ok(cp: &testenv::ControlPlane, args: &[&str]) -> String {
     run_ok(&tool("kubectl"), &all, None).await
 }
 
+/// provider-service's own namespace in a release installed into `ns` (the chart's default,
+/// providerService.namespace): it, its credential and its TLS key live there, its callers in `ns`.
+pub fn provider_namespace(ns: &str) -> String {
+    format!("{ns}-provider")
+}
+
 /// The chart's Deployment of `component` (`provider-service`, `peerpod-ctrl`, ...) in a release whose full name
 /// is `fullname`.
 pub async fn deployment_of(

@@ -63,9 +63,21 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-tls" (include "peerpods.providerServiceName" .) -}}
 {{- end -}}
 
+{{/* provider-service's own namespace (providerService.namespace): it, its credential and its TLS key live there,
+     apart from the privileged CAA DaemonSet and from what peer-pod-config-ctrl creates in the release namespace. */}}
+{{- define "peerpods.providerServiceNamespace" -}}
+{{- .Values.providerService.namespace.name | default (printf "%s-provider" .Release.Namespace | trunc 63 | trimSuffix "-") -}}
+{{- end -}}
+
+{{/* The CA of provider-service's certificate (ca.crt only, no key), published in the release namespace for the
+     callers there: a Pod mounts only Secrets of its own namespace. */}}
+{{- define "peerpods.providerCASecretName" -}}
+{{- printf "%s-ca" (include "peerpods.tlsSecretName" .) -}}
+{{- end -}}
+
 {{/* The DNS name controllers dial; provider-service's certificate carries it. */}}
 {{- define "peerpods.providerServiceHost" -}}
-{{- printf "%s.%s.svc" (include "peerpods.providerServiceName" .) .Release.Namespace -}}
+{{- printf "%s.%s.svc" (include "peerpods.providerServiceName" .) (include "peerpods.providerServiceNamespace" .) -}}
 {{- end -}}
 
 {{- define "peerpods.providerEndpoint" -}}
@@ -94,7 +106,7 @@ app.kubernetes.io/component: {{ .component }}
           expirationSeconds: 3600
           path: token
       - secret:
-          name: {{ include "peerpods.tlsSecretName" . }}
+          name: {{ include "peerpods.providerCASecretName" . }}
           items:
             - key: ca.crt
               path: ca.crt
