@@ -111,7 +111,7 @@ RUN_CMD_provider-service = $(DEV_CMD_provider-service)
 RUN_CMD_peerpod-ctrl = $(DEV_CMD_peerpod-ctrl)
 RUN_CMD_peer-pod-config-ctrl = PEERPODS_NAMESPACE=$(RUN_NAMESPACE) $(DEV_BIN)/peer-pod-config-ctrl \
 	--admin-listen 127.0.0.1:18082
-run: install dev-build
+run: install install-webhook-configuration dev-build
 	@test -n "$${KUBECONFIG:-}" || test -f $$HOME/.kube/config || { echo "set KUBECONFIG"; exit 1; }
 	@pids=(); trap 'kill $${pids[@]} 2>/dev/null; wait; exit 0' INT TERM; \
 	$(foreach s,$(SERVICES),( $(RUN_CMD_$(s)) ) 2>&1 | sed -u 's/^/[$(s)] /' & pids+=($$!);) \

@@ -1,6 +1,6 @@
 # peer-pod-config-ctrl: CRD generation and the local dev loop.
 
-.PHONY: manifests manifests-peerpodconfig dev-peerpodconfig
+.PHONY: manifests manifests-peerpodconfig dev-peerpodconfig install-webhook-configuration
 
 # Double-colon so every controller's fragment adds its own CRDs to `make manifests`.
 manifests:: manifests-peerpodconfig
@@ -8,13 +8,16 @@ manifests:: manifests-peerpodconfig
 manifests-peerpodconfig:
 	$(CARGO) run --quiet -p peer-pod-config-ctrl -- crd > $(ROOT)/deploy/crds/peerpodconfigs.yaml
 
-# `make dev`: install the CRD, the peer-pods namespace, a few Node objects (three of them labelled as workers)
-# and the sample PeerPodConfig; the controller then spreads its limit over the workers. Once it has,
-# this prints what every node advertises.
+# `make dev`: install the CRD, the webhook configuration the chart would create (the controller only adds its
+# webhook to it), the peer-pods namespace, a few Node objects (three of them labelled as workers) and the sample
+# PeerPodConfig; the controller then spreads its limit over the workers. Once it has, this prints what every node
+# advertises.
 PEERPODS_DEV_NAMESPACE := confidential-containers-system
 
 dev-peerpodconfig: $(KUBECTL)
 	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -f deploy/crds/peerpodconfigs.yaml
+	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply --server-side --field-manager=peerpods-dev \
+	  -f deploy/samples/webhook-configuration.yaml
 	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) wait --for condition=established --timeout=60s \
 	  crd/peerpodconfigs.confidentialcontainers.org
 	$(KUBECTL) --kubeconfig $(KUBECONFIG_DEV) apply -f deploy/samples/dev-nodes.yaml
@@ -50,3 +53,7 @@ DEV_CMD_peer-pod-config-ctrl = \
 	exec env PEERPODS_NAMESPACE=$(PEERPODS_DEV_NAMESPACE) $(DEV_BIN)/peer-pod-config-ctrl \
 	  --admin-listen 127.0.0.1:18082 --provider-endpoint http://127.0.0.1:50051 --provider-auth none \
 	  --caa-provider-endpoint http://127.0.0.1:50051
+
+# `make run` (against the current KUBECONFIG, without the chart): the webhook configuration the chart would create.
+install-webhook-configuration: $(KUBECTL)
+	$(KUBECTL) apply --server-side --field-manager=peerpods-dev -f $(ROOT)/deploy/samples/webhook-configuration.yaml

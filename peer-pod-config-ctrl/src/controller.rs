@@ -2,8 +2,8 @@
 //! or under a Lease). Deciding is in [`crate::validate`] and [`crate::plan`], acting in [`crate::reconcile`].
 //!
 //! Watches: PeerPodConfigs (all namespaces, so a misplaced one is reported instead of ignored); the owned
-//! DaemonSet, Deployment, Service and Secret (owner references); the cluster-scoped webhook configuration (by
-//! name); Nodes, through one watch that both fills the node cache and triggers reconciles, filtered to changes
+//! DaemonSet, Deployment, Service and Secret (owner references); the cluster-scoped webhook configuration the
+//! chart creates (by name: its creation starts a reconcile); Nodes, through one watch that both fills the node cache and triggers reconciles, filtered to changes
 //! that matter (labels, our capacity value, nodes coming and going) so node heartbeats cost nothing.
 
 use std::collections::HashMap;
@@ -55,6 +55,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// How the CAA DaemonSet reaches provider-service; `None` leaves CAA without it.
     pub caa_provider_service: Option<objects::ProviderServiceWiring>,
+    /// The ServiceAccounts CAA's DaemonSet and the webhook may run as; a PeerPodConfig naming others is invalid.
+    pub service_accounts: crate::validate::AllowedServiceAccounts,
 }
 
 /// A controller ready to run: its context (tests reconcile through it directly) and the future that runs it.
@@ -174,6 +176,7 @@ pub fn build(
         ),
         provider: settings.provider.map(ProviderCapacity::new),
         caa_provider_service: settings.caa_provider_service.clone(),
+        service_accounts: settings.service_accounts.clone(),
         failures: forget_failures,
         owned: caches::Owned {
             daemonsets: daemonset_cache,
@@ -188,12 +191,18 @@ pub fn build(
         node_patches: Arc::new(nodes::PatchRate::default()),
     });
     let on_config_map = all_configs.clone();
+    let on_webhook_configuration = all_configs.clone();
     let controller = controller
         .owns_stream(daemonsets)
         .owns_stream(deployments)
         .owns_stream(services)
         .owns_stream(secrets)
-        .watches_stream(webhooks, |mwc| owner_of(&mwc.metadata))
+        // Once it carries the webhook, its PeerPodConfig; before (the chart just created it), every one: the
+        // PeerPodConfig waiting for it goes on.
+        .watches_stream(webhooks, move |mwc| match owner_of(&mwc.metadata) {
+            Some(owner) => vec![owner],
+            None => on_webhook_configuration(),
+        })
         // CAA's ConfigMap decides the per-cloud parts of the DaemonSet: a change re-renders it.
         .watches_stream(config_maps, move |_| on_config_map())
         .watches_stream(relevant_node_changes(node_events), move |_| on_node())

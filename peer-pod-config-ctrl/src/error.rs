@@ -24,14 +24,15 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// Deleting the cluster-scoped webhook configuration during cleanup.
-    #[error("deleting {kind} {name}: {source}")]
-    Delete {
-        kind: &'static str,
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
+    /// The MutatingWebhookConfiguration the chart creates does not exist. This controller only adds its webhook
+    /// to it and never creates one (its ServiceAccount may not: a webhook configuration of its own would reach
+    /// every Pod of the cluster).
+    #[error(
+        "MutatingWebhookConfiguration {name} does not exist: the Helm chart creates it (with no webhooks) and \
+         peer-pod-config-ctrl only adds its webhook to it; install the chart, or without the chart create it as \
+         deploy/samples/webhook-configuration.yaml does"
+    )]
+    WebhookConfigurationMissing { name: &'static str },
 
     /// Patching `status.capacity` of a node.
     #[error("patching kata.peerpods.io/vm on node {node}: {source}")]
@@ -93,7 +94,7 @@ impl Error {
         match self {
             Self::Apply { .. } => "ApplyFailed",
             Self::Read { .. } => "ReadFailed",
-            Self::Delete { .. } => "DeleteFailed",
+            Self::WebhookConfigurationMissing { .. } => "WebhookConfigurationMissing",
             Self::NodeCapacity { .. } => "NodeCapacityFailed",
             Self::Status { .. } => "StatusFailed",
             Self::Finalizer(inner) => match inner.as_ref() {
@@ -125,6 +126,7 @@ mod tests {
             },
             Error::Serialize(std::fmt::Error.into()),
             Error::MissingMetadata("name"),
+            Error::WebhookConfigurationMissing { name: "x" },
             Error::ProviderCapacity {
                 provider: "aws".into(),
                 message: String::new(),

@@ -55,6 +55,19 @@ struct Cli {
     /// Name CAA verifies provider-service's certificate against, when it differs from the endpoint host.
     #[arg(long, env = "CAA_PROVIDER_SERVER_NAME")]
     caa_provider_server_name: Option<String>,
+    /// The only ServiceAccount CAA's DaemonSet may run as (the chart's caa.serviceAccount.name): a PeerPodConfig
+    /// whose spec.caa.serviceAccountName names another one is invalid (ServiceAccountNotAllowed) and renders
+    /// nothing.
+    #[arg(long, env = "CAA_SERVICE_ACCOUNT", default_value = "cloud-api-adaptor")]
+    caa_service_account: String,
+    /// The only ServiceAccount the webhook Deployment may run as (the chart's webhook.serviceAccount.name), for
+    /// spec.webhook.serviceAccountName likewise.
+    #[arg(
+        long,
+        env = "WEBHOOK_SERVICE_ACCOUNT",
+        default_value = "peer-pods-webhook"
+    )]
+    webhook_service_account: String,
 }
 
 impl binary::ControllerCli for Cli {
@@ -97,6 +110,10 @@ async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary:
         provider,
         instance: Some(wiring.identity.clone()),
         caa_provider_service,
+        service_accounts: peer_pod_config_ctrl::validate::AllowedServiceAccounts {
+            caa: cli.caa_service_account.clone(),
+            webhook: cli.webhook_service_account.clone(),
+        },
     };
     tracing::info!(identity = wiring.identity, namespace = %cli.namespace, leader_elect = wiring.leader.is_some(), "starting");
     let Wiring {
@@ -145,6 +162,10 @@ mod tests {
             "pod-0",
             "--namespace",
             "pp-system",
+            "--caa-service-account",
+            "caa",
+            "--webhook-service-account",
+            "hook",
         ])
         .unwrap();
         assert_eq!(cli.provider.client_config().unwrap().token_file, None);
@@ -156,7 +177,7 @@ mod tests {
         let unread = unread_env(
             &Cli::command(),
             "PEERPODS_NAMESPACE CAA_PROVIDER_ENDPOINT CAA_PROVIDER_CA_SECRET \
-             CAA_PROVIDER_AUDIENCE CAA_PROVIDER_SERVER_NAME",
+             CAA_PROVIDER_AUDIENCE CAA_PROVIDER_SERVER_NAME CAA_SERVICE_ACCOUNT WEBHOOK_SERVICE_ACCOUNT",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
         Cli::command().debug_assert();
@@ -171,6 +192,14 @@ mod tests {
         );
         assert_eq!(cli.provider.provider_timeout, Duration::from_secs(90));
         assert_eq!(cli.namespace, "confidential-containers-system");
+        // The chart's and the PeerPodConfig's defaults.
+        assert_eq!(
+            peer_pod_config_ctrl::validate::AllowedServiceAccounts {
+                caa: cli.caa_service_account.clone(),
+                webhook: cli.webhook_service_account.clone(),
+            },
+            peer_pod_config_ctrl::validate::AllowedServiceAccounts::default()
+        );
         assert_eq!(cli.shared.admin.admin_listen.to_string(), "0.0.0.0:8080");
         let cli = Cli::try_parse_from(["peer-pod-config-ctrl", "--leader-elect"]).unwrap();
         let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();

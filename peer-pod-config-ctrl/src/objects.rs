@@ -650,7 +650,16 @@ pub fn webhook_service(config: &PeerPodConfig, namespace: &str) -> Result<Servic
     })
 }
 
-/// The MutatingWebhookConfiguration wiring the API server to the webhook, carrying `ca_bundle` (PEM).
+/// This controller's part of the MutatingWebhookConfiguration the chart creates (uid `uid`): its one webhook,
+/// wiring the API server to the webhook and carrying `ca_bundle` (PEM), and its owner labels. Server-side applied
+/// under this controller's field manager: `webhooks` is a list keyed by name, so the entry is this controller's
+/// and whatever the chart sets stays the chart's.
+///
+/// `uid` makes the apply a precondition on the chart's object. An apply to a missing object creates it when the
+/// caller may create (the chart's RBAC grants no create, and the API server checks create for such an apply; but
+/// without the chart, as in `make dev`, the controller may run with wider rights): with a uid the API server
+/// refuses instead ("uid mismatch ... no existing object was found"), so a configuration deleted after the cache
+/// saw it is never recreated by this controller, whatever its credentials.
 ///
 /// Besides upstream's wiring it has a match condition on the runtime class: the webhook fails closed, and this way
 /// a webhook outage only blocks peer pods, never every pod in the cluster.
@@ -658,12 +667,22 @@ pub fn webhook_configuration(
     config: &PeerPodConfig,
     namespace: &str,
     ca_bundle: &[u8],
+    uid: &str,
 ) -> MutatingWebhookConfiguration {
     let runtime_class = &config.spec.webhook.target_runtime_class;
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(WEBHOOK_CONFIGURATION.into()),
-            labels: Some(labels(config, WEBHOOK_SELECTOR)),
+            uid: Some(uid.to_owned()),
+            // The owner labels only (they lead a change back to the PeerPodConfig): the object's other labels,
+            // app.kubernetes.io/managed-by above all, are the chart's, and a forced apply would take them over.
+            labels: Some(BTreeMap::from([
+                (OWNER_LABEL.to_owned(), config.name_any()),
+                (
+                    OWNER_NAMESPACE_LABEL.to_owned(),
+                    config.namespace().unwrap_or_default(),
+                ),
+            ])),
             ..ObjectMeta::default()
         },
         webhooks: Some(vec![MutatingWebhook {
@@ -706,6 +725,21 @@ pub fn webhook_configuration(
             }]),
             ..MutatingWebhook::default()
         }]),
+    }
+}
+
+/// The webhook configuration as this controller applies it once a PeerPodConfig is deleted: nothing but its name
+/// and `uid` (the same precondition). Server-side apply drops what this field manager set before and no longer
+/// sets, the webhook entry, the owner labels and the applied-hash annotation, and leaves the object and the
+/// chart's fields alone.
+pub fn webhook_configuration_released(uid: &str) -> MutatingWebhookConfiguration {
+    MutatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(WEBHOOK_CONFIGURATION.into()),
+            uid: Some(uid.to_owned()),
+            ..ObjectMeta::default()
+        },
+        webhooks: None,
     }
 }
 
@@ -840,7 +874,17 @@ pub(crate) mod tests {
     #[test]
     fn webhook_configuration_wiring() {
         let config = config(serde_json::json!({"limit": 3}));
-        let mwc = webhook_configuration(&config, "peer-pods", b"PEM");
+        let mwc = webhook_configuration(&config, "peer-pods", b"PEM", "uid-of-the-charts");
+        assert_eq!(mwc.metadata.uid.as_deref(), Some("uid-of-the-charts"));
+        assert!(labelled_for(&mwc.metadata, &config));
+        assert!(
+            !mwc.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(MANAGED_BY.0),
+            "app.kubernetes.io/managed-by is the chart's (Helm)"
+        );
         let hook = &mwc.webhooks.unwrap()[0];
         assert_eq!(hook.name, MUTATING_WEBHOOK);
         assert_eq!(hook.failure_policy.as_deref(), Some("Fail"));
@@ -934,7 +978,7 @@ pub(crate) mod tests {
     fn runtime_class_is_quoted_in_the_match_condition() {
         let config =
             config(serde_json::json!({"limit": 3, "webhook": {"targetRuntimeClass": "a'b"}}));
-        let mwc = webhook_configuration(&config, "ns", b"");
+        let mwc = webhook_configuration(&config, "ns", b"", "uid");
         assert!(
             mwc.webhooks.unwrap()[0].match_conditions.as_ref().unwrap()[0]
                 .expression

@@ -1,5 +1,6 @@
 //! The acting reconcile: applies what [`crate::validate`] and [`crate::plan`] decided, records status, Events and
-//! metrics, and removes node capacity and the webhook configuration when a PeerPodConfig is deleted (finalizer).
+//! metrics, and removes node capacity and its webhook from the webhook configuration when a PeerPodConfig is
+//! deleted (finalizer). The webhook configuration itself is the chart's: this controller only patches it.
 //! The only module of the controller that writes to the API or calls provider-service.
 
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -24,10 +25,11 @@ use crate::crd::PeerPodConfig;
 use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
-use crate::validate::{self, DUPLICATE};
+use crate::validate::{self, AllowedServiceAccounts, InvalidReason};
 use crate::{Error, FIELD_MANAGER, apply, caches, hold, nodes, objects};
 
-/// Finalizer on PeerPodConfigs: node capacity and the webhook configuration are removed before the object goes.
+/// Finalizer on PeerPodConfigs: node capacity and the webhook's entry in the webhook configuration are removed
+/// before the object goes.
 pub const FINALIZER: &str = "confidentialcontainers.org/peerpodconfig-cleanup";
 
 /// How long a reconcile waits for the first node list before retrying later.
@@ -52,6 +54,8 @@ pub struct Context {
     pub(crate) recorder: Recorder,
     pub(crate) provider: Option<ProviderCapacity>,
     pub(crate) caa_provider_service: Option<objects::ProviderServiceWiring>,
+    /// The ServiceAccounts the rendered DaemonSet and Deployment may run as.
+    pub(crate) service_accounts: AllowedServiceAccounts,
     /// Consecutive failures per PeerPodConfig; the watch forgets the ones that are gone (see `controller`).
     pub(crate) failures: Arc<Failures<ObjectRef<PeerPodConfig>>>,
     /// The owned objects and CAA's ConfigMap, as the watches have them: compared instead of read.
@@ -147,8 +151,13 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         ..Observed::default()
     };
     let active = ctx.active_config();
-    if let Some(invalid) = validate::validate(&config, &ctx.namespace, active.as_deref()) {
-        let recheck = invalid.reason == DUPLICATE;
+    if let Some(invalid) = validate::validate(
+        &config,
+        &ctx.namespace,
+        active.as_deref(),
+        &ctx.service_accounts,
+    ) {
+        let recheck = invalid.reason == InvalidReason::DuplicateConfig;
         observed.invalid = Some(invalid);
         write_status(&config, &observed, ctx).await?;
         return Ok(if recheck {
@@ -184,12 +193,38 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     ensure(ctx, &mut written, serving.to_secret(&config, ns)?).await?;
     ensure(ctx, &mut written, objects::webhook_service(&config, ns)?).await?;
     let webhook = ensure(ctx, &mut written, objects::webhook_deployment(&config, ns)?).await?;
-    ensure_cluster(
-        ctx,
-        &mut written,
-        objects::webhook_configuration(&config, ns, serving.ca_pem.as_bytes()),
-    )
-    .await?;
+    // The chart creates the webhook configuration; this controller adds its webhook to it and never creates it:
+    // absent (an install without the chart), the PeerPodConfig says so and the reconcile is retried with backoff
+    // (the watch on the configuration also triggers one as soon as it is created).
+    let chart_configuration =
+        current::<MutatingWebhookConfiguration>(ctx, None, objects::WEBHOOK_CONFIGURATION);
+    let missing = match chart_configuration.and_then(|c| c.metadata.uid) {
+        Some(uid) => {
+            ensure_cluster(
+                ctx,
+                &mut written,
+                objects::webhook_configuration(&config, ns, serving.ca_pem.as_bytes(), &uid),
+            )
+            .await?;
+            None
+        }
+        None => Some(Error::WebhookConfigurationMissing {
+            name: objects::WEBHOOK_CONFIGURATION,
+        }),
+    };
+    if let Some(missing) = &missing
+        && !webhook_condition_is(&config, missing.reason())
+    {
+        warn!(error = %missing, "the webhook configuration is missing");
+        publish(
+            ctx,
+            &config,
+            EventType::Warning,
+            missing.reason(),
+            missing.to_string(),
+        )
+        .await;
+    }
     if !written.is_empty() {
         publish(
             ctx,
@@ -254,12 +289,26 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
 
     observed.capacity = Some(planned.status());
     observed.provider_problem = provider_problem;
-    observed.objects_applied = true;
+    observed.objects_applied = missing.is_none();
     observed.daemonset = Some(daemonset);
     observed.webhook = Some(webhook);
+    observed.webhook_configuration_problem = missing.as_ref().map(|e| (e.reason(), e.to_string()));
     write_status(&config, &observed, ctx).await?;
 
-    Ok(Action::requeue(plan::next_check(&config)))
+    match missing {
+        // An error, so the retry backs off per object (error_policy), never a hot loop.
+        Some(missing) => Err(missing),
+        None => Ok(Action::requeue(plan::next_check(&config))),
+    }
+}
+
+/// Whether the stored WebhookReady condition already has `reason` (its Warning Event was published then).
+fn webhook_condition_is(config: &PeerPodConfig, reason: &str) -> bool {
+    config.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == status::WEBHOOK_READY && c.reason == reason)
+    })
 }
 
 /// The cloud the CAA DaemonSet is rendered for: `spec.caa.provider`, else the `CLOUD_PROVIDER` of CAA's ConfigMap
@@ -386,12 +435,13 @@ async fn write_status(
         })
         .unwrap_or(false);
     if let Some(invalid) = observed.invalid.as_ref().filter(|_| !was_invalid) {
-        warn!(reason = invalid.reason, message = %invalid.message, "PeerPodConfig is invalid");
+        let reason = invalid.reason.as_str();
+        warn!(reason, message = %invalid.message, "PeerPodConfig is invalid");
         publish(
             ctx,
             config,
             EventType::Warning,
-            invalid.reason,
+            reason,
             invalid.message.clone(),
         )
         .await;
@@ -406,8 +456,9 @@ async fn write_status(
     Ok(())
 }
 
-/// Deletion: remove node capacity and the webhook configuration (cluster-scoped, so no owner reference can
-/// cascade to it). The namespaced objects go with the garbage collector through their owner references.
+/// Deletion: remove node capacity and this controller's webhook from the chart's webhook configuration
+/// (cluster-scoped, so no owner reference could cascade to it; and the object is the chart's, so it stays). The
+/// namespaced objects go with the garbage collector through their owner references.
 async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Error> {
     let active = ctx.active_config();
     if !validate::may_have_written(&config, &ctx.namespace, active.as_deref()) {
@@ -423,15 +474,24 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
         .inc_by(u64::try_from(removed).unwrap_or(0));
     let mwc_api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
     let mwc = current::<MutatingWebhookConfiguration>(ctx, None, objects::WEBHOOK_CONFIGURATION);
-    if let Some(mwc) = mwc.filter(|m| objects::labelled_for(&m.metadata, &config)) {
+    if let Some(uid) = mwc
+        .filter(|m| objects::labelled_for(&m.metadata, &config))
+        .and_then(|m| m.metadata.uid)
+    {
+        // Everything this field manager set goes (the webhook, its labels, the hash); not the object.
         match mwc_api
-            .delete(&mwc.name_any(), &DeleteParams::default())
+            .patch(
+                objects::WEBHOOK_CONFIGURATION,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&objects::webhook_configuration_released(&uid)),
+            )
             .await
         {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Ok(live) => ctx.written.remember(&live),
+            // Deleted meanwhile (the uid precondition found no object): nothing of ours is left in it.
+            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
             Err(source) => {
-                return Err(Error::Delete {
+                return Err(Error::Apply {
                     kind: "MutatingWebhookConfiguration",
                     name: objects::WEBHOOK_CONFIGURATION.into(),
                     source,
@@ -439,8 +499,9 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
             }
         }
     }
-    let note =
-        format!("removed kata.peerpods.io/vm from {removed} nodes and the webhook configuration");
+    let note = format!(
+        "removed kata.peerpods.io/vm from {removed} nodes and the webhook from the webhook configuration"
+    );
     info!(%note, "cleaned up");
     publish(ctx, &config, EventType::Normal, "CleanedUp", note).await;
     Ok(Action::await_change())

@@ -4,6 +4,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::PeerPodConfigStatus;
+use crate::validate::InvalidReason;
 
 pub const READY: &str = "Ready";
 pub const DAEMONSET_READY: &str = "DaemonSetReady";
@@ -14,8 +15,7 @@ pub const INVALID: &str = "Invalid";
 /// Why a PeerPodConfig cannot be acted on.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Invalid {
-    /// CamelCase reason, e.g. `InvalidLimit`, `DuplicateConfig`.
-    pub reason: &'static str,
+    pub reason: InvalidReason,
     pub message: String,
 }
 
@@ -42,6 +42,9 @@ pub struct Observed {
     pub objects_applied: bool,
     pub daemonset: Option<DaemonSet>,
     pub webhook: Option<Deployment>,
+    /// Why the webhook's entry is not in the webhook configuration (reason, message), e.g. the configuration the
+    /// chart creates does not exist.
+    pub webhook_configuration_problem: Option<(&'static str, String)>,
 }
 
 struct Verdict {
@@ -91,7 +94,17 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
     }
 }
 
-fn webhook_verdict(deployment: Option<&Deployment>) -> Verdict {
+fn webhook_verdict(
+    deployment: Option<&Deployment>,
+    configuration_problem: Option<&(&'static str, String)>,
+) -> Verdict {
+    if let Some((reason, message)) = configuration_problem {
+        return Verdict {
+            ok: false,
+            reason,
+            message: message.clone(),
+        };
+    }
     let Some(d) = deployment else {
         return Verdict {
             ok: false,
@@ -186,7 +199,14 @@ pub fn compute(
     let mut conditions = Vec::new();
     let invalid = observed.invalid.as_ref();
     conditions.push(match invalid {
-        Some(i) => condition(INVALID, true, i.reason, i.message.clone(), generation, &now),
+        Some(i) => condition(
+            INVALID,
+            true,
+            i.reason.as_str(),
+            i.message.clone(),
+            generation,
+            &now,
+        ),
         None => condition(
             INVALID,
             false,
@@ -206,7 +226,10 @@ pub fn compute(
     } else {
         (
             daemonset_verdict(observed.daemonset.as_ref()),
-            webhook_verdict(observed.webhook.as_ref()),
+            webhook_verdict(
+                observed.webhook.as_ref(),
+                observed.webhook_configuration_problem.as_ref(),
+            ),
             capacity_verdict(observed),
         )
     };
@@ -221,7 +244,14 @@ pub fn compute(
     .map(|(t, _)| *t)
     .collect();
     let ready = if let Some(i) = invalid {
-        condition(READY, false, i.reason, i.message.clone(), generation, &now)
+        condition(
+            READY,
+            false,
+            i.reason.as_str(),
+            i.message.clone(),
+            generation,
+            &now,
+        )
     } else if all_ok {
         condition(
             READY,
@@ -325,7 +355,7 @@ mod tests {
     fn invalid_blocks_everything() {
         let observed = Observed {
             invalid: Some(Invalid {
-                reason: "InvalidLimit",
+                reason: InvalidReason::InvalidLimit,
                 message: "limit \"x\" is not an integer".into(),
             }),
             ..advertised()
@@ -349,6 +379,25 @@ mod tests {
         assert_eq!(find(&s, WEBHOOK_READY).reason, "NotCreated");
         assert_eq!(find(&s, READY).message, "waiting for WebhookReady");
         assert_eq!(s.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn a_missing_webhook_configuration_is_the_webhook_condition() {
+        let observed = Observed {
+            webhook_configuration_problem: Some((
+                "WebhookConfigurationMissing",
+                "the chart creates it".into(),
+            )),
+            ..advertised()
+        };
+        let s = compute(None, &observed, at(1));
+        let webhook = find(&s, WEBHOOK_READY);
+        assert_eq!(
+            (webhook.status.as_str(), webhook.reason.as_str()),
+            ("False", "WebhookConfigurationMissing")
+        );
+        assert_eq!(webhook.message, "the chart creates it");
+        assert_eq!(find(&s, READY).status, "False");
     }
 
     #[test]

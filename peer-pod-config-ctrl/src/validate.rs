@@ -10,8 +10,54 @@ use kube::ResourceExt;
 use crate::crd::{PeerPodConfig, node_selector_problem};
 use crate::status::Invalid;
 
-/// Reason of the condition on a PeerPodConfig that waits for another one; it is looked at again later.
-pub const DUPLICATE: &str = "DuplicateConfig";
+/// Why a PeerPodConfig is not acted on: the reason of its Invalid condition and of the Warning Event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidReason {
+    /// Outside the controller's namespace, where owner references could not reach the rendered objects.
+    WrongNamespace,
+    /// Another PeerPodConfig is acted on; looked at again later.
+    DuplicateConfig,
+    /// `limit`/`limitPerNode` cannot be parsed or both are set.
+    InvalidLimit,
+    /// `nodeSelector` is not a valid label selector.
+    InvalidNodeSelector,
+    /// `spec.caa.serviceAccountName` or `spec.webhook.serviceAccountName` names another ServiceAccount than the
+    /// one the controller was told (the chart's), e.g. provider-service's.
+    ServiceAccountNotAllowed,
+}
+
+impl InvalidReason {
+    /// The CamelCase condition reason; never changes for a variant.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::WrongNamespace => "WrongNamespace",
+            Self::DuplicateConfig => "DuplicateConfig",
+            Self::InvalidLimit => "InvalidLimit",
+            Self::InvalidNodeSelector => "InvalidNodeSelector",
+            Self::ServiceAccountNotAllowed => "ServiceAccountNotAllowed",
+        }
+    }
+}
+
+/// The ServiceAccounts the rendered workloads may run as, as the controller was told (`--caa-service-account`,
+/// `--webhook-service-account`, set by the chart from its values). The RBAC the chart ships is bound to these;
+/// any other name (provider-service's, a privileged one) would hand that account's rights to a privileged
+/// DaemonSet on every selected node, so a PeerPodConfig naming one renders nothing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AllowedServiceAccounts {
+    pub caa: String,
+    pub webhook: String,
+}
+
+impl Default for AllowedServiceAccounts {
+    /// The chart's defaults, which are also the PeerPodConfig's.
+    fn default() -> Self {
+        Self {
+            caa: crate::crd::CaaSpec::default().service_account_name,
+            webhook: crate::crd::WebhookSpec::default().service_account_name,
+        }
+    }
+}
 
 /// The PeerPodConfig acted on: the oldest one in `namespace` that is not being deleted (ties broken by name).
 pub fn active_config(
@@ -35,10 +81,11 @@ pub fn validate(
     config: &PeerPodConfig,
     namespace: &str,
     active: Option<&PeerPodConfig>,
+    allowed: &AllowedServiceAccounts,
 ) -> Option<Invalid> {
     if config.namespace().as_deref().unwrap_or_default() != namespace {
         return Some(Invalid {
-            reason: "WrongNamespace",
+            reason: InvalidReason::WrongNamespace,
             message: format!(
                 "PeerPodConfigs are acted on only in namespace {namespace}, where the DaemonSet and webhook live \
                  (owner references cannot cross namespaces)"
@@ -47,7 +94,7 @@ pub fn validate(
     }
     if let Some(first) = active.filter(|first| first.uid() != config.uid()) {
         return Some(Invalid {
-            reason: DUPLICATE,
+            reason: InvalidReason::DuplicateConfig,
             message: format!(
                 "PeerPodConfig {} already configures peer pods on this cluster; only the oldest one is acted on",
                 first.name_any()
@@ -56,15 +103,37 @@ pub fn validate(
     }
     if let Err(message) = config.spec.parsed_limit() {
         return Some(Invalid {
-            reason: "InvalidLimit",
+            reason: InvalidReason::InvalidLimit,
             message,
         });
     }
     if let Some(message) = node_selector_problem(&config.spec.node_selector) {
         return Some(Invalid {
-            reason: "InvalidNodeSelector",
+            reason: InvalidReason::InvalidNodeSelector,
             message,
         });
+    }
+    for (field, named, allowed) in [
+        (
+            "spec.caa.serviceAccountName",
+            &config.spec.caa.service_account_name,
+            &allowed.caa,
+        ),
+        (
+            "spec.webhook.serviceAccountName",
+            &config.spec.webhook.service_account_name,
+            &allowed.webhook,
+        ),
+    ] {
+        if named != allowed {
+            return Some(Invalid {
+                reason: InvalidReason::ServiceAccountNotAllowed,
+                message: format!(
+                    "{field} is {named}, but this controller runs it only as ServiceAccount {allowed} (the one the \
+                     chart grants its RBAC to); nothing is rendered"
+                ),
+            });
+        }
     }
     None
 }
@@ -97,6 +166,9 @@ mod tests {
         ));
         c
     }
+
+    static ALLOWED: std::sync::LazyLock<AllowedServiceAccounts> =
+        std::sync::LazyLock::new(AllowedServiceAccounts::default);
 
     fn valid(namespace: &str, name: &str, created: i64) -> PeerPodConfig {
         config(namespace, name, created, serde_json::json!({"limit": 10}))
@@ -135,17 +207,17 @@ mod tests {
     fn the_active_config_is_valid_and_others_are_duplicates() {
         let first = valid("pp", "first", 0);
         let second = valid("pp", "second", 1);
-        assert_eq!(validate(&first, "pp", Some(&first)), None);
-        let invalid = validate(&second, "pp", Some(&first)).expect("duplicate");
-        assert_eq!(invalid.reason, DUPLICATE);
+        assert_eq!(validate(&first, "pp", Some(&first), &ALLOWED), None);
+        let invalid = validate(&second, "pp", Some(&first), &ALLOWED).expect("duplicate");
+        assert_eq!(invalid.reason, InvalidReason::DuplicateConfig);
         assert!(invalid.message.contains("first"), "{}", invalid.message);
     }
 
     #[test]
     fn wrong_namespace_is_reported_first() {
         let misplaced = config("default", "x", 0, serde_json::json!({"limit": "ten"}));
-        let invalid = validate(&misplaced, "pp", None).expect("misplaced");
-        assert_eq!(invalid.reason, "WrongNamespace");
+        let invalid = validate(&misplaced, "pp", None, &ALLOWED).expect("misplaced");
+        assert_eq!(invalid.reason, InvalidReason::WrongNamespace);
         assert!(invalid.message.contains("namespace pp"));
     }
 
@@ -153,8 +225,8 @@ mod tests {
     fn bad_limits_and_selectors_are_invalid() {
         let bad_limit = config("pp", "x", 0, serde_json::json!({"limit": "ten"}));
         assert_eq!(
-            validate(&bad_limit, "pp", Some(&bad_limit)).map(|i| i.reason),
-            Some("InvalidLimit")
+            validate(&bad_limit, "pp", Some(&bad_limit), &ALLOWED).map(|i| i.reason),
+            Some(InvalidReason::InvalidLimit)
         );
         let both = config(
             "pp",
@@ -163,8 +235,8 @@ mod tests {
             serde_json::json!({"limit": 1, "limitPerNode": 1}),
         );
         assert_eq!(
-            validate(&both, "pp", None).map(|i| i.reason),
-            Some("InvalidLimit")
+            validate(&both, "pp", None, &ALLOWED).map(|i| i.reason),
+            Some(InvalidReason::InvalidLimit)
         );
         let bad_selector = config(
             "pp",
@@ -173,9 +245,55 @@ mod tests {
             serde_json::json!({"limit": 1, "nodeSelector": {"not a key!": "x"}}),
         );
         assert_eq!(
-            validate(&bad_selector, "pp", None).map(|i| i.reason),
-            Some("InvalidNodeSelector")
+            validate(&bad_selector, "pp", None, &ALLOWED).map(|i| i.reason),
+            Some(InvalidReason::InvalidNodeSelector)
         );
+    }
+
+    #[test]
+    fn only_the_service_accounts_the_controller_was_told_are_rendered() {
+        let allowed = AllowedServiceAccounts {
+            caa: "caa-sa".into(),
+            webhook: "webhook-sa".into(),
+        };
+        let spec = |caa: &str, webhook: &str| {
+            serde_json::json!({"limit": 1, "caa": {"serviceAccountName": caa},
+                               "webhook": {"serviceAccountName": webhook}})
+        };
+        let ok = config("pp", "x", 0, spec("caa-sa", "webhook-sa"));
+        assert_eq!(validate(&ok, "pp", None, &allowed), None);
+        for (caa, webhook, field) in [
+            (
+                "release-peerpods-provider-service",
+                "webhook-sa",
+                "spec.caa.serviceAccountName",
+            ),
+            (
+                "caa-sa",
+                "release-peerpods-provider-service",
+                "spec.webhook.serviceAccountName",
+            ),
+        ] {
+            let invalid = validate(
+                &config("pp", "x", 0, spec(caa, webhook)),
+                "pp",
+                None,
+                &allowed,
+            )
+            .expect("another ServiceAccount");
+            assert_eq!(invalid.reason, InvalidReason::ServiceAccountNotAllowed);
+            assert!(
+                invalid.message.contains(field)
+                    && invalid
+                        .message
+                        .contains("release-peerpods-provider-service"),
+                "{}",
+                invalid.message
+            );
+        }
+        // The defaults of a PeerPodConfig are the chart's.
+        let defaults = config("pp", "x", 0, serde_json::json!({"limit": 1}));
+        assert_eq!(validate(&defaults, "pp", None, &ALLOWED), None);
     }
 
     #[test]

@@ -33,6 +33,9 @@ const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 /// peer-pods-secret.
 const PROVIDER_CREDENTIALS: &str = "provider-service-credentials";
 
+/// The MutatingWebhookConfiguration the chart creates and peer-pod-config-ctrl adds its webhook to.
+const WEBHOOK_CONFIGURATION: &str = "peer-pods-webhook-mutating-webhook-configuration";
+
 /// The CRDs are installed by whichever test comes first (Helm's crds/ or apply); never both at once.
 static CRDS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -613,9 +616,23 @@ fn forbidden<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> bool {
     matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
 }
 
+/// The control plane of the installed chart (with an audit log): the chart's webhook configuration is one per
+/// cluster (peer-pod-config-ctrl adds its webhook to it), so a release installed beside it on the shared control
+/// plane (least_privilege's) could not be.
+fn installed_control_plane() -> &'static testenv::ControlPlane {
+    static INSTALLED: std::sync::OnceLock<testenv::ControlPlane> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        testenv::ControlPlane::start_with(testenv::Options {
+            audit: true,
+            ..Default::default()
+        })
+        .unwrap_or_else(|e| panic!("control plane of the installed chart: {e}"))
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_credentials() {
-    let cp = control_plane();
+    let cp = installed_control_plane();
     let admin = cp.client().await;
     let ns = testenv::namespace(&admin, "chart").await;
     // provider-service, its credential and its certificate: in their own namespace, which the chart creates.
@@ -1463,6 +1480,37 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
         .await
     };
     capacity("the worker advertises peer-pod VMs", |v| v.is_some()).await;
+    // The webhook went into the webhook configuration the chart created (peer-pod-config-ctrl may only patch
+    // it), which keeps Helm's labels.
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(admin.clone());
+    let configuration = testenv::wait_for(
+        "the webhook in the chart's webhook configuration",
+        Duration::from_secs(60),
+        || async {
+            let c = webhooks
+                .get_opt(WEBHOOK_CONFIGURATION)
+                .await
+                .ok()
+                .flatten()?;
+            let ours = c.webhooks.as_ref()?.iter().any(|w| {
+                w.client_config
+                    .service
+                    .as_ref()
+                    .is_some_and(|s| s.namespace == ns)
+            });
+            ours.then_some(c)
+        },
+    )
+    .await;
+    let labels = configuration.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("Helm"),
+        "Helm's label taken over: {labels:?}"
+    );
     let configs = Api::<DynamicObject>::namespaced_with(admin.clone(), ns, ppc_resource);
     configs
         .patch(
@@ -1499,15 +1547,16 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
         v.is_none_or(|v| v == "0")
     })
     .await;
-    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
-        Api::all(admin.clone());
+    // The configuration is the chart's: it stays (Helm deletes it on uninstall), without the webhook.
+    let left = webhooks
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .expect("the chart's webhook configuration stays");
+    assert_eq!(left.metadata.uid, configuration.metadata.uid);
     assert!(
-        !exists(
-            &webhooks,
-            "peer-pods-webhook-mutating-webhook-configuration"
-        )
-        .await,
-        "the webhook configuration was removed"
+        left.webhooks.clone().unwrap_or_default().is_empty(),
+        "the webhook was left in the configuration: {:?}",
+        left.webhooks
     );
     nodes
         .delete(&node_name, &DeleteParams::default())

@@ -67,6 +67,14 @@ fn refused_by_policy<T: std::fmt::Debug>(result: &Result<T, kube::Error>, says: 
     matches!(result, Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains(says))
 }
 
+/// Refused by RBAC (no policy is asked): `verb` on webhook configurations is not granted.
+fn refused_by_rbac<T: std::fmt::Debug>(result: &Result<T, kube::Error>, verb: &str) -> bool {
+    refused_by_policy(
+        result,
+        &format!("cannot {verb} resource \"mutatingwebhookconfigurations\""),
+    )
+}
+
 /// A Pod of `sa` scheduled on `node` (it never runs: there is no kubelet) and the token a kubelet would mount
 /// for it: the API server binds it to the Pod and records the Pod's node in the token.
 async fn pod_bound_token(
@@ -347,12 +355,15 @@ fn webhook_configuration(
 }
 
 /// peer-pod-config-ctrl's ServiceAccount, as an attacker holding its token (a compromised controller, or one
-/// driven by a hostile PeerPodConfig) would try: a webhook configuration of another name or reaching kube-system,
-/// CAA's DaemonSet with a foreign image, provider-service's ServiceAccount or credential, and patches of
-/// provider-service's Deployment and Service are all refused; what it renders goes through.
+/// driven by a hostile PeerPodConfig) would try: creating a webhook configuration of any name (by create, or by
+/// a server-side apply of its own name while the chart's is missing), deleting the chart's, patching a webhook
+/// into it that reaches kube-system, CAA's DaemonSet with a foreign image, provider-service's ServiceAccount or
+/// credential, and patches of provider-service's Deployment and Service are all refused; what it renders goes
+/// through. On a control plane of its own: it makes and deletes the chart's webhook configuration, one per
+/// cluster, which a chart installed beside it would own.
 #[tokio::test(flavor = "multi_thread")]
 async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
-    let cp = control_plane();
+    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
     let admin = cp.client().await;
     let ns = testenv::namespace(&admin, "ppc-rendered").await;
     let release = format!("lp-{ns}");
@@ -370,36 +381,91 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
     let admin_webhooks: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
     let post = PostParams::default();
 
-    // The policy takes effect once the API server has loaded it: until then the probe goes through (and is
-    // removed again).
-    let other_name = format!("{ns}-other");
+    // The policy takes effect once the API server has loaded it: until then the probe (a DaemonSet of another
+    // name) goes through, and is removed again.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
+    let admin_daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
+    let probe = format!("{ns}-probe");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let created = loop {
-        let result = webhooks
+    let probed = loop {
+        let result = daemonsets
             .create(
                 &post,
-                &webhook_configuration(&other_name, &ns, WEBHOOK_SERVICE, "pods", &["kube-system"]),
+                &caa_daemonset(
+                    &probe,
+                    "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0",
+                    CAA_SA,
+                    "peer-pods-secret",
+                    ("unused", "ca.crt"),
+                ),
             )
             .await;
         if result.is_ok() {
-            let _ = admin_webhooks
-                .delete(&other_name, &Default::default())
-                .await;
+            let _ = admin_daemonsets.delete(&probe, &Default::default()).await;
         }
-        if refused_by_policy(&result, "writes only the") || Instant::now() > deadline {
+        // Any refusal of the policy tells it is loaded.
+        if refused_by_policy(&result, "ValidatingAdmissionPolicy") || Instant::now() > deadline {
             break result;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     };
     assert!(
-        refused_by_policy(
-            &created,
-            &format!("({WEBHOOK_CONFIGURATION}), not {other_name}")
-        ),
-        "peer-pod-config-ctrl created a webhook configuration of another name: {created:?}"
+        refused_by_policy(&probed, "ValidatingAdmissionPolicy"),
+        "the policy never took effect: {probed:?}"
     );
 
-    // Its own webhook configuration, but reaching kube-system, another Service or other resources: refused.
+    // No webhook configuration of its own: RBAC grants no create, of any name.
+    for name in [format!("{ns}-other"), WEBHOOK_CONFIGURATION.to_owned()] {
+        let result = webhooks
+            .create(
+                &post,
+                &webhook_configuration(&name, &ns, WEBHOOK_SERVICE, "pods", &["kube-system"]),
+            )
+            .await;
+        if result.is_ok() {
+            let _ = admin_webhooks.delete(&name, &Default::default()).await;
+        }
+        assert!(
+            refused_by_rbac(&result, "create"),
+            "peer-pod-config-ctrl created webhook configuration {name}: {result:?}"
+        );
+    }
+    // Nor by a server-side apply of its name while the chart's is missing: RBAC grants the patch, but an apply
+    // that would create the object is authorized as a create too.
+    let apply = PatchParams::apply("peer-pod-config-ctrl").force();
+    let rendered = webhook_configuration(
+        WEBHOOK_CONFIGURATION,
+        &ns,
+        WEBHOOK_SERVICE,
+        "pods",
+        &["kube-system", &ns],
+    );
+    let result = webhooks
+        .patch(WEBHOOK_CONFIGURATION, &apply, &Patch::Apply(&rendered))
+        .await;
+    if result.is_ok() {
+        let _ = admin_webhooks
+            .delete(WEBHOOK_CONFIGURATION, &Default::default())
+            .await;
+    }
+    assert!(
+        refused_by_rbac(&result, "create"),
+        "peer-pod-config-ctrl created its webhook configuration by a server-side apply: {result:?}"
+    );
+
+    // The chart's (made by the admin, as Helm would): no webhook into it reaching kube-system, another Service or
+    // other resources.
+    admin_webhooks
+        .create(
+            &post,
+            &serde_json::from_value(serde_json::json!({
+                "metadata": {"name": WEBHOOK_CONFIGURATION, "labels": {"app.kubernetes.io/managed-by": "Helm"}},
+                "webhooks": []
+            }))
+            .expect("MutatingWebhookConfiguration"),
+        )
+        .await
+        .expect("the chart's webhook configuration");
     for (what, service, resource, excluded) in [
         (
             "reaching kube-system",
@@ -421,24 +487,46 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
         ),
     ] {
         let result = webhooks
-            .create(
-                &post,
-                &webhook_configuration(WEBHOOK_CONFIGURATION, &ns, service, resource, &excluded),
+            .patch(
+                WEBHOOK_CONFIGURATION,
+                &apply,
+                &Patch::Apply(&webhook_configuration(
+                    WEBHOOK_CONFIGURATION,
+                    &ns,
+                    service,
+                    resource,
+                    &excluded,
+                )),
             )
             .await;
-        if result.is_ok() {
-            let _ = admin_webhooks
-                .delete(WEBHOOK_CONFIGURATION, &Default::default())
-                .await;
-        }
         assert!(
             refused_by_policy(&result, "never in kube-system"),
-            "peer-pod-config-ctrl created its webhook configuration {what}: {result:?}"
+            "peer-pod-config-ctrl patched a webhook {what} into the webhook configuration: {result:?}"
         );
     }
+    // Its webhook as it renders it goes in; the chart's object it may not delete.
+    let patched = webhooks
+        .patch(WEBHOOK_CONFIGURATION, &apply, &Patch::Apply(&rendered))
+        .await
+        .expect("peer-pod-config-ctrl patches its webhook into the chart's webhook configuration");
+    assert_eq!(
+        patched.webhooks.map(|w| w.len()),
+        Some(1),
+        "its one webhook in the chart's configuration"
+    );
+    let result = webhooks
+        .delete(WEBHOOK_CONFIGURATION, &Default::default())
+        .await;
+    assert!(
+        refused_by_rbac(&result, "delete"),
+        "peer-pod-config-ctrl deleted the chart's webhook configuration: {result:?}"
+    );
+    admin_webhooks
+        .delete(WEBHOOK_CONFIGURATION, &Default::default())
+        .await
+        .expect("the admin (Helm, on uninstall) deletes it");
 
     // CAA's DaemonSet: a foreign image, provider-service's ServiceAccount or credential, another name.
-    let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
     let allowed = "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0";
     let provider_sa = format!("{fullname}-provider-service");
     let tls_secret = format!("{fullname}-provider-service-tls");
@@ -526,23 +614,6 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
         )
         .await
         .expect("peer-pod-config-ctrl creates CAA's DaemonSet as it renders it");
-    webhooks
-        .create(
-            &post,
-            &webhook_configuration(
-                WEBHOOK_CONFIGURATION,
-                &ns,
-                WEBHOOK_SERVICE,
-                "pods",
-                &["kube-system", &ns],
-            ),
-        )
-        .await
-        .expect("peer-pod-config-ctrl creates its webhook configuration as it renders it");
-    let _ = admin_webhooks
-        .delete(WEBHOOK_CONFIGURATION, &Default::default())
-        .await;
-
     // provider-service's Deployment and Service (made by the admin, as Helm would): no patch by
     // peer-pod-config-ctrl, whose patches RBAC limits to the names it renders (the policy would refuse them too;
     // RBAC is the layer checked here).

@@ -35,6 +35,7 @@ async fn without_its_crd_the_controller_backs_off_and_starts_once_it_is_installe
             provider: None,
             instance: Some("nocrd".into()),
             caa_provider_service: None,
+            service_accounts: Default::default(),
         },
         Metrics::default(),
         stop.clone().cancelled_owned(),
@@ -160,6 +161,7 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
         .expect("audited control plane");
     let client = cp.client().await;
     testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
+    crate::support::charts_webhook_configuration(&client).await;
     let ns = testenv::namespace(&client, "ppc-cached").await;
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("peer-pods-cm".into());
@@ -188,6 +190,7 @@ async fn reconciles_compare_against_the_caches_instead_of_reading() {
             provider: None,
             instance: Some("cached".into()),
             caa_provider_service: None,
+            service_accounts: Default::default(),
         },
         metrics.clone(),
         stop.clone().cancelled_owned(),

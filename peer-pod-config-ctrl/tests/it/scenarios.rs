@@ -353,11 +353,7 @@ async fn webhook_certificate_serves_the_service_name_and_the_configuration_trust
         serde_json::json!({"limit": 1, "nodeSelector": s.selector()}),
     )
     .await;
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
-    let mwc = testenv::wait_for("webhook configuration", TIMEOUT, || async {
-        mwcs.get_opt(WEBHOOK_CONFIGURATION).await.ok().flatten()
-    })
-    .await;
+    let mwc = webhook_entry_added(&s).await;
     let secrets: Api<Secret> = Api::namespaced(s.client.clone(), &s.ns);
     let secret = secrets
         .get(WEBHOOK_CERT_SECRET)
@@ -428,13 +424,224 @@ async fn webhook_certificate_serves_the_service_name_and_the_configuration_trust
     );
 
     s.finish().await;
+}
+
+/// The chart's webhook configuration once the controller has added its webhook to it.
+async fn webhook_entry_added(s: &Scenario) -> MutatingWebhookConfiguration {
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+    testenv::wait_for(
+        "the webhook in the webhook configuration",
+        TIMEOUT,
+        || async {
+            let mwc = mwcs.get_opt(WEBHOOK_CONFIGURATION).await.ok().flatten()?;
+            let calls_ours = mwc.webhooks.as_ref()?.iter().any(|w| {
+                w.client_config
+                    .service
+                    .as_ref()
+                    .is_some_and(|svc| svc.namespace == s.ns)
+            });
+            calls_ours.then_some(mwc)
+        },
+    )
+    .await
+}
+
+/// The chart creates the webhook configuration (no webhooks, Helm's label and annotation); the controller adds
+/// its one webhook to that object under its own field manager and leaves Helm's fields alone; when the
+/// PeerPodConfig goes, the object stays, as Helm left it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_patches_the_charts_webhook_configuration_and_leaves_it_as_helm_made_it() {
+    let s = Scenario::start("ppc-charts-mwc").await;
+    let chart = crate::support::charts_webhook_configuration(&s.client).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 1, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let patched = webhook_entry_added(&s).await;
+    assert_eq!(
+        patched.uid(),
+        chart.uid(),
+        "the chart's object, not a new one"
+    );
+    let names: Vec<&str> = patched
+        .webhooks
+        .iter()
+        .flatten()
+        .map(|w| w.name.as_str())
+        .collect();
+    assert_eq!(names, ["mwebhook.peerpods.io"]);
+    let (label, annotation) = (crate::support::HELM_LABEL, crate::support::HELM_ANNOTATION);
+    assert_eq!(
+        patched.labels().get(label.0).map(String::as_str),
+        Some(label.1)
+    );
+    assert_eq!(
+        patched.annotations().get(annotation.0).map(String::as_str),
+        Some(annotation.1)
+    );
+    let managers: Vec<(String, String)> = patched
+        .managed_fields()
+        .iter()
+        .map(|m| {
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&("peer-pod-config-ctrl".into(), "Apply".into())),
+        "applied under its own field manager: {managers:?}"
+    );
+
+    s.configs()
+        .delete(NAME, &DeleteParams::default())
+        .await
+        .expect("delete PeerPodConfig");
+    testenv::wait_for("PeerPodConfig gone", TIMEOUT, || async {
+        matches!(s.configs().get_opt(NAME).await, Ok(None)).then_some(())
+    })
+    .await;
+    let left: MutatingWebhookConfiguration = Api::all(s.client.clone())
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .expect("the chart's webhook configuration stays");
+    assert_eq!(left.uid(), chart.uid());
+    assert!(
+        left.webhooks.clone().unwrap_or_default().is_empty(),
+        "webhook left behind: {:?}",
+        left.webhooks
+    );
+    assert_eq!(
+        left.labels().get(label.0).map(String::as_str),
+        Some(label.1)
+    );
+    assert_eq!(
+        left.annotations().get(annotation.0).map(String::as_str),
+        Some(annotation.1)
+    );
+    assert!(
+        !left
+            .labels()
+            .contains_key(peer_pod_config_ctrl::objects::OWNER_LABEL),
+        "the controller's labels are left: {:?}",
+        left.labels()
+    );
+    s.finish().await;
+}
+
+/// Without the chart's webhook configuration (an install without the chart) the controller creates none: the
+/// PeerPodConfig's WebhookReady condition and a Warning Event say why, and once the configuration exists the
+/// webhook is added to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_charts_webhook_configuration_none_is_created_and_the_config_says_why() {
+    let s = Scenario::start("ppc-no-mwc").await;
+    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
+    mwcs.delete(WEBHOOK_CONFIGURATION, &DeleteParams::default())
+        .await
+        .expect("delete the chart's webhook configuration");
+    testenv::wait_for("webhook configuration gone", TIMEOUT, || async {
+        matches!(mwcs.get_opt(WEBHOOK_CONFIGURATION).await, Ok(None)).then_some(())
+    })
+    .await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 1, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let (status, message) = wait_config(
+        &s,
+        NAME,
+        "WebhookReady says the configuration is missing",
+        |c| {
+            condition(c, "WebhookReady")
+                .filter(|(_, reason, _)| reason == "WebhookConfigurationMissing")
+                .map(|(status, _, message)| (status, message))
+        },
+    )
+    .await;
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(WEBHOOK_CONFIGURATION) && message.contains("chart creates it"),
+        "{message}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(s.client.clone(), &s.ns);
+    testenv::wait_for_event(
+        "a Warning Event about the missing webhook configuration",
+        &events,
+        TIMEOUT,
+        |e| {
+            e.reason.as_deref() == Some("WebhookConfigurationMissing")
+                && e.type_.as_deref() == Some("Warning")
+        },
+    )
+    .await;
+    // The rest is rendered (the DaemonSet), the configuration is not.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(s.client.clone(), &s.ns);
+    testenv::wait_for("DaemonSet", TIMEOUT, || async {
+        daemonsets.get_opt(CAA_DAEMONSET).await.ok().flatten()
+    })
+    .await;
     assert!(
         mwcs.get_opt(WEBHOOK_CONFIGURATION)
             .await
             .expect("get")
             .is_none(),
-        "webhook configuration left behind"
+        "the controller created the webhook configuration"
     );
+
+    // The chart creates it: the watch brings the webhook in, without waiting out the backoff.
+    crate::support::charts_webhook_configuration(&s.client).await;
+    webhook_entry_added(&s).await;
+    wait_config(&s, NAME, "WebhookReady no longer missing", |c| {
+        condition(c, "WebhookReady")
+            .filter(|(_, reason, _)| reason != "WebhookConfigurationMissing")
+    })
+    .await;
+    s.finish().await;
+}
+
+/// `spec.caa.serviceAccountName` is limited to CAA's ServiceAccount (the controller's --caa-service-account): a
+/// PeerPodConfig naming provider-service's gets ServiceAccountNotAllowed and no DaemonSet runs as it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_naming_provider_services_service_account_is_refused_and_renders_nothing() {
+    let s = Scenario::start("ppc-foreign-sa").await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 1, "nodeSelector": s.selector(),
+                           "caa": {"serviceAccountName": "peerpods-provider-service"}}),
+    )
+    .await;
+    let (status, message) = wait_config(&s, NAME, "Invalid: ServiceAccountNotAllowed", |c| {
+        condition(c, "Invalid")
+            .filter(|(_, reason, _)| reason == "ServiceAccountNotAllowed")
+            .map(|(status, _, message)| (status, message))
+    })
+    .await;
+    assert_eq!(status, "True");
+    assert!(
+        message.contains("peerpods-provider-service") && message.contains("cloud-api-adaptor"),
+        "{message}"
+    );
+    // The verdict is written before anything would be rendered, and an invalid config renders nothing.
+    let daemonsets: Api<DaemonSet> = Api::namespaced(s.client.clone(), &s.ns);
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    assert!(
+        daemonsets
+            .get_opt(CAA_DAEMONSET)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        deployments
+            .get_opt(WEBHOOK_DEPLOYMENT)
+            .await
+            .expect("get")
+            .is_none()
+    );
+    s.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -475,8 +682,15 @@ async fn deleting_the_config_removes_capacity_owned_objects_and_releases_the_fin
         state.values().all(|(v, _)| v.is_none()),
         "capacity left on nodes: {state:?}"
     );
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
-    assert!(mwcs.get_opt(WEBHOOK_CONFIGURATION).await.unwrap().is_none());
+    // The webhook configuration is the chart's: it stays, without the webhook.
+    let mwc: MutatingWebhookConfiguration = Api::all(s.client.clone())
+        .get(WEBHOOK_CONFIGURATION)
+        .await
+        .expect("the chart's webhook configuration stays");
+    assert!(
+        mwc.webhooks.unwrap_or_default().is_empty(),
+        "the webhook is left in the configuration"
+    );
     // The garbage collector removes the namespaced objects through their owner references.
     testenv::wait_for("owned objects collected", TIMEOUT, || async {
         let ds = daemonsets.get_opt(CAA_DAEMONSET).await.ok()?;
@@ -815,11 +1029,7 @@ async fn a_client_trusting_the_ca_bundle_completes_a_tls_handshake_for_the_servi
     })
     .await;
     let data = secret.data.expect("Secret data");
-    let mwcs: Api<MutatingWebhookConfiguration> = Api::all(s.client.clone());
-    let mwc = testenv::wait_for("webhook configuration", TIMEOUT, || async {
-        mwcs.get_opt(WEBHOOK_CONFIGURATION).await.ok().flatten()
-    })
-    .await;
+    let mwc = webhook_entry_added(&s).await;
     // Trust exactly what the API server trusts: the configuration's caBundle.
     let bundle = mwc.webhooks.expect("webhooks")[0]
         .client_config
@@ -862,6 +1072,7 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
             provider: None,
             instance: Some(identity.into()),
             caa_provider_service: None,
+            service_accounts: Default::default(),
         };
         let task = tokio::spawn(run(
             s.client.clone(),
@@ -968,6 +1179,7 @@ async fn readiness_waits_for_the_first_list_and_turns_false_while_the_api_server
             provider: None,
             instance: Some("health".into()),
             caa_provider_service: None,
+            service_accounts: Default::default(),
         },
         Metrics::default(),
         None,

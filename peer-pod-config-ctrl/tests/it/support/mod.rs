@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use peer_pod_config_ctrl::controller::{self, Context, Settings};
 use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::metrics::Metrics;
-use peer_pod_config_ctrl::objects::EXTENDED_RESOURCE;
+use peer_pod_config_ctrl::objects::{EXTENDED_RESOURCE, WEBHOOK_CONFIGURATION};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 
@@ -89,6 +90,7 @@ impl Scenario {
         testenv::apply_crds(&client, "deploy/crds/peerpodconfigs.yaml").await;
         remove_every_peer_pod(&client).await;
         let ns = testenv::namespace(&client, prefix).await;
+        charts_webhook_configuration(&client).await;
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
         for name in ["cloud-api-adaptor", "peer-pods-webhook"] {
             let sa = ServiceAccount {
@@ -130,6 +132,7 @@ impl Scenario {
             provider,
             instance: Some("test".into()),
             caa_provider_service: None,
+            service_accounts: Default::default(),
         };
         let running = controller::new(
             self.client.clone(),
@@ -325,6 +328,33 @@ impl Scenario {
             self.stop_controller().await;
         }
     }
+}
+
+/// The label and annotation Helm gives the webhook configuration the chart creates: the controller's writes
+/// must leave them alone.
+pub const HELM_LABEL: (&str, &str) = ("app.kubernetes.io/managed-by", "Helm");
+pub const HELM_ANNOTATION: (&str, &str) = ("meta.helm.sh/release-name", "peerpods");
+
+/// The MutatingWebhookConfiguration as the chart creates it (no webhooks, Helm's label and annotation), unless it
+/// exists: the controller only adds its webhook to it. One per cluster, like the chart's; scenarios run one at a
+/// time, and one that deletes it has it back at the next scenario's start.
+pub async fn charts_webhook_configuration(client: &Client) -> MutatingWebhookConfiguration {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    if let Some(existing) = api.get_opt(WEBHOOK_CONFIGURATION).await.expect("get") {
+        return existing;
+    }
+    let chart: MutatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": WEBHOOK_CONFIGURATION,
+            "labels": {HELM_LABEL.0: HELM_LABEL.1},
+            "annotations": {HELM_ANNOTATION.0: HELM_ANNOTATION.1}
+        },
+        "webhooks": []
+    }))
+    .expect("MutatingWebhookConfiguration");
+    api.create(&PostParams::default(), &chart)
+        .await
+        .expect("create the chart's webhook configuration")
 }
 
 /// provider-service in-process on 127.0.0.1 with the libvirt test driver (`test:///default`).
