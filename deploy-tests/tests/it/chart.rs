@@ -1741,3 +1741,138 @@ async fn the_controllers_get_their_drain_and_provider_services_answer_window_on_
         );
     }
 }
+
+/// The API server's answer to a review `body` POSTed to `path` as `client`: its status and the uids of the
+/// FlowSchema and the priority level API Priority and Fairness classified it under (its response headers).
+async fn review_classified(
+    client: &kube::Client,
+    path: &str,
+    body: serde_json::Value,
+) -> (http::StatusCode, Option<String>, Option<String>) {
+    let request = http::Request::post(path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(kube::client::Body::from(
+            serde_json::to_vec(&body).expect("JSON"),
+        ))
+        .expect("request");
+    let response = client.send(request).await.expect("the API server answers");
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    (
+        response.status(),
+        header("X-Kubernetes-PF-FlowSchema-UID"),
+        header("X-Kubernetes-PF-PriorityLevel-UID"),
+    )
+}
+
+/// provider-service's TokenReviews (and its metrics' SubjectAccessReviews) run at a priority level of their own:
+/// the installed chart's FlowSchema matches provider-service's ServiceAccount, and the API server says so in its
+/// answer to each review (API Priority and Fairness names the FlowSchema and priority level it chose). Another
+/// ServiceAccount's review is not classified there.
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_services_reviews_run_at_a_priority_level_of_their_own() {
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    let cp = control_plane();
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "chart-apf").await;
+    let release = ns.clone();
+    {
+        let _crds = CRDS.lock().await;
+        helm_ok(
+            cp,
+            &[
+                "install",
+                &release,
+                CHART,
+                "-f",
+                DEV_VALUES,
+                "--namespace",
+                &ns,
+            ],
+        )
+        .await;
+    }
+    let name = format!("{release}-peerpods-provider-service-reviews");
+    let schema = Api::<FlowSchema>::all(admin.clone())
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("FlowSchema {name} from the chart: {e}"));
+    let level = Api::<PriorityLevelConfiguration>::all(admin.clone())
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("PriorityLevelConfiguration {name} from the chart: {e}"));
+    // provider-service's ServiceAccount as its Deployment names it, wherever the chart puts it.
+    let deployment = Api::<Deployment>::all(admin.clone())
+        .list(&ListParams::default().labels(&format!(
+            "app.kubernetes.io/instance={release},app.kubernetes.io/component=provider-service"
+        )))
+        .await
+        .expect("Deployments")
+        .items
+        .into_iter()
+        .next()
+        .expect("provider-service's Deployment");
+    let ps_ns = deployment.metadata.namespace.clone().expect("namespace");
+    let ps_sa = service_account_of(&deployment);
+    let (_, provider_service) = sa_client(cp, &admin, &ps_ns, &ps_sa).await;
+    let token_review = serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenReview",
+        "spec": {"token": "not-a-token"}
+    });
+    let access_review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {"user": "prometheus", "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
+    });
+    let ours = (
+        http::StatusCode::CREATED,
+        schema.metadata.uid.clone(),
+        level.metadata.uid.clone(),
+    );
+    assert_eq!(
+        review_classified(
+            &provider_service,
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            token_review.clone()
+        )
+        .await,
+        ours,
+        "provider-service's TokenReview"
+    );
+    assert_eq!(
+        review_classified(
+            &provider_service,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            access_review
+        )
+        .await,
+        ours,
+        "provider-service's SubjectAccessReview (secure metrics)"
+    );
+    // Another ServiceAccount's review goes elsewhere.
+    let (_, peerpod_ctrl) =
+        sa_client(cp, &admin, &ns, &format!("{release}-peerpods-peerpod-ctrl")).await;
+    let (_, other_schema, other_level) = review_classified(
+        &peerpod_ctrl,
+        "/apis/authentication.k8s.io/v1/tokenreviews",
+        token_review,
+    )
+    .await;
+    assert!(other_schema.is_some(), "API Priority and Fairness is on");
+    assert_ne!(
+        other_schema, schema.metadata.uid,
+        "peerpod-ctrl's TokenReview"
+    );
+    assert_ne!(
+        other_level, level.metadata.uid,
+        "peerpod-ctrl's TokenReview"
+    );
+
+    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+}
