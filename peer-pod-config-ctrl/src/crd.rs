@@ -153,7 +153,7 @@ pub struct CaaSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<CloudProvider>,
 
-    /// ServiceAccount the DaemonSet runs as. Its RBAC (PeerPods create/patch, Pods get, Nodes get/patch, nodes/status patch) ships with the Helm chart; this controller never grants permissions itself.
+    /// ServiceAccount the DaemonSet runs as. Its RBAC (PeerPods create/patch, Pods get, Nodes get/patch, nodes/status patch) ships with the Helm chart; this controller never grants permissions itself. Only the ServiceAccount the controller is told (--caa-service-account, from the chart value caa.serviceAccount.name) is allowed: another one makes the PeerPodConfig invalid (ServiceAccountNotAllowed) and nothing is rendered.
     #[serde(default = "default_caa_service_account")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: String,
@@ -198,7 +198,7 @@ pub struct WebhookSpec {
     #[schemars(length(min = 1, max = 253))]
     pub target_runtime_class: String,
 
-    /// ServiceAccount the webhook Deployment runs as (it needs no API permissions).
+    /// ServiceAccount the webhook Deployment runs as (it needs no API permissions). Only the one the controller is told (--webhook-service-account, from the chart value webhook.serviceAccount.name) is allowed: another one makes the PeerPodConfig invalid (ServiceAccountNotAllowed).
     #[serde(default = "default_webhook_service_account")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: String,
