@@ -7,6 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
@@ -40,6 +41,19 @@ impl Cluster {
                 .await
                 .map_err(|e| Error::setup_from(format!("applying {crds}"), e))?;
         }
+        // The webhook configuration the chart creates (no webhooks): peer-pod-config-ctrl only adds its webhook to
+        // it, and without it a PeerPodConfig waits (WebhookConfigurationMissing) and its reconciles back off.
+        let configuration = MutatingWebhookConfiguration {
+            metadata: ObjectMeta {
+                name: Some(peer_pod_config_ctrl::objects::WEBHOOK_CONFIGURATION.into()),
+                ..ObjectMeta::default()
+            },
+            webhooks: Some(vec![]),
+        };
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .create(&PostParams::default(), &configuration)
+            .await
+            .map_err(|e| Error::setup_from("creating the chart's webhook configuration", e))?;
         Ok(Cluster {
             control_plane,
             client,

@@ -82,7 +82,8 @@ async fn serves_with_the_certificate_peer_pod_config_ctrl_issues() {
     let webhook = Webhook::start(Target::default(), Some(&mounted)).await;
 
     // The API server's side: the configuration's bundle as the only roots, the Service's DNS name, its path.
-    let configuration = webhook_configuration(&config, NAMESPACE, issued.ca_pem.as_bytes());
+    // The uid is the chart's object's, which this test does not create: only the webhook entry matters here.
+    let configuration = webhook_configuration(&config, NAMESPACE, issued.ca_pem.as_bytes(), "");
     let client = &configuration.webhooks.as_ref().unwrap()[0].client_config;
     let bundle = String::from_utf8(client.ca_bundle.clone().unwrap().0).unwrap();
     let service = client.service.clone().unwrap();
