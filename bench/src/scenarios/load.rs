@@ -140,6 +140,7 @@ async fn idle_latency(files: &Path, ca_der: &[u8]) -> Result<(PortLatency, PortL
         peerpods_webhook::server::Options {
             webhook: ListenAddr::Socket(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
             health: ListenAddr::Off,
+            secure_metrics: None,
             cert_dir: files.to_owned(),
             cert_poll_interval: Duration::from_secs(5),
             tls_min_version: peerpods_webhook::tls::TlsVersion::Tls12,
