@@ -67,6 +67,11 @@ const CAA_CHART_LABEL: (&str, &str) = ("app", "cloud-api-adaptor");
 const WEBHOOK_SELECTOR: (&str, &str) = ("app.kubernetes.io/name", "peer-pods-webhook");
 const WEBHOOK_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 const WEBHOOK_HEALTH_PORT: i32 = 8081;
+/// The webhook's metrics port: TLS, each scrape's token reviewed (TokenReview and SubjectAccessReview for `get`
+/// on `/metrics`), as every service of the chart serves them with `metrics.secure`. Always on for the webhook this
+/// controller renders: its metrics are never served in plain HTTP, and without the review rights the chart grants
+/// its ServiceAccount a scrape is refused, not answered.
+pub const WEBHOOK_METRICS_PORT: i32 = 8443;
 
 /// DNS name of the webhook Service, the name the API server dials and the certificate must match.
 pub fn webhook_dns_names(namespace: &str) -> Vec<String> {
@@ -528,6 +533,18 @@ pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Dep
             ..EnvVar::default()
         },
     ];
+    env.extend([
+        EnvVar {
+            name: "METRICS_SECURE".into(),
+            value: Some("true".into()),
+            ..EnvVar::default()
+        },
+        EnvVar {
+            name: "METRICS_LISTEN".into(),
+            value: Some(format!("0.0.0.0:{WEBHOOK_METRICS_PORT}")),
+            ..EnvVar::default()
+        },
+    ]);
     if let Some(instance_type) = spec.instance_type.as_ref().filter(|t| !t.is_empty()) {
         env.push(EnvVar {
             name: "POD_VM_INSTANCE_TYPE".into(),
@@ -554,12 +571,20 @@ pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Dep
             "--health-probe-bind-address=:{WEBHOOK_HEALTH_PORT}"
         )]),
         env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some("webhook-server".into()),
-            container_port: WEBHOOK_PORT,
-            protocol: Some("TCP".into()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                name: Some("webhook-server".into()),
+                container_port: WEBHOOK_PORT,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: WEBHOOK_METRICS_PORT,
+                protocol: Some("TCP".into()),
+                ..ContainerPort::default()
+            },
+        ]),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(probe("/healthz")),
         resources: Some(ResourceRequirements {
@@ -605,6 +630,8 @@ pub fn webhook_deployment(config: &PeerPodConfig, namespace: &str) -> Result<Dep
                 }),
                 spec: Some(PodSpec {
                     service_account_name: Some(spec.webhook.service_account_name.clone()),
+                    // The token reviews scrapes of the secure metrics port; admissions need no API call.
+                    automount_service_account_token: Some(true),
                     security_context: Some(PodSecurityContext {
                         run_as_non_root: Some(true),
                         ..PodSecurityContext::default()
@@ -920,6 +947,35 @@ pub(crate) mod tests {
                 .expression
                 .contains("'kata-remote'")
         );
+    }
+
+    #[test]
+    fn the_rendered_webhook_serves_metrics_only_behind_review() {
+        let config = config(serde_json::json!({"limit": 3}));
+        let deployment = webhook_deployment(&config, "peer-pods").unwrap();
+        let pod = deployment.spec.template.spec.as_ref().unwrap();
+        let container = &pod.containers[0];
+        let env: BTreeMap<_, _> = container
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        // The variables of runtime's SecureMetricsArgs: /metrics moves off the plain health port.
+        assert_eq!(env["METRICS_SECURE"], Some("true"));
+        assert_eq!(
+            env["METRICS_LISTEN"],
+            Some(format!("0.0.0.0:{WEBHOOK_METRICS_PORT}").as_str())
+        );
+        assert!(
+            container
+                .ports
+                .iter()
+                .flatten()
+                .any(|p| p.name.as_deref() == Some("metrics")
+                    && p.container_port == WEBHOOK_METRICS_PORT)
+        );
+        assert_eq!(pod.automount_service_account_token, Some(true));
     }
 
     #[test]
