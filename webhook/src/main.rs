@@ -225,10 +225,13 @@ mod tests {
                 .find(|a| a.get_env().is_some_and(|e| e == env.name.as_str()))
                 .unwrap_or_else(|| panic!("{} is not read", env.name));
             let long = arg.get_long().unwrap();
-            argv.push(format!(
-                "--{long}={}",
-                env.value.clone().unwrap_or_default()
-            ));
+            let value = env.value.clone().unwrap_or_default();
+            if arg.get_action().takes_values() {
+                argv.push(format!("--{long}={value}"));
+            } else if value == "true" {
+                // A switch (SetTrue) read from the environment as "true" is its bare flag on the command line.
+                argv.push(format!("--{long}"));
+            }
         }
         let cli = Cli::try_parse_from(&argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
         let options = cli.options();
@@ -237,6 +240,18 @@ mod tests {
             Target::new("kata-remote-snp", "kata.peerpods.io/vm")
         );
         assert_eq!(cli.pod_vm_instance_type.as_deref(), Some("t3.small"));
+        // /metrics only behind review, on the container's port named metrics.
+        assert!(cli.metrics.metrics_secure);
+        let metrics_port = container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some("metrics"))
+            .map(|p| p.container_port);
+        assert_eq!(
+            metrics_port.map(|p| u16::try_from(p).unwrap()),
+            Some(cli.metrics.metrics_listen.port())
+        );
 
         let port = container.ports.as_deref().unwrap_or_default()[0].container_port;
         assert_eq!(port, WEBHOOK_PORT);
