@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use peerpods_proto::v1::provider_service_server::ProviderServiceServer;
 use peerpods_runtime::admin::Readiness;
+use peerpods_runtime::tls::Established;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
@@ -33,7 +34,7 @@ use crate::Error;
 use crate::auth::{Authenticated, TokenReviewer};
 use crate::deletes::Deletes;
 use crate::grpc::ProviderApi;
-use crate::load::{ConnectionPermit, Load, LoadLimits, Shed};
+use crate::load::{Load, LoadLimits, Shed};
 use crate::tls::ReloadingCert;
 
 /// Readiness component name of the gRPC server.
@@ -234,7 +235,7 @@ impl PeerAddr for tokio_rustls::server::TlsStream<tokio::net::TcpStream> {
 pub fn capped<S, IO>(
     incoming: S,
     load: Load,
-) -> impl futures::Stream<Item = Result<Capped<IO>, std::io::Error>> + Send + 'static
+) -> impl futures::Stream<Item = Result<Established<IO>, std::io::Error>> + Send + 'static
 where
     S: futures::Stream<Item = Result<IO, std::io::Error>> + Send + 'static,
     IO: PeerAddr + Send + 'static,
@@ -246,70 +247,13 @@ where
             // A socket whose peer is already gone has nothing to serve.
             Ok(io) => match io.peer_addr() {
                 Err(_) => None,
-                Ok(peer) => load.admit_connection(peer.ip()).map(|permit| {
-                    Ok(Capped {
-                        io,
-                        _permit: permit,
-                    })
-                }),
+                Ok(peer) => load
+                    .admit_connection(peer.ip())
+                    .map(|permit| Ok(Established::new(io, permit))),
             },
         };
         std::future::ready(admitted)
     })
-}
-
-/// A connection counted against the caps until it is dropped.
-pub struct Capped<IO> {
-    io: IO,
-    _permit: ConnectionPermit,
-}
-
-impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Capped<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
-    }
-}
-
-impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Capped<IO> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
-    }
-}
-
-impl<IO: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Capped<IO> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
 }
 
 /// Adds `google.rpc.ErrorInfo` to errors that tonic itself answers before a handler runs (an

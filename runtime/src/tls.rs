@@ -342,13 +342,7 @@ impl axum::serve::Listener for TlsListener {
             };
             match self.open.admit(peer.ip()) {
                 Ok(permit) => {
-                    return (
-                        Established {
-                            io,
-                            _permit: permit,
-                        },
-                        peer,
-                    );
+                    return (Established::new(io, permit), peer);
                 }
                 Err(refusal) => {
                     // Dropped unread: the cost of a flood stays one accept and one handshake each.
@@ -646,6 +640,28 @@ impl Drop for ConnectionPermit {
 pub struct Established<IO> {
     io: IO,
     _permit: ConnectionPermit,
+}
+
+impl<IO> Established<IO> {
+    /// `io`, holding `permit` ([`OpenConnections::admit`]) until it is dropped.
+    pub fn new(io: IO, permit: ConnectionPermit) -> Self {
+        Established {
+            io,
+            _permit: permit,
+        }
+    }
+}
+
+/// A tonic server's connections carry what the one they wrap says of its peer.
+#[cfg(feature = "grpc-server")]
+impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected
+    for Established<IO>
+{
+    type ConnectInfo = IO::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.io.connect_info()
+    }
 }
 
 impl<IO: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Established<IO> {
