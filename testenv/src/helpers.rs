@@ -7,6 +7,7 @@ use k8s_openapi::api::authentication::v1::{
 };
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -230,6 +231,53 @@ pub async fn service_account_token(
         .await
         .unwrap_or_else(|e| panic!("TokenRequest for {ns}/{sa}: {e}"));
     response.status.and_then(|s| s.token).unwrap_or_default()
+}
+
+/// Grants ServiceAccount `ns/sa` what the chart grants Prometheus: `get` on the non-resource URL `/metrics`
+/// (a ClusterRole and its binding, both named `<ns>-metrics-reader`).
+pub async fn grant_metrics_reader(client: &Client, ns: &str, sa: &str) {
+    let name = format!("{ns}-metrics-reader");
+    Api::<ClusterRole>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..ObjectMeta::default()
+                },
+                rules: Some(vec![PolicyRule {
+                    non_resource_urls: Some(vec!["/metrics".into()]),
+                    verbs: vec!["get".into()],
+                    ..PolicyRule::default()
+                }]),
+                ..ClusterRole::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating ClusterRole {name}: {e}"));
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    ..ObjectMeta::default()
+                },
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: name.clone(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: sa.to_owned(),
+                    namespace: Some(ns.to_owned()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating ClusterRoleBinding {name}: {e}"));
 }
 
 #[cfg(test)]

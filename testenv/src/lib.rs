@@ -25,6 +25,6 @@ pub mod proxy;
 pub use controlplane::{ControlPlane, Options, binary_path, shared, shared_for};
 pub use error::Error;
 pub use helpers::{
-    apply_crds, credential_id, harness_name, in_a_process_of_its_own, namespace, repo_root,
-    service_account_token, wait_for, wait_for_event,
+    apply_crds, credential_id, grant_metrics_reader, harness_name, in_a_process_of_its_own,
+    namespace, repo_root, service_account_token, wait_for, wait_for_event,
 };

@@ -8,8 +8,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{ObjectMeta, PostParams};
 use peerpods_runtime::admin::{AdminServer, Readiness};
 use peerpods_runtime::secure_metrics::SecureMetrics;
 use prometheus_client::metrics::counter::Counter;
@@ -72,50 +70,6 @@ async fn get_plain(addr: SocketAddr, path: &str) -> Option<u16> {
     raw.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()
 }
 
-async fn metrics_reader(client: &kube::Client, role: &str, ns: &str, sa: &str) {
-    kube::Api::<ClusterRole>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(role.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    non_resource_urls: Some(vec!["/metrics".into()]),
-                    verbs: vec!["get".into()],
-                    ..PolicyRule::default()
-                }]),
-                ..ClusterRole::default()
-            },
-        )
-        .await
-        .unwrap();
-    kube::Api::<ClusterRoleBinding>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(role.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name: role.to_owned(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: sa.to_owned(),
-                    namespace: Some(ns.to_owned()),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_need_a_token_the_api_server_authenticates_and_allows_to_get_metrics() {
     let cp = testenv::shared_for(module_path!());
@@ -124,7 +78,7 @@ async fn metrics_need_a_token_the_api_server_authenticates_and_allows_to_get_met
     let prometheus = testenv::service_account_token(&client, &ns, "prometheus", &[]).await;
     let stranger = testenv::service_account_token(&client, &ns, "stranger", &[]).await;
     // What the chart grants Prometheus: `get` on the non-resource URL /metrics.
-    metrics_reader(&client, &format!("{ns}-metrics-reader"), &ns, "prometheus").await;
+    testenv::grant_metrics_reader(&client, &ns, "prometheus").await;
 
     // The serving certificate, as a kubernetes.io/tls Secret mounted in --metrics-cert-dir.
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();

@@ -8,8 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::{Pair, Webhook, connect_tls_from, get, post_tls};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
-use kube::api::{ObjectMeta, PostParams};
 use peerpods_runtime::secure_metrics::SecureMetrics;
 use peerpods_runtime::shutdown::CancellationToken;
 use peerpods_runtime::tls::{CapLabels, ConnectionLimits};
@@ -294,59 +292,13 @@ async fn scrape(
     (code, body)
 }
 
-/// What the chart grants Prometheus: `get` on the non-resource URL `/metrics`, for ServiceAccount `sa`.
-async fn metrics_reader(client: &kube::Client, ns: &str, sa: &str) {
-    let name = format!("{ns}-metrics-reader");
-    kube::Api::<ClusterRole>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..ObjectMeta::default()
-                },
-                rules: Some(vec![PolicyRule {
-                    non_resource_urls: Some(vec!["/metrics".into()]),
-                    verbs: vec!["get".into()],
-                    ..PolicyRule::default()
-                }]),
-                ..ClusterRole::default()
-            },
-        )
-        .await
-        .unwrap();
-    kube::Api::<ClusterRoleBinding>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..ObjectMeta::default()
-                },
-                role_ref: RoleRef {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "ClusterRole".into(),
-                    name,
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: sa.to_owned(),
-                    namespace: Some(ns.to_owned()),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn secure_metrics_need_a_token_the_api_server_allows_to_get_metrics() {
     let cp = testenv::shared_for(module_path!());
     let client = cp.client().await;
     let ns = testenv::namespace(&client, "webhook-metrics").await;
     let prometheus = testenv::service_account_token(&client, &ns, "prometheus", &[]).await;
-    metrics_reader(&client, &ns, "prometheus").await;
+    testenv::grant_metrics_reader(&client, &ns, "prometheus").await;
 
     let made = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
     let metrics_dir = tempfile::tempdir().unwrap();
