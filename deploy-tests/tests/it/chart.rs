@@ -1576,10 +1576,11 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 ///   Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) then check `update` on
 ///   `peerpodconfigs/finalizers`; that check runs inside admission and writes no audit event of its own, and
 ///   the local control plane runs without that plugin.
-/// - With `metrics.secure` each service reviews a scrape of its metrics port (TokenReview, SubjectAccessReview;
-///   `peerpods_runtime::secure_metrics::Reviewer::check`); no Prometheus scrapes here. Checked against the real
-///   API server in `runtime/tests/it/secure_metrics.rs` and, scraped by a real Prometheus, in `prometheus.rs`.
-const UNSEEN_GRANTS: [(&str, &str, &str, &str); 12] = [
+/// - With `metrics.secure` each service (and the webhook peer-pod-config-ctrl renders, always) reviews a scrape
+///   of its metrics port (TokenReview, SubjectAccessReview; `peerpods_runtime::secure_metrics::Reviewer::check`);
+///   no Prometheus scrapes here. Checked against the real API server in `runtime/tests/it/secure_metrics.rs` and
+///   `webhook/tests/it/per_peer.rs` and, scraped by a real Prometheus, in `prometheus.rs`.
+const UNSEEN_GRANTS: [(&str, &str, &str, &str); 14] = [
     (
         "cloud-api-adaptor",
         "create",
@@ -1628,6 +1629,19 @@ const UNSEEN_GRANTS: [(&str, &str, &str, &str); 12] = [
     ),
     (
         "peer-pod-config-ctrl",
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+    ),
+    // The webhook peer-pod-config-ctrl renders serves its metrics so whatever metrics.secure says.
+    (
+        "peer-pods-webhook",
+        "create",
+        "authentication.k8s.io",
+        "tokenreviews",
+    ),
+    (
+        "peer-pods-webhook",
         "create",
         "authorization.k8s.io",
         "subjectaccessreviews",
