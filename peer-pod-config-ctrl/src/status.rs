@@ -4,20 +4,13 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::crd::PeerPodConfigStatus;
-use crate::validate::InvalidReason;
+use crate::validate::Invalid;
 
 pub const READY: &str = "Ready";
 pub const DAEMONSET_READY: &str = "DaemonSetReady";
 pub const WEBHOOK_READY: &str = "WebhookReady";
 pub const CAPACITY_ADVERTISED: &str = "CapacityAdvertised";
 pub const INVALID: &str = "Invalid";
-
-/// Why a PeerPodConfig cannot be acted on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Invalid {
-    pub reason: InvalidReason,
-    pub message: String,
-}
 
 /// Node capacity figures of one reconcile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -312,6 +305,7 @@ pub fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validate::InvalidReason;
     use k8s_openapi::api::apps::v1::DaemonSetStatus;
 
     fn at(seconds: i64) -> Time {

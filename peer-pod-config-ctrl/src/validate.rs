@@ -8,7 +8,13 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use crate::crd::{PeerPodConfig, node_selector_problem};
-use crate::status::Invalid;
+
+/// Why a PeerPodConfig cannot be acted on: the reason, and a message naming what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Invalid {
+    pub reason: InvalidReason,
+    pub message: String,
+}
 
 /// Why a PeerPodConfig is not acted on: the reason of its Invalid condition and of the Warning Event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
