@@ -60,9 +60,13 @@ async fn chart_on_a_node() {
     install_chart(&cp).await;
     for service in SERVICES {
         let deployment = format!("peerpods-{service}");
-        if let Err(e) =
-            testenv::node::wait_available(&client, NAMESPACE, &deployment, Duration::from_secs(180))
-                .await
+        if let Err(e) = testenv::node::wait_available(
+            &client,
+            &namespace_of(service, NAMESPACE),
+            &deployment,
+            Duration::from_secs(180),
+        )
+        .await
         {
             panic!("{e}\n{}", describe_pods(&client).await);
         }
@@ -145,17 +149,13 @@ async fn tilt_on_a_node() {
     );
     assert!(output.status.success(), "tilt ci failed:\n{log}");
 
-    let pods: Api<Pod> = Api::namespaced(client.clone(), TILT_NAMESPACE);
     for service in SERVICES {
         let deployment = format!("peerpods-{service}");
-        testenv::node::wait_available(
-            &client,
-            TILT_NAMESPACE,
-            &deployment,
-            Duration::from_secs(60),
-        )
-        .await
-        .expect("Deployment available after tilt ci");
+        let namespace = namespace_of(service, TILT_NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        testenv::node::wait_available(&client, &namespace, &deployment, Duration::from_secs(60))
+            .await
+            .expect("Deployment available after tilt ci");
         let list = pods.list(&ListParams::default()).await.expect("pods");
         let image = list
             .items
@@ -475,13 +475,29 @@ fn root_is_read_only(pid: u32) -> bool {
         })
 }
 
+/// Where the chart runs `service`: provider-service in a namespace of its own (`providerService.namespace`).
+fn namespace_of(service: &str, release_namespace: &str) -> String {
+    if service == "provider-service" {
+        crate::support::provider_namespace(release_namespace)
+    } else {
+        release_namespace.to_owned()
+    }
+}
+
 async fn describe_pods(client: &Client) -> String {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let list = pods
-        .list(&ListParams::default())
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+    let mut list = Vec::new();
+    for namespace in [
+        NAMESPACE.to_owned(),
+        crate::support::provider_namespace(NAMESPACE),
+    ] {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        list.extend(
+            pods.list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default(),
+        );
+    }
     list.iter()
         .map(|p| {
             format!(
