@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 
@@ -17,6 +18,11 @@ import (
 
 // serviceAccountIssuer is the issuer (and default audience) of ServiceAccount tokens, as in a kubeadm cluster.
 const serviceAccountIssuer = "https://kubernetes.default.svc.cluster.local"
+
+// admissionPlugins are admission plugins to enable besides kube-apiserver's defaults, for tests of what a
+// distribution turns on (OpenShift enables OwnerReferencesPermissionEnforcement, for one).
+var admissionPlugins = flag.String("enable-admission-plugins", "",
+	"comma-separated admission plugins to enable besides kube-apiserver's defaults")
 
 // startAPIServer runs kube-apiserver in this process until ctx ends. It serves TLS on listener and reports
 // its end on the returned channel.
@@ -62,6 +68,9 @@ func startAPIServer(ctx context.Context, listener net.Listener, etcdURL, certDir
 		return nil, err
 	}
 	args = append(args, audit...)
+	if *admissionPlugins != "" {
+		args = append(args, "--enable-admission-plugins="+*admissionPlugins)
+	}
 	if at.forNode {
 		// Logs, exec and port-forward go through the node's kubelet, which authenticates the API server by its
 		// client certificate (the admin one: in system:masters, so kubelet's authorization webhook allows it).

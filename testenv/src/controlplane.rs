@@ -38,6 +38,9 @@ pub struct Options {
     /// Serve the API on this address instead of 127.0.0.1 and run the controllers a node needs: for a
     /// [`crate::node::Node`] whose kubelet and pods live in a network namespace where this address is local.
     pub node_ip: Option<std::net::IpAddr>,
+    /// Admission plugins to enable besides kube-apiserver's defaults (`--enable-admission-plugins`), for what a
+    /// distribution turns on: OpenShift's `OwnerReferencesPermissionEnforcement`, for one.
+    pub admission_plugins: Vec<String>,
 }
 
 /// The control plane of this test process, started on first use. Blocking; safe from any thread.
@@ -114,6 +117,11 @@ impl ControlPlane {
             .arg(std::process::id().to_string());
         if let Some(path) = &audit_path {
             command.arg("--audit-log").arg(path);
+        }
+        if !options.admission_plugins.is_empty() {
+            command
+                .arg("--enable-admission-plugins")
+                .arg(options.admission_plugins.join(","));
         }
         if let Some(ip) = options.node_ip {
             command.arg("--node-ip").arg(ip.to_string());
