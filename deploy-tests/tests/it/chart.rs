@@ -1571,16 +1571,18 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 ///   the chart's `cloud-api-adaptor` ServiceAccount: `k8sops.PeerPodService.OwnPeerPod` (get its Pod, create
 ///   the PeerPod the Pod owns), `k8sops.PeerPodService.ReleasePeerPod` (get its Pod, patch the PeerPod's
 ///   finalizer away once the VM is gone) and `AdvertiseExtendedResources` (get its node, patch the node and its
-///   status with the peer-pod VM capacity).
+///   status with the peer-pod VM capacity). Its PeerPod's owner reference to the Pod sets `blockOwnerDeletion`,
+///   which the OwnerReferencesPermissionEnforcement admission plugin checks against `update` on `pods/finalizers`
+///   inside admission (no audit event of its own): `owner_references.rs` shows the grant needed with that plugin on.
 /// - peer-pod-config-ctrl's owned objects carry `blockOwnerDeletion` (`objects.rs`, `controller_owner_ref`).
 ///   Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) then check `update` on
 ///   `peerpodconfigs/finalizers`; that check runs inside admission and writes no audit event of its own, and
-///   the local control plane runs without that plugin.
+///   this test's control plane runs without that plugin.
 /// - With `metrics.secure` each service (and the webhook peer-pod-config-ctrl renders, always) reviews a scrape
 ///   of its metrics port (TokenReview, SubjectAccessReview; `peerpods_runtime::secure_metrics::Reviewer::check`);
 ///   no Prometheus scrapes here. Checked against the real API server in `runtime/tests/it/secure_metrics.rs` and
 ///   `webhook/tests/it/per_peer.rs` and, scraped by a real Prometheus, in `prometheus.rs`.
-const UNSEEN_GRANTS: [(&str, &str, &str, &str); 14] = [
+const UNSEEN_GRANTS: [(&str, &str, &str, &str); 15] = [
     (
         "cloud-api-adaptor",
         "create",
@@ -1597,6 +1599,7 @@ const UNSEEN_GRANTS: [(&str, &str, &str, &str); 14] = [
     ("cloud-api-adaptor", "get", "", "nodes"),
     ("cloud-api-adaptor", "patch", "", "nodes"),
     ("cloud-api-adaptor", "patch", "", "nodes/status"),
+    ("cloud-api-adaptor", "update", "", "pods/finalizers"),
     (
         "peer-pod-config-ctrl",
         "update",

@@ -12,6 +12,7 @@ mod crd_upgrade;
 mod least_privilege;
 mod migration;
 mod node;
+mod owner_references;
 mod prometheus;
 mod support;
 mod webhook;

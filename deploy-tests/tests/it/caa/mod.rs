@@ -447,6 +447,17 @@ impl Ours {
 /// CAA records the VM of `pod` in a PeerPod, with the body it POSTs (fixture), as the client `caa` (its
 /// ServiceAccount).
 pub async fn caa_records_vm(caa: &kube::Client, pod: &Pod, vm: &str) -> String {
+    caa_creates_peerpod(caa, pod, vm)
+        .await
+        .unwrap_or_else(|e| panic!("CAA's ServiceAccount creates the PeerPod of VM {vm}: {e}"))
+}
+
+/// As [`caa_records_vm`], returning what the API server answered: the PeerPod's name, or its refusal.
+pub async fn caa_creates_peerpod(
+    caa: &kube::Client,
+    pod: &Pod,
+    vm: &str,
+) -> Result<String, kube::Error> {
     let text = std::fs::read_to_string(testenv::repo_root().join(PEERPOD_BODY))
         .expect("CAA's PeerPod body");
     let mut body: serde_json::Value = serde_json::from_str(&text).expect("PeerPod JSON");
@@ -465,9 +476,8 @@ pub async fn caa_records_vm(caa: &kube::Client, pod: &Pod, vm: &str) -> String {
     let peerpod: DynamicObject = serde_json::from_value(body).expect("PeerPod");
     Api::<DynamicObject>::namespaced_with(caa.clone(), &ns, &peerpod_resource())
         .create(&PostParams::default(), &peerpod)
-        .await
-        .unwrap_or_else(|e| panic!("CAA's ServiceAccount creates PeerPod {name}: {e}"));
-    name
+        .await?;
+    Ok(name)
 }
 
 /// The cleanup story as CAA lives it: CAA (client `caa`) records `vm` for a new Pod `name` in `pods`; the Pod is
