@@ -77,6 +77,9 @@ pub struct Instance {
     pub created: Option<jiff::Timestamp>,
     /// The instance's tags (labels); empty when the provider has none.
     pub tags: BTreeMap<String, String>,
+    /// The name the cloud shows (cloud-api-adaptor's `podvm-<pod>-<sandbox>` where it keeps one); empty when
+    /// provider-service reports none.
+    pub name: String,
 }
 
 /// On whose behalf a call is made; provider-service logs it for audit.
@@ -209,6 +212,7 @@ impl Provider {
                     .create_time
                     .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok()),
                 tags: i.tags.into_iter().collect(),
+                name: i.name,
             })
             .collect())
     }

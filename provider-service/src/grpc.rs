@@ -434,6 +434,7 @@ fn instance_to_pb(i: Instance) -> pb::Instance {
             nanos: t.subsec_nanosecond(),
         }),
         tags: i.tags.into_iter().collect::<HashMap<_, _>>(),
+        name: i.name,
     }
 }
 

@@ -209,6 +209,7 @@ impl Provider for AlibabaCloudProvider {
                 id: i.id,
                 created: i.created,
                 tags: i.tags,
+                name: String::new(),
             })
             .collect();
         instances.sort_by(|a, b| a.id.cmp(&b.id));

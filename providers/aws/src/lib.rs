@@ -176,10 +176,16 @@ impl Provider for AwsProvider {
             .live_instances(selector)
             .await?
             .into_iter()
-            .map(|instance| Instance {
-                created: instance.created(),
-                id: instance.id,
-                tags: instance.tags.into_iter().collect(),
+            .map(|instance| {
+                let created = instance.created();
+                let tags: BTreeMap<String, String> = instance.tags.into_iter().collect();
+                Instance {
+                    created,
+                    id: instance.id,
+                    // cloud-api-adaptor names its EC2 instances by the `Name` tag.
+                    name: tags.get("Name").cloned().unwrap_or_default(),
+                    tags,
+                }
             })
             .collect();
         instances.sort_by(|a, b| a.id.cmp(&b.id));

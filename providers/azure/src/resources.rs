@@ -212,8 +212,11 @@ impl Vm {
     pub fn into_instance(self) -> Option<Instance> {
         let tags = self.string_tags();
         let created = self.created();
+        let id = self.id?;
         Some(Instance {
-            id: self.id?,
+            // The VM's name is the last segment of its ARM id.
+            name: id.rsplit('/').next().unwrap_or_default().to_owned(),
+            id,
             created,
             tags,
         })

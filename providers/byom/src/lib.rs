@@ -261,6 +261,7 @@ impl Provider for ByomProvider {
                 id,
                 created: allocation.allocated_at(),
                 tags: allocation.tags(),
+                name: String::new(),
             })
             .filter(|instance| instance.matches(selector))
             .collect())

@@ -80,6 +80,8 @@ pub struct Instance {
     pub created: Option<jiff::Timestamp>,
     /// Tags (labels) of the instance.
     pub tags: BTreeMap<String, String>,
+    /// The name the cloud shows, where cloud-api-adaptor keeps its pod VM name; empty when unknown.
+    pub name: String,
 }
 
 impl Instance {
@@ -154,6 +156,7 @@ mod tests {
             id: "i-1".into(),
             created: None,
             tags: [("cluster".into(), "a".into()), ("x".into(), "1".into())].into(),
+            name: String::new(),
         };
         assert!(instance.matches(&TagSelector::new()));
         assert!(instance.matches(&[("cluster".into(), "a".into())].into()));

@@ -241,9 +241,13 @@ impl Provider for GcpProvider {
 
 /// The domain view of a Compute Engine instance: its name is the id CAA records.
 fn domain_instance(instance: ComputeInstance) -> Instance {
+    let created = created_of(&instance);
+    let name = instance.name.unwrap_or_default();
     Instance {
-        created: created_of(&instance),
-        id: instance.name.unwrap_or_default(),
+        created,
+        // On Compute Engine the name is the id.
+        id: name.clone(),
+        name,
         tags: instance.labels.into_iter().collect(),
     }
 }

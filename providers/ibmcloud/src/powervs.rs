@@ -259,6 +259,7 @@ impl Provider for PowerVsProvider {
                     .as_deref()
                     .and_then(timestamps::parse),
                 tags,
+                name: String::new(),
             };
             if listed.matches(selector) {
                 found.push(listed);

@@ -152,6 +152,7 @@ pub async fn instances(
                 id: id.to_owned(),
                 created: item.creation_date.as_deref().and_then(timestamps::parse),
                 tags: item.tags.iter().map(|t| tags::split_tag(t)).collect(),
+                name: String::new(),
             };
             // Lucene matching is the index's; the selector is applied exactly here too.
             if listed.matches(selector) {

@@ -771,6 +771,8 @@ fn list_domains(conn: &Connect) -> Result<Vec<Instance>, VirtError> {
             id,
             created: None,
             tags,
+            // cloud-api-adaptor's name for the pod VM.
+            name: d.name()?,
         });
     }
     Ok(out)

@@ -595,7 +595,11 @@ type Instance struct {
 	CreateTime *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=create_time,json=createTime,proto3" json:"create_time,omitempty"`
 	// Tags (labels) of the instance. libvirt has no tags: they come from the domain's
 	// `<peerpods:tags>` metadata element and are empty without it.
-	Tags          map[string]string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Tags map[string]string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The instance's name as the cloud shows it, where cloud-api-adaptor keeps its name for the pod
+	// VM (`podvm-<pod>-<sandbox id prefix>`): the domain name on libvirt, the `Name` tag on aws, the
+	// VM name on azure, the instance name on gcp. Empty where the provider reports none.
+	Name          string `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +653,13 @@ func (x *Instance) GetTags() map[string]string {
 		return x.Tags
 	}
 	return nil
+}
+
+func (x *Instance) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 // ListInstancesResponse answers a ListInstancesRequest.
@@ -884,13 +895,14 @@ const file_peerpods_provider_v1_provider_proto_rawDesc = "" +
 	"\ftag_selector\x18\x02 \x03(\v2;.peerpods.provider.v1.ListInstancesRequest.TagSelectorEntryR\vtagSelector\x1a>\n" +
 	"\x10TagSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdf\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf3\x01\n" +
 	"\bInstance\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12;\n" +
 	"\vcreate_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"createTime\x12<\n" +
-	"\x04tags\x18\x03 \x03(\v2(.peerpods.provider.v1.Instance.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x03 \x03(\v2(.peerpods.provider.v1.Instance.TagsEntryR\x04tags\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"U\n" +
