@@ -5,6 +5,7 @@
 //! own (`testenv::shared_for`).
 
 mod alongside_caa;
+mod alongside_coco;
 mod caa;
 mod chart;
 mod chart_resources;

@@ -1,5 +1,6 @@
-//! cloud-api-adaptor's own Helm chart (`peerpods` 0.4.0, CAA v0.22) on the local control plane, and our release
-//! beside it, for the alongside and migration tests.
+//! cloud-api-adaptor's own Helm chart (`peerpods` 0.4.0, CAA v0.22) on the local control plane, by itself or as the
+//! CoCo umbrella chart's `peerpods` subchart ([`Beside`]), and our release beside it, for the alongside and
+//! migration tests.
 //!
 //! CAA's chart is rebuilt from what it renders for libvirt (`peer-pod-config-ctrl/tests/fixtures/caa-chart/`):
 //! its own objects, the `resourceCtrl` subchart (upstream's peerpod-ctrl, `peerpodctrl-controller-manager`) behind
@@ -21,13 +22,38 @@ use crate::support::*;
 
 /// CAA's namespace; ours installs into it too, beside CAA (its callers of provider-service run there).
 pub const CAA_NS: &str = "confidential-containers-system";
-/// Our provider-service's own namespace (the chart's default for a release in [`CAA_NS`]).
-pub const PROVIDER_NS: &str = "confidential-containers-system-provider";
 /// CAA's release, as its README installs it.
 pub const CAA_RELEASE: &str = "peerpods";
 /// Ours, beside it (release names are per namespace: it cannot be `peerpods` too).
 pub const OUR_RELEASE: &str = "peerpods-ctrl";
 pub const ALONGSIDE_VALUES: &str = "deploy/chart/peerpods/examples/alongside-caa.yaml";
+
+/// Where CAA's chart is installed, and so where ours goes beside it.
+pub struct Beside {
+    /// The Helm release that owns CAA's objects (its ServiceAccount, peer-pods-cm, the PeerPod CRD).
+    pub caa_release: &'static str,
+    /// CAA's namespace (`.Release.Namespace` of that release); ours installs there too.
+    pub namespace: &'static str,
+    /// Where CAA's chart's values sit in that release: at the top, or under its subchart's name.
+    pub values_prefix: &'static str,
+    /// The values ours installs with.
+    pub our_values: &'static str,
+}
+
+/// CAA's own chart, as its README installs it.
+pub const CAAS_CHART: Beside = Beside {
+    caa_release: CAA_RELEASE,
+    namespace: CAA_NS,
+    values_prefix: "",
+    our_values: ALONGSIDE_VALUES,
+};
+
+impl Beside {
+    /// Our provider-service's own namespace (the chart's default beside CAA).
+    pub fn provider_ns(&self) -> String {
+        provider_namespace(self.namespace)
+    }
+}
 /// libvirt's test driver needs provider-service's development mode.
 pub const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 pub const CRD_CHART: &str = "deploy/chart/peerpods-crds";
@@ -101,6 +127,8 @@ pub fn write_caa_chart(dir: &Path, libvirt_uri: &str) {
             .find_map(|l| l.strip_prefix("# Source: "))
             .unwrap_or_default()
             .to_owned();
+        // The chart's templates put its objects (and its bindings' subjects) in the release's namespace.
+        let doc = doc.replace(CAA_NS, "{{ .Release.Namespace }}");
         let doc = if kind_of(&doc) == "ConfigMap" && doc.contains("  name: peer-pods-cm\n") {
             let with_uri = doc.replace(
                 "  CLOUD_PROVIDER: \"libvirt\"\n",
@@ -160,6 +188,58 @@ pub fn write_caa_chart(dir: &Path, libvirt_uri: &str) {
     }
 }
 
+/// The CoCo umbrella chart (`confidential-containers`, confidential-containers/charts), which carries CAA's chart as
+/// its `peerpods` subchart (confidential-containers/charts#54) behind `peerpods.enabled` (off by default), installed
+/// as its README does (release `coco` in `kube-system`).
+pub const COCO_UMBRELLA: Beside = Beside {
+    caa_release: "coco",
+    namespace: "kube-system",
+    values_prefix: "peerpods.",
+    our_values: "deploy/chart/peerpods/examples/beside-coco-umbrella.yaml",
+};
+
+/// Writes the umbrella chart to `dir` with CAA's chart (as [`write_caa_chart`]) as its `peerpods` subchart. Only
+/// that subchart: the umbrella's kata-deploy subcharts lay down the Kata runtime on nodes and own none of the
+/// objects ours meets.
+pub fn write_coco_umbrella(dir: &Path, libvirt_uri: &str) {
+    write_caa_chart(&dir.join("charts/peerpods"), libvirt_uri);
+    let files = [
+        (
+            "Chart.yaml",
+            "apiVersion: v2\nname: confidential-containers\n\
+             description: the CoCo umbrella chart, with only its peerpods subchart\ntype: application\n\
+             version: 0.21.0\nappVersion: \"0.21.0\"\ndependencies:\n- name: peerpods\n  version: 0.4.0\n\
+             \x20 condition: peerpods.enabled\n",
+        ),
+        ("values.yaml", "peerpods:\n  enabled: false\n"),
+    ];
+    for (name, text) in files {
+        std::fs::write(dir.join(name), text).expect("umbrella chart file");
+    }
+}
+
+/// The umbrella chart with peer pods on, written under `work` with libvirt pointed at a test host holding `vms`,
+/// and installed as [`COCO_UMBRELLA`] says. Returns the chart's directory.
+pub async fn install_coco_umbrella(
+    cp: &testenv::ControlPlane,
+    work: &Path,
+    vms: &[String],
+) -> String {
+    let host = work.join("libvirt-host.xml");
+    std::fs::write(&host, libvirt_host(vms)).expect("host");
+    let chart = work.join("coco-chart");
+    write_coco_umbrella(&chart, &format!("test://{}", host.display()));
+    let chart = chart.display().to_string();
+    install_caa_release(
+        cp,
+        &COCO_UMBRELLA,
+        &chart,
+        &["--set", "peerpods.enabled=true"],
+    )
+    .await;
+    chart
+}
+
 /// CAA's chart as its users run it today (upstream's peerpod-ctrl on, the PeerPod CRD from `crds/` without Helm
 /// metadata), written under `work` with libvirt pointed at a test host holding `vms`, and installed as
 /// [`CAA_RELEASE`] in [`CAA_NS`]. Returns the chart's directory, for the upgrades that follow.
@@ -169,19 +249,26 @@ pub async fn install_caa(cp: &testenv::ControlPlane, work: &Path, vms: &[String]
     let chart = work.join("caa-chart");
     write_caa_chart(&chart, &format!("test://{}", host.display()));
     let chart = chart.display().to_string();
-    helm_ok(
-        cp,
-        &[
-            "install",
-            CAA_RELEASE,
-            &chart,
-            "--namespace",
-            CAA_NS,
-            "--create-namespace",
-        ],
-    )
-    .await;
+    install_caa_release(cp, &CAAS_CHART, &chart, &[]).await;
     chart
+}
+
+/// `helm install` of CAA's release as `at` says, from `chart`, with `extra` arguments.
+pub async fn install_caa_release(
+    cp: &testenv::ControlPlane,
+    at: &Beside,
+    chart: &str,
+    extra: &[&str],
+) {
+    let args = [
+        "install",
+        at.caa_release,
+        chart,
+        "--namespace",
+        at.namespace,
+        "--create-namespace",
+    ];
+    helm_ok(cp, &[&args[..], extra].concat()).await;
 }
 
 /// `helm upgrade --install` of `peerpods-crds` (in `default`), as docs/alongside-caa.md and docs/migrating.md
@@ -198,17 +285,23 @@ pub const INSTALL_CRDS: [&str; 6] = [
 /// CAA's release (its chart in `chart`) upgraded with its cleanup controller off (`resourceCtrl.enabled=false`),
 /// so only ours acts on PeerPods.
 pub async fn turn_off_upstream_controller(cp: &testenv::ControlPlane, chart: &str) {
+    turn_off_upstream_controller_at(cp, &CAAS_CHART, chart).await;
+}
+
+/// As [`turn_off_upstream_controller`], for CAA's release where `at` says.
+pub async fn turn_off_upstream_controller_at(cp: &testenv::ControlPlane, at: &Beside, chart: &str) {
+    let switch = format!("{}resourceCtrl.enabled=false", at.values_prefix);
     helm_ok(
         cp,
         &[
             "upgrade",
-            CAA_RELEASE,
+            at.caa_release,
             chart,
             "--namespace",
-            CAA_NS,
+            at.namespace,
             "--reuse-values",
             "--set",
-            "resourceCtrl.enabled=false",
+            &switch,
         ],
     )
     .await;
@@ -218,6 +311,11 @@ pub async fn turn_off_upstream_controller(cp: &testenv::ControlPlane, chart: &st
 /// libvirt's test driver behind provider-service in development mode; then, as the document says, a copy of
 /// the peer-pods-cm CAA's chart manages in provider-service's namespace.
 pub async fn install_ours(cp: &testenv::ControlPlane) {
+    install_ours_beside(cp, &CAAS_CHART).await;
+}
+
+/// As [`install_ours`], beside CAA's release where `at` says, with its values.
+pub async fn install_ours_beside(cp: &testenv::ControlPlane, at: &Beside) {
     helm_ok(
         cp,
         &[
@@ -225,9 +323,9 @@ pub async fn install_ours(cp: &testenv::ControlPlane) {
             OUR_RELEASE,
             CHART,
             "--namespace",
-            CAA_NS,
+            at.namespace,
             "-f",
-            ALONGSIDE_VALUES,
+            at.our_values,
             // libvirt's test driver: provider-service in development mode.
             "-f",
             DEV_VALUES,
@@ -241,14 +339,14 @@ pub async fn install_ours(cp: &testenv::ControlPlane) {
             "configmap",
             "peer-pods-cm",
             "--namespace",
-            CAA_NS,
+            at.namespace,
             "-o",
             "json",
         ],
     )
     .await;
     let mut copy: serde_json::Value = serde_json::from_str(&caas).expect("peer-pods-cm JSON");
-    copy["metadata"] = serde_json::json!({"name": "peer-pods-cm", "namespace": PROVIDER_NS});
+    copy["metadata"] = serde_json::json!({"name": "peer-pods-cm", "namespace": at.provider_ns()});
     let kubeconfig = cp.kubeconfig_path().display().to_string();
     run_ok(
         &tool("kubectl"),
@@ -279,7 +377,12 @@ pub struct Ours {
 impl Ours {
     /// Starts provider-service, then peerpod-ctrl.
     pub async fn start(cp: &testenv::ControlPlane, work: &Path) -> Ours {
-        let mut ours = Ours::prepare(cp, work).await;
+        Ours::start_beside(cp, &CAAS_CHART, work).await
+    }
+
+    /// As [`Ours::start`], for our release beside CAA's where `at` says.
+    pub async fn start_beside(cp: &testenv::ControlPlane, at: &Beside, work: &Path) -> Ours {
+        let mut ours = Ours::prepare_beside(cp, at, work).await;
         ours.start_provider().await;
         ours.start_peerpod_ctrl().await;
         ours
@@ -321,19 +424,25 @@ impl Ours {
 
     /// Lays out what the chart's Deployments mount and sets their environment; starts nothing.
     pub async fn prepare(cp: &testenv::ControlPlane, work: &Path) -> Ours {
+        Ours::prepare_beside(cp, &CAAS_CHART, work).await
+    }
+
+    /// As [`Ours::prepare`], for our release beside CAA's where `at` says.
+    pub async fn prepare_beside(cp: &testenv::ControlPlane, at: &Beside, work: &Path) -> Ours {
+        let (ns, provider_ns) = (at.namespace, at.provider_ns());
         let admin = cp.client().await;
         let fullname = OUR_RELEASE.to_owned();
-        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), CAA_NS);
+        let deployments: Api<Deployment> = Api::namespaced(admin.clone(), ns);
         let ps_deploy = deployment_of(
-            &Api::namespaced(admin.clone(), PROVIDER_NS),
+            &Api::namespaced(admin.clone(), &provider_ns),
             &fullname,
             "provider-service",
         )
         .await;
         let pc_deploy = deployment_of(&deployments, &fullname, "peerpod-ctrl").await;
         for (ns, sa) in [
-            (PROVIDER_NS, service_account_of(&ps_deploy)),
-            (CAA_NS, service_account_of(&pc_deploy)),
+            (provider_ns.as_str(), service_account_of(&ps_deploy)),
+            (ns, service_account_of(&pc_deploy)),
         ] {
             Api::<ServiceAccount>::namespaced(admin.clone(), ns)
                 .get(&sa)
@@ -343,14 +452,14 @@ impl Ours {
 
         // provider-service: the copy of peer-pods-cm (CAA's chart's), its own credential and its certificate, in
         // its namespace, mounted as a kubelet would.
-        let provider = lay_out_provider_service(cp, &admin, PROVIDER_NS, &ps_deploy, work).await;
+        let provider = lay_out_provider_service(cp, &admin, &provider_ns, &ps_deploy, work).await;
         // peerpod-ctrl: a token for provider-service's audience and its CA, from the projected volume.
         let sa = service_account_of(&pc_deploy);
-        let api_token = testenv::service_account_token(&admin, CAA_NS, &sa, &[]).await;
+        let api_token = testenv::service_account_token(&admin, ns, &sa, &[]).await;
         let controller = lay_out_controller(
             cp,
             &admin,
-            CAA_NS,
+            ns,
             &pc_deploy,
             "peerpod-ctrl-0",
             &api_token,
@@ -370,7 +479,7 @@ impl Ours {
             ca_file: controller.mount.join("ca.crt"),
             token_file: controller.mount.join("token"),
             server_name: controller.server_name,
-            peerpod_ctrl_caller: format!("{CAA_NS}/{sa}"),
+            peerpod_ctrl_caller: format!("{ns}/{sa}"),
         }
     }
 
@@ -508,8 +617,13 @@ pub async fn caa_vm_cleaned_up(
 /// A client acting as CAA's ServiceAccount (`cloud-api-adaptor` in CAA's namespace, made by CAA's chart: it must
 /// exist, or the token request would quietly create it).
 pub async fn caa_client(cp: &testenv::ControlPlane) -> kube::Client {
+    caa_client_at(cp, &CAAS_CHART).await
+}
+
+/// As [`caa_client`], for CAA's release where `at` says.
+pub async fn caa_client_at(cp: &testenv::ControlPlane, at: &Beside) -> kube::Client {
     let admin = cp.client().await;
-    let account = Api::<ServiceAccount>::namespaced(admin.clone(), CAA_NS)
+    let account = Api::<ServiceAccount>::namespaced(admin.clone(), at.namespace)
         .get("cloud-api-adaptor")
         .await
         .expect("CAA's ServiceAccount from its chart");
@@ -521,9 +635,10 @@ pub async fn caa_client(cp: &testenv::ControlPlane) -> kube::Client {
         .cloned();
     assert_eq!(
         owner.as_deref(),
-        Some(CAA_RELEASE),
+        Some(at.caa_release),
         "CAA's ServiceAccount belongs to CAA's release"
     );
-    let token = testenv::service_account_token(&admin, CAA_NS, "cloud-api-adaptor", &[]).await;
+    let token =
+        testenv::service_account_token(&admin, at.namespace, "cloud-api-adaptor", &[]).await;
     cp.client_with_token(&token).await
 }
