@@ -133,9 +133,9 @@ undeploy: $(HELM)
 ## `provider-service` serves every cloud but libvirt; `provider-service-libvirt` serves libvirt. One cloud per image
 ## on request: IMAGES=provider-service-aws (or -azure, -gcp, -ibmcloud, -alibabacloud, -byom).
 ##
-## Reproducible: an image is a function of its binary and this tree. Timestamps are SOURCE_DATE_EPOCH (the last
-## commit's time), modes are set by stage.sh, the SBOM is sorted and dated SOURCE_DATE_EPOCH, buildah's version
-## label is left out. images-check builds every image twice and compares the digests.
+## Reproducible: an image is a function of its binary and this tree. Timestamps are IMAGE_EPOCH (SOURCE_DATE_EPOCH,
+## by default the last commit's time), modes are set by stage.sh, the SBOM is sorted and dated IMAGE_EPOCH, buildah's
+## version label is left out. images-check builds every image twice and compares the digests.
 ##
 ## IMAGE_BINARIES=release (default) builds the binaries; IMAGE_BINARIES=debug packs debug binaries (for the image
 ## check in `make test`, which must not spend a release build): target/debug's, as built by `cargo test`, which link
@@ -151,6 +151,11 @@ IMAGE_TOOL ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo buildah
 ifeq ($(origin SOURCE_DATE_EPOCH),undefined)
 SOURCE_DATE_EPOCH := $(shell git -C $(ROOT) log -1 --format=%ct 2>/dev/null || echo 0)
 endif
+# The images' time; images-check pins it for its sub-makes under this name. Passed as SOURCE_DATE_EPOCH=..., make
+# would put it into the environment of every command of the sub-make, cargo included, and cc's build scripts (ring,
+# psm) rerun when SOURCE_DATE_EPOCH changes there: the workspace's test build was compiled again from ring up (about
+# 3 minutes on 2 cores) by images-check, and once more by the next cargo command run without it.
+IMAGE_EPOCH ?= $(SOURCE_DATE_EPOCH)
 
 PROVIDER_FEATURES_provider-service := alibabacloud,aws,azure,byom,gcp,ibmcloud,ibmcloud-powervs
 PROVIDER_FEATURES_provider-service-libvirt := libvirt
@@ -233,14 +238,14 @@ images-assemble: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 	  $(CARGO) tree --locked --offline -e normal,no-proc-macro --target $(IMAGE_TRIPLE) $(call image_cargo_args,$(s)) \
 	    --prefix none --format '{p}	{l}' > $(IMAGE_TARGET_DIR)/context/$(s).crates; \
 	  $(ROOT)/deploy/images/stage.sh $(s) $(call image_bin,$(s)) $$ctx $(IMAGE_TARGET_DIR)/context/$(s).crates \
-	    $(IMG_TAG) $(SOURCE_DATE_EPOCH); \
+	    $(IMG_TAG) $(IMAGE_EPOCH); \
 	  cp $$ctx/sbom.cdx.json $(IMAGE_TARGET_DIR)/$(s).cdx.json; \
 	  args="$(if $(filter $(s),$(PROVIDER_IMAGES)),--build-arg IMAGE=$(s) --build-arg FEATURES=$(PROVIDER_FEATURES_$(s)))"; \
 	  if [ "$(IMAGE_TOOL)" = docker ]; then \
-	    docker build --build-arg SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
+	    docker build --build-arg SOURCE_DATE_EPOCH=$(IMAGE_EPOCH) $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
 	      -t $$image $$ctx; \
 	  else \
-	    $(BUILDAH) build --quiet --isolation chroot --layers=false --timestamp $(SOURCE_DATE_EPOCH) \
+	    $(BUILDAH) build --quiet --isolation chroot --layers=false --timestamp $(IMAGE_EPOCH) \
 	      --identity-label=false $$args -f $(ROOT)/deploy/images/$(call image_package,$(s)).Dockerfile \
 	      --iidfile $$ctx/id -t $$image $$ctx >/dev/null; \
 	    $(if $(IMAGE_IDS),echo "$(s) $$(cat $$ctx/id)" >> $(IMAGE_IDS);) \
@@ -263,12 +268,12 @@ docker-push: $(if $(filter buildah,$(IMAGE_TOOL)),buildah)
 # `make test`: builds the images from the debug binaries with buildah, builds them again from a fresh context and
 # compares the IDs (reproducible), then checks each one (images-verify).
 CHECK_IMG := localhost/peerpods-check:test
-# Both builds get this make's SOURCE_DATE_EPOCH: a commit landing between them must not change the second one.
+# Both builds get this make's IMAGE_EPOCH: a commit landing between them must not change the second one.
 images-check: buildah
 	$(MAKE) --no-print-directory docker-build IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
-	  SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.first
+	  IMAGE_EPOCH=$(IMAGE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.first
 	$(MAKE) --no-print-directory images-assemble IMAGE_BINARIES=debug IMAGE_TOOL=buildah IMG=$(CHECK_IMG) \
-	  SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.second IMAGE_ARCHIVE=false >/dev/null
+	  IMAGE_EPOCH=$(IMAGE_EPOCH) IMAGE_IDS=$(IMAGE_TARGET_DIR)/ids.second IMAGE_ARCHIVE=false >/dev/null
 	@diff $(IMAGE_TARGET_DIR)/ids.first $(IMAGE_TARGET_DIR)/ids.second || \
 	  { echo "images-check: two builds of the same binaries gave different images (above)"; exit 1; }
 	@echo "images-check: built twice, one digest each: $$(cut -d' ' -f1 $(IMAGE_TARGET_DIR)/ids.first | tr '\n' ' ')"
