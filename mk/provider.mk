@@ -76,12 +76,14 @@ proto-drift: $(BUF) $(PROTOC_GEN_GO) $(PROTOC_GEN_GO_GRPC)
 provider-service-bin:
 	$(CARGO) test --workspace --locked --no-run
 
-# The Go client (as cloud-api-adaptor would import it) against a real provider-service.
+# The Go client (as cloud-api-adaptor would import it) against a real provider-service. -count=1: Go's test cache
+# keys a result on the test's sources, the environment variables and the files it reads, not on the binary it runs,
+# so a provider-service rebuilt at the same path got the earlier result back ("(cached)") without a test.
 proto-go-test: provider-service-bin
 	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) $(GO) vet ./...
 	@cd proto && unformatted=$$("$$(dirname "$$(command -v $(GO))")/gofmt" -l .) && \
 	  { [ -z "$$unformatted" ] || { echo "gofmt -l: $$unformatted"; exit 1; }; }
-	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test ./...
+	cd proto && GOTOOLCHAIN=$(GO_CLIENT_TOOLCHAIN) PROVIDER_SERVICE_BIN=$(PROVIDER_SERVICE_BIN) $(GO) test -count=1 ./...
 
 # `make dev`: provider-service on libvirt's in-process test driver (its embedded default, served only with
 # --development: without it an unconfigured provider-service is not ready), the binary `make dev-build` built.
