@@ -50,9 +50,11 @@ node-images: node-binaries buildah
 	  echo "node image $$ref -> $(NODE_IMAGES)/$$image.oci.tar"; \
 	done
 
-# The services' images are those images-check builds from the debug binaries (target/images/*.oci.tar).
+# The services' images are those images-check builds from the debug binaries (target/images/*.oci.tar). In
+# `make test` images-check has just passed as one of CHECKS (CHECKS_PASSED=yes): its images are used as they are,
+# where running it again took about a minute (both buildah builds of every image, and their checks).
 # `--workspace` keeps the workspace's feature set: with `-p deploy-tests`, Cargo would build its dependencies a
 # second time with other features.
-test-node: node images-check tilt
+test-node: node $(if $(filter yes,$(CHECKS_PASSED)),,images-check) tilt
 	$(CARGO) test --workspace --test it --locked -- --ignored --test-threads=1 --exact \
 	  node::the_chart_runs_on_a_node node::tilt_cluster_mode_deploys_onto_the_node
