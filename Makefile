@@ -14,6 +14,7 @@
 #   TEST_PREREQS  targets run before the integration tests (tools, servers' binaries)
 #   CHECKS        targets run by `make test` after the integration tests (linters, Go tests, drift checks)
 #   E2E           end-to-end targets run last (a real node, Tilt)
+#   BESIDE_INTEGRATION  builds a later stage needs, which `make test` runs (niced) while the integration tests run
 #   DEV_PREREQS   targets `make dev` runs once the control plane is up (CRDs, samples)
 #   DEV_PROCS     names of services `make dev` runs; for each NAME a fragment defines DEV_CMD_NAME, the command
 #                 (run from the repo root with KUBECONFIG set to the local control plane's kubeconfig; the binaries
@@ -51,6 +52,7 @@ LINTS :=
 TEST_PREREQS := system-packages controlplane
 CHECKS :=
 E2E :=
+BESIDE_INTEGRATION :=
 DEV_PREREQS :=
 DEV_PROCS :=
 
@@ -150,7 +152,22 @@ test:
 	@df -h $(CARGO_TARGET) $(ROOT) 2>/dev/null | sed 's/^/disk: /' || true
 	@$(call timed,lint)
 	@$(call timed,unit-tests)
-	@$(call timed,integration-tests)
+	@# The integration tests mostly wait on their servers (one crate's measured at about half of one core of two), so
+	@# the builds later stages need run beside them at the lowest priority, each logging to
+	@# target/beside-integration/<target>.log, shown if it fails; the stage then waits for them.
+	@mkdir -p $(CARGO_TARGET)/beside-integration; pids=(); \
+	for t in $(BESIDE_INTEGRATION); do \
+	  nice -n 19 $(MAKE) --no-print-directory $$t > $(CARGO_TARGET)/beside-integration/$$t.log 2>&1 & pids+=("$$t=$$!"); \
+	done; \
+	rc=0; start=$$(date +%s); $(MAKE) --no-print-directory integration-tests || rc=$$?; \
+	echo "time: integration-tests: $$(( $$(date +%s) - start )) s (total $$(( $$(date +%s) - $(TEST_START) )) s)"; \
+	start=$$(date +%s); \
+	for p in "$${pids[@]}"; do \
+	  wait "$${p#*=}" || { echo "$${p%%=*}, built beside the integration tests, failed:"; \
+	    cat $(CARGO_TARGET)/beside-integration/$${p%%=*}.log; rc=1; }; \
+	done; \
+	$(if $(BESIDE_INTEGRATION),echo "time: then waiting for $(BESIDE_INTEGRATION): $$(( $$(date +%s) - start )) s";) \
+	exit $$rc
 	@$(foreach c,$(CHECKS),$(call timed,$(c));)true
 	@# Every check has passed: an end-to-end target may use what they built (CHECKS_PASSED=yes) instead of
 	@# building it again (each stage is a make of its own, so a prerequisite would run once more).

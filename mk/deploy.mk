@@ -42,7 +42,7 @@ TEST_PREREQS += helm kubeconform kubectl
 CHECKS += chart-crds-check tiltfile-eval images-check
 
 .PHONY: helm kubeconform manifests chart-crds chart-crds-check helm-lint install uninstall run deploy undeploy \
-	docker-build docker-push images-binaries images-assemble images-check images-verify buildah tilt tiltfile-eval
+	docker-build docker-push images-binaries images-debug-variants images-assemble images-check images-verify buildah tilt tiltfile-eval
 
 ## Tools
 
@@ -183,7 +183,7 @@ endif
 # provider-service variants share one output path).
 image_bin = $(if $(filter release,$(IMAGE_BINARIES)),$(IMAGE_TARGET_DIR)/bin/$(1)/$(call image_package,$(1)),$(if \
 	$(filter provider-service-libvirt,$(1)),$(ROOT)/target/debug/provider-service,$(if $(filter $(1),$(PROVIDER_IMAGES)),\
-	$(ROOT)/target/$(IMAGE_TRIPLE)/debug/provider-service,$(ROOT)/target/debug/$(1))))
+	$(IMAGE_DEBUG_TARGET_DIR)/debug/provider-service,$(ROOT)/target/debug/$(1))))
 # Build paths out of the binaries, so another checkout builds the same bytes (release builds only).
 REMAP_PATHS := --remap-path-prefix=$(ROOT)=/build --remap-path-prefix=$(or $(CARGO_HOME),$(HOME)/.cargo)=/cargo
 
@@ -216,11 +216,19 @@ ifeq ($(IMAGE_BINARIES),release)
 else
 	@# The debug binaries `cargo test --workspace` leaves in target/debug (see provider-service-bin).
 	$(CARGO) test --workspace --locked --no-run
-	@# The libvirt-free provider-service(s) are builds of their own (other features); built for IMAGE_TRIPLE so
-	@# they land apart from target/debug/provider-service, which the tests run.
-	$(foreach s,$(filter-out provider-service-libvirt,$(filter $(IMAGES),$(PROVIDER_IMAGES))),\
-	  $(CARGO) build --locked --target $(IMAGE_TRIPLE) $(call image_cargo_args,$(s)) &&) true
+	@$(MAKE) --no-print-directory images-debug-variants
 endif
+
+# The libvirt-free provider-service(s) for IMAGE_BINARIES=debug: builds of their own (other features, so nothing of
+# the workspace's build is reused; about 5 minutes on 2 cores), in a target directory of their own. There they
+# neither wait for the workspace's build lock nor hold it, so `make test` builds them beside the integration tests
+# (BESIDE_INTEGRATION), which mostly wait on their servers; images-check then finds them built.
+IMAGE_DEBUG_TARGET_DIR := $(ROOT)/target/images-debug
+BESIDE_INTEGRATION += images-debug-variants
+images-debug-variants: libvirt-dev
+	$(foreach s,$(filter-out provider-service-libvirt,$(filter $(IMAGES),$(PROVIDER_IMAGES))),\
+	  CARGO_TARGET_DIR=$(IMAGE_DEBUG_TARGET_DIR) $(CARGO) build --locked \
+	    $(call image_cargo_args,$(s)) &&) true
 
 docker-build: images-binaries images-assemble
 
