@@ -43,12 +43,13 @@ pub fn do_not_delete_value(value: &str) -> bool {
     status = "PeerPodStatus",
     doc = "A cloud VM that runs one peer pod. Deleting it deletes the VM before the finalizer is released.",
     selectable = ".spec.instanceID",
-    printcolumn = r#"{"name":"State","type":"string","description":"Where the PeerPod is in its life: Live, InstanceMissing (the cloud reports its VM gone), WaitingForCloud (deleting the VM failed or is not confirmed yet; see Reason), Held (do-not-delete) or Released (VM gone or deliberately kept, finalizer released)","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"State","type":"string","description":"Where the PeerPod is in its life: Live, InstanceMissing (the cloud reports its VM gone), WaitingForCloud (deleting the VM failed or is not confirmed yet; see Reason), Held (do-not-delete or cloud-api-adaptor developer mode) or Released (VM gone or deliberately kept, finalizer released)","jsonPath":".status.state"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"Cloud","type":"string","priority":1,"description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
     printcolumn = r#"{"name":"Instance","type":"string","priority":1,"description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"description":"Why the PeerPod is in its state (the reason of its latest condition)","jsonPath":".status.reason"}"#,
-    printcolumn = r#"{"name":"Last Attempt","type":"date","priority":1,"description":"When the controller last recorded an attempt (a cleanup call or an instance lookup) that changed what the status says","jsonPath":".status.lastAttemptTime"}"#
+    printcolumn = r#"{"name":"Last Attempt","type":"date","priority":1,"description":"When the controller last recorded an attempt (a cleanup call or an instance lookup) that changed what the status says","jsonPath":".status.lastAttemptTime"}"#,
+    printcolumn = r#"{"name":"Waiting Since","type":"date","priority":1,"description":"Since when the cleanup has been waiting (held, failing or in progress); empty while nothing waits","jsonPath":".status.waitingSince"}"#
 )]
 pub struct PeerPodSpec {
     /// Cloud provider that runs the VM, as cloud-api-adaptor's CLOUD_PROVIDER names it: aws, azure, gcp, ibmcloud, ibmcloud-powervs, libvirt, alibabacloud or byom.
@@ -78,6 +79,13 @@ pub struct PeerPodStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub last_attempt_time: Option<Time>,
+    /// Since when the cleanup of this PeerPod has been waiting: set when its deletion first could not finish (held, failing or in progress), kept while that lasts, cleared when it ends. The wide printer column WAITING SINCE.
+    #[serde(
+        rename = "waitingSince",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub waiting_since: Option<Time>,
     /// The latest observations of the cleanup. Type Cleaned is True once the VM is confirmed gone, and False with a reason while it is not: DeleteInProgress while provider-service is still deleting it (asked again after its retry advice), or why deleting it fails (for example ProviderUnavailable or InvalidInstance); the finalizer stays until it is True.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -102,7 +110,7 @@ pub enum PeerPodState {
     InstanceMissing,
     /// Being deleted; deleting the VM failed or is not confirmed yet, and the finalizer stays.
     WaitingForCloud,
-    /// Being deleted, but held by do-not-delete (annotation or VM tag): the VM and the finalizer stay.
+    /// Being deleted, but held by do-not-delete (annotation or VM tag) or cloud-api-adaptor's developer mode: the VM and the finalizer stay.
     Held,
     /// The VM is confirmed gone (or deliberately kept for a live PeerPod naming it); the finalizer is released.
     Released,
@@ -113,7 +121,7 @@ impl PeerPodState {
     pub fn of_cleanup(done: bool, reason: &str) -> PeerPodState {
         match (done, reason) {
             (true, _) => PeerPodState::Released,
-            (false, HOLD_REASON) => PeerPodState::Held,
+            (false, HOLD_REASON | REASON_DEVELOPER_MODE) => PeerPodState::Held,
             (false, _) => PeerPodState::WaitingForCloud,
         }
     }
@@ -121,6 +129,9 @@ impl PeerPodState {
 
 /// The reason of every do-not-delete hold: the PeerPod annotation and provider-service's refusal of a tagged VM.
 const HOLD_REASON: &str = "DoNotDelete";
+
+/// The reason of a hold for cloud-api-adaptor's developer mode, which keeps a failed pod's VM for debugging.
+pub const REASON_DEVELOPER_MODE: &str = "DeveloperMode";
 
 impl PeerPod {
     /// The condition of type [`CONDITION_CLEANED`], if any.
@@ -237,7 +248,8 @@ mod tests {
                 ("Cloud", 1),
                 ("Instance", 1),
                 ("Reason", 1),
-                ("Last Attempt", 1)
+                ("Last Attempt", 1),
+                ("Waiting Since", 1)
             ]
         );
     }

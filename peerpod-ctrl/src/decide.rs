@@ -15,6 +15,8 @@ use kube::ResourceExt;
 use peerpods_protocol::InstanceKey;
 use peerpods_protocol::decide::{self as kernel, Gone, PeerPodFacts, Progress};
 
+pub use peerpods_protocol::decide::DeveloperMode;
+
 use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
 use crate::provider::Deleted;
 
@@ -92,19 +94,39 @@ impl InProgress {
 }
 
 /// The plan for `peerpod` (see [`Plan`]). `live_namesake` is a live PeerPod naming the same VM, if the cache
-/// holds one ([`is_live_namesake`]); `progress` what this controller remembers of a delete in progress.
+/// holds one ([`is_live_namesake`]); `progress` what this controller remembers of a delete in progress;
+/// `mode` cloud-api-adaptor's developer mode, which holds a delete not yet asked for
+/// ([`kernel::under_developer_mode`]).
 pub fn plan(
     peerpod: &PeerPod,
     live_namesake: Option<&PeerPod>,
     progress: Option<&InProgress>,
     now: Instant,
+    mode: DeveloperMode,
 ) -> Plan {
-    kernel::plan(
+    let plan = kernel::plan(
         &facts(peerpod),
         live_namesake.map(facts).as_ref(),
         progress.map(InProgress::progress).as_ref(),
         now,
-    )
+    );
+    kernel::under_developer_mode(plan, mode)
+}
+
+/// cloud-api-adaptor's developer mode from its ConfigMap (`None`: there is none). A missing ConfigMap or key, or
+/// an empty value, is off: CAA's default. A value is read as Go's `strconv.ParseBool` reads it, as CAA does; any
+/// other value is unknown (CAA would not start with it), and unknown holds every delete not yet asked for.
+pub fn developer_mode(config_map: Option<&k8s_openapi::api::core::v1::ConfigMap>) -> DeveloperMode {
+    let value = config_map
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get(crate::developer_mode::KEY))
+        .map(|v| v.trim());
+    match value {
+        None | Some("") => DeveloperMode::Off,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => DeveloperMode::On,
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => DeveloperMode::Off,
+        Some(_) => DeveloperMode::Unknown,
+    }
 }
 
 /// What to remember after provider-service answered "still in progress" at `now`: when to ask again, by the
@@ -296,6 +318,9 @@ impl Default for OrphanCap {
 pub enum DeletionRefused {
     /// The PeerPod cache has not completed its first list: every VM would look orphaned.
     CacheNotSynced,
+    /// cloud-api-adaptor's developer mode is on (or unknown): it keeps failed pods' VMs for debugging, some
+    /// perhaps before it wrote their PeerPod, so no VM is deleted as an orphan.
+    DeveloperMode,
     /// More orphans than the cap allows.
     OverCap {
         orphans: usize,
@@ -309,6 +334,10 @@ impl std::fmt::Display for DeletionRefused {
         match self {
             DeletionRefused::CacheNotSynced => f.write_str(
                 "the PeerPod cache is not synced yet (initial list not done); no VM is deleted before it is",
+            ),
+            DeletionRefused::DeveloperMode => f.write_str(
+                "cloud-api-adaptor's developer mode is on or cannot be read: it keeps failed pods' VMs for \
+                 debugging, so no orphan VM is deleted until it is known to be off",
             ),
             DeletionRefused::OverCap {
                 orphans,
@@ -330,15 +359,17 @@ impl DeletionRefused {
     pub fn reason(&self) -> &'static str {
         match self {
             DeletionRefused::CacheNotSynced => "PeerPodCacheNotSynced",
+            DeletionRefused::DeveloperMode => "DeveloperMode",
             DeletionRefused::OverCap { .. } => "OrphanDeleteCapExceeded",
         }
     }
 }
 
 /// Whether a scan may delete `to_delete` orphan VMs out of `known` listed ones: only with a synced PeerPod
-/// cache and within both limits of `cap`. Deleting nothing is always allowed.
+/// cache, developer mode known to be off, and within both limits of `cap`. Deleting nothing is always allowed.
 pub fn orphan_deletions_allowed(
     synced: bool,
+    developer_mode: DeveloperMode,
     to_delete: usize,
     known: usize,
     cap: OrphanCap,
@@ -348,6 +379,9 @@ pub fn orphan_deletions_allowed(
     }
     if !synced {
         return Err(DeletionRefused::CacheNotSynced);
+    }
+    if developer_mode != DeveloperMode::Off {
+        return Err(DeletionRefused::DeveloperMode);
     }
     let over_percent =
         to_delete.saturating_mul(100) > usize::from(cap.max_percent).saturating_mul(known);
@@ -623,11 +657,22 @@ mod tests {
     fn nothing_is_deleted_before_the_cache_is_synced() {
         let cap = OrphanCap::default();
         assert_eq!(
-            orphan_deletions_allowed(false, 1, 100, cap),
+            orphan_deletions_allowed(false, DeveloperMode::Off, 1, 100, cap),
             Err(DeletionRefused::CacheNotSynced)
         );
-        assert_eq!(orphan_deletions_allowed(false, 0, 100, cap), Ok(()));
-        assert_eq!(orphan_deletions_allowed(true, 1, 100, cap), Ok(()));
+        assert_eq!(
+            orphan_deletions_allowed(false, DeveloperMode::Off, 0, 100, cap),
+            Ok(())
+        );
+        assert_eq!(
+            orphan_deletions_allowed(true, DeveloperMode::Off, 1, 100, cap),
+            Ok(())
+        );
+        for mode in [DeveloperMode::On, DeveloperMode::Unknown] {
+            let refused = orphan_deletions_allowed(true, mode, 1, 100, cap);
+            assert_eq!(refused, Err(DeletionRefused::DeveloperMode));
+            assert_eq!(orphan_deletions_allowed(true, mode, 0, 100, cap), Ok(()));
+        }
     }
 
     #[test]
@@ -636,21 +681,28 @@ mod tests {
             max: 3,
             max_percent: 50,
         };
-        assert_eq!(orphan_deletions_allowed(true, 3, 6, cap), Ok(()));
+        assert_eq!(
+            orphan_deletions_allowed(true, DeveloperMode::Off, 3, 6, cap),
+            Ok(())
+        );
         // Absolute: 4 > 3 even though 4 of 100 is few.
-        let refused = orphan_deletions_allowed(true, 4, 100, cap).expect_err("over max");
+        let refused =
+            orphan_deletions_allowed(true, DeveloperMode::Off, 4, 100, cap).expect_err("over max");
         assert_eq!(refused.reason(), "OrphanDeleteCapExceeded");
         assert!(refused.to_string().contains("4 of 100"), "{refused}");
         // Percent: 3 of 5 is 60% > 50%.
-        assert!(orphan_deletions_allowed(true, 3, 5, cap).is_err());
+        assert!(orphan_deletions_allowed(true, DeveloperMode::Off, 3, 5, cap).is_err());
         // Everything looks orphaned.
-        assert!(orphan_deletions_allowed(true, 1, 1, cap).is_err());
+        assert!(orphan_deletions_allowed(true, DeveloperMode::Off, 1, 1, cap).is_err());
         // 100% lifts the percentage check.
         let lenient = OrphanCap {
             max: 3,
             max_percent: 100,
         };
-        assert_eq!(orphan_deletions_allowed(true, 2, 2, lenient), Ok(()));
+        assert_eq!(
+            orphan_deletions_allowed(true, DeveloperMode::Off, 2, 2, lenient),
+            Ok(())
+        );
     }
 
     #[test]
@@ -960,13 +1012,19 @@ mod tests {
     #[test]
     fn one_plan_per_peerpod_from_what_is_known() {
         let now = Instant::now();
-        assert_eq!(plan(&peerpod("a", 0), None, None, now), Plan::ReapStale);
+        assert_eq!(
+            plan(&peerpod("a", 0), None, None, now, DeveloperMode::Off),
+            Plan::ReapStale
+        );
         let mut released = deleting(peerpod("a", 0));
         released.metadata.finalizers = None;
-        assert_eq!(plan(&released, None, None, now), Plan::Nothing);
+        assert_eq!(
+            plan(&released, None, None, now, DeveloperMode::Off),
+            Plan::Nothing
+        );
         let doomed = deleting(named(peerpod("a", 0), "libvirt", "vm-1"));
         assert_eq!(
-            plan(&doomed, None, None, now),
+            plan(&doomed, None, None, now, DeveloperMode::Off),
             Plan::Delete {
                 provider: "libvirt".into(),
                 instance_id: "vm-1".into(),
@@ -975,7 +1033,7 @@ mod tests {
         );
         let live = named(peerpod("b", 5), "libvirt", "vm-1");
         assert_eq!(
-            plan(&doomed, Some(&live), None, now),
+            plan(&doomed, Some(&live), None, now, DeveloperMode::Off),
             Plan::Release {
                 provider: "libvirt".into(),
                 instance_id: "vm-1".into(),
@@ -983,12 +1041,18 @@ mod tests {
             }
         );
         assert_eq!(
-            plan(&annotated(doomed.clone(), "true"), None, None, now),
+            plan(
+                &annotated(doomed.clone(), "true"),
+                None,
+                None,
+                now,
+                DeveloperMode::Off
+            ),
             Plan::Hold(Hold::DoNotDelete)
         );
         let nameless = deleting(named(peerpod("c", 0), "libvirt", " "));
         assert!(matches!(
-            plan(&nameless, None, None, now),
+            plan(&nameless, None, None, now, DeveloperMode::Off),
             Plan::Hold(Hold::Invalid(_))
         ));
         assert!(!Plan::ReapStale.is_cleanup() && !Plan::Nothing.is_cleanup());
@@ -1001,7 +1065,13 @@ mod tests {
         let doomed = deleting(named(peerpod("a", 0), "azure", "vm-1"));
         let later = now + Duration::from_secs(5);
         assert_eq!(
-            plan(&doomed, None, Some(&in_progress(&doomed, later)), now),
+            plan(
+                &doomed,
+                None,
+                Some(&in_progress(&doomed, later)),
+                now,
+                DeveloperMode::Off
+            ),
             Plan::Wait {
                 provider: "azure".into(),
                 instance_id: "vm-1".into(),
@@ -1010,7 +1080,13 @@ mod tests {
         );
         // Due: ask again, knowing provider-service was deleting it.
         assert_eq!(
-            plan(&doomed, None, Some(&in_progress(&doomed, now)), now),
+            plan(
+                &doomed,
+                None,
+                Some(&in_progress(&doomed, now)),
+                now,
+                DeveloperMode::Off
+            ),
             Plan::Delete {
                 provider: "azure".into(),
                 instance_id: "vm-1".into(),
@@ -1020,7 +1096,13 @@ mod tests {
         // What is remembered of another VM (the spec changed) counts for nothing.
         let other = deleting(named(peerpod("a", 0), "azure", "vm-2"));
         assert!(matches!(
-            plan(&other, None, Some(&in_progress(&doomed, later)), now),
+            plan(
+                &other,
+                None,
+                Some(&in_progress(&doomed, later)),
+                now,
+                DeveloperMode::Off
+            ),
             Plan::Delete {
                 in_progress: false,
                 ..
@@ -1033,7 +1115,8 @@ mod tests {
                 &doomed,
                 Some(&live),
                 Some(&in_progress(&doomed, later)),
-                now
+                now,
+                DeveloperMode::Off
             ),
             Plan::Release { .. }
         ));
@@ -1042,7 +1125,88 @@ mod tests {
                 &annotated(doomed.clone(), "true"),
                 None,
                 Some(&in_progress(&doomed, later)),
-                now
+                now,
+                DeveloperMode::Off
+            ),
+            Plan::Hold(Hold::DoNotDelete)
+        );
+    }
+
+    #[test]
+    fn developer_mode_is_read_as_caa_reads_it() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let cm = |value: Option<&str>| ConfigMap {
+            data: value.map(|v| {
+                std::collections::BTreeMap::from([(
+                    crate::developer_mode::KEY.to_string(),
+                    v.to_string(),
+                )])
+            }),
+            ..ConfigMap::default()
+        };
+        assert_eq!(developer_mode(None), DeveloperMode::Off, "no ConfigMap");
+        assert_eq!(
+            developer_mode(Some(&cm(None))),
+            DeveloperMode::Off,
+            "no key"
+        );
+        for on in ["true", "1", "t", "T", "TRUE", "True", " true "] {
+            assert_eq!(
+                developer_mode(Some(&cm(Some(on)))),
+                DeveloperMode::On,
+                "{on:?}"
+            );
+        }
+        for off in ["", "false", "0", "f", "F", "FALSE", "False"] {
+            assert_eq!(
+                developer_mode(Some(&cm(Some(off)))),
+                DeveloperMode::Off,
+                "{off:?}"
+            );
+        }
+        for odd in ["yes", "on", "tRUE"] {
+            assert_eq!(
+                developer_mode(Some(&cm(Some(odd)))),
+                DeveloperMode::Unknown,
+                "{odd:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn developer_mode_holds_the_delete_of_a_vm_not_yet_asked_for() {
+        let now = Instant::now();
+        let doomed = deleting(named(peerpod("a", 0), "libvirt", "vm-1"));
+        assert_eq!(
+            plan(&doomed, None, None, now, DeveloperMode::On),
+            Plan::Hold(Hold::DeveloperMode)
+        );
+        assert_eq!(
+            plan(&doomed, None, None, now, DeveloperMode::Unknown),
+            Plan::Hold(Hold::DeveloperModeUnknown)
+        );
+        // A delete provider-service is already running goes on.
+        assert!(matches!(
+            plan(
+                &doomed,
+                None,
+                Some(&in_progress(&doomed, now)),
+                now,
+                DeveloperMode::On
+            ),
+            Plan::Delete {
+                in_progress: true,
+                ..
+            }
+        ));
+        // The do-not-delete hold keeps its own reason.
+        assert_eq!(
+            plan(
+                &annotated(doomed, "true"),
+                None,
+                None,
+                now,
+                DeveloperMode::On
             ),
             Plan::Hold(Hold::DoNotDelete)
         );

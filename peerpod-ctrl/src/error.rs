@@ -104,6 +104,14 @@ pub enum Error {
         #[source]
         source: Option<Cause>,
     },
+    /// Whether cloud-api-adaptor runs in developer mode cannot be read (its ConfigMap is unreadable, or its
+    /// `PODVM_DEVELOPER_MODE` is not a boolean): no VM is deleted that the mode might be keeping (fail closed);
+    /// retried with backoff, and at once when the mode becomes known.
+    #[error(
+        "cloud-api-adaptor's developer mode is unknown (its ConfigMap cannot be read, or PODVM_DEVELOPER_MODE is not \
+         a boolean); the VM is not deleted while the mode might be keeping it"
+    )]
+    DeveloperModeUnknown,
     /// Somebody changed the finalizers between our read and our patch; the next pass sees the new state.
     #[error("finalizers changed concurrently; will re-read")]
     FinalizerConflict,
@@ -176,6 +184,7 @@ impl Error {
             Error::CloudFailed { reason, .. } => reason,
             Error::CircuitOpen { .. } => "CircuitOpen",
             Error::FinalizerConflict => "FinalizerConflict",
+            Error::DeveloperModeUnknown => "DeveloperModeUnknown",
             Error::Kube(_) => "KubernetesApiError",
             Error::CrdSerialization(_) => "CrdSerialization",
             Error::Config { .. } => "InvalidConfiguration",

@@ -3,6 +3,7 @@
 //!
 //! - [`crd`]: the `PeerPod` type, wire-compatible with cloud-api-adaptor, and its CRD.
 //! - [`decide`]: pure decisions (cleanup, finalizer patch, stale PeerPods, orphans, backoff).
+//! - [`developer_mode`]: cloud-api-adaptor's developer mode, read from its ConfigMap (holds deletes while on).
 //! - [`cache`]: what is kept of the watched PeerPods (store, owner index) and which changes need a reconcile.
 //! - [`index`]: PeerPods by controlling owner UID.
 //! - [`provider`]: the provider-service calls.
@@ -16,6 +17,7 @@ pub mod breaker;
 pub mod cache;
 pub mod crd;
 pub mod decide;
+pub mod developer_mode;
 mod error;
 pub mod index;
 pub mod metrics;
@@ -37,6 +39,8 @@ pub struct Settings {
     pub reconciler: reconcile::ReconcilerSettings,
     pub orphans: orphans::OrphanSettings,
     pub reverse: reverse::ReverseSettings,
+    /// Which ConfigMap says whether cloud-api-adaptor runs in developer mode.
+    pub developer_mode: developer_mode::DeveloperModeSettings,
     /// Reported as the Event source; the Pod name distinguishes replicas.
     pub reporter: Reporter,
 }
@@ -57,6 +61,9 @@ pub async fn run(
         .as_ref()
         .map(|h| h.liveness.track_loop(RECONCILE_LOOP));
     let (store_tx, store_rx) = tokio::sync::watch::channel(None);
+    let (mode_tx, mode) = developer_mode::channel();
+    let follow_mode =
+        developer_mode::follow(client.clone(), settings.developer_mode.clone(), mode_tx);
     let reverse = reverse::ReverseScanner::new(
         client.clone(),
         provider.clone(),
@@ -73,17 +80,26 @@ pub async fn run(
         metrics: metrics.clone(),
         settings: settings.orphans,
         first_seen: orphans::FirstSeen::default(),
+        developer_mode: mode.clone(),
     };
-    let controller = reconcile::run(
-        client,
-        provider,
-        recorder,
-        metrics,
-        settings.reconciler,
-        Some(store_tx),
-        health,
-        drain,
-    );
+    let controller = async move {
+        let mut mode = mode;
+        // The first read of the mode (or its failure) comes before the first reconcile: started earlier, every
+        // PeerPod being deleted would report the mode unknown on each start.
+        mode.first_read().await;
+        reconcile::run(
+            client,
+            provider,
+            recorder,
+            metrics,
+            settings.reconciler,
+            mode,
+            Some(store_tx),
+            health,
+            drain,
+        )
+        .await
+    };
     // The scan ends early when it is disabled; the controller decides how long the term lasts.
     let scan = async move {
         scanner.run(store_rx).await;
@@ -100,6 +116,8 @@ pub async fn run(
     tokio::select! {
         () = controller => {}
         () = scan => {}
+        // Ends only with the term: the watch retries on its own.
+        () = follow_mode => {}
         () = watchdog => {}
         () = terminating.follow(terminating_stores) => {}
         () = async move {

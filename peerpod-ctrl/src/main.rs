@@ -6,6 +6,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 use kube::runtime::events::Reporter;
 use peerpod_ctrl::decide::Backoff;
+use peerpod_ctrl::developer_mode::{self, DeveloperModeSettings};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
 use peerpod_ctrl::reconcile::ReconcilerSettings;
@@ -77,6 +78,13 @@ struct Cli {
     /// eventual consistency after create).
     #[arg(long, env = "REVERSE_GRACE", default_value = "5m", value_parser = duration)]
     reverse_grace: Duration,
+    /// cloud-api-adaptor's ConfigMap, whose PODVM_DEVELOPER_MODE says whether CAA keeps failed pods' VMs for
+    /// debugging: while it is on, those VMs are held, not deleted. Only this one ConfigMap is read.
+    #[arg(long, env = "CAA_CONFIG_MAP", default_value = developer_mode::CAA_CONFIG_MAP)]
+    caa_config_map: String,
+    /// The namespace of that ConfigMap: cloud-api-adaptor's.
+    #[arg(long, env = "CAA_NAMESPACE", default_value = developer_mode::CAA_NAMESPACE)]
+    caa_namespace: String,
 }
 
 impl binary::ControllerCli for Cli {
@@ -127,6 +135,10 @@ async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary:
         reverse: ReverseSettings {
             interval: cli.reverse_scan_interval,
             grace: cli.reverse_grace,
+        },
+        developer_mode: DeveloperModeSettings {
+            namespace: cli.caa_namespace.clone(),
+            name: cli.caa_config_map.clone(),
         },
         reporter: Reporter {
             controller: COMPONENT.into(),
@@ -184,9 +196,17 @@ mod tests {
             "pod-0",
             "--log-format",
             "json",
+            "--caa-namespace",
+            "caa",
+            "--caa-config-map",
+            "cm",
         ])
         .unwrap();
         assert_eq!(cli.retry_max_delay, Duration::from_secs(30));
+        assert_eq!(
+            (cli.caa_namespace.as_str(), cli.caa_config_map.as_str()),
+            ("caa", "cm")
+        );
         let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(
             (lease.namespace.as_str(), lease.identity.as_str()),
@@ -196,7 +216,7 @@ mod tests {
             &Cli::command(),
             "POD_NAMESPACE CONCURRENCY RETRY_MAX_DELAY ORPHAN_SCAN_INTERVAL \
              ORPHAN_GRACE ORPHAN_POLICY CLUSTER_TAG ORPHAN_DELETE_MAX \
-             ORPHAN_DELETE_MAX_PERCENT",
+             ORPHAN_DELETE_MAX_PERCENT CAA_NAMESPACE CAA_CONFIG_MAP",
         );
         assert!(unread.is_empty(), "not read: {unread:?}");
         Cli::command().debug_assert();
@@ -218,6 +238,11 @@ mod tests {
         assert_eq!(
             (cli.orphan_delete_max, cli.orphan_delete_max_percent),
             (10, 50)
+        );
+        // cloud-api-adaptor's own defaults.
+        assert_eq!(
+            (cli.caa_namespace.as_str(), cli.caa_config_map.as_str()),
+            ("confidential-containers-system", "peer-pods-cm")
         );
         assert!(
             Cli::try_parse_from(["peerpod-ctrl", "--orphan-delete-max-percent", "101"]).is_err()

@@ -195,6 +195,9 @@ pub struct TerminatingCounts {
     pub by_age: BTreeMap<AgeLabels, i64>,
     /// Seconds since the deletionTimestamp of the oldest such PeerPod, by provider (0: none).
     pub oldest_seconds: BTreeMap<String, i64>,
+    /// The earliest `status.waitingSince` of such PeerPods, as Unix seconds, by provider (0: none waits): since
+    /// when the longest-waiting cleanup has been held or failing.
+    pub waiting_since: BTreeMap<String, i64>,
 }
 
 /// Counts the PeerPods held by our finalizer while being deleted, as of `now`.
@@ -207,6 +210,7 @@ pub fn terminating_counts<'a>(
         let provider = provider_label(&peerpod.spec.cloud_provider);
         if !counts.oldest_seconds.contains_key(&provider) {
             counts.oldest_seconds.insert(provider.clone(), 0);
+            counts.waiting_since.insert(provider.clone(), 0);
             for (_, age) in AGE_BUCKETS {
                 counts.by_age.insert(
                     AgeLabels {
@@ -236,6 +240,17 @@ pub fn terminating_counts<'a>(
                 age,
             })
             .or_default() += 1;
+        if let Some(since) = peerpod
+            .status
+            .as_ref()
+            .and_then(|s| s.waiting_since.as_ref())
+        {
+            let since = since.0.as_second();
+            let earliest = counts.waiting_since.entry(provider.clone()).or_default();
+            if *earliest == 0 || since < *earliest {
+                *earliest = since;
+            }
+        }
         let oldest = counts.oldest_seconds.entry(provider).or_default();
         *oldest = (*oldest).max(seconds);
     }
@@ -327,6 +342,20 @@ impl Collector for Terminating {
             None,
             oldest.metric_type(),
         )?)?;
+        let waiting = Family::<ProviderLabels, Gauge>::default();
+        for (provider, since) in &counts.waiting_since {
+            waiting
+                .get_or_create(&ProviderLabels {
+                    provider: provider.clone(),
+                })
+                .set(*since);
+        }
+        waiting.encode(encoder.encode_descriptor(
+            "terminating_waiting_since_timestamp_seconds",
+            "The earliest status.waitingSince (Unix seconds) of the PeerPods still held by peer.pod/finalizer: since when the longest-waiting cleanup has been held or failing, by provider (0: none waits)",
+            None,
+            waiting.metric_type(),
+        )?)?;
         Ok(())
     }
 }
@@ -415,6 +444,32 @@ mod tests {
         assert_eq!(get("libvirt", "under_1m"), 0);
         assert_eq!(counts.oldest_seconds["libvirt"], 0);
         assert_eq!(counts.by_age.len(), 2 * AGE_BUCKETS.len());
+    }
+
+    #[test]
+    fn the_earliest_waiting_since_of_the_held_peerpods_is_exported() {
+        let now = 100_000;
+        let waiting = |name: &str, deleted: Option<i64>, finalizer: bool, since: i64| {
+            let mut p = peerpod(name, "aws", deleted, finalizer);
+            p.status = Some(crate::crd::PeerPodStatus {
+                waiting_since: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
+                    since,
+                ))),
+                ..Default::default()
+            });
+            p
+        };
+        let pods = [
+            waiting("later", Some(now - 60), true, now - 50),
+            waiting("earlier", Some(now - 600), true, now - 500),
+            peerpod("not-waiting", "aws", Some(now - 900), true),
+            // Released: no longer waiting, whatever its status still says.
+            waiting("released", Some(now - 9000), false, now - 8000),
+            peerpod("libvirt-live", "libvirt", None, true),
+        ];
+        let counts = terminating_counts(&pods, at(now));
+        assert_eq!(counts.waiting_since["aws"], now - 500);
+        assert_eq!(counts.waiting_since["libvirt"], 0, "none waits");
     }
 
     #[test]

@@ -99,6 +99,8 @@ pub struct Scanner {
     pub metrics: Metrics,
     pub settings: OrphanSettings,
     pub first_seen: FirstSeen,
+    /// cloud-api-adaptor's developer mode: on or unknown, no orphan is deleted (it may be a kept VM).
+    pub developer_mode: crate::developer_mode::Mode,
 }
 
 impl Scanner {
@@ -269,6 +271,7 @@ impl Scanner {
         }
         if let Err(why) = decide::orphan_deletions_allowed(
             synced(store),
+            self.developer_mode.current(),
             doomed.len(),
             vms.len(),
             self.settings.cap,

@@ -31,6 +31,7 @@ use crate::breaker::{self, Breakers};
 use crate::cache::Cache;
 use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
 use crate::decide::{self, Hold, InProgress, Plan};
+use crate::developer_mode::{self, Mode};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
 use crate::provider::{About, DeleteAnswer, Deleted, Provider, Waiting};
@@ -57,6 +58,8 @@ pub struct Context {
     breakers: Breakers,
     /// When each failing PeerPod's Warning Event was last published.
     reminders: breaker::Reminders<ObjectRef<PeerPod>>,
+    /// cloud-api-adaptor's developer mode as last read.
+    developer_mode: Mode,
 }
 
 impl Context {
@@ -110,6 +113,7 @@ pub async fn run(
     recorder: Recorder,
     metrics: Metrics,
     settings: ReconcilerSettings,
+    developer_mode: Mode,
     store_out: Option<tokio::sync::watch::Sender<Option<Store<PeerPod>>>>,
     health: Option<Health>,
     drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -137,6 +141,7 @@ pub async fn run(
         in_progress: Mutex::default(),
         breakers: Breakers::default(),
         reminders: breaker::Reminders::default(),
+        developer_mode: developer_mode.clone(),
     });
     if let Some(tx) = store_out {
         // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
@@ -172,6 +177,9 @@ pub async fn run(
         });
     let controller = Controller::for_stream(trigger, store)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // A change of developer mode changes the plan of every PeerPod being deleted: switched off, the held
+        // cleanups resume; switched on, the ones failing meanwhile turn into holds.
+        .reconcile_all_on(developer_mode.changes())
         // Once `drain` completes: no new reconcile starts, and the run ends when the running ones are done (a
         // DeleteInstance answered is then also recorded and its finalizer released, not abandoned).
         .graceful_shutdown_on(drain)
@@ -214,6 +222,7 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
             namesake.as_deref(),
             progress.as_ref(),
             Instant::now(),
+            ctx.developer_mode.current(),
         );
         let cleanup = plan.is_cleanup();
         let result = match plan {
@@ -224,6 +233,8 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
             }
             Plan::Hold(Hold::Invalid(why)) => Err(Error::InvalidInstance(why)),
             Plan::Hold(Hold::DoNotDelete) => hold(&peerpod, &ctx).await,
+            Plan::Hold(Hold::DeveloperMode) => developer_hold(&peerpod, &ctx).await,
+            Plan::Hold(Hold::DeveloperModeUnknown) => Err(Error::DeveloperModeUnknown),
             Plan::Release {
                 provider,
                 instance_id,
@@ -541,6 +552,47 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
     Ok(Action::await_change())
 }
 
+/// cloud-api-adaptor runs in developer mode: it keeps a failed pod's VM for debugging and holds the finalizer
+/// on purpose. The VM and the finalizer stay; the condition (reason DeveloperMode, state Held) and a Normal Event
+/// name the VM, the Event once when the hold begins. Nothing is retried: switching the mode off reconciles every
+/// PeerPod (`developer_mode`), and this one's cleanup resumes.
+async fn developer_hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
+    let message = format!(
+        "cloud-api-adaptor runs in developer mode ({} in its ConfigMap): {provider} instance {instance_id} is \
+         kept for debugging and the finalizer stays; switch the mode off to let the cleanup proceed",
+        developer_mode::KEY
+    );
+    let entering = peerpod
+        .cleaned_condition()
+        .is_none_or(|c| c.reason != REASON_DEVELOPER_MODE || c.message != message);
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_condition(
+        &api,
+        peerpod,
+        Cleaned::held(REASON_DEVELOPER_MODE),
+        &message,
+    )
+    .await?
+    {
+        return Ok(Action::await_change());
+    }
+    if entering {
+        info!(%provider, %instance_id, "developer mode: keeping the VM and the finalizer");
+        publish(
+            ctx,
+            peerpod,
+            EventType::Normal,
+            REASON_DEVELOPER_MODE,
+            "DeleteInstance",
+            message,
+        )
+        .await;
+    }
+    Ok(Action::await_change())
+}
+
 /// Another PeerPod that is not being deleted names the same VM: deleting it would take the VM from under
 /// that one. The PeerPod being deleted is released without a DeleteInstance call; the condition (written
 /// first, so it is there while the object still is) and the Event name the live PeerPod.
@@ -613,6 +665,9 @@ async fn release_still_referenced(
 pub const REASON_STILL_REFERENCED: &str = "InstanceStillReferenced";
 /// Condition reason (and Event reason) of a PeerPod whose cleanup is held by the do-not-delete annotation.
 pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
+/// Condition reason (and Event reason) of a PeerPod whose VM is kept because cloud-api-adaptor runs in developer
+/// mode ([`Hold::DeveloperMode`]).
+pub const REASON_DEVELOPER_MODE: &str = crate::crd::REASON_DEVELOPER_MODE;
 /// Condition reason (and Event reason) of a PeerPod whose VM provider-service is still deleting: the finalizer
 /// stays and provider-service is asked again after its retry advice.
 pub const REASON_DELETE_IN_PROGRESS: &str = "DeleteInProgress";
@@ -728,6 +783,7 @@ async fn set_condition(
         && old_status.cleand == cleaned
         && old_status.observed_generation == generation
         && old_status.state == PeerPodState::of_cleanup(done, reason)
+        && old_status.waiting_since.is_some() != done
     {
         return Ok(true);
     }
@@ -745,14 +801,24 @@ async fn set_condition(
         observed_generation: generation,
         last_transition_time,
     }];
+    // Since when the cleanup waits: from the first write that found it not done, kept while the Cleaned
+    // condition stays False (whatever the reason: held, failing, in progress), cleared once it is done.
+    let waiting_since = match (done, current) {
+        (true, _) => None,
+        (false, Some(c)) if c.status == "False" => old_status.waiting_since.clone(),
+        (false, _) => None,
+    }
+    .or_else(|| (!done).then(|| Time(jiff::Timestamp::now())));
     // The words `kubectl get` shows follow the condition, so every writer of it keeps them in step.
     let status = PeerPodStatus {
+        waiting_since,
         cleand: cleaned,
         conditions,
         observed_generation: generation,
         state: PeerPodState::of_cleanup(done, reason),
         reason: Some(reason.to_string()),
         last_attempt_time: Some(Time(jiff::Timestamp::now())),
+        // Reverse collection's, under its own field manager: not sent, so this apply leaves it alone.
     };
     // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with reverse collection's
     // field manager, the later write of the two wins by design, and PeerPods written by versions that

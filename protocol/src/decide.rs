@@ -3,7 +3,8 @@
 //!
 //! Only `deletionTimestamp` set AND `peer.pod/finalizer` present means work; the do-not-delete
 //! annotation turns that work into a hold; a live PeerPod naming the same instance (a restore or
-//! a copy) means the VM is still in use: release without deleting it.
+//! a copy) means the VM is still in use: release without deleting it. cloud-api-adaptor's
+//! developer mode (or not knowing whether it is on) turns a delete not yet asked for into a hold.
 
 use crate::InstanceKey;
 use crate::window::Moment;
@@ -129,6 +130,46 @@ pub enum Hold {
     DoNotDelete,
     /// The spec does not say which VM: nothing could prove it gone.
     Invalid(String),
+    /// cloud-api-adaptor runs in developer mode: it keeps a failed pod's VM for debugging and
+    /// holds the finalizer on purpose, so the VM is kept until the mode is switched off.
+    DeveloperMode,
+    /// Whether cloud-api-adaptor runs in developer mode cannot be read: nothing is deleted that
+    /// the mode might be keeping (fail closed) until it can.
+    DeveloperModeUnknown,
+}
+
+/// cloud-api-adaptor's developer mode, as the controller last read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeveloperMode {
+    /// Off (cloud-api-adaptor's default, also when its configuration does not set it).
+    Off,
+    /// On: failed pods' VMs are kept for debugging.
+    On,
+    /// Not known: the configuration cannot be read, or says something that is not a boolean.
+    Unknown,
+}
+
+/// `plan` under cloud-api-adaptor's developer mode: a delete not asked for yet is held while
+/// the mode is on ([`Hold::DeveloperMode`]) or unknown ([`Hold::DeveloperModeUnknown`]). A
+/// delete provider-service already answered in progress for goes on (its VM is already going),
+/// and every other plan (a release without a delete, the other holds) is the mode's business
+/// neither way.
+pub fn under_developer_mode<M>(plan: Plan<M>, mode: DeveloperMode) -> Plan<M> {
+    match (plan, mode) {
+        (
+            Plan::Delete {
+                in_progress: false, ..
+            },
+            DeveloperMode::On,
+        ) => Plan::Hold(Hold::DeveloperMode),
+        (
+            Plan::Delete {
+                in_progress: false, ..
+            },
+            DeveloperMode::Unknown,
+        ) => Plan::Hold(Hold::DeveloperModeUnknown),
+        (plan, _) => plan,
+    }
 }
 
 /// The one thing a reconcile does for a PeerPod, decided once before it acts.
@@ -477,6 +518,49 @@ mod tests {
         assert!(!odd.is_for("nimbu", "X"));
         assert!(progress.is_for("libvirt", " 1B4E28BA-2FA1-11D2-883F-0016D3CCA427"));
         assert!(!progress.is_for("azure", "1b4e28ba-2fa1-11d2-883f-0016d3cca427"));
+    }
+
+    #[test]
+    fn developer_mode_holds_a_delete_not_yet_asked_for() {
+        let now = Instant::now();
+        let fresh = || plan::<Instant>(&deleting("a"), None, None, now);
+        assert_eq!(
+            under_developer_mode(fresh(), DeveloperMode::Off),
+            delete(false)
+        );
+        assert_eq!(
+            under_developer_mode(fresh(), DeveloperMode::On),
+            Plan::Hold(Hold::DeveloperMode)
+        );
+        assert_eq!(
+            under_developer_mode(fresh(), DeveloperMode::Unknown),
+            Plan::Hold(Hold::DeveloperModeUnknown)
+        );
+        // A delete already running goes on, whatever the mode.
+        for mode in [
+            DeveloperMode::Off,
+            DeveloperMode::On,
+            DeveloperMode::Unknown,
+        ] {
+            assert_eq!(under_developer_mode(delete(true), mode), delete(true));
+            let wait = Plan::Wait {
+                provider: "libvirt".into(),
+                instance_id: "id".into(),
+                until: now,
+            };
+            assert_eq!(under_developer_mode(wait.clone(), mode), wait);
+            // Plans that delete nothing are left as they are.
+            let release = plan(&deleting("a"), Some(&facts("b")), None, now);
+            assert!(matches!(release, Plan::Release { .. }));
+            assert_eq!(under_developer_mode(release.clone(), mode), release);
+            for other in [
+                Plan::<Instant>::ReapStale,
+                Plan::Nothing,
+                Plan::Hold(Hold::DoNotDelete),
+            ] {
+                assert_eq!(under_developer_mode(other.clone(), mode), other);
+            }
+        }
     }
 
     #[test]

@@ -1100,6 +1100,9 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
             },
         },
         first_seen: FirstSeen::default(),
+        developer_mode: peerpod_ctrl::developer_mode::Mode::fixed(
+            peerpod_ctrl::decide::DeveloperMode::Off,
+        ),
     };
     // A cache whose watch has not listed yet.
     let store = peerpod_ctrl::cache::Cache::default().store();
@@ -1247,5 +1250,160 @@ async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the
             &[("result", "in_progress")]
         ) >= unseen.len() as u64
     );
+    s.finish(ctrl).await;
+}
+
+/// cloud-api-adaptor's ConfigMap in the scenario's namespace, with `PODVM_DEVELOPER_MODE` set to `value`
+/// (created or replaced), and controller options that read it there.
+async fn set_developer_mode(s: &Scenario, value: &str) {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(s.client.clone(), &s.ns);
+    let cm = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "peer-pods-cm"},
+        "data": {"CLOUD_PROVIDER": "libvirt", "PODVM_DEVELOPER_MODE": value},
+    });
+    api.patch(
+        "peer-pods-cm",
+        &PatchParams::apply("scenario").force(),
+        &Patch::Apply(&cm),
+    )
+    .await
+    .expect("apply peer-pods-cm");
+}
+
+fn reading_developer_mode(s: &Scenario, provider: &ProviderService) -> ControllerOptions {
+    ControllerOptions {
+        developer_mode: peerpod_ctrl::developer_mode::DeveloperModeSettings {
+            namespace: s.ns.clone(),
+            name: "peer-pods-cm".into(),
+        },
+        ..ControllerOptions::new(provider.addr)
+    }
+}
+
+fn waiting_since(p: &PeerPod) -> Option<jiff::Timestamp> {
+    p.status.as_ref()?.waiting_since.as_ref().map(|t| t.0)
+}
+
+/// CAA in developer mode keeps a failed pod's VM and its PeerPod's finalizer for debugging: the cleanup is held
+/// (the VM named), not carried out; a mode that cannot be read holds it too (fail closed, retried); switched
+/// off, the cleanup resumes. The wait is dated from its start throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn developer_mode_keeps_the_vm_until_it_is_switched_off() {
+    let (s, provider) = Scenario::with_provider("devmode").await;
+    set_developer_mode(&s, "true").await;
+    let ctrl = s
+        .start_controller(reading_developer_mode(&s, &provider))
+        .await;
+    let vm = s.define_domain(false);
+    s.create_peerpod("debugged", None, "libvirt", &vm).await;
+    s.delete_peerpod("debugged").await;
+
+    let held = wait_held(&s, "debugged", "DeveloperMode").await;
+    let status = held.status.clone().expect("status");
+    assert_eq!(status.state, peerpod_ctrl::crd::PeerPodState::Held);
+    let since = waiting_since(&held).expect("waitingSince set when the hold begins");
+    s.wait_event_reason("debugged", "DeveloperMode").await;
+    let (_, note) = s
+        .events("debugged")
+        .await
+        .into_iter()
+        .find(|(reason, _)| reason == "DeveloperMode")
+        .expect("a DeveloperMode Event");
+    assert!(note.contains(&vm), "the Event names the VM: {note}");
+    assert!(s.domain_exists(&vm), "the VM survives");
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+
+    // A value CAA could not parse: the mode is unknown, nothing is deleted, the PeerPod says so and is retried.
+    set_developer_mode(&s, "maybe").await;
+    wait_held(&s, "debugged", "DeveloperModeUnknown").await;
+    let retries = |n| {
+        let ctrl = &ctrl;
+        async move {
+            testenv::wait_for("retries while the mode is unknown", MINUTE, || async {
+                (ctrl.metric(
+                    "peerpod_ctrl_reconcile_errors_total",
+                    &[("reason", "DeveloperModeUnknown")],
+                ) >= n)
+                    .then_some(())
+            })
+            .await
+        }
+    };
+    retries(3).await;
+    let still = s.peerpods().get("debugged").await.expect("PeerPod");
+    assert_eq!(
+        waiting_since(&still),
+        Some(since),
+        "the same wait goes on across reasons and retries"
+    );
+    assert!(s.domain_exists(&vm));
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+
+    set_developer_mode(&s, "false").await;
+    s.wait_peerpod_gone("debugged", MINUTE).await;
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    s.finish(ctrl).await;
+}
+
+/// A failing cleanup says since when it waits, and keeps saying the same while it is retried.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_cleanup_keeps_its_waiting_since_across_retries() {
+    let s = Scenario::start("waiting-since").await;
+    let addr = unused_addr();
+    let ctrl = s.start_controller(ControllerOptions::new(addr)).await;
+    let vm = s.define_domain(false);
+    // Another finalizer keeps the object after the release: the end of the wait shows on it.
+    s.create_peerpod_with(
+        "failing",
+        None,
+        "libvirt",
+        &vm,
+        vec![FINALIZER.to_string(), "example.com/keep".to_string()],
+    )
+    .await;
+    s.delete_peerpod("failing").await;
+
+    let failing = s
+        .wait_peerpod("failing", "condition ProviderUnavailable", |p| {
+            cleaned(p) == Some(("False".into(), "ProviderUnavailable".into()))
+        })
+        .await;
+    let since = waiting_since(&failing).expect("waitingSince set when the wait begins");
+    let attempts = ctrl.metric(
+        "peerpod_ctrl_reconcile_errors_total",
+        &[("reason", "ProviderUnavailable")],
+    );
+    testenv::wait_for("two more failed attempts", MINUTE, || async {
+        (ctrl.metric(
+            "peerpod_ctrl_reconcile_errors_total",
+            &[("reason", "ProviderUnavailable")],
+        ) >= attempts + 2)
+            .then_some(())
+    })
+    .await;
+    let still = s.peerpods().get("failing").await.expect("PeerPod");
+    assert_eq!(waiting_since(&still), Some(since));
+
+    let provider = ProviderService::start(Some(addr)).await;
+    let done = s
+        .wait_peerpod("failing", "cleaned", |p| {
+            cleaned(p).is_some_and(|(status, _)| status == "True")
+        })
+        .await;
+    assert_eq!(waiting_since(&done), None, "cleared when the wait ends");
+    assert!(!s.domain_exists(&vm));
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    s.peerpods()
+        .patch(
+            "failing",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .expect("release the other finalizer");
     s.finish(ctrl).await;
 }

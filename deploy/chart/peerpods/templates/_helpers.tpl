@@ -69,6 +69,15 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.providerService.namespace.name | default (printf "%s-provider" .Release.Namespace | trunc 63 | trimSuffix "-") -}}
 {{- end -}}
 
+{{/* cloud-api-adaptor's namespace and ConfigMap, where peerpod-ctrl reads PODVM_DEVELOPER_MODE
+     (peerpodCtrl.developerMode): by default the release namespace and peerpodsConfig.configMapName. */}}
+{{- define "peerpods.caaConfigNamespace" -}}
+{{- .Values.peerpodCtrl.developerMode.namespace | default .Release.Namespace -}}
+{{- end -}}
+{{- define "peerpods.caaConfigMapName" -}}
+{{- .Values.peerpodCtrl.developerMode.configMapName | default .Values.peerpodsConfig.configMapName -}}
+{{- end -}}
+
 {{/* The CA of provider-service's certificate (ca.crt only, no key), published in the release namespace for the
      callers there: a Pod mounts only Secrets of its own namespace. */}}
 {{- define "peerpods.providerCASecretName" -}}

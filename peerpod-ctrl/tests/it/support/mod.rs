@@ -499,6 +499,9 @@ pub struct ControllerOptions {
     /// Reverse collection (`--reverse-scan-interval`, `--reverse-grace`); off unless a scenario turns it on.
     pub reverse_interval: Duration,
     pub reverse_grace: Duration,
+    /// Where cloud-api-adaptor's ConfigMap is read from (`--caa-namespace`, `--caa-config-map`); by default
+    /// CAA's namespace, which the control plane does not have: developer mode off.
+    pub developer_mode: peerpod_ctrl::developer_mode::DeveloperModeSettings,
 }
 
 impl ControllerOptions {
@@ -519,6 +522,7 @@ impl ControllerOptions {
             namespace: "default".into(),
             reverse_interval: Duration::ZERO,
             reverse_grace: Duration::from_secs(3600),
+            developer_mode: Default::default(),
         }
     }
 
@@ -579,6 +583,7 @@ impl Controller {
                 interval: options.reverse_interval,
                 grace: options.reverse_grace,
             },
+            developer_mode: options.developer_mode.clone(),
             reporter: Reporter {
                 controller: "peerpod-ctrl".into(),
                 instance: Some(identity),

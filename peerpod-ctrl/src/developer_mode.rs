@@ -1,0 +1,128 @@
+//! cloud-api-adaptor's developer mode, read from CAA's ConfigMap through the API.
+//!
+//! With `PODVM_DEVELOPER_MODE` on, CAA keeps a failed pod's VM for debugging: it neither deletes the VM nor
+//! releases the PeerPod's finalizer. Read as "CAA failed", that held finalizer would make this controller delete
+//! exactly the VM the developer wanted to keep, so a delete not yet asked for is held while the mode is on
+//! (`peerpods_protocol::decide::under_developer_mode`).
+//!
+//! One ConfigMap, by name, is watched (a `metadata.name` field selector, which a Role's `resourceNames`
+//! allows): no other ConfigMap of CAA's namespace is read. What the mode is, from what the watch shows:
+//! - the ConfigMap or the key missing: off, CAA's own default;
+//! - the key set: Go's `strconv.ParseBool`, as CAA reads it; another value is unknown;
+//! - the watch failing (forbidden, the API server unreachable): unknown until it works again.
+//!
+//! Unknown fails closed: nothing is deleted that the mode might be keeping, each such PeerPod says so
+//! (reason `DeveloperModeUnknown`) and is retried with its backoff. Any change of the mode reconciles every
+//! PeerPod, so switching it off resumes the held cleanups at once.
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::Api;
+use kube::runtime::watcher;
+use peerpods_protocol::decide::DeveloperMode;
+use peerpods_runtime::watch;
+use tracing::{info, warn};
+
+use crate::decide;
+
+/// cloud-api-adaptor's ConfigMap, as its install names it.
+pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
+/// The namespace cloud-api-adaptor's own install (kustomize and chart) runs in.
+pub const CAA_NAMESPACE: &str = "confidential-containers-system";
+/// The key of CAA's ConfigMap that turns developer mode on.
+pub const KEY: &str = "PODVM_DEVELOPER_MODE";
+
+/// Which ConfigMap says whether developer mode is on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeveloperModeSettings {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Default for DeveloperModeSettings {
+    /// CAA's defaults.
+    fn default() -> Self {
+        DeveloperModeSettings {
+            namespace: CAA_NAMESPACE.into(),
+            name: CAA_CONFIG_MAP.into(),
+        }
+    }
+}
+
+/// The mode as last read, for the reconciler and the orphan scan. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Mode(tokio::sync::watch::Receiver<Option<DeveloperMode>>);
+
+/// Where [`follow`] writes what it reads.
+pub type ModeSender = tokio::sync::watch::Sender<Option<DeveloperMode>>;
+
+/// A sender for [`follow`] and the [`Mode`] it feeds; nothing is read yet.
+pub fn channel() -> (ModeSender, Mode) {
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    (tx, Mode(rx))
+}
+
+impl Mode {
+    /// A mode that never changes (nothing follows a ConfigMap), e.g. for a scan run on its own.
+    pub fn fixed(mode: DeveloperMode) -> Mode {
+        Mode(tokio::sync::watch::channel(Some(mode)).1)
+    }
+
+    /// The mode now: unknown until the ConfigMap has been read once.
+    pub fn current(&self) -> DeveloperMode {
+        self.0.borrow().unwrap_or(DeveloperMode::Unknown)
+    }
+
+    /// Waits for the first outcome of reading the ConfigMap (read, or failed to): reconciles that start earlier
+    /// would all report the mode unknown.
+    pub async fn first_read(&mut self) {
+        let _ = self.0.wait_for(Option::is_some).await;
+    }
+
+    /// One item per change of the mode from now on; ends when [`follow`] does.
+    pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        rx.mark_unchanged();
+        futures::stream::unfold(rx, |mut rx| async move {
+            rx.changed().await.ok()?;
+            Some(((), rx))
+        })
+    }
+}
+
+/// Watches the ConfigMap `settings` names and keeps `tx` up to date until the future is dropped.
+pub async fn follow(client: kube::Client, settings: DeveloperModeSettings, tx: ModeSender) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &settings.namespace);
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", settings.name));
+    let mut events = watch::backoff(watcher(api, config)).boxed();
+    // What a (re-)list brought so far: the mode is decided when it is done.
+    let mut listed: Option<ConfigMap> = None;
+    while let Some(event) = events.next().await {
+        let mode = match event {
+            Ok(watcher::Event::Init) => {
+                listed = None;
+                continue;
+            }
+            Ok(watcher::Event::InitApply(cm)) => {
+                listed = Some(cm);
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => decide::developer_mode(listed.take().as_ref()),
+            Ok(watcher::Event::Apply(cm)) => decide::developer_mode(Some(&cm)),
+            Ok(watcher::Event::Delete(_)) => decide::developer_mode(None),
+            Err(error) => {
+                warn!(%error, namespace = %settings.namespace, name = %settings.name,
+                    "cannot read cloud-api-adaptor's ConfigMap; developer mode unknown, no VM is deleted until it is read");
+                DeveloperMode::Unknown
+            }
+        };
+        let changed = tx.send_if_modified(|current| {
+            let changed = *current != Some(mode);
+            *current = Some(mode);
+            changed
+        });
+        if changed {
+            info!(?mode, namespace = %settings.namespace, name = %settings.name, "cloud-api-adaptor developer mode");
+        }
+    }
+}
