@@ -38,6 +38,14 @@ pub struct Owned {
     pub config_maps: Store<ConfigMap>,
 }
 
+/// Keeps of a watched object what this controller reads before it is cached: everything but
+/// `metadata.managedFields`. Nothing here compares field managers (server-side apply does that on the server), and
+/// they are a large part of a DaemonSet's or a PeerPodConfig's size. Nodes are trimmed further
+/// ([`crate::nodes::keep_what_is_read`]).
+pub fn keep_what_is_read<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// The name of CAA's ConfigMap that is watched; a PeerPodConfig naming another one has it read on each reconcile.
 pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
 
@@ -287,6 +295,24 @@ mod tests {
         // Someone else changed the node after our patch: the cache is newer, and right.
         let changed = node("12", None, None);
         assert_eq!(written.newest(&changed), changed);
+    }
+
+    #[test]
+    fn cached_objects_keep_everything_but_managed_fields() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut live = service("7", 443);
+        live.metadata.labels = Some([("app".to_owned(), "webhook".to_owned())].into());
+        live.metadata.annotations =
+            Some([(crate::apply::APPLIED_HASH.to_owned(), "h".to_owned())].into());
+        live.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some(crate::FIELD_MANAGER.into()),
+            ..Default::default()
+        }]);
+        let mut kept = live.clone();
+        keep_what_is_read(&mut kept);
+        assert_eq!(kept.metadata.managed_fields, None);
+        live.metadata.managed_fields = None;
+        assert_eq!(kept, live, "labels, annotations, spec and status stay");
     }
 
     #[test]

@@ -57,6 +57,8 @@ pub struct Settings {
     pub caa_provider_service: Option<objects::ProviderServiceWiring>,
     /// The ServiceAccounts CAA's DaemonSet and the webhook may run as; a PeerPodConfig naming others is invalid.
     pub service_accounts: crate::validate::AllowedServiceAccounts,
+    /// How fast node patches go (`--node-patches-per-second`, `--node-patch-burst`).
+    pub node_patch_pace: nodes::Pace,
 }
 
 /// A controller ready to run: its context (tests reconcile through it directly) and the future that runs it.
@@ -110,6 +112,7 @@ pub fn build(
     let config_events = watch::backoff(watcher(config_api, watcher::Config::default()))
         .map(observed_by(config_progress))
         .map(forget_gone(forget_failures.clone()))
+        .modify(caches::keep_what_is_read)
         .reflect(config_writer)
         .applied_objects();
     let controller = Controller::for_stream(config_events, configs.clone());
@@ -188,7 +191,7 @@ pub fn build(
         },
         written,
         written_nodes: caches::WrittenNodes::default(),
-        node_patches: Arc::new(nodes::PatchRate::default()),
+        node_patches: Arc::new(nodes::PatchRate::from(settings.node_patch_pace)),
     });
     let on_config_map = all_configs.clone();
     let on_webhook_configuration = all_configs.clone();
@@ -260,9 +263,7 @@ where
             }
             event
         })
-        .modify(|object| {
-            object.meta_mut().managed_fields = None;
-        })
+        .modify(caches::keep_what_is_read)
         .reflect(writer)
         .touched_objects();
     (cache, stream)

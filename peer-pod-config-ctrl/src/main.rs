@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use peer_pod_config_ctrl::controller::{self, Settings};
 use peer_pod_config_ctrl::metrics::Metrics;
+use peer_pod_config_ctrl::nodes;
 use peerpods_provider_client::ProviderArgs;
 use peerpods_runtime::args::ControllerArgs;
 use peerpods_runtime::binary::{self, Wiring};
@@ -68,6 +69,25 @@ struct Cli {
         default_value = "peer-pods-webhook"
     )]
     webhook_service_account: String,
+    /// Node patches per second after the burst, when capacity changes on many nodes (a limit change, a node pool
+    /// joining): 100 rebalances 1,000 nodes in about 10 s and 5,000 in about 50 s; kubelets' own status updates
+    /// share the API server's priority level with these patches. Meanwhile the PeerPodConfig's CapacityAdvertised
+    /// condition says "applying capacity: n of m nodes".
+    #[arg(
+        long,
+        env = "NODE_PATCHES_PER_SECOND",
+        default_value_t = nodes::PATCHES_PER_SECOND,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    node_patches_per_second: u32,
+    /// Node patches that may go at once before --node-patches-per-second applies.
+    #[arg(
+        long,
+        env = "NODE_PATCH_BURST",
+        default_value_t = nodes::PATCH_BURST,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    node_patch_burst: u32,
 }
 
 impl binary::ControllerCli for Cli {
@@ -113,6 +133,10 @@ async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary:
         service_accounts: peer_pod_config_ctrl::validate::AllowedServiceAccounts {
             caa: cli.caa_service_account.clone(),
             webhook: cli.webhook_service_account.clone(),
+        },
+        node_patch_pace: nodes::Pace {
+            per_second: cli.node_patches_per_second,
+            burst: cli.node_patch_burst,
         },
     };
     tracing::info!(identity = wiring.identity, namespace = %cli.namespace, leader_elect = wiring.leader.is_some(), "starting");
@@ -166,6 +190,10 @@ mod tests {
             "caa",
             "--webhook-service-account",
             "hook",
+            "--node-patches-per-second",
+            "20",
+            "--node-patch-burst",
+            "5",
         ])
         .unwrap();
         assert_eq!(cli.provider.client_config().unwrap().token_file, None);
@@ -177,8 +205,10 @@ mod tests {
         let unread = unread_env(
             &Cli::command(),
             "PEERPODS_NAMESPACE CAA_PROVIDER_ENDPOINT CAA_PROVIDER_CA_SECRET \
-             CAA_PROVIDER_AUDIENCE CAA_PROVIDER_SERVER_NAME CAA_SERVICE_ACCOUNT WEBHOOK_SERVICE_ACCOUNT",
+             CAA_PROVIDER_AUDIENCE CAA_PROVIDER_SERVER_NAME CAA_SERVICE_ACCOUNT WEBHOOK_SERVICE_ACCOUNT \
+             NODE_PATCHES_PER_SECOND NODE_PATCH_BURST",
         );
+        assert_eq!((cli.node_patches_per_second, cli.node_patch_burst), (20, 5));
         assert!(unread.is_empty(), "not read: {unread:?}");
         Cli::command().debug_assert();
     }
@@ -201,6 +231,18 @@ mod tests {
             peer_pod_config_ctrl::validate::AllowedServiceAccounts::default()
         );
         assert_eq!(cli.shared.admin.admin_listen.to_string(), "0.0.0.0:8080");
+        assert_eq!(
+            nodes::Pace {
+                per_second: cli.node_patches_per_second,
+                burst: cli.node_patch_burst,
+            },
+            nodes::Pace::default()
+        );
+        assert!(
+            Cli::try_parse_from(["peer-pod-config-ctrl", "--node-patches-per-second", "0"])
+                .is_err(),
+            "a pace of zero would never patch"
+        );
         let cli = Cli::try_parse_from(["peer-pod-config-ctrl", "--leader-elect"]).unwrap();
         let lease = cli.shared.leader.config(COMPONENT, &cli.namespace).unwrap();
         assert_eq!(lease.lease_name, "peer-pod-config-ctrl");

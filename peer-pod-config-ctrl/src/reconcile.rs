@@ -21,7 +21,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::capacity::{ProviderCapacity, free_instances};
 use crate::cert::{self, ServingCert};
-use crate::crd::PeerPodConfig;
+use crate::crd::{PeerPodConfig, PeerPodConfigStatus};
 use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
@@ -159,7 +159,7 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     ) {
         let recheck = invalid.reason == InvalidReason::DuplicateConfig;
         observed.invalid = Some(invalid);
-        write_status(&config, &observed, ctx).await?;
+        write_status(&config, config.status.as_ref(), &observed, ctx).await?;
         return Ok(if recheck {
             Action::requeue(DUPLICATE_RECHECK)
         } else {
@@ -259,10 +259,15 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
             "node label is not a count; those nodes get a spread share"
         );
     }
+    observed.capacity = Some(planned.status());
+    observed.provider_problem = provider_problem;
+    observed.objects_applied = missing.is_none();
+    observed.daemonset = Some(daemonset);
+    observed.webhook = Some(webhook);
+    observed.webhook_configuration_problem = missing.as_ref().map(|e| (e.reason(), e.to_string()));
     let node_api: Api<Node> = Api::all(ctx.client.clone());
-    let patched = nodes::apply(&node_api, &planned.changes, &ctx.node_patches)
-        .await
-        .map(|live| remember_nodes(ctx, &live));
+    let (patched, shown) = apply_nodes(ctx, &config, &node_api, &planned.changes, &observed).await;
+    let patched = patched.map(|live| remember_nodes(ctx, &live));
     let patched_count = match &patched {
         Ok(n) => *n,
         Err(_) => 0,
@@ -287,13 +292,7 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         .selected_nodes
         .set(i64::try_from(planned.selected_nodes).unwrap_or(i64::MAX));
 
-    observed.capacity = Some(planned.status());
-    observed.provider_problem = provider_problem;
-    observed.objects_applied = missing.is_none();
-    observed.daemonset = Some(daemonset);
-    observed.webhook = Some(webhook);
-    observed.webhook_configuration_problem = missing.as_ref().map(|e| (e.reason(), e.to_string()));
-    write_status(&config, &observed, ctx).await?;
+    write_status(&config, shown.as_ref(), &observed, ctx).await?;
 
     match missing {
         // An error, so the retry backs off per object (error_policy), never a hot loop.
@@ -415,17 +414,65 @@ where
     Ok(live)
 }
 
-/// Write the status when it differs from what is stored (so an unchanged cluster costs no status write), and
-/// announce an Invalid condition turning true with a Warning Event.
+/// How often the status shows how far node patches that are still going are. A rebalance done sooner (at the
+/// default pace, one of up to about 150 nodes) writes no progress, only its outcome.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// Patches the nodes (`nodes::apply`, at the configured pace), and while they go writes every [`PROGRESS_EVERY`]
+/// a status saying "applying capacity: n of m nodes". Returns the patched nodes and the status as stored now
+/// (the one read, or the last progress written), which the final status write compares against.
+async fn apply_nodes(
+    ctx: &Context,
+    config: &PeerPodConfig,
+    api: &Api<Node>,
+    changes: &[(String, nodes::CapacityChange)],
+    observed: &Observed,
+) -> (Result<Vec<Node>, Error>, Option<PeerPodConfigStatus>) {
+    let (done, mut progress) = tokio::sync::watch::channel(0);
+    let of = u32::try_from(changes.len()).unwrap_or(u32::MAX);
+    let patches = async move {
+        let result = nodes::apply(api, changes, &ctx.node_patches, &done).await;
+        // Dropping the sender ends the progress reports.
+        drop(done);
+        result
+    };
+    let report = async {
+        let mut shown = config.status.clone();
+        loop {
+            // A progress write in flight is finished, never cancelled: it must not land after the final one.
+            tokio::select! {
+                () = tokio::time::sleep(PROGRESS_EVERY) => {}
+                () = async { while progress.changed().await.is_ok() {} } => return shown,
+            }
+            let applying = status::Applying {
+                done: u32::try_from(*progress.borrow_and_update()).unwrap_or(u32::MAX),
+                of,
+            };
+            let now = Observed {
+                applying: Some(applying),
+                ..observed.clone()
+            };
+            match write_status(config, shown.as_ref(), &now, ctx).await {
+                Ok(status) => shown = Some(status),
+                // The final write after the patches tells the outcome; a lost report only delays the news.
+                Err(e) => warn!(error = %e, "could not show the progress of node patches"),
+            }
+        }
+    };
+    tokio::join!(patches, report)
+}
+
+/// Write the status when it differs from `previous`, what is stored (so an unchanged cluster costs no status
+/// write), and announce an Invalid condition turning true with a Warning Event. Returns the status as it now is.
 async fn write_status(
     config: &PeerPodConfig,
+    previous: Option<&PeerPodConfigStatus>,
     observed: &Observed,
     ctx: &Context,
-) -> Result<(), Error> {
-    let previous = config.status.as_ref();
+) -> Result<PeerPodConfigStatus, Error> {
     let next = status::compute(previous, observed, Time(jiff::Timestamp::now()));
     if previous == Some(&next) {
-        return Ok(());
+        return Ok(next);
     }
     let was_invalid = previous
         .map(|s| {
@@ -453,7 +500,7 @@ async fn write_status(
         .await
         .map_err(|source| Error::Status { name, source })?;
     ctx.metrics.status_writes.inc();
-    Ok(())
+    Ok(next)
 }
 
 /// Deletion: remove node capacity and this controller's webhook from the chart's webhook configuration
@@ -466,9 +513,16 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
     }
     node_cache_ready(ctx).await?;
     let changes = plan::removal(ctx.nodes.state().iter().map(AsRef::as_ref));
-    let removed = nodes::apply(&Api::all(ctx.client.clone()), &changes, &ctx.node_patches)
-        .await
-        .map(|live| remember_nodes(ctx, &live))?;
+    // Going away: no status to show progress in.
+    let unreported = tokio::sync::watch::Sender::new(0);
+    let removed = nodes::apply(
+        &Api::all(ctx.client.clone()),
+        &changes,
+        &ctx.node_patches,
+        &unreported,
+    )
+    .await
+    .map(|live| remember_nodes(ctx, &live))?;
     ctx.metrics
         .node_writes
         .inc_by(u64::try_from(removed).unwrap_or(0));

@@ -23,6 +23,16 @@ pub struct Capacity {
     pub per_node_max: Option<u32>,
 }
 
+/// How far the node patches of a rebalance are: `done` of `of` nodes changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Applying {
+    pub done: u32,
+    pub of: u32,
+}
+
+/// Reason of CapacityAdvertised while node patches of this reconcile are still going.
+pub const APPLYING: &str = "Applying";
+
 /// What one reconcile saw and did.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -38,6 +48,8 @@ pub struct Observed {
     /// Why the webhook's entry is not in the webhook configuration (reason, message), e.g. the configuration the
     /// chart creates does not exist.
     pub webhook_configuration_problem: Option<(&'static str, String)>,
+    /// Node patches still going (paced, see `nodes::PatchRate`): what `capacity` asks for is not on every node yet.
+    pub applying: Option<Applying>,
 }
 
 struct Verdict {
@@ -138,6 +150,18 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
             reason: "NoNodesSelected",
             message: "no node matches nodeSelector".into(),
         },
+        // The nodes are being patched at the configured pace: say how far, so a long rebalance is visibly one.
+        Some(c) if observed.applying.is_some_and(|a| a.done < a.of) => {
+            let Applying { done, of } = observed.applying.unwrap_or_default();
+            Verdict {
+                ok: false,
+                reason: APPLYING,
+                message: format!(
+                    "applying capacity: {done} of {of} nodes (kata.peerpods.io/vm {} over {} nodes)",
+                    c.effective, c.selected_nodes
+                ),
+            }
+        }
         Some(c) => {
             let range = match (c.per_node_min, c.per_node_max) {
                 (Some(lo), Some(hi)) if lo != hi => format!("{lo}-{hi}"),
@@ -430,5 +454,28 @@ mod tests {
             ),
             (Some(10), Some(4), Some(4))
         );
+    }
+
+    #[test]
+    fn a_paced_rebalance_says_how_far_it_is() {
+        let applying = |done, of| Observed {
+            applying: Some(Applying { done, of }),
+            ..advertised()
+        };
+        let s = compute(None, &applying(2, 5), at(1));
+        let capacity = find(&s, CAPACITY_ADVERTISED);
+        assert_eq!(
+            (capacity.status.as_str(), capacity.reason.as_str()),
+            ("False", APPLYING)
+        );
+        assert_eq!(
+            capacity.message,
+            "applying capacity: 2 of 5 nodes (kata.peerpods.io/vm 10 over 3 nodes)"
+        );
+        assert!(find(&s, READY).message.contains(CAPACITY_ADVERTISED));
+        assert_eq!(s.effective_limit, Some(10), "the target is shown meanwhile");
+        // Every node patched: advertised, as without a rebalance.
+        let done = compute(None, &applying(5, 5), at(1));
+        assert_eq!(done, compute(None, &advertised(), at(1)));
     }
 }

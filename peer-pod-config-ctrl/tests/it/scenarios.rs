@@ -1073,6 +1073,7 @@ async fn only_the_lease_holder_acts_and_the_standby_takes_over() {
             instance: Some(identity.into()),
             caa_provider_service: None,
             service_accounts: Default::default(),
+            node_patch_pace: Default::default(),
         };
         let task = tokio::spawn(run(
             s.client.clone(),
@@ -1180,6 +1181,7 @@ async fn readiness_waits_for_the_first_list_and_turns_false_while_the_api_server
             instance: Some("health".into()),
             caa_provider_service: None,
             service_accounts: Default::default(),
+            node_patch_pace: Default::default(),
         },
         Metrics::default(),
         None,
@@ -1433,5 +1435,139 @@ async fn a_share_in_thousands_stored_as_1k_costs_no_node_patch_on_a_steady_recon
         "a steady reconcile patched nodes whose \"1k\" is the 1000 it wants"
     );
     s.run_controller(None);
+    s.finish().await;
+}
+
+/// "applying capacity: n of m nodes" in CapacityAdvertised, as (n, m).
+fn applying(config: &PeerPodConfig) -> Option<(u32, u32)> {
+    let (status, reason, message) = condition(config, "CapacityAdvertised")?;
+    if status != "False" || reason != "Applying" {
+        return None;
+    }
+    let rest = message.strip_prefix("applying capacity: ")?;
+    let (done, rest) = rest.split_once(" of ")?;
+    let (of, _) = rest.split_once(" nodes")?;
+    Some((done.parse().ok()?, of.parse().ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_rebalance_shows_how_many_nodes_are_done_until_all_are() {
+    let mut s = Scenario::start_idle("ppc-paced").await;
+    s.create_nodes(0..5, |_| true).await;
+    // One patch a second: five nodes take about four seconds, over which the status is written once a second.
+    s.run_controller_paced(
+        None,
+        peer_pod_config_ctrl::nodes::Pace {
+            per_second: 1,
+            burst: 1,
+        },
+    );
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 10, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let (done, of) = wait_config(
+        &s,
+        NAME,
+        "applying capacity: n of m nodes, 0 < n < m",
+        |c| applying(c).filter(|(done, of)| 0 < *done && done < of),
+    )
+    .await;
+    eprintln!("seen while applying: {done} of {of} nodes");
+
+    let values = s.wait_spread(10).await;
+    assert_eq!(values.len(), 5);
+    let capacity = wait_config(&s, NAME, "CapacityAdvertised=True", |c| {
+        condition(c, "CapacityAdvertised").filter(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(capacity.1, "Advertised");
+    assert_eq!(capacity.2, "kata.peerpods.io/vm 10 over 5 nodes (2 each)");
+    s.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_caches_hold_only_what_is_read_and_capacity_still_converges() {
+    let s = Scenario::start("ppc-lean").await;
+    s.create_nodes(0..4, |i| i < 3).await;
+    // What a kubelet's node carries besides what the controller reads: other annotations, a spec, a status.
+    for i in 0..4 {
+        let name = s.node_name(i);
+        s.nodes()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({
+                    "metadata": {"annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+                    "spec": {"podCIDR": format!("10.244.{i}.0/24")},
+                })),
+            )
+            .await
+            .expect("patch Node");
+        s.nodes()
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"status": {
+                    "capacity": {"cpu": "8", "memory": "32Gi"},
+                    "nodeInfo": {"kubeletVersion": "v1.37.0"},
+                    "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}],
+                }})),
+            )
+            .await
+            .expect("patch Node status");
+    }
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 6, "nodeSelector": s.selector()}),
+    )
+    .await;
+    let values = s.wait_spread(6).await;
+    assert!(values.values().all(|v| *v == 2), "{values:?}");
+    wait_config(&s, NAME, "setupCompleted", |c| {
+        c.status.as_ref().filter(|st| st.setup_completed).cloned()
+    })
+    .await;
+
+    let ctx = s.context();
+    let ours: Vec<Arc<Node>> = ctx
+        .nodes
+        .state()
+        .into_iter()
+        .filter(|n| n.name_any().starts_with("ppc-lean-"))
+        .collect();
+    assert_eq!(ours.len(), 4);
+    for node in &ours {
+        assert_eq!(node.metadata.managed_fields, None, "{}", node.name_any());
+        assert_eq!(node.spec, None);
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        assert!(
+            annotations.keys().all(|k| k == CAA_OWNER_ANNOTATION),
+            "{annotations:?}"
+        );
+        let status = node.status.clone().unwrap_or_default();
+        assert_eq!((status.node_info, status.addresses), (None, None));
+        let capacity = status.capacity.unwrap_or_default();
+        assert!(
+            capacity.keys().all(|k| k == EXTENDED_RESOURCE),
+            "{capacity:?}"
+        );
+        assert!(node.labels().contains_key("peerpods-test/prefix"));
+    }
+    let configs = ctx.configs.state();
+    assert!(!configs.is_empty());
+    assert!(
+        configs.iter().all(|c| c.metadata.managed_fields.is_none()),
+        "PeerPodConfigs cached with managedFields"
+    );
+    let daemonsets = ctx.owned.daemonsets.state();
+    assert!(!daemonsets.is_empty());
+    assert!(
+        daemonsets
+            .iter()
+            .all(|d| d.metadata.managed_fields.is_none()),
+        "DaemonSets cached with managedFields"
+    );
     s.finish().await;
 }

@@ -118,6 +118,15 @@ impl Scenario {
     }
 
     pub fn run_controller(&mut self, provider: Option<String>) {
+        self.run_controller_paced(provider, Default::default());
+    }
+
+    /// A controller whose node patches go at `pace`.
+    pub fn run_controller_paced(
+        &mut self,
+        provider: Option<String>,
+        pace: peer_pod_config_ctrl::nodes::Pace,
+    ) {
         let provider = provider.map(|endpoint| {
             peerpods_provider_client::connect(&peerpods_provider_client::ProviderClientConfig {
                 endpoint,
@@ -133,6 +142,7 @@ impl Scenario {
             instance: Some("test".into()),
             caa_provider_service: None,
             service_accounts: Default::default(),
+            node_patch_pace: pace,
         };
         let running = controller::new(
             self.client.clone(),
