@@ -10,9 +10,11 @@
 //! - [`breaker`]: the circuit breaker that holds provider-service calls back while it or a cloud is down.
 //! - [`reconcile`]: the controller (watch → decide → act → record).
 //! - [`orphans`]: the periodic orphan-VM scan.
+//! - [`adopt`]: cloud-api-adaptor's VM and PeerPod names, which tie an untracked VM to its live Pod.
 //! - [`reverse`]: the periodic reverse scan: live PeerPods whose VM the cloud no longer has.
 //! - [`metrics`]: Prometheus metrics.
 
+pub mod adopt;
 pub mod breaker;
 pub mod cache;
 pub mod crd;
