@@ -15,6 +15,8 @@ use kube::ResourceExt;
 use peerpods_protocol::InstanceKey;
 use peerpods_protocol::decide::{self as kernel, Gone, PeerPodFacts, Progress};
 
+pub use peerpods_protocol::decide::{RELEASE, ReleaseAsk};
+
 pub use peerpods_protocol::decide::DeveloperMode;
 
 use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
@@ -110,7 +112,20 @@ pub fn plan(
         progress.map(InProgress::progress).as_ref(),
         now,
     );
-    kernel::under_developer_mode(plan, mode)
+    // The operator's release comes last: it answers for the VM whatever held the cleanup.
+    kernel::under_release_ask(
+        kernel::under_developer_mode(plan, mode),
+        &facts(peerpod),
+        release_ask(peerpod).as_ref(),
+    )
+}
+
+/// What the PeerPod's `peerpods.io/release` annotation asks for, if it carries one.
+pub fn release_ask(peerpod: &PeerPod) -> Option<ReleaseAsk> {
+    peerpod
+        .annotations()
+        .get(RELEASE)
+        .map(|v| ReleaseAsk::parse(v))
 }
 
 /// cloud-api-adaptor's developer mode from its ConfigMap (`None`: there is none). A missing ConfigMap or key, or
@@ -412,6 +427,8 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> u64 {
     peerpod.finalizers().hash(&mut hasher);
     // Removing the hold must start the cleanup it held back.
     do_not_delete(peerpod).hash(&mut hasher);
+    // Asking for a release (or correcting its value) must act on it.
+    release_ask(peerpod).hash(&mut hasher);
     let owners: BTreeSet<&str> = peerpod
         .owner_references()
         .iter()
@@ -433,7 +450,7 @@ pub fn needs_reconcile(cached: Option<&PeerPod>, seen: &PeerPod) -> bool {
 }
 
 /// Drops what the controller never reads from a PeerPod before it is cached: managedFields (the largest part),
-/// labels and annotations but `peerpods.io/do-not-delete` (kubectl's last-applied copy among them; CAA sets
+/// labels and annotations but `peerpods.io/do-not-delete` and `peerpods.io/release` (kubectl's last-applied copy among them; CAA sets
 /// none), generateName and selfLink,
 /// and of the owner references all but the controlling owner's UID (the Pod's, which groups the PeerPods of one
 /// Pod; its kind and name would be three more strings per PeerPod). Taken as `None`, not emptied, so no
@@ -445,8 +462,13 @@ pub fn keep_what_is_read(peerpod: &mut PeerPod) {
     meta.annotations = meta
         .annotations
         .take()
-        .and_then(|mut all| all.remove_entry(DO_NOT_DELETE))
-        .map(|(k, v)| std::iter::once((k, v)).collect());
+        .map(|mut all| {
+            [DO_NOT_DELETE, RELEASE]
+                .into_iter()
+                .filter_map(|key| all.remove_entry(key))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .filter(|kept| !kept.is_empty());
     meta.generate_name = None;
     meta.self_link = None;
     meta.owner_references = meta
@@ -880,6 +902,39 @@ mod tests {
         let mut lifted = p.clone();
         lifted.metadata.annotations = None;
         assert!(needs_reconcile(Some(&p), &lifted));
+    }
+
+    #[test]
+    fn the_release_annotation_is_cached_triggers_and_releases_without_a_delete() {
+        let mut p = deleting(peerpod("a", 0));
+        let asked = |p: &PeerPod, value: &str| {
+            let mut p = p.clone();
+            p.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(RELEASE.into(), value.into());
+            p
+        };
+        let mut operator = asked(&p, "operator");
+        assert!(needs_reconcile(Some(&p), &operator));
+        assert!(needs_reconcile(Some(&operator), &asked(&p, "oprator")));
+        keep_what_is_read(&mut operator);
+        assert_eq!(release_ask(&operator), Some(ReleaseAsk::Operator));
+        let now = Instant::now();
+        assert!(matches!(
+            plan(&operator, None, None, now, DeveloperMode::On),
+            Plan::ReleaseByOperator { .. }
+        ));
+        assert_eq!(
+            plan(&asked(&p, "oprator"), None, None, now, DeveloperMode::Off),
+            Plan::Hold(Hold::UnknownRelease("oprator".into()))
+        );
+        keep_what_is_read(&mut p);
+        assert_eq!(release_ask(&p), None);
+        assert!(matches!(
+            plan(&p, None, None, now, DeveloperMode::Off),
+            Plan::Delete { .. }
+        ));
     }
 
     #[test]

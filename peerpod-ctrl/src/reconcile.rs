@@ -30,7 +30,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 use crate::breaker::{self, Breakers};
 use crate::cache::Cache;
 use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
-use crate::decide::{self, Hold, InProgress, Plan};
+use crate::decide::{self, Hold, InProgress, Plan, RELEASE};
 use crate::developer_mode::{self, Mode};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
@@ -226,7 +226,12 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
         );
         let cleanup = plan.is_cleanup();
         let result = match plan {
-            Plan::ReapStale => reap_stale(&peerpod, &ctx).await,
+            Plan::ReapStale => {
+                if decide::release_ask(&peerpod).is_some() {
+                    release_ignored(&peerpod, &ctx).await;
+                }
+                reap_stale(&peerpod, &ctx).await
+            }
             Plan::Nothing => {
                 debug!("released by cloud-api-adaptor; nothing to do");
                 Ok(Action::await_change())
@@ -235,6 +240,14 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
             Plan::Hold(Hold::DoNotDelete) => hold(&peerpod, &ctx).await,
             Plan::Hold(Hold::DeveloperMode) => developer_hold(&peerpod, &ctx).await,
             Plan::Hold(Hold::DeveloperModeUnknown) => Err(Error::DeveloperModeUnknown),
+            Plan::Hold(Hold::UnknownRelease(value)) => {
+                let why = format!("{value:?} is not a value it knows (operator or instance-gone)");
+                release_refused(&peerpod, &ctx, REASON_RELEASE_UNKNOWN, &why).await
+            }
+            Plan::ReleaseByOperator {
+                provider,
+                instance_id,
+            } => release_by_operator(&peerpod, &ctx, &provider, &instance_id).await,
             Plan::Release {
                 provider,
                 instance_id,
@@ -246,31 +259,41 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
                     until.saturating_duration_since(Instant::now()),
                 ))
             }
+            Plan::ConfirmGone {
+                provider,
+                instance_id,
+            } => match still_listed(&ctx, &provider, &instance_id).await {
+                Err(error) => Err(error),
+                Ok(true) => {
+                    let why = "instance-gone, but provider-service still lists the instance";
+                    release_refused(&peerpod, &ctx, REASON_INSTANCE_STILL_LISTED, why).await
+                }
+                // Not listed: provider-service's DeleteInstance is the judge of gone (it waits out the
+                // cloud's consistency window), as for any cleanup.
+                Ok(false) => {
+                    planned_delete(
+                        &peerpod,
+                        &ctx,
+                        &key,
+                        progress,
+                        (&provider, &instance_id, false),
+                    )
+                    .await
+                }
+            },
             Plan::Delete {
                 provider,
                 instance_id,
                 in_progress,
             } => {
-                // The cache may lag a restore that made a live copy of this PeerPod a moment ago. Before the
-                // first delete request, a consistent read of the PeerPods naming the instance narrows that race
-                // to the time between this read and the cloud's accepting the delete.
-                if !in_progress
-                    && let Some(by) = live_namesake_by_quorum(&peerpod, &ctx, &instance_id).await?
-                {
-                    return release_still_referenced(&peerpod, &ctx, &provider, &instance_id, &by)
-                        .await;
-                }
-                let seen = *ctx
-                    .deletion_seen()
-                    .entry(key.clone())
-                    .or_insert_with(Instant::now);
-                let target = Target {
-                    provider: &provider,
-                    instance_id: &instance_id,
-                    in_progress: progress.filter(|_| in_progress),
-                    deletion_seen: seen,
-                };
-                delete_instance(&peerpod, &ctx, &key, target).await
+                planned_delete(
+                    &peerpod,
+                    &ctx,
+                    &key,
+                    progress,
+                    (&provider, &instance_id, in_progress),
+                )
+                .await
             }
         };
         match result {
@@ -291,6 +314,46 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
     }
     .instrument(span)
     .await
+}
+
+/// Carries out [`Plan::Delete`] for `(provider, instance_id, in_progress)`.
+async fn planned_delete(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    key: &ObjectRef<PeerPod>,
+    progress: Option<InProgress>,
+    (provider, instance_id, in_progress): (&str, &str, bool),
+) -> Result<Action, Error> {
+    // The cache may lag a restore that made a live copy of this PeerPod a moment ago. Before the
+    // first delete request, a consistent read of the PeerPods naming the instance narrows that race
+    // to the time between this read and the cloud's accepting the delete.
+    if !in_progress && let Some(by) = live_namesake_by_quorum(peerpod, ctx, instance_id).await? {
+        return release_still_referenced(peerpod, ctx, provider, instance_id, &by).await;
+    }
+    let seen = *ctx
+        .deletion_seen()
+        .entry(key.clone())
+        .or_insert_with(Instant::now);
+    let target = Target {
+        provider,
+        instance_id,
+        in_progress: progress.filter(|_| in_progress),
+        deletion_seen: seen,
+    };
+    delete_instance(peerpod, ctx, key, target).await
+}
+
+/// Whether provider-service lists `instance_id` among `provider`'s VMs (compared by [`decide::instance_key`]).
+/// Only ever a reason to keep a VM: a VM not listed is not yet proven gone.
+async fn still_listed(ctx: &Context, provider: &str, instance_id: &str) -> Result<bool, Error> {
+    let wanted = decide::instance_key(provider, instance_id);
+    let listed = ctx
+        .provider
+        .instances(provider, &std::collections::BTreeMap::new())
+        .await?;
+    Ok(listed
+        .iter()
+        .any(|vm| decide::instance_key(provider, &vm.instance_id) == wanted))
 }
 
 /// Per-object exponential backoff. Counting happens here because kube calls `error_policy` exactly once
@@ -659,6 +722,107 @@ async fn release_still_referenced(
     ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
 }
+
+/// The operator asked (annotation `peerpods.io/release: operator`) to release a PeerPod being deleted without
+/// deleting its VM, and answers for the VM. The VM is left as it is; the condition (written first) and a Warning
+/// Event name the operator's choice and the VM, and a log line records it.
+async fn release_by_operator(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    provider: &str,
+    instance_id: &str,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let message = format!(
+        "Annotation {RELEASE}: operator: releasing the finalizer WITHOUT deleting {provider} instance          {instance_id}; the operator answers for that VM"
+    );
+    warn!(
+        provider,
+        instance_id, "released by the operator; the VM is not deleted"
+    );
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_condition(
+        &api,
+        peerpod,
+        Cleaned::done_without_delete(REASON_RELEASED_BY_OPERATOR),
+        &message,
+    )
+    .await?
+    {
+        return Ok(Action::await_change());
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Warning,
+        REASON_RELEASED_BY_OPERATOR,
+        "ReleaseFinalizer",
+        message,
+    )
+    .await;
+    release_finalizer(&api, peerpod).await?;
+    ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
+    Ok(Action::await_change())
+}
+
+/// The `peerpods.io/release` annotation asks for what cannot be done safely (`reason`): nothing is deleted or
+/// released, and the condition and a Warning Event say why. Nothing is retried: changing the annotation
+/// reconciles again.
+async fn release_refused(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    reason: &str,
+    why: &str,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
+    let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
+    let message = format!(
+        "Annotation {RELEASE}: {why}: {provider} instance {instance_id} is neither deleted nor released and          the finalizer stays; set it to operator to release without a delete, or remove it"
+    );
+    warn!(%provider, %instance_id, reason, "release annotation not acted on");
+    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
+    if !set_condition(&api, peerpod, Cleaned::held(reason), &message).await? {
+        return Ok(Action::await_change());
+    }
+    publish(
+        ctx,
+        peerpod,
+        EventType::Warning,
+        reason,
+        "ReleaseFinalizer",
+        message,
+    )
+    .await;
+    Ok(Action::await_change())
+}
+
+/// `peerpods.io/release` on a PeerPod that is not being deleted: ignored (it never deletes the PeerPod), said by
+/// a Warning Event and a log line, so that a release asked too early is not mistaken for one done.
+async fn release_ignored(peerpod: &PeerPod, ctx: &Context) {
+    let message = format!(
+        "Annotation {RELEASE} is ignored: the PeerPod is not being deleted; it takes effect once it is"
+    );
+    warn!("release annotation on a live PeerPod ignored");
+    publish(
+        ctx,
+        peerpod,
+        EventType::Warning,
+        REASON_RELEASE_IGNORED,
+        "ReleaseFinalizer",
+        message,
+    )
+    .await;
+}
+
+/// Event reason of `peerpods.io/release` on a PeerPod that is not being deleted.
+pub const REASON_RELEASE_IGNORED: &str = "ReleaseIgnored";
+/// Condition reason (and Event reason) of a PeerPod the operator released without a delete.
+pub const REASON_RELEASED_BY_OPERATOR: &str = "ReleasedByOperator";
+/// Condition reason (and Event reason) of `peerpods.io/release: instance-gone` on a PeerPod whose VM provider-service
+/// still lists: the VM is neither deleted nor released.
+pub const REASON_INSTANCE_STILL_LISTED: &str = "InstanceStillListed";
+/// Condition reason (and Event reason) of a `peerpods.io/release` value that is not known.
+pub const REASON_RELEASE_UNKNOWN: &str = "UnknownReleaseValue";
 
 /// Condition reason (and Event reason) of a PeerPod released without deleting its VM, because a live PeerPod
 /// still names the VM.

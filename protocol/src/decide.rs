@@ -136,6 +136,8 @@ pub enum Hold {
     /// Whether cloud-api-adaptor runs in developer mode cannot be read: nothing is deleted that
     /// the mode might be keeping (fail closed) until it can.
     DeveloperModeUnknown,
+    /// [`RELEASE`] carries a value that is neither `operator` nor `instance-gone`.
+    UnknownRelease(String),
 }
 
 /// cloud-api-adaptor's developer mode, as the controller last read it.
@@ -172,6 +174,70 @@ pub fn under_developer_mode<M>(plan: Plan<M>, mode: DeveloperMode) -> Plan<M> {
     }
 }
 
+/// Annotation on a PeerPod being deleted that asks for its finalizer to be released WITHOUT a
+/// delete: the escape hatch when a cleanup cannot finish by itself (see [`ReleaseAsk`]).
+pub const RELEASE: &str = "peerpods.io/release";
+
+/// What the [`RELEASE`] annotation asks for, read from its value (blanks around it ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ReleaseAsk {
+    /// `operator`: release at once; the operator takes responsibility for the VM, which is left
+    /// as it is.
+    Operator,
+    /// `instance-gone`: the operator says the VM is gone. Release only once provider-service
+    /// confirms it, never deleting a VM the cloud still lists: provider.proto has no lookup of one
+    /// instance, and its only trusted "gone" is DeleteInstance's answer (which waits out the
+    /// cloud's consistency window), so a VM ListInstances does not show is asked for on the usual
+    /// delete path, and one it shows keeps the finalizer.
+    InstanceGone,
+    /// Any other value: nothing is released (a typo must not release), and the condition says so.
+    Unknown(String),
+}
+
+impl ReleaseAsk {
+    /// The ask an annotation value spells.
+    pub fn parse(value: &str) -> ReleaseAsk {
+        match value.trim() {
+            "operator" => ReleaseAsk::Operator,
+            "instance-gone" => ReleaseAsk::InstanceGone,
+            other => ReleaseAsk::Unknown(other.to_owned()),
+        }
+    }
+}
+
+/// `plan` under the [`RELEASE`] annotation `ask`: only a cleanup is changed (a live PeerPod
+/// ignores it, one already released needs nothing). `operator` releases without a delete at
+/// once, whatever held or ran before; `instance-gone` turns a delete not yet asked for into
+/// [`Plan::ConfirmGone`] and leaves the rest (a hold stays a hold); an unknown value holds
+/// (nothing is deleted or released).
+pub fn under_release_ask<M>(
+    plan: Plan<M>,
+    peerpod: &PeerPodFacts,
+    ask: Option<&ReleaseAsk>,
+) -> Plan<M> {
+    match ask {
+        Some(ask) if plan.is_cleanup() => match ask {
+            ReleaseAsk::Operator => Plan::ReleaseByOperator {
+                provider: peerpod.cloud_provider.trim().to_owned(),
+                instance_id: peerpod.instance_id.trim().to_owned(),
+            },
+            ReleaseAsk::InstanceGone => match plan {
+                Plan::Delete {
+                    provider,
+                    instance_id,
+                    in_progress: false,
+                } => Plan::ConfirmGone {
+                    provider,
+                    instance_id,
+                },
+                plan => plan,
+            },
+            ReleaseAsk::Unknown(value) => Plan::Hold(Hold::UnknownRelease(value.clone())),
+        },
+        _ => plan,
+    }
+}
+
 /// The one thing a reconcile does for a PeerPod, decided once before it acts.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Plan<M> {
@@ -198,6 +264,19 @@ pub enum Plan<M> {
         provider: String,
         instance_id: String,
         by: String,
+    },
+    /// Release the finalizer WITHOUT deleting the VM: the operator asked for it ([`RELEASE`]
+    /// `operator`) and answers for the VM.
+    ReleaseByOperator {
+        provider: String,
+        instance_id: String,
+    },
+    /// The operator says the VM is gone ([`RELEASE`] `instance-gone`): if the cloud still lists
+    /// it, keep it and the finalizer; if not, ask provider-service as [`Plan::Delete`] does, whose
+    /// confirmed end releases the finalizer.
+    ConfirmGone {
+        provider: String,
+        instance_id: String,
     },
     /// Keep the VM and the finalizer until an operator acts.
     Hold(Hold),
@@ -560,6 +639,102 @@ mod tests {
             ] {
                 assert_eq!(under_developer_mode(other.clone(), mode), other);
             }
+        }
+    }
+
+    #[test]
+    fn the_release_annotation_value_is_read_exactly() {
+        assert_eq!(ReleaseAsk::parse(" operator "), ReleaseAsk::Operator);
+        assert_eq!(ReleaseAsk::parse("instance-gone"), ReleaseAsk::InstanceGone);
+        assert_eq!(
+            ReleaseAsk::parse("Operator"),
+            ReleaseAsk::Unknown("Operator".into())
+        );
+        assert_eq!(ReleaseAsk::parse(""), ReleaseAsk::Unknown(String::new()));
+    }
+
+    #[test]
+    fn the_release_annotation_changes_only_a_cleanup() {
+        let now = Instant::now();
+        let operator = Plan::<Instant>::ReleaseByOperator {
+            provider: "libvirt".into(),
+            instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+        };
+        let padded = PeerPodFacts {
+            cloud_provider: " libvirt ".into(),
+            instance_id: " 1B4E28BA-2FA1-11D2-883F-0016D3CCA427 ".into(),
+            ..deleting("a")
+        };
+        let wait = Plan::Wait {
+            provider: "libvirt".into(),
+            instance_id: "id".into(),
+            until: now,
+        };
+        let release = plan(&deleting("a"), Some(&facts("b")), None, now);
+        // Every cleanup, deleting, waiting, releasing or held, gives way to the operator's release.
+        for cleanup in [
+            delete(false),
+            delete(true),
+            wait,
+            release,
+            Plan::Hold(Hold::DoNotDelete),
+            Plan::Hold(Hold::DeveloperMode),
+        ] {
+            assert_eq!(
+                under_release_ask(cleanup.clone(), &padded, Some(&ReleaseAsk::Operator)),
+                operator
+            );
+            assert_eq!(
+                under_release_ask(
+                    cleanup.clone(),
+                    &padded,
+                    Some(&ReleaseAsk::Unknown("yes".into()))
+                ),
+                Plan::Hold(Hold::UnknownRelease("yes".into()))
+            );
+            assert_eq!(under_release_ask(cleanup.clone(), &padded, None), cleanup);
+        }
+        // A live PeerPod and one already released are left as they are.
+        for other in [Plan::<Instant>::ReapStale, Plan::Nothing] {
+            for ask in [
+                ReleaseAsk::Operator,
+                ReleaseAsk::InstanceGone,
+                ReleaseAsk::Unknown("x".into()),
+            ] {
+                assert_eq!(under_release_ask(other.clone(), &padded, Some(&ask)), other);
+            }
+        }
+        assert!(operator.is_cleanup());
+    }
+
+    #[test]
+    fn instance_gone_only_replaces_a_delete_not_yet_asked_for() {
+        let now = Instant::now();
+        let gone = Some(&ReleaseAsk::InstanceGone);
+        let a = deleting("a");
+        assert_eq!(
+            under_release_ask(delete(false), &a, gone),
+            Plan::<Instant>::ConfirmGone {
+                provider: "libvirt".into(),
+                instance_id: "1B4E28BA-2FA1-11D2-883F-0016D3CCA427".into(),
+            }
+        );
+        let wait = Plan::Wait {
+            provider: "libvirt".into(),
+            instance_id: "id".into(),
+            until: now,
+        };
+        let release = plan(&a, Some(&facts("b")), None, now);
+        for other in [
+            delete(true),
+            wait,
+            release,
+            Plan::Hold(Hold::DoNotDelete),
+            Plan::Hold(Hold::DeveloperMode),
+            Plan::ReapStale,
+            Plan::Nothing,
+        ] {
+            assert_eq!(under_release_ask(other.clone(), &a, gone), other);
         }
     }
 

@@ -1407,3 +1407,83 @@ async fn a_failing_cleanup_keeps_its_waiting_since_across_retries() {
         .expect("release the other finalizer");
     s.finish(ctrl).await;
 }
+
+/// The escape hatch `peerpods.io/release`: never a delete of a VM that is there. On a live PeerPod it is
+/// ignored and says so; an unknown value holds; `instance-gone` holds while provider-service still lists the VM
+/// and releases once provider-service confirms it gone; `operator` releases at once, the VM untouched, with an
+/// Event naming the choice and the VM.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_annotation_releases_without_deleting_a_vm_that_is_there() {
+    let (s, provider, ctrl) = Scenario::with_controller("release").await;
+    let ask = |name: &'static str, value: &'static str| {
+        let api = s.peerpods();
+        let patch =
+            serde_json::json!({"metadata": {"annotations": {"peerpods.io/release": value}}});
+        async move {
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("annotate PeerPod");
+        }
+    };
+
+    // Asked on a live PeerPod: ignored, and an Event says so.
+    let kept_vm = s.define_domain(false);
+    s.create_peerpod("typo", None, "libvirt", &kept_vm).await;
+    ask("typo", "yes").await;
+    s.wait_event_reason("typo", "ReleaseIgnored").await;
+    let live = s.peerpods().get("typo").await.expect("PeerPod");
+    assert!(live.metadata.deletion_timestamp.is_none());
+
+    // An unknown value: nothing deleted, nothing released.
+    s.delete_peerpod("typo").await;
+    wait_held(&s, "typo", "UnknownReleaseValue").await;
+    s.wait_event_reason("typo", "UnknownReleaseValue").await;
+    assert!(s.domain_exists(&kept_vm));
+
+    // instance-gone while provider-service still lists the VM: neither deleted nor released.
+    let listed_vm = s.define_domain(false);
+    s.create_peerpod("still-there", None, "libvirt", &listed_vm)
+        .await;
+    ask("still-there", "instance-gone").await;
+    s.delete_peerpod("still-there").await;
+    wait_held(&s, "still-there", "InstanceStillListed").await;
+    assert!(s.domain_exists(&listed_vm));
+    assert_eq!(provider.delete_calls("libvirt"), 0);
+
+    // instance-gone on a VM that is gone: provider-service's "already gone" releases it.
+    let never_existed = uuid::Uuid::new_v4().to_string();
+    s.create_peerpod("gone", None, "libvirt", &never_existed)
+        .await;
+    ask("gone", "instance-gone").await;
+    s.delete_peerpod("gone").await;
+    s.wait_peerpod_gone("gone", MINUTE).await;
+    s.wait_event_reason("gone", "InstanceAlreadyGone").await;
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+
+    // operator: released at once, without a DeleteInstance, recorded as an Event naming the choice and the VM.
+    ask("typo", "operator").await;
+    s.wait_peerpod_gone("typo", MINUTE).await;
+    s.wait_event_reason("typo", "ReleasedByOperator").await;
+    let (_, note) = s
+        .events("typo")
+        .await
+        .into_iter()
+        .find(|(reason, _)| reason == "ReleasedByOperator")
+        .expect("a ReleasedByOperator Event");
+    assert!(
+        note.contains("operator") && note.contains(&kept_vm),
+        "the Event names the choice and the VM: {note}"
+    );
+    assert!(s.domain_exists(&kept_vm) && s.domain_exists(&listed_vm));
+    assert_eq!(
+        provider.delete_calls("libvirt"),
+        1,
+        "no DeleteInstance for the released VM"
+    );
+
+    ask("still-there", "operator").await;
+    s.wait_peerpod_gone("still-there", MINUTE).await;
+    assert_eq!(provider.delete_calls("libvirt"), 1);
+    s.remove_domains([&kept_vm, &listed_vm]);
+    s.finish(ctrl).await;
+}
