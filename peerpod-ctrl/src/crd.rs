@@ -97,6 +97,13 @@ pub struct PeerPodStatus {
         skip_serializing_if = "Option::is_none"
     )]
     pub observed_generation: Option<i64>,
+    /// Only while spec.instanceID is empty: the instance ID of the one VM of the PeerPod's provider that cloud-api-adaptor's name (podvm-<pod>-<sandbox>) ties to this PeerPod's Pod. Unset when no VM or several match. Shown only: no VM is ever deleted on its name alone.
+    #[serde(
+        rename = "matchedInstance",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub matched_instance: Option<String>,
 }
 
 /// `status.state`: one word for `kubectl get peerpods`. The CRD defaults it (and `status` itself) so that a

@@ -983,6 +983,7 @@ async fn set_condition(
         reason: Some(reason.to_string()),
         last_attempt_time: Some(Time(jiff::Timestamp::now())),
         // Reverse collection's, under its own field manager: not sent, so this apply leaves it alone.
+        matched_instance: None,
     };
     // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with reverse collection's
     // field manager, the later write of the two wins by design, and PeerPods written by versions that
