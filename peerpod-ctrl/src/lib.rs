@@ -77,6 +77,7 @@ pub async fn run(
     let terminating = metrics.terminating.clone();
     let terminating_stores = store_tx.subscribe();
     let scanner = orphans::Scanner {
+        client: client.clone(),
         provider: provider.clone(),
         recorder: recorder.clone(),
         metrics: metrics.clone(),

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub finalizer_release_seconds: Histogram,
     pub stale_peerpods_deleted: Counter,
     pub orphans_found: Family<ProviderLabels, Gauge>,
+    /// Untracked VMs whose cloud-api-adaptor name belongs to a live Pod (last scan), by provider: never deleted.
+    pub adoptable_found: Family<ProviderLabels, Gauge>,
     pub orphans_deleted: Family<ProviderLabels, Counter>,
     pub orphan_scan_errors: Family<ReasonLabels, Counter>,
     pub orphan_deletions_refused: Family<RefusalLabels, Counter>,
@@ -77,6 +79,7 @@ impl Default for Metrics {
             finalizer_release_seconds: Histogram::new(exponential_buckets(0.1, 2.0, 16)),
             stale_peerpods_deleted: Counter::default(),
             orphans_found: Family::default(),
+            adoptable_found: Family::default(),
             orphans_deleted: Family::default(),
             orphan_scan_errors: Family::default(),
             orphan_deletions_refused: Family::default(),
@@ -119,8 +122,15 @@ impl Metrics {
         );
         r.register(
             "orphan_instances",
-            "VMs carrying this cluster's tag, older than the grace period, with no PeerPod (last scan)",
+            "VMs carrying this cluster's tag, older than the grace period, with no PeerPod and no live Pod of \
+             their cloud-api-adaptor name (last scan)",
             m.orphans_found.clone(),
+        );
+        r.register(
+            "adoptable_instances",
+            "VMs carrying this cluster's tag, older than the grace period, with no PeerPod, whose cloud-api-adaptor \
+             name (podvm-<pod>-<sandbox>) belongs to a live Pod (last scan): reported, never deleted",
+            m.adoptable_found.clone(),
         );
         r.register(
             "orphan_instances_deleted",

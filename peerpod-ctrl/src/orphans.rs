@@ -10,18 +10,28 @@
 //! `OrphanDeleteCapExceeded`, log, `peerpod_ctrl_orphan_deletions_refused_total`); a VM tagged
 //! `peerpods.io/do-not-delete` is reported, never deleted, and provider-service refusing one for that reason
 //! skips it without failing the scan.
+//!
+//! Adoption before reaping: an untracked VM whose name is cloud-api-adaptor's name for a VM of a Pod that
+//! exists in this cluster ([`crate::adopt`]) is no orphan: its Pod may still be running on it (a PeerPod
+//! that was never written, or written without the instance id). It is reported as adoptable (log, Event
+//! `AdoptableInstanceFound` naming the VM and the Pod, `peerpod_ctrl_adoptable_instances`) and never
+//! deleted, whatever the policy. The Pods are read (metadata only) only when an untracked VM carries such a
+//! name; when they cannot be read, the scan of that provider fails and deletes nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use futures::FutureExt;
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use tracing::{info, warn};
 
 use crate::Error;
+use crate::adopt::{self, PodIndex, PodRef};
 use crate::crd::PeerPod;
 use crate::decide::{self, DeletionRefused, Vm};
 use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, RefusalLabels, provider_label};
@@ -68,10 +78,24 @@ pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
 #[derive(Default)]
 pub struct FirstSeen(HashMap<(String, String), jiff::Timestamp>);
 
+/// Event reason (and log wording) of an untracked VM whose cloud-api-adaptor name belongs to a live Pod.
+pub const REASON_ADOPTABLE: &str = "AdoptableInstanceFound";
+
+/// An untracked VM that is no orphan: cloud-api-adaptor's name ties it to live Pods.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoptable {
+    pub vm: Vm,
+    /// The Pods its name is cloud-api-adaptor's name for (one, unless namesakes live in several namespaces).
+    pub pods: Vec<PodRef>,
+}
+
 /// One scan result, for logs and tests.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ScanReport {
+    /// Untracked VMs past the grace period that no live Pod's name claims.
     pub orphans: Vec<Vm>,
+    /// Untracked VMs past the grace period that a live Pod's name claims: reported, never deleted.
+    pub adoptable: Vec<Adoptable>,
     pub deleted: Vec<Vm>,
     /// Providers whose orphans were not deleted, and why.
     pub refused: Vec<(String, DeletionRefused)>,
@@ -94,6 +118,8 @@ pub(crate) async fn complete_store(
 
 /// The orphan scanner of one leadership term.
 pub struct Scanner {
+    /// Reads the Pods (metadata only) an untracked VM's name may belong to.
+    pub client: kube::Client,
     pub provider: Provider,
     pub recorder: Recorder,
     pub metrics: Metrics,
@@ -217,7 +243,7 @@ impl Scanner {
                 });
                 Vm {
                     provider: provider.to_string(),
-                    name: i.instance_id.clone(),
+                    name: i.name,
                     do_not_delete: decide::tags_do_not_delete(&i.tags),
                     instance_id: i.instance_id,
                     since,
@@ -235,10 +261,13 @@ impl Scanner {
             .retain(|key, _| key.0 != provider || listed.contains(key));
         // The cache is read after listing, so a PeerPod created meanwhile is seen.
         let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
-        let orphans: Vec<Vm> = decide::orphans(&vms, &tracked, now, self.settings.grace)
+        let untracked: Vec<Vm> = decide::orphans(&vms, &tracked, now, self.settings.grace)
             .into_iter()
             .cloned()
             .collect();
+        let (adoptable, orphans) = self.adoptable(untracked).await?;
+        self.report_adoptable(provider, &adoptable).await;
+        report.adoptable.extend(adoptable);
         self.metrics
             .orphans_found
             .get_or_create(&ProviderLabels {
@@ -336,6 +365,88 @@ impl Scanner {
             report.deleted.push(vm);
         }
         Ok(())
+    }
+
+    /// Splits untracked VMs into adoptable ones (cloud-api-adaptor's name of a live Pod's VM) and orphans. The
+    /// Pods are listed only when some VM carries such a name at all.
+    async fn adoptable(&self, untracked: Vec<Vm>) -> Result<(Vec<Adoptable>, Vec<Vm>), Error> {
+        if !untracked
+            .iter()
+            .any(|vm| adopt::parse_vm_name(&vm.name).is_some())
+        {
+            return Ok((Vec::new(), untracked));
+        }
+        let pods = self.live_pods().await?;
+        let mut adoptable = Vec::new();
+        let mut orphans = Vec::new();
+        for vm in untracked {
+            match pods.owners_of(&vm.name) {
+                [] => orphans.push(vm),
+                owners => adoptable.push(Adoptable {
+                    pods: owners.to_vec(),
+                    vm,
+                }),
+            }
+        }
+        Ok((adoptable, orphans))
+    }
+
+    /// Every Pod of the cluster, by metadata only (a Pod being deleted counts: its VM goes with its sandbox),
+    /// a page at a time.
+    async fn live_pods(&self) -> Result<PodIndex, Error> {
+        let api: Api<Pod> = Api::all(self.client.clone());
+        let mut params = ListParams::default().limit(500);
+        let mut pods = Vec::new();
+        loop {
+            let page = api.list_metadata(&params).await?;
+            pods.extend(page.items.iter().map(|p| PodRef {
+                namespace: p.namespace().unwrap_or_default(),
+                name: p.name_any(),
+            }));
+            match page.metadata.continue_.filter(|token| !token.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(PodIndex::new(pods))
+    }
+
+    async fn report_adoptable(&self, provider: &str, adoptable: &[Adoptable]) {
+        self.metrics
+            .adoptable_found
+            .get_or_create(&ProviderLabels {
+                provider: provider_label(provider),
+            })
+            .set(adoptable.len() as i64);
+        for found in adoptable {
+            let vm = &found.vm;
+            let pods = found
+                .pods
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            warn!(
+                provider,
+                instance_id = %vm.instance_id,
+                name = %vm.name,
+                pods,
+                "adoptable VM: no PeerPod refers to it, but its name is cloud-api-adaptor's for a live Pod; not deleted"
+            );
+            let note = format!(
+                "{provider} instance {} ({}) carries this cluster's tag and no PeerPod refers to it, but its name is \
+                 cloud-api-adaptor's for the VM of Pod {pods}: adoptable, never deleted while the Pod exists",
+                vm.instance_id, vm.name
+            );
+            self.publish(
+                vm,
+                EventType::Warning,
+                REASON_ADOPTABLE,
+                "ScanInstances",
+                note,
+            )
+            .await;
+        }
     }
 
     /// An Event about `vm` on the Namespace. The VM is the Event's related object (`<provider>/<instance id>`,

@@ -16,6 +16,13 @@
 //! Status is written by server-side apply under [`FIELD_MANAGER`], carrying the cached `resourceVersion`, so
 //! a write that would land on a PeerPod changed meanwhile (for example one just being deleted, whose cleanup
 //! condition the reconciler writes) fails with a conflict and is skipped until the next scan.
+//!
+//! The same listing links a PeerPod without an instance id (cloud-api-adaptor's libvirt provider could write
+//! one when a domain of the same name existed, upstream #3248) to its VM by cloud-api-adaptor's names
+//! ([`crate::adopt::matched_instance`]): where exactly one VM of its provider carries the name of its Pod's
+//! VM, `status.matchedInstance` shows that VM's id (Event `InstanceMatchedByName`); where none or several
+//! do, nothing is shown. It is written under a field manager of its own ([`ADOPTION_FIELD_MANAGER`]) and
+//! only shown: the cleanup still holds such a PeerPod as invalid, and no VM is deleted on its name alone.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -43,6 +50,11 @@ pub const REASON_FOUND: &str = "InstanceFound";
 /// an apply removes the fields its manager owned and no longer sends, so one manager for both writers would
 /// have each write drop the other's condition (and `cleand`).
 pub const FIELD_MANAGER: &str = "peerpod-ctrl-reverse-collection";
+/// The field manager of `status.matchedInstance`: its apply carries that field alone, so clearing it is an
+/// apply without it.
+pub const ADOPTION_FIELD_MANAGER: &str = "peerpod-ctrl-adoption";
+/// Event reason: a PeerPod without an instance id is linked to the one VM its name matches.
+pub const REASON_MATCHED_BY_NAME: &str = "InstanceMatchedByName";
 
 /// Settings of the reverse scan.
 #[derive(Debug, Clone)]
@@ -106,6 +118,21 @@ fn live(peerpods: &[Arc<PeerPod>]) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
             || p.spec.cloud_provider.is_empty()
             || p.spec.instance_id.is_empty()
         {
+            continue;
+        }
+        by_provider
+            .entry(p.spec.cloud_provider.clone())
+            .or_default()
+            .push(p.clone());
+    }
+    by_provider
+}
+
+/// PeerPods without an instance id but naming a provider, live or being deleted: the ones to link by name.
+fn without_id(peerpods: &[Arc<PeerPod>]) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
+    let mut by_provider: BTreeMap<String, Vec<Arc<PeerPod>>> = BTreeMap::new();
+    for p in peerpods {
+        if p.spec.cloud_provider.trim().is_empty() || !p.spec.instance_id.trim().is_empty() {
             continue;
         }
         by_provider
@@ -190,24 +217,39 @@ impl ReverseScanner {
     /// One pass over every provider live PeerPods name.
     pub async fn scan(&mut self, store: &Store<PeerPod>) -> ReverseReport {
         let mut report = ReverseReport::default();
-        let by_provider = live(&store.state());
+        let state = store.state();
+        let mut by_provider = live(&state);
+        let mut unlinked = without_id(&state);
         let alive: HashSet<Subject> = by_provider.values().flatten().map(|p| subject(p)).collect();
         // PeerPods deleted (or being deleted) are no longer this scan's business.
         self.absent_since.retain(|s, _| alive.contains(s));
         let mut missing_per_provider: BTreeMap<String, i64> = BTreeMap::new();
-        for (provider, peerpods) in by_provider {
-            let listed = match self.provider.instances(&provider, &BTreeMap::new()).await {
-                // One identity per instance: the cloud's canonical id, as every other comparison.
-                Ok(instances) => instances
-                    .into_iter()
-                    .map(|i| crate::decide::instance_key(&provider, &i.instance_id))
-                    .collect::<HashSet<(String, String)>>(),
+        let providers: std::collections::BTreeSet<String> =
+            by_provider.keys().chain(unlinked.keys()).cloned().collect();
+        for provider in providers {
+            let peerpods = by_provider.remove(&provider).unwrap_or_default();
+            let instances = match self.provider.instances(&provider, &BTreeMap::new()).await {
+                Ok(instances) => instances,
                 Err(error) => {
                     warn!(provider, reason = error.reason(), %error, "reverse scan: cannot list instances");
                     report.failed.push(provider);
                     continue;
                 }
             };
+            for p in unlinked.remove(&provider).unwrap_or_default() {
+                let matched = crate::adopt::matched_instance(
+                    &p.name_any(),
+                    instances
+                        .iter()
+                        .map(|i| (i.instance_id.as_str(), i.name.as_str())),
+                );
+                self.link(&p, matched).await;
+            }
+            // One identity per instance: the cloud's canonical id, as every other comparison.
+            let listed = instances
+                .iter()
+                .map(|i| crate::decide::instance_key(&provider, &i.instance_id))
+                .collect::<HashSet<(String, String)>>();
             let now = jiff::Timestamp::now();
             let mut missing = 0;
             for p in peerpods {
@@ -337,6 +379,59 @@ impl ReverseScanner {
                 false
             }
         }
+    }
+
+    /// Shows `matched` as the PeerPod's `status.matchedInstance` (or nothing when `None`); no write when the
+    /// status already says so.
+    async fn link(&self, peerpod: &PeerPod, matched: Option<&str>) {
+        let shown = peerpod
+            .status
+            .as_ref()
+            .and_then(|s| s.matched_instance.as_deref());
+        if shown == matched {
+            return;
+        }
+        let status = match matched {
+            Some(id) => serde_json::json!({ "matchedInstance": id }),
+            None => serde_json::json!({}),
+        };
+        let api: Api<PeerPod> = Api::namespaced(
+            self.client.clone(),
+            &peerpod.namespace().unwrap_or_default(),
+        );
+        let written = apply_status(
+            &api,
+            &peerpod.name_any(),
+            ADOPTION_FIELD_MANAGER,
+            &status,
+            peerpod.resource_version().as_deref(),
+        )
+        .await;
+        match written {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.is_conflict() || status.is_not_found() => {
+                return;
+            }
+            Err(error) => {
+                warn!(%error, name = %peerpod.name_any(), "reverse scan: cannot write the matched instance");
+                return;
+            }
+        }
+        let Some(id) = matched else { return };
+        let message = format!(
+            "this PeerPod has no instance ID; {} instance {id} is the one VM whose name is cloud-api-adaptor's for \
+             its Pod: shown in status.matchedInstance, never deleted on the name alone",
+            peerpod.spec.cloud_provider
+        );
+        info!(
+            namespace = %peerpod.namespace().unwrap_or_default(),
+            name = %peerpod.name_any(),
+            provider = %peerpod.spec.cloud_provider,
+            instance_id = id,
+            "PeerPod without an instance ID matched to its VM by name"
+        );
+        self.publish(peerpod, EventType::Normal, REASON_MATCHED_BY_NAME, message)
+            .await;
     }
 
     async fn publish(&self, peerpod: &PeerPod, type_: EventType, reason: &str, note: String) {

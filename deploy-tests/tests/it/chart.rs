@@ -1295,10 +1295,10 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
     assert!(
         forbidden(
             Api::<Pod>::namespaced(pc_client.clone(), &ns)
-                .list(&ListParams::default())
+                .get("any")
                 .await
         ),
-        "peerpod-ctrl listed Pods"
+        "peerpod-ctrl read a Pod by name (it only lists them, metadata only, for adoption)"
     );
 
     // Enough, everywhere: no request of the controllers was refused along the way (a refused watch only
@@ -1582,7 +1582,10 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 ///   of its metrics port (TokenReview, SubjectAccessReview; `peerpods_runtime::secure_metrics::Reviewer::check`);
 ///   no Prometheus scrapes here. Checked against the real API server in `runtime/tests/it/secure_metrics.rs` and
 ///   `webhook/tests/it/per_peer.rs` and, scraped by a real Prometheus, in `prometheus.rs`.
-const UNSEEN_GRANTS: [(&str, &str, &str, &str); 15] = [
+/// - peerpod-ctrl lists Pods (metadata only) when an orphan scan finds an untracked VM named the way
+///   cloud-api-adaptor names a pod VM (`orphans::Scanner::live_pods`); no VM here carries such a name. Checked
+///   against the real API server in `peerpod-ctrl/tests/it/adopt.rs`.
+const UNSEEN_GRANTS: [(&str, &str, &str, &str); 16] = [
     (
         "cloud-api-adaptor",
         "create",
@@ -1630,6 +1633,7 @@ const UNSEEN_GRANTS: [(&str, &str, &str, &str); 15] = [
         "authorization.k8s.io",
         "subjectaccessreviews",
     ),
+    ("peerpod-ctrl", "list", "", "pods"),
     (
         "peer-pod-config-ctrl",
         "create",

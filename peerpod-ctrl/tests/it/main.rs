@@ -4,6 +4,7 @@
 //! tracing subscriber.
 #![allow(clippy::unwrap_used)] // a test may unwrap (the workspace denies it elsewhere)
 
+mod adopt;
 mod ca_rotation;
 mod clouds;
 mod crd_manifest;

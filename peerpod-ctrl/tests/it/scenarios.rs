@@ -1071,6 +1071,7 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
     let (s, provider) = Scenario::with_provider("unsynced").await;
     let tracked_elsewhere = s.define_domain(true);
     let mut scanner = Scanner {
+        client: s.client.clone(),
         provider: Provider::connect(&ProviderClientConfig {
             endpoint: format!("http://{}", provider.addr),
             timeout: Some(Duration::from_secs(10)),

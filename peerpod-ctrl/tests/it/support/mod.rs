@@ -278,13 +278,20 @@ impl Scenario {
 
     /// A persistent, running test-driver domain carrying `tags`. Returns its UUID.
     pub fn define_domain_with_tags(&self, tags: &[(&str, &str)]) -> String {
+        self.define_named_domain(None, tags)
+    }
+
+    /// A persistent, running test-driver domain named `name` (`podvm-<its UUID>` without one) carrying `tags`.
+    /// Returns its UUID.
+    pub fn define_named_domain(&self, name: Option<&str>, tags: &[(&str, &str)]) -> String {
         let uuid = uuid::Uuid::new_v4().to_string();
+        let name = name.map_or_else(|| format!("podvm-{uuid}"), str::to_owned);
         let tags: String = tags
             .iter()
             .map(|(k, v)| format!("<peerpods:tag key='{k}'>{v}</peerpods:tag>"))
             .collect();
         let xml = format!(
-            "<domain type='test'><name>podvm-{uuid}</name><uuid>{uuid}</uuid>\
+            "<domain type='test'><name>{name}</name><uuid>{uuid}</uuid>\
              <memory unit='MiB'>128</memory><vcpu>1</vcpu><os><type arch='i686'>hvm</type></os>\
              <metadata><peerpods:tags xmlns:peerpods='urn:peerpods:tags:v1'>{tags}</peerpods:tags></metadata>\
              </domain>"
