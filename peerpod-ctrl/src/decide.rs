@@ -128,13 +128,16 @@ pub fn release_ask(peerpod: &PeerPod) -> Option<ReleaseAsk> {
         .map(|v| ReleaseAsk::parse(v))
 }
 
+/// The key of cloud-api-adaptor's ConfigMap that turns its developer mode on (CAA keeps a failed pod's VM).
+pub const DEVELOPER_MODE_KEY: &str = "PODVM_DEVELOPER_MODE";
+
 /// cloud-api-adaptor's developer mode from its ConfigMap (`None`: there is none). A missing ConfigMap or key, or
 /// an empty value, is off: CAA's default. A value is read as Go's `strconv.ParseBool` reads it, as CAA does; any
 /// other value is unknown (CAA would not start with it), and unknown holds every delete not yet asked for.
 pub fn developer_mode(config_map: Option<&k8s_openapi::api::core::v1::ConfigMap>) -> DeveloperMode {
     let value = config_map
         .and_then(|cm| cm.data.as_ref())
-        .and_then(|data| data.get(crate::developer_mode::KEY))
+        .and_then(|data| data.get(DEVELOPER_MODE_KEY))
         .map(|v| v.trim());
     match value {
         None | Some("") => DeveloperMode::Off,
@@ -1192,10 +1195,7 @@ mod tests {
         use k8s_openapi::api::core::v1::ConfigMap;
         let cm = |value: Option<&str>| ConfigMap {
             data: value.map(|v| {
-                std::collections::BTreeMap::from([(
-                    crate::developer_mode::KEY.to_string(),
-                    v.to_string(),
-                )])
+                std::collections::BTreeMap::from([(DEVELOPER_MODE_KEY.to_string(), v.to_string())])
             }),
             ..ConfigMap::default()
         };

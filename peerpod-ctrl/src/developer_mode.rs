@@ -30,7 +30,7 @@ pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
 /// The namespace cloud-api-adaptor's own install (kustomize and chart) runs in.
 pub const CAA_NAMESPACE: &str = "confidential-containers-system";
 /// The key of CAA's ConfigMap that turns developer mode on.
-pub const KEY: &str = "PODVM_DEVELOPER_MODE";
+pub use crate::decide::DEVELOPER_MODE_KEY as KEY;
 
 /// Which ConfigMap says whether developer mode is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
