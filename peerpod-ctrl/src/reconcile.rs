@@ -687,7 +687,6 @@ async fn release_still_referenced(
     instance_id: &str,
     by: &str,
 ) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
     let message = format!(
         "{provider} instance {instance_id} is not deleted: PeerPod {by} still names it and is not being \
          deleted; releasing the finalizer without deleting the VM"
@@ -698,29 +697,14 @@ async fn release_still_referenced(
         referenced_by = by,
         "instance still referenced; releasing finalizer without deleting it"
     );
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(
-        &api,
+    release_without_delete(
         peerpod,
-        Cleaned::done_without_delete(REASON_STILL_REFERENCED),
-        &message,
-    )
-    .await?
-    {
-        return Ok(Action::await_change());
-    }
-    publish(
         ctx,
-        peerpod,
-        EventType::Normal,
         REASON_STILL_REFERENCED,
-        "ReleaseFinalizer",
+        EventType::Normal,
         message,
     )
-    .await;
-    release_finalizer(&api, peerpod).await?;
-    ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
-    Ok(Action::await_change())
+    .await
 }
 
 /// The operator asked (annotation `peerpods.io/release: operator`) to release a PeerPod being deleted without
@@ -732,19 +716,39 @@ async fn release_by_operator(
     provider: &str,
     instance_id: &str,
 ) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
     let message = format!(
-        "Annotation {RELEASE}: operator: releasing the finalizer WITHOUT deleting {provider} instance          {instance_id}; the operator answers for that VM"
+        "Annotation {RELEASE}: operator: releasing the finalizer WITHOUT deleting {provider} instance \
+         {instance_id}; the operator answers for that VM"
     );
     warn!(
         provider,
         instance_id, "released by the operator; the VM is not deleted"
     );
+    release_without_delete(
+        peerpod,
+        ctx,
+        REASON_RELEASED_BY_OPERATOR,
+        EventType::Warning,
+        message,
+    )
+    .await
+}
+
+/// Releases the finalizer of a PeerPod being deleted whose VM is deliberately not deleted (`reason`): the
+/// condition first (so the reason outlives a failed release), then the Event, then the release.
+async fn release_without_delete(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    reason: &str,
+    event_type: EventType,
+    message: String,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
     if !set_condition(
         &api,
         peerpod,
-        Cleaned::done_without_delete(REASON_RELEASED_BY_OPERATOR),
+        Cleaned::done_without_delete(reason),
         &message,
     )
     .await?
@@ -754,8 +758,8 @@ async fn release_by_operator(
     publish(
         ctx,
         peerpod,
-        EventType::Warning,
-        REASON_RELEASED_BY_OPERATOR,
+        event_type,
+        reason,
         "ReleaseFinalizer",
         message,
     )
@@ -777,7 +781,8 @@ async fn release_refused(
     let namespace = peerpod.namespace().unwrap_or_default();
     let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
     let message = format!(
-        "Annotation {RELEASE}: {why}: {provider} instance {instance_id} is neither deleted nor released and          the finalizer stays; set it to operator to release without a delete, or remove it"
+        "Annotation {RELEASE}: {why}: {provider} instance {instance_id} is neither deleted nor released and \
+         the finalizer stays; set it to operator to release without a delete, or remove it"
     );
     warn!(%provider, %instance_id, reason, "release annotation not acted on");
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
