@@ -112,29 +112,27 @@ pub fn judge(
 
 /// The live PeerPods worth checking: not being deleted, naming a provider and an instance.
 fn live(peerpods: &[Arc<PeerPod>]) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
-    let mut by_provider: BTreeMap<String, Vec<Arc<PeerPod>>> = BTreeMap::new();
-    for p in peerpods {
-        if p.metadata.deletion_timestamp.is_some()
-            || p.spec.cloud_provider.is_empty()
-            || p.spec.instance_id.is_empty()
-        {
-            continue;
-        }
-        by_provider
-            .entry(p.spec.cloud_provider.clone())
-            .or_default()
-            .push(p.clone());
-    }
-    by_provider
+    by_provider(peerpods, |p| {
+        p.metadata.deletion_timestamp.is_none()
+            && !p.spec.cloud_provider.is_empty()
+            && !p.spec.instance_id.is_empty()
+    })
 }
 
 /// PeerPods without an instance id but naming a provider, live or being deleted: the ones to link by name.
 fn without_id(peerpods: &[Arc<PeerPod>]) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
+    by_provider(peerpods, |p| {
+        !p.spec.cloud_provider.trim().is_empty() && p.spec.instance_id.trim().is_empty()
+    })
+}
+
+/// The PeerPods that `keep` keeps, by the provider they name.
+fn by_provider(
+    peerpods: &[Arc<PeerPod>],
+    keep: impl Fn(&PeerPod) -> bool,
+) -> BTreeMap<String, Vec<Arc<PeerPod>>> {
     let mut by_provider: BTreeMap<String, Vec<Arc<PeerPod>>> = BTreeMap::new();
-    for p in peerpods {
-        if p.spec.cloud_provider.trim().is_empty() || !p.spec.instance_id.trim().is_empty() {
-            continue;
-        }
+    for p in peerpods.iter().filter(|p| keep(p)) {
         by_provider
             .entry(p.spec.cloud_provider.clone())
             .or_default()
