@@ -203,6 +203,16 @@ impl ReleaseAsk {
             other => ReleaseAsk::Unknown(other.to_owned()),
         }
     }
+
+    /// The annotation value that spells this ask (what [`ReleaseAsk::parse`] reads back), so that a
+    /// tool setting the annotation never spells it by hand.
+    pub fn value(&self) -> &str {
+        match self {
+            ReleaseAsk::Operator => "operator",
+            ReleaseAsk::InstanceGone => "instance-gone",
+            ReleaseAsk::Unknown(value) => value,
+        }
+    }
 }
 
 /// `plan` under the [`RELEASE`] annotation `ask`: only a cleanup is changed (a live PeerPod
@@ -651,6 +661,19 @@ mod tests {
             ReleaseAsk::Unknown("Operator".into())
         );
         assert_eq!(ReleaseAsk::parse(""), ReleaseAsk::Unknown(String::new()));
+    }
+
+    #[test]
+    fn a_release_ask_reads_back_from_its_value() {
+        assert_eq!(ReleaseAsk::Operator.value(), "operator");
+        assert_eq!(ReleaseAsk::InstanceGone.value(), "instance-gone");
+        for ask in [
+            ReleaseAsk::Operator,
+            ReleaseAsk::InstanceGone,
+            ReleaseAsk::Unknown("later".into()),
+        ] {
+            assert_eq!(ReleaseAsk::parse(ask.value()), ask);
+        }
     }
 
     #[test]
