@@ -1,6 +1,6 @@
 use thiserror::Error;
 
-/// What can go wrong reading the cluster.
+/// What can go wrong reading the cluster, or releasing a PeerPod.
 #[derive(Debug, Error)]
 pub enum Error {
     #[error("cannot reach the cluster (kubeconfig or in-cluster config): {0}")]
@@ -17,4 +17,25 @@ pub enum Error {
     ListNodes(#[source] kube::Error),
     #[error("{0:?} is not <namespace>/<peerpod>")]
     BadReference(String),
+    #[error(
+        "PeerPod {namespace}/{name} is not being deleted: peerpod-ctrl reads {} only on a PeerPod being \
+         deleted, so nothing was written",
+        peerpod_ctrl::decide::RELEASE
+    )]
+    NotBeingDeleted { namespace: String, name: String },
+    #[error(
+        "PeerPod {namespace}/{name} is already released (peerpod-ctrl's finalizer is gone): nothing to do"
+    )]
+    AlreadyReleased { namespace: String, name: String },
+    #[error(
+        "releasing PeerPod {namespace}/{name} needs a yes: run it on a terminal to be asked, or pass --yes; \
+         nothing was written"
+    )]
+    NoTerminal { namespace: String, name: String },
+    #[error("not confirmed: nothing was written")]
+    NotConfirmed,
+    #[error("cannot ask on the terminal: {0}")]
+    Terminal(#[source] std::io::Error),
+    #[error("cannot annotate the PeerPod: {0}")]
+    PatchPeerPod(#[source] kube::Error),
 }

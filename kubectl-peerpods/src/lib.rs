@@ -1,13 +1,15 @@
-//! `kubectl peerpods`: one read-only view of peer pods cleanup, from what peerpod-ctrl records in the cluster
-//! (PeerPod status and conditions, Events, Node capacity).
+//! `kubectl peerpods`: one view of peer pods cleanup, from what peerpod-ctrl records in the cluster (PeerPod
+//! status and conditions, Events, Node capacity), and the one write an operator needs: `release`.
 //!
-//! - [`gather`]: reads the cluster into facts (the only module that calls the API server).
+//! - [`gather`]: reads the cluster into facts (read-only).
 //! - [`facts`]: the facts as plain values, and where each PeerPod belongs (live, stuck, ...).
 //! - [`render`]: facts to text, a pure function of the facts and a given `now`.
+//! - [`release`]: whether and how to set the `peerpods.io/release` annotation (pure), and the patch that sets it.
 
 mod error;
 pub mod facts;
 pub mod gather;
+pub mod release;
 pub mod render;
 
 pub use error::Error;

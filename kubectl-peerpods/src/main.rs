@@ -1,12 +1,14 @@
 //! `kubectl peerpods`: kubectl finds this binary on PATH by its name and passes the arguments through.
 
-use std::io::IsTerminal;
+use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kubectl_peerpods::release::{self, Step};
 use kubectl_peerpods::{Error, gather, parse_reference, render};
+use peerpod_ctrl::decide::ReleaseAsk;
 
-/// Peer pods cleanup at a glance: stuck deletes, orphan VMs, capacity. Read-only.
+/// Peer pods cleanup at a glance: stuck deletes, orphan VMs, capacity. Read-only, but for `release`.
 #[derive(Parser)]
 #[command(name = "kubectl-peerpods", version)]
 struct Cli {
@@ -36,6 +38,19 @@ enum Command {
     },
     /// The VMs peerpod-ctrl's orphan scan reported (orphan or adoptable) that no PeerPod refers to.
     Orphans,
+    /// Release one PeerPod being deleted without a delete: sets its peerpods.io/release annotation
+    /// (instance-gone: released once provider-service confirms the VM gone; --operator: released at once, the VM
+    /// is yours). Asks first.
+    Release {
+        /// <namespace>/<peerpod>
+        peerpod: String,
+        /// Release at once without deleting the VM: you answer for it.
+        #[arg(long)]
+        operator: bool,
+        /// Do not ask (needed without a terminal).
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -74,5 +89,42 @@ async fn run(cli: Cli) -> Result<String, Error> {
             let (pp, events) = gather::peerpod_story(&client, namespace, name).await?;
             render::describe(&pp, &events, now, style)
         }
+        Command::Release {
+            peerpod,
+            operator,
+            yes,
+        } => {
+            let (namespace, name) = parse_reference(&peerpod)?;
+            let ask = if operator {
+                ReleaseAsk::Operator
+            } else {
+                ReleaseAsk::InstanceGone
+            };
+            let target = release::read(&client, namespace, name).await?;
+            // The answer is read from stdin, so that is what must be a terminal.
+            let terminal = std::io::stdin().is_terminal();
+            if let Step::Confirm(question) = release::decide(&target, &ask, yes, terminal)?
+                && !release::confirmed(&ask_on_terminal(&question)?)
+            {
+                return Err(Error::NotConfirmed);
+            }
+            release::set(&client, &target, &ask).await?;
+            release::done(&target, &ask)
+        }
     })
+}
+
+/// Asks on stderr (stdout is the command's output) and reads one line of answer.
+fn ask_on_terminal(question: &str) -> Result<String, Error> {
+    let mut stderr = std::io::stderr();
+    stderr
+        .write_all(question.as_bytes())
+        .and_then(|()| stderr.flush())
+        .map_err(Error::Terminal)?;
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(Error::Terminal)?;
+    Ok(answer)
 }
