@@ -46,7 +46,9 @@ pub enum CapacityChange {
 /// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached. A real node's status (images,
 /// conditions, addresses, node info) is most of its size, and the cache holds every node.
 pub fn keep_what_is_read(node: &mut Node) {
-    crate::caches::keep_what_is_read(node);
+    // Managed fields go as on every cached kind (caches.rs); written out here because the caches import this
+    // module, not the other way round.
+    node.metadata.managed_fields = None;
     node.metadata.annotations = node
         .metadata
         .annotations
