@@ -29,7 +29,8 @@ const DELETED_AGO: SignedDuration = SignedDuration::from_mins(10);
 
 #[tokio::test]
 async fn every_case_lands_in_its_place() {
-    let cp = testenv::shared();
+    // status reads every namespace: a control plane of its own, where no other test's PeerPods show.
+    let cp = testenv::shared_for(module_path!());
     let client = cp.client().await;
     testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
     let ns = testenv::namespace(&client, "plugin").await;

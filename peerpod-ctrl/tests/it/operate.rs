@@ -107,8 +107,10 @@ async fn kubectl_shows_a_state_for_live_waiting_held_and_released_peerpods() {
             ("Instance".to_string(), 1),
             ("Reason".to_string(), 1),
             ("Last Attempt".to_string(), 1),
+            ("Waiting Since".to_string(), 1),
         ],
-        "-o wide adds cloud, instance, reason and the last attempt; the default view has no empty columns"
+        "-o wide adds cloud, instance, reason, the last attempt and since when a cleanup waits; the default view \
+         has no empty columns"
     );
     // A PeerPod nobody wrote status for (as cloud-api-adaptor creates it) reads Live, at no API write.
     assert_eq!(before.rows["live"]["State"], "Live");
@@ -142,6 +144,18 @@ async fn kubectl_shows_a_state_for_live_waiting_held_and_released_peerpods() {
         assert!(
             !after.rows[name]["Last Attempt"].is_empty(),
             "{name}: the age of the last attempt is shown"
+        );
+    }
+    for name in ["waiting", "held"] {
+        assert!(
+            !after.rows[name]["Waiting Since"].is_empty(),
+            "{name}: a cleanup that waits shows since when"
+        );
+    }
+    for name in ["live", "released"] {
+        assert_eq!(
+            after.rows[name]["Waiting Since"], "",
+            "{name}: nothing waits"
         );
     }
     assert!(s.domain_exists(&live_vm), "the held PeerPod's VM stays");
