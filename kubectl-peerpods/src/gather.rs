@@ -50,6 +50,18 @@ pub async fn cluster(client: &Client) -> Result<Facts, Error> {
     })
 }
 
+/// The PeerPod `namespace/name`; a missing one is [`Error::PeerPodNotFound`].
+pub async fn read_peerpod(client: &Client, namespace: &str, name: &str) -> Result<PeerPod, Error> {
+    Api::<PeerPod>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(Error::ReadPeerPod)?
+        .ok_or_else(|| Error::PeerPodNotFound {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
+}
+
 /// One PeerPod and the Events about it (this incarnation's: an Event about an earlier PeerPod of the same
 /// name carries another UID).
 pub async fn peerpod_story(
@@ -57,15 +69,7 @@ pub async fn peerpod_story(
     namespace: &str,
     name: &str,
 ) -> Result<(PeerPodFacts, Vec<EventFacts>), Error> {
-    let api: Api<PeerPod> = Api::namespaced(client.clone(), namespace);
-    let pp = api
-        .get_opt(name)
-        .await
-        .map_err(Error::ReadPeerPod)?
-        .ok_or_else(|| Error::PeerPodNotFound {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        })?;
+    let pp = read_peerpod(client, namespace, name).await?;
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let selector = format!("involvedObject.kind=PeerPod,involvedObject.name={name}");
     let uid = pp.uid();

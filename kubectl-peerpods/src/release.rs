@@ -93,15 +93,7 @@ fn prompt(target: &Target, ask: &ReleaseAsk) -> String {
 
 /// Reads the PeerPod into a [`Target`].
 pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Target, Error> {
-    let api: Api<PeerPod> = Api::namespaced(client.clone(), namespace);
-    let pp = api
-        .get_opt(name)
-        .await
-        .map_err(Error::ReadPeerPod)?
-        .ok_or_else(|| Error::PeerPodNotFound {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        })?;
+    let pp = crate::gather::read_peerpod(client, namespace, name).await?;
     Ok(Target {
         namespace: namespace.to_string(),
         name: name.to_string(),
