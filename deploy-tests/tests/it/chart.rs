@@ -1300,6 +1300,16 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
         ),
         "peerpod-ctrl read a Pod by name (it only lists them, metadata only, for adoption)"
     );
+    // CAA's ConfigMap is watched by name (developer mode): no other ConfigMap, and no list of them all.
+    let pc_config_maps = Api::<ConfigMap>::namespaced(pc_client.clone(), &ns);
+    assert!(
+        forbidden(pc_config_maps.get("kube-root-ca.crt").await),
+        "peerpod-ctrl read a ConfigMap other than CAA's"
+    );
+    assert!(
+        forbidden(pc_config_maps.list(&ListParams::default()).await),
+        "peerpod-ctrl listed every ConfigMap of CAA's namespace"
+    );
 
     // Enough, everywhere: no request of the controllers was refused along the way (a refused watch only
     // shows in the log).
