@@ -588,7 +588,6 @@ async fn delete_in_progress(
 /// A PeerPod annotated `peerpods.io/do-not-delete` is being deleted: its VM stays and so does the finalizer,
 /// and the object says why. Nothing is retried: removing the annotation is a change that reconciles again.
 async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
     let message = format!(
         "Annotation {DO_NOT_DELETE} is set: {} instance {} is not deleted and the finalizer stays; remove the \
          annotation (or set it to false) to let the cleanup proceed",
@@ -599,19 +598,28 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
         instance_id = %peerpod.spec.instance_id,
         "PeerPod marked do-not-delete; keeping its VM and finalizer"
     );
+    let event = Some((EventType::Warning, "DeleteInstance"));
+    keep_held(peerpod, ctx, REASON_DO_NOT_DELETE, event, message).await
+}
+
+/// Keeps a PeerPod being deleted as it is, its VM and its finalizer, for `reason`: the condition says so and,
+/// when `event` names its type and action, an Event too. Nothing is retried: what ends the hold is a change that
+/// reconciles again.
+async fn keep_held(
+    peerpod: &PeerPod,
+    ctx: &Context,
+    reason: &str,
+    event: Option<(EventType, &str)>,
+    message: String,
+) -> Result<Action, Error> {
+    let namespace = peerpod.namespace().unwrap_or_default();
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(&api, peerpod, Cleaned::held(REASON_DO_NOT_DELETE), &message).await? {
+    if !set_condition(&api, peerpod, Cleaned::held(reason), &message).await? {
         return Ok(Action::await_change());
     }
-    publish(
-        ctx,
-        peerpod,
-        EventType::Warning,
-        REASON_DO_NOT_DELETE,
-        "DeleteInstance",
-        message,
-    )
-    .await;
+    if let Some((event_type, action)) = event {
+        publish(ctx, peerpod, event_type, reason, action, message).await;
+    }
     Ok(Action::await_change())
 }
 
@@ -620,7 +628,6 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
 /// name the VM, the Event once when the hold begins. Nothing is retried: switching the mode off reconciles every
 /// PeerPod (`developer_mode`), and this one's cleanup resumes.
 async fn developer_hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
     let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
     let message = format!(
         "cloud-api-adaptor runs in developer mode ({} in its ConfigMap): {provider} instance {instance_id} is \
@@ -630,30 +637,11 @@ async fn developer_hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Erro
     let entering = peerpod
         .cleaned_condition()
         .is_none_or(|c| c.reason != REASON_DEVELOPER_MODE || c.message != message);
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(
-        &api,
-        peerpod,
-        Cleaned::held(REASON_DEVELOPER_MODE),
-        &message,
-    )
-    .await?
-    {
-        return Ok(Action::await_change());
-    }
     if entering {
         info!(%provider, %instance_id, "developer mode: keeping the VM and the finalizer");
-        publish(
-            ctx,
-            peerpod,
-            EventType::Normal,
-            REASON_DEVELOPER_MODE,
-            "DeleteInstance",
-            message,
-        )
-        .await;
     }
-    Ok(Action::await_change())
+    let event = entering.then_some((EventType::Normal, "DeleteInstance"));
+    keep_held(peerpod, ctx, REASON_DEVELOPER_MODE, event, message).await
 }
 
 /// Another PeerPod that is not being deleted names the same VM: deleting it would take the VM from under
@@ -778,27 +766,14 @@ async fn release_refused(
     reason: &str,
     why: &str,
 ) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
     let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
     let message = format!(
         "Annotation {RELEASE}: {why}: {provider} instance {instance_id} is neither deleted nor released and \
          the finalizer stays; set it to operator to release without a delete, or remove it"
     );
     warn!(%provider, %instance_id, reason, "release annotation not acted on");
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(&api, peerpod, Cleaned::held(reason), &message).await? {
-        return Ok(Action::await_change());
-    }
-    publish(
-        ctx,
-        peerpod,
-        EventType::Warning,
-        reason,
-        "ReleaseFinalizer",
-        message,
-    )
-    .await;
-    Ok(Action::await_change())
+    let event = Some((EventType::Warning, "ReleaseFinalizer"));
+    keep_held(peerpod, ctx, reason, event, message).await
 }
 
 /// `peerpods.io/release` on a PeerPod that is not being deleted: ignored (it never deletes the PeerPod), said by
