@@ -5,14 +5,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use peerpod_ctrl::crd::{CONDITION_CLEANED, PeerPodState};
-use peerpod_ctrl::orphans::{INSTANCE_API_VERSION, REASON_ADOPTABLE};
+use peerpod_ctrl::orphans::{
+    INSTANCE_API_VERSION, REASON_ADOPTABLE, REASON_ORPHAN_DELETED, REASON_ORPHAN_FOUND,
+};
 use peerpod_ctrl::reconcile::{REASON_DELETE_IN_PROGRESS, REASON_NOT_YET_VISIBLE};
 use peerpod_ctrl::reverse::CONDITION_INSTANCE_PRESENT;
-
-/// Event reason of a VM the orphan scan found (peerpod-ctrl's `orphans` module).
-pub const REASON_ORPHAN_FOUND: &str = "OrphanInstanceFound";
-/// Event reason of an orphan VM the scan deleted: an earlier finding of it no longer stands.
-pub const REASON_ORPHAN_DELETED: &str = "OrphanInstanceDeleted";
 
 /// Everything `status` and `orphans` show.
 #[derive(Debug, Clone, Default, PartialEq)]

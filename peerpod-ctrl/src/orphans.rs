@@ -78,6 +78,10 @@ pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
 #[derive(Default)]
 pub struct FirstSeen(HashMap<(String, String), jiff::Timestamp>);
 
+/// Event reason of an untracked VM past the grace period: an orphan.
+pub const REASON_ORPHAN_FOUND: &str = "OrphanInstanceFound";
+/// Event reason of an orphan VM the scan deleted (by the opt-in policy).
+pub const REASON_ORPHAN_DELETED: &str = "OrphanInstanceDeleted";
 /// Event reason (and log wording) of an untracked VM whose cloud-api-adaptor name belongs to a live Pod.
 pub const REASON_ADOPTABLE: &str = "AdoptableInstanceFound";
 
@@ -283,7 +287,7 @@ impl Scanner {
             self.publish(
                 vm,
                 EventType::Warning,
-                "OrphanInstanceFound",
+                REASON_ORPHAN_FOUND,
                 "ScanInstances",
                 note,
             )
@@ -357,7 +361,7 @@ impl Scanner {
             self.publish(
                 &vm,
                 EventType::Normal,
-                "OrphanInstanceDeleted",
+                REASON_ORPHAN_DELETED,
                 "DeleteInstance",
                 note,
             )
