@@ -83,8 +83,10 @@ where
 }
 
 /// Every kind this controller applies (metric label values).
-pub const KINDS: [&str; 5] = [
+pub const KINDS: [&str; 7] = [
     "DaemonSet",
+    "DeviceClass",
+    "ResourceSlice",
     "Deployment",
     "Service",
     "Secret",
@@ -100,6 +102,8 @@ where
     // match the few we know.
     match K::kind(&K::DynamicType::default()).as_ref() {
         "DaemonSet" => "DaemonSet",
+        "DeviceClass" => "DeviceClass",
+        "ResourceSlice" => "ResourceSlice",
         "Deployment" => "Deployment",
         "Service" => "Service",
         "Secret" => "Secret",

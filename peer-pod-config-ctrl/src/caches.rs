@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Serialize;
@@ -36,6 +37,11 @@ pub struct Owned {
     pub webhooks: Store<MutatingWebhookConfiguration>,
     /// CAA's ConfigMap, watched by its default name [`CAA_CONFIG_MAP`] only (the RBAC grants no other).
     pub config_maps: Store<ConfigMap>,
+    /// capacityMode dra: the DeviceClass (by name) and the pool's ResourceSlices (by the managed-by label).
+    pub device_classes: Store<DeviceClass>,
+    pub resource_slices: Store<ResourceSlice>,
+    /// Every ResourceClaim (trimmed to its allocation): which slots of the pool are allocated.
+    pub resource_claims: Store<ResourceClaim>,
 }
 
 /// Keeps of a watched object what this controller reads before it is cached: everything but
@@ -71,6 +77,8 @@ cached!(Service, services);
 cached!(Secret, secrets);
 cached!(MutatingWebhookConfiguration, webhooks);
 cached!(ConfigMap, config_maps);
+cached!(DeviceClass, device_classes);
+cached!(ResourceSlice, resource_slices);
 
 impl Owned {
     /// Waits until every cache has completed its first list.
@@ -81,6 +89,9 @@ impl Owned {
             && self.secrets.wait_until_ready().await.is_ok()
             && self.webhooks.wait_until_ready().await.is_ok()
             && self.config_maps.wait_until_ready().await.is_ok()
+            && self.device_classes.wait_until_ready().await.is_ok()
+            && self.resource_slices.wait_until_ready().await.is_ok()
+            && self.resource_claims.wait_until_ready().await.is_ok()
     }
 }
 

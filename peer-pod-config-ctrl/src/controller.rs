@@ -3,7 +3,8 @@
 //!
 //! Watches: PeerPodConfigs (all namespaces, so a misplaced one is reported instead of ignored); the owned
 //! DaemonSet, Deployment, Service and Secret (owner references); the cluster-scoped webhook configuration the
-//! chart creates (by name: its creation starts a reconcile); Nodes, through one watch that both fills the node cache and triggers reconciles, filtered to changes
+//! chart creates (by name: its creation starts a reconcile); for capacityMode dra the DeviceClass (by name), the
+//! pool's ResourceSlices (by label) and every ResourceClaim, filtered to allocations from the pool; Nodes, through one watch that both fills the node cache and triggers reconciles, filtered to changes
 //! that matter (labels, our capacity value, nodes coming and going) so node heartbeats cost nothing.
 
 use std::collections::HashMap;
@@ -16,6 +17,7 @@ use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef};
@@ -30,7 +32,7 @@ use crate::capacity::ProviderCapacity;
 use crate::crd::PeerPodConfig;
 use crate::metrics::Metrics;
 use crate::reconcile::error_policy;
-use crate::{FIELD_MANAGER, caches, nodes, objects};
+use crate::{FIELD_MANAGER, caches, dra, nodes, objects};
 
 pub use crate::reconcile::{Context, FINALIZER, reconcile};
 
@@ -164,6 +166,23 @@ pub fn build(
         watcher::Config::default().fields(&format!("metadata.name={}", caches::CAA_CONFIG_MAP)),
         &written,
     );
+    // capacityMode dra: the pool's DeviceClass (by name) and ResourceSlices (ours by label), and every
+    // ResourceClaim, whose allocations keep slots in the pool. Watched in node mode too: a leftover pool is
+    // removed, and a claim watch costs nothing while no claim changes.
+    let (device_class_cache, device_classes) = cached_watch(
+        Api::<DeviceClass>::all(client.clone()),
+        watcher::Config::default().fields(&format!("metadata.name={}", dra::DEVICE_CLASS)),
+        &written,
+    );
+    let (resource_slice_cache, resource_slices) =
+        cached_watch(Api::<ResourceSlice>::all(client.clone()), owned(), &written);
+    let (claim_cache, claim_writer) = reflector::store::<ResourceClaim>();
+    let claims = watch::backoff(watcher(
+        Api::<ResourceClaim>::all(client.clone()),
+        watcher::Config::default(),
+    ))
+    .modify(keep_allocation)
+    .reflect(claim_writer);
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: ns.clone(),
@@ -188,6 +207,9 @@ pub fn build(
             secrets: secret_cache,
             webhooks: webhook_cache,
             config_maps: config_map_cache,
+            device_classes: device_class_cache,
+            resource_slices: resource_slice_cache,
+            resource_claims: claim_cache,
         },
         written,
         written_nodes: caches::WrittenNodes::default(),
@@ -195,6 +217,7 @@ pub fn build(
     });
     let on_config_map = all_configs.clone();
     let on_webhook_configuration = all_configs.clone();
+    let on_claim = all_configs.clone();
     let controller = controller
         .owns_stream(daemonsets)
         .owns_stream(deployments)
@@ -209,6 +232,14 @@ pub fn build(
         // CAA's ConfigMap decides the per-cloud parts of the DaemonSet: a change re-renders it.
         .watches_stream(config_maps, move |_| on_config_map())
         .watches_stream(relevant_node_changes(node_events), move |_| on_node())
+        .watches_stream(device_classes, move |c| {
+            owner_of(&c.metadata).into_iter().collect::<Vec<_>>()
+        })
+        .watches_stream(resource_slices, move |s| {
+            owner_of(&s.metadata).into_iter().collect::<Vec<_>>()
+        })
+        // An allocation of a pool device made or released: the pool's figures (and what a shrink keeps) change.
+        .watches_stream(pool_allocation_changes(claims), move |_| on_claim())
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {
@@ -406,6 +437,52 @@ fn relevant_node_changes(
             }
             // A re-list (after a watch expired) may hide deletions that happened meanwhile: forget what was seen
             // so every listed node counts as a change and the configs are reconciled against the fresh list.
+            Ok(watcher::Event::Init) => {
+                seen.clear();
+                None
+            }
+            Ok(watcher::Event::InitDone) => None,
+            Err(e) => Some(Err(e)),
+        };
+        std::future::ready(out)
+    })
+}
+
+/// Keeps of a ResourceClaim only what the pool reads: its name and namespace, and its allocation results.
+fn keep_allocation(claim: &mut ResourceClaim) {
+    claim.metadata = kube::api::ObjectMeta {
+        name: claim.metadata.name.take(),
+        namespace: claim.metadata.namespace.take(),
+        resource_version: claim.metadata.resource_version.take(),
+        uid: claim.metadata.uid.take(),
+        ..Default::default()
+    };
+    claim.spec = Default::default();
+    if let Some(status) = claim.status.as_mut() {
+        status.devices = None;
+        status.reserved_for = None;
+    }
+}
+
+/// ResourceClaim events that change which pool devices are allocated: a claim whose pool devices differ from what
+/// was last seen of it, or that goes away holding some. Other claims (other drivers, status updates) are dropped.
+fn pool_allocation_changes(
+    events: impl Stream<Item = Result<watcher::Event<ResourceClaim>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<ResourceClaim, watcher::Error>> + Send + 'static {
+    let mut seen: HashMap<(String, String), std::collections::BTreeSet<String>> = HashMap::new();
+    events.filter_map(move |event| {
+        let key = |c: &ResourceClaim| (c.namespace().unwrap_or_default(), c.name_any());
+        let out = match event {
+            Ok(watcher::Event::Apply(claim) | watcher::Event::InitApply(claim)) => {
+                let devices = dra::allocated([&claim]);
+                let before = if devices.is_empty() {
+                    seen.remove(&key(&claim))
+                } else {
+                    seen.insert(key(&claim), devices.clone())
+                };
+                (before.unwrap_or_default() != devices).then_some(Ok(claim))
+            }
+            Ok(watcher::Event::Delete(claim)) => seen.remove(&key(&claim)).map(|_| Ok(claim)),
             Ok(watcher::Event::Init) => {
                 seen.clear();
                 None

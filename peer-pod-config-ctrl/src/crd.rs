@@ -39,6 +39,18 @@ pub const MAX_LIMIT: u32 = 999_999_999;
     ),
     printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.selectedNodes"),
     printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.capacityMode",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Free",
+        type_ = "integer",
+        json_path = ".status.freeSlots",
+        priority = 1
+    ),
+    printcolumn(
         name = "Ready",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
@@ -104,6 +116,49 @@ pub struct PeerPodConfigSpec {
     /// How the peer-pods mutating webhook is deployed.
     #[serde(default)]
     pub webhook: WebhookSpec,
+
+    /// How kata.peerpods.io/vm is offered to the scheduler. node (the default, and what every PeerPodConfig written before this field means): the total is spread over the selected nodes and written into each Node's capacity. dra: one cluster-wide pool of slots published as Dynamic Resource Allocation devices (a DeviceClass whose extendedResourceName is kata.peerpods.io/vm and ResourceSlices reachable from the selected nodes); no Node is written. dra needs Kubernetes 1.37 or later and a limit (limitPerNode is refused). See docs/capacity.md.
+    #[serde(default)]
+    pub capacity_mode: CapacityMode,
+
+    /// The DRA kubelet plugin rendered on the selected nodes in capacityMode dra (ignored in node mode).
+    #[serde(default)]
+    pub dra: DraSpec,
+}
+
+/// How kata.peerpods.io/vm reaches the scheduler.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum CapacityMode {
+    /// Node capacity: the total is spread over the selected nodes and patched into each Node's status.
+    #[default]
+    Node,
+    /// A cluster-wide pool of Dynamic Resource Allocation devices, one per peer-pod VM.
+    Dra,
+}
+
+/// The DRA kubelet plugin DaemonSet (capacityMode dra).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DraSpec {
+    /// Container image of the DRA kubelet plugin (driver vm.peerpods.io). It registers with the kubelet and answers prepare/unprepare with nothing to inject.
+    #[serde(default = "default_dra_plugin_image")]
+    #[schemars(length(min = 1))]
+    pub plugin_image: String,
+
+    /// The kubelet's root directory (its --root-dir) on the selected nodes: the plugin registers under <kubeletDir>/plugins_registry and serves under <kubeletDir>/plugins/vm.peerpods.io.
+    #[serde(default = "default_kubelet_dir")]
+    #[schemars(length(min = 1), regex(pattern = r"^/"))]
+    pub kubelet_dir: String,
+}
+
+impl Default for DraSpec {
+    fn default() -> Self {
+        Self {
+            plugin_image: default_dra_plugin_image(),
+            kubelet_dir: default_kubelet_dir(),
+        }
+    }
 }
 
 /// Where the free capacity comes from when the total is capped by the cloud.
@@ -270,6 +325,18 @@ pub struct PeerPodConfigStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_node_max: Option<u32>,
 
+    /// capacityMode dra: devices in the pool (the effective limit, never fewer than the allocated slots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_size: Option<u64>,
+
+    /// capacityMode dra: devices of the pool allocated to ResourceClaims now (peer pods scheduled with a slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated_slots: Option<u64>,
+
+    /// capacityMode dra: devices of the pool not allocated (poolSize - allocatedSlots).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub free_slots: Option<u64>,
+
     /// Ready, DaemonSetReady, WebhookReady, CapacityAdvertised and Invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -305,6 +372,19 @@ pub const DEFAULT_WEBHOOK_IMAGE: &str = concat!(
 
 fn default_webhook_image() -> String {
     DEFAULT_WEBHOOK_IMAGE.into()
+}
+/// The DRA kubelet plugin, named and tagged as the default webhook image is (the project's version).
+pub const DEFAULT_DRA_PLUGIN_IMAGE: &str = concat!(
+    "ghcr.io/confidential-containers/peerpods-dra-plugin:",
+    env!("CARGO_PKG_VERSION")
+);
+
+fn default_dra_plugin_image() -> String {
+    DEFAULT_DRA_PLUGIN_IMAGE.into()
+}
+/// The kubelet's default --root-dir.
+fn default_kubelet_dir() -> String {
+    "/var/lib/kubelet".into()
 }
 fn default_webhook_replicas() -> i32 {
     2

@@ -7,7 +7,8 @@
 //!   capacity from the spec, the nodes and the provider's free capacity), [`spread`] (node capacity values),
 //!   [`objects`] (owned DaemonSet, webhook objects), [`cert`] (webhook serving certificate and its rotation),
 //!   [`nodes`] (which nodes need a capacity patch), [`status`] (conditions), [`capacity`] (free VMs from
-//!   provider-service figures).
+//!   provider-service figures), [`dra`] (capacityMode dra: the pool of slots, its DeviceClass, ResourceSlices and
+//!   kubelet plugin DaemonSet).
 //! - Act and record: [`reconcile`] (the reconcile, finalizer cleanup, status, Events, metrics), [`apply`]
 //!   (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status), [`hold`] (a
 //!   deletion waits while peer pods still run).
@@ -18,6 +19,7 @@ pub mod capacity;
 pub mod cert;
 pub mod controller;
 pub mod crd;
+pub mod dra;
 mod error;
 pub mod hold;
 pub mod metrics;

@@ -29,6 +29,10 @@ pub struct Metrics {
     pub status_writes: Counter,
     pub effective_limit: Gauge,
     pub selected_nodes: Gauge,
+    /// capacityMode dra: devices in the pool, allocated and free (all 0 in node mode).
+    pub pool_size: Gauge,
+    pub pool_allocated: Gauge,
+    pub pool_free: Gauge,
 }
 
 impl Default for Metrics {
@@ -43,6 +47,9 @@ impl Default for Metrics {
             status_writes: Counter::default(),
             effective_limit: Gauge::default(),
             selected_nodes: Gauge::default(),
+            pool_size: Gauge::default(),
+            pool_allocated: Gauge::default(),
+            pool_free: Gauge::default(),
         }
     }
 }
@@ -92,6 +99,21 @@ impl Metrics {
             "selected_nodes",
             "Nodes matching the nodeSelector",
             self.selected_nodes.clone(),
+        );
+        r.register(
+            "pool_size",
+            "capacityMode dra: kata.peerpods.io/vm devices published in the cluster-wide pool (0 in node mode)",
+            self.pool_size.clone(),
+        );
+        r.register(
+            "pool_allocated",
+            "capacityMode dra: devices of the pool allocated to ResourceClaims",
+            self.pool_allocated.clone(),
+        );
+        r.register(
+            "pool_free",
+            "capacityMode dra: devices of the pool not allocated",
+            self.pool_free.clone(),
         );
     }
 

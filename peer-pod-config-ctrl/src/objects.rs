@@ -93,6 +93,33 @@ fn labels(config: &PeerPodConfig, extra: (&str, &str)) -> BTreeMap<String, Strin
     ])
 }
 
+/// The labels every owned object carries: managed by this controller, and which PeerPodConfig it belongs to.
+pub fn owner_labels(config: &PeerPodConfig) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        (OWNER_LABEL.to_owned(), config.name_any()),
+        (
+            OWNER_NAMESPACE_LABEL.to_owned(),
+            config.namespace().unwrap_or_default(),
+        ),
+    ])
+}
+
+/// Metadata of a namespaced object owned by `config`: its owner labels and a controller owner reference.
+pub fn owned_meta_for(
+    config: &PeerPodConfig,
+    name: &str,
+    namespace: &str,
+) -> Result<ObjectMeta, Error> {
+    Ok(ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        labels: Some(owner_labels(config)),
+        owner_references: Some(vec![owner_reference(config)?]),
+        ..ObjectMeta::default()
+    })
+}
+
 fn owner_reference(config: &PeerPodConfig) -> Result<OwnerReference, Error> {
     config
         .controller_owner_ref(&())

@@ -109,6 +109,7 @@ impl CapacityPlan {
             selected_nodes: u32::try_from(self.selected_nodes).unwrap_or(u32::MAX),
             per_node_min: self.desired.values().min().copied(),
             per_node_max: self.desired.values().max().copied(),
+            pool: None,
         }
     }
 }

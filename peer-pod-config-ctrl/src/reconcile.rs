@@ -1,5 +1,6 @@
-//! The acting reconcile: applies what [`crate::validate`] and [`crate::plan`] decided, records status, Events and
-//! metrics, and removes node capacity and its webhook from the webhook configuration when a PeerPodConfig is
+//! The acting reconcile: applies what [`crate::validate`], [`crate::plan`] and [`crate::dra`] decided (node
+//! capacity, or in capacityMode dra the pool's DeviceClass, ResourceSlices and kubelet plugin, withdrawing
+//! whichever the mode does not use), records status, Events and metrics, and removes node capacity and its webhook from the webhook configuration when a PeerPodConfig is
 //! deleted (finalizer). The webhook configuration itself is the chart's: this controller only patches it.
 //! The only module of the controller that writes to the API or calls provider-service.
 
@@ -7,9 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -21,12 +24,12 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::capacity::{ProviderCapacity, free_instances};
 use crate::cert::{self, ServingCert};
-use crate::crd::{PeerPodConfig, PeerPodConfigStatus};
+use crate::crd::{CapacityMode, PeerPodConfig, PeerPodConfigStatus};
 use crate::metrics::{KindLabels, Metrics, ResultLabels};
 use crate::plan::{self, RESYNC};
 use crate::status::{self, Observed};
 use crate::validate::{self, AllowedServiceAccounts, InvalidReason};
-use crate::{Error, FIELD_MANAGER, apply, caches, hold, nodes, objects};
+use crate::{Error, FIELD_MANAGER, apply, caches, dra, hold, nodes, objects};
 
 /// Finalizer on PeerPodConfigs: node capacity and the webhook's entry in the webhook configuration are removed
 /// before the object goes.
@@ -225,18 +228,7 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         )
         .await;
     }
-    if !written.is_empty() {
-        publish(
-            ctx,
-            &config,
-            EventType::Normal,
-            "Applied",
-            format!("applied {}", written.join(", ")),
-        )
-        .await;
-    }
-
-    // Node capacity.
+    // Capacity: the plan decides the total in both modes.
     // As last patched by this controller where the cache has not caught up yet: a reconcile right after a
     // patch never plans (and writes) the same value again.
     let all_nodes: Vec<Node> = ctx
@@ -259,14 +251,52 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
             "node label is not a count; those nodes get a spread share"
         );
     }
-    observed.capacity = Some(planned.status());
+    let mut capacity = planned.status();
+    // In dra mode the pool replaces node capacity: the nodes lose what this controller advertised (a node that
+    // still advertises the resource would be served from its own allocatable, never from the pool); in node mode
+    // the pool's objects go.
+    let node_changes = match config.spec.capacity_mode {
+        CapacityMode::Node => {
+            withdraw_pool(ctx, &mut written).await?;
+            planned.changes.clone()
+        }
+        CapacityMode::Dra => {
+            let pool = publish_pool(ctx, &config, ns, planned.effective, &mut written).await?;
+            capacity.per_node_min = None;
+            capacity.per_node_max = None;
+            capacity.pool = Some(pool);
+            plan::removal(all_nodes.iter())
+        }
+    };
+    let pool = capacity.pool.unwrap_or_default();
+    for (gauge, value) in [
+        (&ctx.metrics.pool_size, pool.size),
+        (&ctx.metrics.pool_allocated, pool.allocated),
+        (
+            &ctx.metrics.pool_free,
+            pool.size.saturating_sub(pool.allocated),
+        ),
+    ] {
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+    if !written.is_empty() {
+        publish(
+            ctx,
+            &config,
+            EventType::Normal,
+            "Applied",
+            format!("applied {}", written.join(", ")),
+        )
+        .await;
+    }
+    observed.capacity = Some(capacity);
     observed.provider_problem = provider_problem;
     observed.objects_applied = missing.is_none();
     observed.daemonset = Some(daemonset);
     observed.webhook = Some(webhook);
     observed.webhook_configuration_problem = missing.as_ref().map(|e| (e.reason(), e.to_string()));
     let node_api: Api<Node> = Api::all(ctx.client.clone());
-    let (patched, shown) = apply_nodes(ctx, &config, &node_api, &planned.changes, &observed).await;
+    let (patched, shown) = apply_nodes(ctx, &config, &node_api, &node_changes, &observed).await;
     let patched = patched.map(|live| remember_nodes(ctx, &live));
     let patched_count = match &patched {
         Ok(n) => *n,
@@ -278,10 +308,15 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     let patched = patched?;
     let effective = planned.effective;
     if patched > 0 {
-        let note = format!(
-            "kata.peerpods.io/vm {effective} over {} nodes: {patched} nodes updated",
-            planned.selected_nodes
-        );
+        let note = match config.spec.capacity_mode {
+            CapacityMode::Node => format!(
+                "kata.peerpods.io/vm {effective} over {} nodes: {patched} nodes updated",
+                planned.selected_nodes
+            ),
+            CapacityMode::Dra => {
+                format!("kata.peerpods.io/vm removed from {patched} nodes: the DRA pool serves it")
+            }
+        };
         info!(%note, "node capacity changed");
         publish(ctx, &config, EventType::Normal, "CapacityChanged", note).await;
     }
@@ -526,6 +561,8 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
     ctx.metrics
         .node_writes
         .inc_by(u64::try_from(removed).unwrap_or(0));
+    // The pool's cluster-scoped objects have no owner reference to cascade from (the plugin DaemonSet has one).
+    withdraw_pool(ctx, &mut Vec::new()).await?;
     let mwc_api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
     let mwc = current::<MutatingWebhookConfiguration>(ctx, None, objects::WEBHOOK_CONFIGURATION);
     if let Some(uid) = mwc
@@ -627,4 +664,132 @@ where
 {
     let api: Api<K> = Api::all(ctx.client.clone());
     apply_with(ctx, &api, written, desired).await
+}
+
+/// capacityMode dra: publishes the pool of `total` slots (never fewer than are allocated now), its DeviceClass and
+/// the kubelet plugin DaemonSet; returns the pool's figures.
+async fn publish_pool(
+    ctx: &Context,
+    config: &PeerPodConfig,
+    ns: &str,
+    total: u64,
+    written: &mut Vec<&'static str>,
+) -> Result<status::Pool, Error> {
+    ensure(ctx, written, dra::plugin_daemonset(config, ns)?).await?;
+    ensure_cluster(ctx, written, dra::device_class(config)).await?;
+    let allocated = dra::allocated(ctx.owned.resource_claims.state().iter().map(AsRef::as_ref));
+    let pool = dra::pool(total, &allocated);
+    let cached: Vec<String> = ctx
+        .owned
+        .resource_slices
+        .state()
+        .iter()
+        .filter(|s| dra::is_ours(s))
+        .map(|s| s.name_any())
+        .collect();
+    let wanted = pool.len().div_ceil(dra::MAX_DEVICES_PER_SLICE).max(1);
+    // The slices as they are now: the cache, or this controller's last write where the cache is behind.
+    let published: Vec<ResourceSlice> = cached
+        .iter()
+        .cloned()
+        .chain((0..wanted).map(|i| format!("{}{i}", dra::SLICE_PREFIX)))
+        .collect::<std::collections::BTreeSet<_>>()
+        .iter()
+        .filter_map(|name| current::<ResourceSlice>(ctx, None, name))
+        .filter(dra::is_ours)
+        .collect();
+    let desired = dra::slices(config, &pool, &published);
+    let keep: Vec<String> = desired.iter().map(ResourceExt::name_any).collect();
+    // New generation first, then the slices it no longer has: the scheduler never sees fewer devices than both.
+    for slice in desired {
+        ensure_cluster(ctx, written, slice).await?;
+    }
+    for stale in published.iter().filter(|s| !keep.contains(&s.name_any())) {
+        delete_owned(
+            ctx,
+            &Api::<ResourceSlice>::all(ctx.client.clone()),
+            &stale.name_any(),
+        )
+        .await?;
+    }
+    let size = u64::try_from(pool.len()).unwrap_or(u64::MAX);
+    let in_pool = pool.iter().filter(|d| allocated.contains(*d)).count();
+    Ok(status::Pool {
+        size,
+        allocated: u64::try_from(in_pool).unwrap_or(u64::MAX),
+    })
+}
+
+/// Removes the pool (its ResourceSlices, DeviceClass and kubelet plugin DaemonSet) where this controller published
+/// one: capacityMode node, or the PeerPodConfig going away. Costs no request when there is none.
+async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result<(), Error> {
+    let slices: Vec<String> = ctx
+        .owned
+        .resource_slices
+        .state()
+        .iter()
+        .filter(|s| dra::is_ours(s))
+        .map(|s| s.name_any())
+        .collect();
+    for name in slices {
+        if delete_owned(ctx, &Api::<ResourceSlice>::all(ctx.client.clone()), &name).await? {
+            written.push("ResourceSlice");
+        }
+    }
+    let managed = |meta: &kube::api::ObjectMeta| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+            .is_some_and(|m| m == FIELD_MANAGER)
+    };
+    if current::<DeviceClass>(ctx, None, dra::DEVICE_CLASS).is_some_and(|c| managed(&c.metadata))
+        && delete_owned(
+            ctx,
+            &Api::<DeviceClass>::all(ctx.client.clone()),
+            dra::DEVICE_CLASS,
+        )
+        .await?
+    {
+        written.push("DeviceClass");
+    }
+    let ns = ctx.namespace.clone();
+    if current::<DaemonSet>(ctx, Some(&ns), dra::PLUGIN_DAEMONSET)
+        .is_some_and(|d| managed(&d.metadata))
+        && delete_owned(
+            ctx,
+            &Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns),
+            dra::PLUGIN_DAEMONSET,
+        )
+        .await?
+    {
+        written.push("DaemonSet");
+    }
+    Ok(())
+}
+
+/// Deletes an object this controller wrote; returns whether it existed. A deletion counts as a write of its kind.
+async fn delete_owned<K>(ctx: &Context, api: &Api<K>, name: &str) -> Result<bool, Error>
+where
+    K: caches::Cached + std::fmt::Debug,
+{
+    let kind = apply::kind_of::<K>();
+    let mut key = K::default();
+    key.meta_mut().name = Some(name.to_owned());
+    key.meta_mut().namespace = api.namespace().map(str::to_owned);
+    ctx.written.forget(&key);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => {
+            ctx.metrics
+                .object_writes
+                .get_or_create(&KindLabels { kind: kind.into() })
+                .inc();
+            Ok(true)
+        }
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+        Err(source) => Err(Error::Apply {
+            kind,
+            name: name.to_owned(),
+            source,
+        }),
+    }
 }

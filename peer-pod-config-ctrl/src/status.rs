@@ -21,6 +21,17 @@ pub struct Capacity {
     pub selected_nodes: u32,
     pub per_node_min: Option<u32>,
     pub per_node_max: Option<u32>,
+    /// capacityMode dra: the pool published instead of node capacity.
+    pub pool: Option<Pool>,
+}
+
+/// The DRA pool of one reconcile (capacityMode dra).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pool {
+    /// Devices published.
+    pub size: u64,
+    /// Devices of the pool allocated to ResourceClaims.
+    pub allocated: u64,
 }
 
 /// How far the node patches of a rebalance are: `done` of `of` nodes changed.
@@ -159,6 +170,35 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
                 message: format!(
                     "applying capacity: {done} of {of} nodes (kata.peerpods.io/vm {} over {} nodes)",
                     c.effective, c.selected_nodes
+                ),
+            }
+        }
+        Some(c) if c.pool.is_some() => {
+            let pool = c.pool.unwrap_or_default();
+            let capped = match (c.provider_free, &observed.provider_problem) {
+                (Some(free), _) if free < c.requested => {
+                    format!(", capped by {free} free in the provider")
+                }
+                (_, Some(problem)) => format!(", provider capacity unknown: {problem}"),
+                _ => String::new(),
+            };
+            let kept = if pool.size > c.effective {
+                format!(
+                    ", {} above the limit kept while allocated",
+                    pool.size - c.effective
+                )
+            } else {
+                String::new()
+            };
+            Verdict {
+                ok: true,
+                reason: "Published",
+                message: format!(
+                    "kata.peerpods.io/vm pool of {} devices ({} allocated, {} free) for {} nodes{kept}{capped}",
+                    pool.size,
+                    pool.allocated,
+                    pool.size.saturating_sub(pool.allocated),
+                    c.selected_nodes
                 ),
             }
         }
@@ -322,6 +362,12 @@ pub fn compute(
         selected_nodes: capacity.as_ref().map(|c| c.selected_nodes),
         per_node_min: capacity.as_ref().and_then(|c| c.per_node_min),
         per_node_max: capacity.as_ref().and_then(|c| c.per_node_max),
+        pool_size: capacity.as_ref().and_then(|c| c.pool).map(|p| p.size),
+        allocated_slots: capacity.as_ref().and_then(|c| c.pool).map(|p| p.allocated),
+        free_slots: capacity
+            .as_ref()
+            .and_then(|c| c.pool)
+            .map(|p| p.size.saturating_sub(p.allocated)),
         conditions,
     }
 }
@@ -362,6 +408,7 @@ mod tests {
                 selected_nodes: 3,
                 per_node_min: Some(3),
                 per_node_max: Some(4),
+                pool: None,
             }),
             objects_applied: true,
             daemonset: Some(ready_daemonset()),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use crate::crd::{PeerPodConfig, node_selector_problem};
+use crate::crd::{CapacityMode, PeerPodConfig, node_selector_problem};
 
 /// Why a PeerPodConfig cannot be acted on: the reason, and a message naming what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +30,8 @@ pub enum InvalidReason {
     /// `spec.caa.serviceAccountName` or `spec.webhook.serviceAccountName` names another ServiceAccount than the
     /// one the controller was told (the chart's), e.g. provider-service's.
     ServiceAccountNotAllowed,
+    /// `limitPerNode` with `capacityMode: dra`: the pool is cluster-wide, there is no per-node share to give.
+    PerNodeLimitInDraMode,
 }
 
 impl InvalidReason {
@@ -41,6 +43,7 @@ impl InvalidReason {
             Self::InvalidLimit => "InvalidLimit",
             Self::InvalidNodeSelector => "InvalidNodeSelector",
             Self::ServiceAccountNotAllowed => "ServiceAccountNotAllowed",
+            Self::PerNodeLimitInDraMode => "PerNodeLimitInDraMode",
         }
     }
 }
@@ -113,6 +116,14 @@ pub fn validate(
             message,
         });
     }
+    if config.spec.capacity_mode == CapacityMode::Dra && config.spec.limit_per_node.is_some() {
+        return Some(Invalid {
+            reason: InvalidReason::PerNodeLimitInDraMode,
+            message: "limitPerNode cannot be used with capacityMode dra: the pool is cluster-wide; set limit \
+                      (the pool size) instead, or capacityMode node"
+                .into(),
+        });
+    }
     if let Some(message) = node_selector_problem(&config.spec.node_selector) {
         return Some(Invalid {
             reason: InvalidReason::InvalidNodeSelector,
@@ -178,6 +189,20 @@ mod tests {
 
     fn valid(namespace: &str, name: &str, created: i64) -> PeerPodConfig {
         config(namespace, name, created, serde_json::json!({"limit": 10}))
+    }
+
+    #[test]
+    fn a_per_node_limit_is_refused_in_dra_mode() {
+        let dra = config(
+            "pp",
+            "c",
+            0,
+            serde_json::json!({"limitPerNode": 2, "capacityMode": "dra"}),
+        );
+        let invalid = validate(&dra, "pp", None, &ALLOWED).expect("refused");
+        assert_eq!(invalid.reason, InvalidReason::PerNodeLimitInDraMode);
+        let node = config("pp", "c", 0, serde_json::json!({"limitPerNode": 2}));
+        assert_eq!(validate(&node, "pp", None, &ALLOWED), None);
     }
 
     #[test]

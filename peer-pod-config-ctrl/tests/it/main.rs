@@ -4,6 +4,7 @@
 
 mod caa_daemonset;
 mod crd_drift;
+mod dra;
 mod operate;
 mod outage;
 mod scenarios;
