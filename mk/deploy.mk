@@ -5,8 +5,8 @@
 #   make run                        the three services on this machine against the current KUBECONFIG
 #   make deploy IMG=repo/prefix:tag helm upgrade --install (images repo/prefix/<image>:tag); make undeploy
 #   make docker-build / docker-push images of the three services (provider-service as two: without and with
-#                                   libvirt) and the webhook, each with its SBOM (docker if its engine answers,
-#                                   else buildah; IMAGES=... for some of them)
+#                                   libvirt), the webhook and the DRA kubelet plugin, each with its SBOM (docker if
+#                                   its engine answers, else buildah; IMAGES=... for some of them)
 #   make helm-lint                  helm lint with the default and the test values
 #
 # Tools (helm, kubeconform) are built from Go modules into .tools/bin.
@@ -35,8 +35,9 @@ image_ref = $(if $(IMAGE_REF),$(IMAGE_REF),$(IMG_PREFIX)/$(1):$(IMG_TAG))
 PUSH_TLS_VERIFY ?= true
 SERVICES := provider-service peerpod-ctrl peer-pod-config-ctrl
 # The images: the three services (provider-service as two: every cloud but libvirt, and libvirt; see Images
-# below), and the peer-pods webhook peer-pod-config-ctrl deploys (PeerPodConfig spec.webhook.image).
-IMAGES ?= provider-service provider-service-libvirt peerpod-ctrl peer-pod-config-ctrl peerpods-webhook
+# below), the peer-pods webhook peer-pod-config-ctrl deploys (PeerPodConfig spec.webhook.image), and the DRA
+# kubelet plugin it runs on the nodes in capacityMode dra (spec.dra.pluginImage).
+IMAGES ?= provider-service provider-service-libvirt peerpod-ctrl peer-pod-config-ctrl peerpods-webhook peerpods-dra-plugin
 
 TEST_PREREQS += helm kubeconform kubectl
 CHECKS += chart-crds-check tiltfile-eval images-check
@@ -125,9 +126,10 @@ undeploy: $(HELM)
 	$(HELM) uninstall $(RELEASE) --namespace $(NAMESPACE) --ignore-not-found
 
 ## Images: FROM scratch, user 65532, the binary as entrypoint, its SBOM (deploy/images/stage.sh). The controllers,
-## the webhook and provider-service are static (glibc, crt-static), except provider-service-libvirt: libvirt has no
-## static library in Debian, so that image alone carries the shared libraries the binary needs, copied from this
-## machine's Debian packages and recorded where scanners look (/var/lib/dpkg/status.d) and in the SBOM.
+## the webhook, the DRA kubelet plugin and provider-service are static (glibc, crt-static), except
+## provider-service-libvirt: libvirt has no static library in Debian, so that image alone carries the shared
+## libraries the binary needs, copied from this machine's Debian packages and recorded where scanners look
+## (/var/lib/dpkg/status.d) and in the SBOM.
 ##
 ## provider-service comes in variants, an image each with its own cargo features (PROVIDER_FEATURES_<image>):
 ## `provider-service` serves every cloud but libvirt; `provider-service-libvirt` serves libvirt. One cloud per image
@@ -166,7 +168,7 @@ PROVIDER_FEATURES_provider-service-ibmcloud := ibmcloud,ibmcloud-powervs
 PROVIDER_FEATURES_provider-service-alibabacloud := alibabacloud
 PROVIDER_FEATURES_provider-service-byom := byom
 PROVIDER_IMAGES := $(sort $(patsubst PROVIDER_FEATURES_%,%,$(filter PROVIDER_FEATURES_%,$(.VARIABLES))))
-OTHER_IMAGES := peerpod-ctrl peer-pod-config-ctrl peerpods-webhook
+OTHER_IMAGES := peerpod-ctrl peer-pod-config-ctrl peerpods-webhook peerpods-dra-plugin
 # The package an image's binary comes from, and the cargo arguments that select what is compiled into it (the
 # binary's build and its SBOM's `cargo tree` use the same).
 image_package = $(if $(filter $(1),$(PROVIDER_IMAGES)),provider-service,$(1))
