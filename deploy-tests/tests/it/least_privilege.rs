@@ -935,3 +935,184 @@ async fn provider_service_lives_apart_in_a_restricted_namespace_peer_pod_config_
     );
     helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
 }
+
+/// peer-pod-config-ctrl's DRA rights (capacityMode dra, docs/capacity.md), with its ServiceAccount's own token:
+/// it creates and changes the DeviceClass `vm.peerpods.io` and the pool's slices `peerpods-vm-<n>`, and removes
+/// them; another driver's DeviceClass or ResourceSlice it can neither change nor remove; ResourceClaims it lists
+/// and watches, and can neither create nor allocate (their status is the scheduler's).
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_pod_config_ctrl_changes_only_its_own_dra_objects_and_only_reads_claims() {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    use kube::api::{DeleteParams, ListParams};
+    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "ppc-dra").await;
+    let release = format!("lp-{ns}");
+    let fullname = format!("{release}-peerpods");
+    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
+    let token = testenv::service_account_token(
+        &admin,
+        &ns,
+        &format!("{fullname}-peer-pod-config-ctrl"),
+        &[],
+    )
+    .await;
+    let ppc = cp.client_with_token(&token).await;
+    let apply = PatchParams::apply("peer-pod-config-ctrl").force();
+    fn forbidden<T>(result: &Result<T, kube::Error>) -> bool {
+        matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
+    }
+    let slice = |name: &str, driver: &str| -> ResourceSlice {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": name},
+            "spec": {"driver": driver, "allNodes": true,
+                     "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "vm-0"}]}
+        }))
+        .expect("ResourceSlice")
+    };
+    let class = |name: &str| -> DeviceClass {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": "device.driver == \"vm.peerpods.io\""}}],
+                     "extendedResourceName": "kata.peerpods.io/vm"}
+        }))
+        .expect("DeviceClass")
+    };
+
+    // Its own: the pool's slice and the DeviceClass, created by server-side apply, changed, listed, removed.
+    let slices: Api<ResourceSlice> = Api::all(ppc.clone());
+    let own_slice = format!("peerpods-vm-{}", 127);
+    slices
+        .patch(
+            &own_slice,
+            &apply,
+            &Patch::Apply(slice(&own_slice, "vm.peerpods.io")),
+        )
+        .await
+        .expect("peer-pod-config-ctrl publishes a slice of its pool");
+    slices
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=peer-pod-config-ctrl"))
+        .await
+        .expect("peer-pod-config-ctrl lists the pool's slices");
+    let classes: Api<DeviceClass> = Api::all(ppc.clone());
+    classes
+        .patch(
+            "vm.peerpods.io",
+            &apply,
+            &Patch::Apply(class("vm.peerpods.io")),
+        )
+        .await
+        .expect("peer-pod-config-ctrl publishes its DeviceClass");
+    classes
+        .list(&ListParams::default().fields("metadata.name=vm.peerpods.io"))
+        .await
+        .expect("peer-pod-config-ctrl lists its DeviceClass by name");
+
+    // Another driver's, made by the admin: no change, no removal, and no list of every DeviceClass.
+    let admin_slices: Api<ResourceSlice> = Api::all(admin.clone());
+    let other_slice = format!("{ns}-gpu");
+    admin_slices
+        .create(
+            &PostParams::default(),
+            &slice(&other_slice, "gpu.example.com"),
+        )
+        .await
+        .expect("another driver's slice");
+    let admin_classes: Api<DeviceClass> = Api::all(admin.clone());
+    let other_class = format!("{ns}-gpu.example.com");
+    admin_classes
+        .create(&PostParams::default(), &class(&other_class))
+        .await
+        .expect("another DeviceClass");
+    let result = slices
+        .patch(
+            &other_slice,
+            &apply,
+            &Patch::Apply(slice(&other_slice, "vm.peerpods.io")),
+        )
+        .await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl took over another driver's slice: {result:?}"
+    );
+    let result = slices.delete(&other_slice, &DeleteParams::default()).await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl deleted another driver's slice: {result:?}"
+    );
+    let result = classes
+        .patch(&other_class, &apply, &Patch::Apply(class(&other_class)))
+        .await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl changed another DeviceClass: {result:?}"
+    );
+    let result = classes.delete(&other_class, &DeleteParams::default()).await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl deleted another DeviceClass: {result:?}"
+    );
+    let result = classes.list(&ListParams::default()).await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl listed every DeviceClass: {result:?}"
+    );
+
+    // ResourceClaims: listed and watched everywhere, never created or allocated.
+    Api::<ResourceClaim>::all(ppc.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("peer-pod-config-ctrl lists ResourceClaims");
+    let claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "vm"},
+        "spec": {"devices": {"requests": [{"name": "vm", "exactly": {"deviceClassName": "vm.peerpods.io"}}]}}
+    }))
+    .expect("ResourceClaim");
+    let result = Api::<ResourceClaim>::namespaced(ppc.clone(), &ns)
+        .create(&PostParams::default(), &claim)
+        .await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl created a ResourceClaim: {result:?}"
+    );
+    Api::<ResourceClaim>::namespaced(admin.clone(), &ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .expect("a claim");
+    let result = Api::<ResourceClaim>::namespaced(ppc.clone(), &ns)
+        .patch_status(
+            "vm",
+            &PatchParams::default(),
+            &merge(
+                serde_json::json!({"status": {"allocation": {"devices": {"results": [
+                    {"request": "vm", "driver": "vm.peerpods.io", "pool": "p", "device": "vm-0"}
+                ]}}}}),
+            ),
+        )
+        .await;
+    assert!(
+        forbidden(&result),
+        "peer-pod-config-ctrl allocated a claim: {result:?}"
+    );
+
+    // Removing its own.
+    slices
+        .delete(&own_slice, &DeleteParams::default())
+        .await
+        .expect("peer-pod-config-ctrl removes its pool's slice");
+    classes
+        .delete("vm.peerpods.io", &DeleteParams::default())
+        .await
+        .expect("peer-pod-config-ctrl removes its DeviceClass");
+    let _ = admin_slices
+        .delete(&other_slice, &DeleteParams::default())
+        .await;
+    let _ = admin_classes
+        .delete(&other_class, &DeleteParams::default())
+        .await;
+}
