@@ -42,8 +42,12 @@ pub struct Scenario {
 
 impl Scenario {
     pub async fn start(prefix: &str) -> Scenario {
+        Self::start_on(testenv::shared(), prefix).await
+    }
+
+    /// A scenario on control plane `cp`, e.g. one of its own that keeps an audit log.
+    pub async fn start_on(cp: &testenv::ControlPlane, prefix: &str) -> Scenario {
         let serial = SERIAL.lock().await;
-        let cp = testenv::shared();
         let client = cp.client().await;
         testenv::apply_crds(&client, "deploy/crds/peerpods.yaml").await;
         let ns = testenv::namespace(&client, prefix).await;
