@@ -466,6 +466,34 @@ mod tests {
     }
 
     #[test]
+    fn a_dra_pool_shows_its_size_allocated_and_free_slots() {
+        let mut observed = advertised();
+        if let Some(c) = observed.capacity.as_mut() {
+            c.effective = 2;
+            c.per_node_min = None;
+            c.per_node_max = None;
+            c.pool = Some(Pool {
+                size: 3,
+                allocated: 3,
+            });
+        }
+        let s = compute(None, &observed, at(1));
+        assert_eq!(
+            (s.pool_size, s.allocated_slots, s.free_slots),
+            (Some(3), Some(3), Some(0))
+        );
+        let capacity = find(&s, CAPACITY_ADVERTISED);
+        assert_eq!(capacity.reason, "Published");
+        assert_eq!(
+            capacity.message,
+            "kata.peerpods.io/vm pool of 3 devices (3 allocated, 0 free) for 3 nodes, 1 above the limit kept while allocated"
+        );
+        // Node mode shows no pool figures.
+        let node = compute(None, &advertised(), at(1));
+        assert_eq!((node.pool_size, node.free_slots), (None, None));
+    }
+
+    #[test]
     fn unchanged_observation_gives_identical_status() {
         let first = compute(None, &advertised(), at(1));
         let second = compute(Some(&first), &advertised(), at(100));

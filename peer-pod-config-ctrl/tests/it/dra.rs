@@ -2,11 +2,13 @@
 //! never drop a device a ResourceClaim holds, and switching modes either way leaves nothing of the other behind.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::support::{Scenario, TIMEOUT};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use peer_pod_config_ctrl::controller::reconcile;
 use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigStatus};
 use peer_pod_config_ctrl::dra::{DEVICE_CLASS, DRIVER, PLUGIN_DAEMONSET, POOL};
 use peer_pod_config_ctrl::objects::{EXTENDED_RESOURCE, OWNER_NAMESPACE_LABEL};
@@ -176,6 +178,26 @@ async fn dra_mode_publishes_a_pool_of_the_limit_that_follows_it_and_writes_no_no
         state.values().all(|(v, _)| v.is_none()),
         "node capacity in dra mode: {state:?}"
     );
+
+    // Steady: with the loop stopped, reconciles settle, and then one more writes nothing (the generation stays).
+    let mut s = s;
+    let ctx = s.stop_controller().await;
+    let configs = s.configs();
+    testenv::wait_for("a reconcile that writes nothing", TIMEOUT, || async {
+        let before = ctx.metrics.writes();
+        let config = configs.get(NAME).await.ok()?;
+        reconcile(Arc::new(config), ctx.clone()).await.ok()?;
+        (ctx.metrics.writes() == before).then_some(())
+    })
+    .await;
+    let config = configs.get(NAME).await.expect("PeerPodConfig");
+    let before = ctx.metrics.writes();
+    reconcile(Arc::new(config), ctx.clone())
+        .await
+        .expect("reconcile");
+    assert_eq!(ctx.metrics.writes(), before, "a steady dra reconcile wrote");
+    assert_eq!(pool(&s).await.map(|(g, _, _)| g), Some(generation));
+    s.run_controller(None);
 
     // Grows past one slice: two slices of a newer generation.
     set_limit(&s, 200).await;
