@@ -118,6 +118,12 @@ pub enum Error {
     /// A Kubernetes API call failed.
     #[error("Kubernetes API call failed: {0}")]
     Kube(#[from] kube::Error),
+    /// The chart's ValidatingAdmissionPolicyBinding that reads the count of PeerPods holding the finalizer
+    /// (`in_use`) is missing: no protection is installed, or someone removed it.
+    #[error(
+        "no ValidatingAdmissionPolicyBinding {0} owns the count of PeerPods holding the finalizer"
+    )]
+    InUseBindingMissing(String),
     /// The CustomResourceDefinition could not be rendered.
     #[error("cannot render the PeerPod CRD: {0}")]
     CrdSerialization(#[source] peerpods_runtime::Cause),
@@ -186,6 +192,7 @@ impl Error {
             Error::FinalizerConflict => "FinalizerConflict",
             Error::DeveloperModeUnknown => "DeveloperModeUnknown",
             Error::Kube(_) => "KubernetesApiError",
+            Error::InUseBindingMissing(_) => "InUseBindingMissing",
             Error::CrdSerialization(_) => "CrdSerialization",
             Error::Config { .. } => "InvalidConfiguration",
             Error::LeaderElection(_) => "LeaderElection",

@@ -4,6 +4,7 @@
 //! - [`crd`]: the `PeerPod` type, wire-compatible with cloud-api-adaptor, and its CRD.
 //! - [`decide`]: pure decisions (cleanup, finalizer patch, stale PeerPods, orphans, backoff).
 //! - [`developer_mode`]: cloud-api-adaptor's developer mode, read from its ConfigMap (holds deletes while on).
+//! - [`in_use`]: how many PeerPods hold the finalizer, published for the chart's uninstall protection.
 //! - [`cache`]: what is kept of the watched PeerPods (store, owner index) and which changes need a reconcile.
 //! - [`index`]: PeerPods by controlling owner UID.
 //! - [`provider`]: the provider-service calls.
@@ -21,6 +22,7 @@ pub mod crd;
 pub mod decide;
 pub mod developer_mode;
 mod error;
+pub mod in_use;
 pub mod index;
 pub mod metrics;
 pub mod orphans;
@@ -43,6 +45,8 @@ pub struct Settings {
     pub reverse: reverse::ReverseSettings,
     /// Which ConfigMap says whether cloud-api-adaptor runs in developer mode.
     pub developer_mode: developer_mode::DeveloperModeSettings,
+    /// Where the count of PeerPods holding the finalizer is published; `None`: nowhere (no chart protection).
+    pub in_use: Option<in_use::InUseSettings>,
     /// Reported as the Event source; the Pod name distinguishes replicas.
     pub reporter: Reporter,
 }
@@ -59,6 +63,7 @@ pub async fn run(
     drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let recorder = Recorder::new(client.clone(), settings.reporter.clone());
+    let client_for_in_use = client.clone();
     let watchdog = health
         .as_ref()
         .map(|h| h.liveness.track_loop(RECONCILE_LOOP));
@@ -76,6 +81,13 @@ pub async fn run(
     let reverse_stores = store_tx.subscribe();
     let terminating = metrics.terminating.clone();
     let terminating_stores = store_tx.subscribe();
+    let in_use_stores = store_tx.subscribe();
+    let publish_in_use = async move {
+        match settings.in_use {
+            Some(in_use) => in_use::follow(client_for_in_use, in_use, in_use_stores).await,
+            None => std::future::pending().await,
+        }
+    };
     let scanner = orphans::Scanner {
         client: client.clone(),
         provider: provider.clone(),
@@ -123,6 +135,8 @@ pub async fn run(
         () = follow_mode => {}
         () = watchdog => {}
         () = terminating.follow(terminating_stores) => {}
+        // Ends only with the term, like the mode's watch.
+        () = publish_in_use => {}
         () = async move {
             // Like the orphan scan, it ends early when disabled; the controller decides the term.
             reverse.run(reverse_stores).await;

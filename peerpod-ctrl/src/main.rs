@@ -85,6 +85,11 @@ struct Cli {
     /// The namespace of that ConfigMap: cloud-api-adaptor's.
     #[arg(long, env = "CAA_NAMESPACE", default_value = developer_mode::CAA_NAMESPACE)]
     caa_namespace: String,
+    /// The ConfigMap (in --namespace) where the number of PeerPods holding peer.pod/finalizer is published for
+    /// the chart's uninstall protection, named as the ValidatingAdmissionPolicyBinding that reads it and owns
+    /// it. Unset: not published.
+    #[arg(long, env = "IN_USE_CONFIG_MAP")]
+    in_use_config_map: Option<String>,
 }
 
 impl binary::ControllerCli for Cli {
@@ -140,6 +145,13 @@ async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary:
             namespace: cli.caa_namespace.clone(),
             name: cli.caa_config_map.clone(),
         },
+        in_use: cli
+            .in_use_config_map
+            .clone()
+            .map(|name| peerpod_ctrl::in_use::InUseSettings {
+                namespace: cli.namespace.clone(),
+                name,
+            }),
         reporter: Reporter {
             controller: COMPONENT.into(),
             instance: Some(wiring.identity.clone()),

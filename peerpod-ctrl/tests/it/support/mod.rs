@@ -595,6 +595,7 @@ impl Controller {
                 grace: options.reverse_grace,
             },
             developer_mode: options.developer_mode.clone(),
+            in_use: None,
             reporter: Reporter {
                 controller: "peerpod-ctrl".into(),
                 instance: Some(identity),
