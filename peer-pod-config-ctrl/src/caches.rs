@@ -89,7 +89,13 @@ impl Owned {
             && self.secrets.wait_until_ready().await.is_ok()
             && self.webhooks.wait_until_ready().await.is_ok()
             && self.config_maps.wait_until_ready().await.is_ok()
-            && self.device_classes.wait_until_ready().await.is_ok()
+    }
+
+    /// Waits until the DRA caches (DeviceClass, ResourceSlices, ResourceClaims) have completed their first list.
+    /// Apart from [`Owned::wait_until_ready`]: a cluster that does not serve resource.k8s.io/v1 (before 1.34)
+    /// never fills them, and node mode must work there.
+    pub async fn wait_until_dra_ready(&self) -> bool {
+        self.device_classes.wait_until_ready().await.is_ok()
             && self.resource_slices.wait_until_ready().await.is_ok()
             && self.resource_claims.wait_until_ready().await.is_ok()
     }

@@ -58,6 +58,13 @@ pub enum Error {
     #[error("node cache is not ready yet")]
     NodeCacheNotReady,
 
+    /// capacityMode dra, but the ResourceClaims (or the pool's slices) have not been listed: resizing now could
+    /// drop a device a running pod holds. Also what a cluster that does not serve resource.k8s.io/v1 gets.
+    #[error(
+        "the ResourceClaim, ResourceSlice or DeviceClass cache is not ready (is resource.k8s.io/v1 served?)"
+    )]
+    DraCacheNotReady,
+
     /// Generating or reading the webhook serving certificate; `source` is the error that made it fail, if any.
     #[error("webhook certificate: {}", with_cause(message, source))]
     Certificate {
@@ -103,6 +110,7 @@ impl Error {
                 _ => "FinalizerFailed",
             },
             Self::NodeCacheNotReady => "NodeCacheNotReady",
+            Self::DraCacheNotReady => "DraCacheNotReady",
             Self::Certificate { .. } => "CertificateFailed",
             Self::ProviderCapacity { .. } => "ProviderCapacityFailed",
             Self::Serialize(_) => "SerializeFailed",
@@ -120,6 +128,7 @@ mod tests {
     fn reasons_are_distinct() {
         let errors = [
             Error::NodeCacheNotReady,
+            Error::DraCacheNotReady,
             Error::Certificate {
                 message: String::new(),
                 source: None,

@@ -675,6 +675,11 @@ async fn publish_pool(
     total: u64,
     written: &mut Vec<&'static str>,
 ) -> Result<status::Pool, Error> {
+    // Without the claims listed, a shrink could drop a device a running pod holds.
+    match tokio::time::timeout(NODE_CACHE_WAIT, ctx.owned.wait_until_dra_ready()).await {
+        Ok(true) => {}
+        Ok(false) | Err(_) => return Err(Error::DraCacheNotReady),
+    }
     ensure(ctx, written, dra::plugin_daemonset(config, ns)?).await?;
     ensure_cluster(ctx, written, dra::device_class(config)).await?;
     let allocated = dra::allocated(ctx.owned.resource_claims.state().iter().map(AsRef::as_ref));
@@ -723,6 +728,11 @@ async fn publish_pool(
 /// Removes the pool (its ResourceSlices, DeviceClass and kubelet plugin DaemonSet) where this controller published
 /// one: capacityMode node, or the PeerPodConfig going away. Costs no request when there is none.
 async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result<(), Error> {
+    // Not listed yet, or resource.k8s.io/v1 not served (a cluster before 1.34, node mode only): nothing to
+    // withdraw that is known. The slices' and the DeviceClass's watch events reconcile again once they are.
+    if futures::FutureExt::now_or_never(ctx.owned.wait_until_dra_ready()) != Some(true) {
+        return Ok(());
+    }
     let slices: Vec<String> = ctx
         .owned
         .resource_slices
