@@ -35,9 +35,13 @@ struct Cli {
     /// Nodes in the cluster while peak RSS is measured.
     #[arg(long, env = "BENCH_MEMORY_NODES", default_value_t = 1000)]
     memory_nodes: usize,
-    /// Nodes whose kata.peerpods.io/vm capacity the convergence scenario changes.
-    #[arg(long, env = "BENCH_CONVERGENCE_NODES", default_value_t = 1000)]
+    /// Nodes selected by the convergence scenario's PeerPodConfig (its limit is one VM per node, then 2.5).
+    #[arg(long, env = "BENCH_CONVERGENCE_NODES", default_value_t = 5000)]
     convergence_nodes: usize,
+    /// Capacity modes the convergence scenario measures, comma-separated, in order: node (a capacity patch per
+    /// node, at peer-pod-config-ctrl's default pace) and dra (the DeviceClass and ResourceSlices).
+    #[arg(long, env = "BENCH_CONVERGENCE_MODES", value_delimiter = ',', default_values_t = ["node".to_string(), "dra".to_string()])]
+    convergence_modes: Vec<String>,
     /// Seconds over which API writes are counted at steady state.
     #[arg(long, env = "BENCH_STEADY_WINDOW", default_value_t = 60)]
     steady_window: u64,
@@ -76,6 +80,16 @@ async fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    let mut convergence_modes = Vec::new();
+    for mode in &cli.convergence_modes {
+        match serde_json::from_value(serde_json::Value::String(mode.clone())) {
+            Ok(mode) => convergence_modes.push(mode),
+            Err(_) => {
+                eprintln!("unknown capacity mode {mode:?}; known: node, dra");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let options = Options {
         storm: cli.storm,
         fault_storm: cli.fault_storm,
@@ -85,6 +99,7 @@ async fn main() -> ExitCode {
         memory_peerpods: cli.memory_peerpods,
         memory_nodes: cli.memory_nodes,
         convergence_nodes: cli.convergence_nodes,
+        convergence_modes,
         steady_window: Duration::from_secs(cli.steady_window),
         grpc_calls: cli.grpc_calls,
         scenarios: cli.scenarios,

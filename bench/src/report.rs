@@ -131,12 +131,33 @@ pub struct Convergence {
     pub nodes: usize,
     pub from_total: u32,
     pub to_total: u32,
-    /// Controller start → every node has its share of from_total.
-    pub first_spread_seconds: f64,
-    /// PeerPodConfig update → every node has its share of to_total.
+    /// Creating the Nodes (two writes each, no part of any figure below).
+    pub nodes_created_seconds: f64,
+    /// One entry per capacity mode, in the order they ran.
+    pub modes: Vec<ModeConvergence>,
+    /// The whole scenario: nodes created, every mode, cleanup.
+    pub seconds: f64,
+}
+
+/// One capacity mode over the same Nodes. Times end when the API holds the total (every node's
+/// `status.capacity` its share in node mode; the DeviceClass and a whole pool of that many devices in dra mode).
+/// Writes are the API server's own count (`apiserver_request_total`), all clients, by resource.
+#[derive(Debug, Serialize)]
+pub struct ModeConvergence {
+    /// node or dra (PeerPodConfig spec.capacityMode).
+    pub mode: String,
+    /// Controller start → the API holds from_total.
+    pub first_seconds: f64,
+    /// Writes to what carries the capacity: nodes (and nodes/status) in node mode, deviceclasses and
+    /// resourceslices in dra mode.
+    pub first_capacity_writes: u64,
+    pub first_api_writes: u64,
+    pub first_api_writes_by_resource: BTreeMap<String, u64>,
+    /// PeerPodConfig update → the API holds to_total.
     pub change_seconds: f64,
-    /// Node capacity patches the controller counted for the change.
-    pub change_node_writes: u64,
+    pub change_capacity_writes: u64,
+    pub change_api_writes: u64,
+    pub change_api_writes_by_resource: BTreeMap<String, u64>,
     pub steady_window_seconds: f64,
     /// Writes (POST/PUT/PATCH/APPLY/DELETE) the API server served in the window, by resource (all clients,
     /// including kube-controller-manager).
@@ -144,6 +165,8 @@ pub struct Convergence {
     pub steady_api_writes: u64,
     /// Writes peer-pod-config-ctrl counted itself in the window (node capacity, owned objects, status).
     pub steady_controller_writes: u64,
+    /// This mode from its PeerPodConfig's creation to its removal.
+    pub seconds: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -329,36 +352,58 @@ impl Results {
         }
         match &self.convergence {
             Outcome::Measured(c) => {
-                add("convergence", "nodes", c.nodes.to_string());
                 add(
                     "convergence",
-                    &format!("first spread (total {})", c.from_total),
-                    secs(c.first_spread_seconds),
+                    "nodes (created in)",
+                    format!("{} ({})", c.nodes, secs(c.nodes_created_seconds)),
                 );
-                add(
-                    "convergence",
-                    &format!("change {} -> {}", c.from_total, c.to_total),
-                    secs(c.change_seconds),
-                );
-                add(
-                    "convergence",
-                    "node patches for the change",
-                    c.change_node_writes.to_string(),
-                );
-                let window = format!("{:.0}s", c.steady_window_seconds);
-                add(
-                    "convergence",
-                    &format!("steady API writes / {window}"),
-                    c.steady_api_writes.to_string(),
-                );
-                for (resource, n) in &c.steady_api_writes_by_resource {
-                    add("convergence", &format!("  {resource}"), n.to_string());
+                for m in &c.modes {
+                    let mode = &m.mode;
+                    add(
+                        "convergence",
+                        &format!(
+                            "{mode}: first (total {}): time / capacity writes / API writes",
+                            c.from_total
+                        ),
+                        format!(
+                            "{} / {} / {}",
+                            secs(m.first_seconds),
+                            m.first_capacity_writes,
+                            m.first_api_writes
+                        ),
+                    );
+                    add(
+                        "convergence",
+                        &format!(
+                            "{mode}: change {} -> {}: time / capacity writes / API writes",
+                            c.from_total, c.to_total
+                        ),
+                        format!(
+                            "{} / {} / {}",
+                            secs(m.change_seconds),
+                            m.change_capacity_writes,
+                            m.change_api_writes
+                        ),
+                    );
+                    for (resource, n) in &m.change_api_writes_by_resource {
+                        add("convergence", &format!("  {resource}"), n.to_string());
+                    }
+                    let window = format!("{:.0}s", m.steady_window_seconds);
+                    add(
+                        "convergence",
+                        &format!("{mode}: steady API / controller writes per {window}"),
+                        format!("{} / {}", m.steady_api_writes, m.steady_controller_writes),
+                    );
+                    for (resource, n) in &m.steady_api_writes_by_resource {
+                        add("convergence", &format!("  {resource}"), n.to_string());
+                    }
+                    add(
+                        "convergence",
+                        &format!("{mode}: mode took"),
+                        secs(m.seconds),
+                    );
                 }
-                add(
-                    "convergence",
-                    &format!("steady controller writes / {window}"),
-                    c.steady_controller_writes.to_string(),
-                );
+                add("convergence", "scenario took", secs(c.seconds));
             }
             other => add("convergence", "", not_measured(other)),
         }
@@ -537,6 +582,57 @@ mod tests {
         assert!(table.contains("failed: broken"));
         assert!(table.contains("missing: "));
         assert!(table.contains("4.00x"));
+    }
+
+    #[test]
+    fn convergence_prints_and_records_each_capacity_mode() {
+        let mode = |mode: &str, change_seconds: f64, change_capacity_writes: u64| ModeConvergence {
+            mode: mode.into(),
+            first_seconds: 1.0,
+            first_capacity_writes: 10,
+            first_api_writes: 30,
+            first_api_writes_by_resource: BTreeMap::new(),
+            change_seconds,
+            change_capacity_writes,
+            change_api_writes: change_capacity_writes + 3,
+            change_api_writes_by_resource: BTreeMap::from([("peerpodconfigs".into(), 1)]),
+            steady_window_seconds: 60.0,
+            steady_api_writes_by_resource: BTreeMap::new(),
+            steady_api_writes: 0,
+            steady_controller_writes: 0,
+            seconds: 70.0,
+        };
+        let results = Results {
+            convergence: Outcome::Measured(Convergence {
+                nodes: 5000,
+                from_total: 5000,
+                to_total: 12500,
+                nodes_created_seconds: 20.0,
+                modes: vec![mode("node", 50.5, 5000), mode("dra", 0.75, 98)],
+                seconds: 200.0,
+            }),
+            ..fault_storm(clean_cloud())
+        };
+        let table = results.table();
+        for row in [
+            "node: change 5000 -> 12500: time / capacity writes / API writes",
+            "50.50 s / 5000 / 5003",
+            "dra: change 5000 -> 12500: time / capacity writes / API writes",
+            "0.75 s / 98 / 101",
+        ] {
+            assert!(table.contains(row), "{row} missing: {table}");
+        }
+        let value: serde_json::Value =
+            serde_json::from_str(&results.to_json().expect("encodes")).expect("parses");
+        let modes = &value["convergence"]["modes"];
+        assert_eq!(modes[0]["mode"], "node");
+        assert_eq!(modes[1]["mode"], "dra");
+        assert_eq!(modes[1]["change_capacity_writes"], 98);
+        assert_eq!(modes[1]["change_seconds"], 0.75);
+        assert_eq!(
+            modes[0]["change_api_writes_by_resource"]["peerpodconfigs"],
+            1
+        );
     }
 
     fn fault_storm(cloud: crate::scenarios::fault_storm::CloudStorm) -> Results {

@@ -99,7 +99,10 @@ pub async fn run(options: &Options) -> Results {
             Outcome::from_result(fault_storm::run(options, &cluster, &clouds).await);
     }
     if options.selected("convergence") {
-        eprintln!("bench: convergence ({} nodes)", options.convergence_nodes);
+        eprintln!(
+            "bench: convergence ({} nodes; capacity modes {:?})",
+            options.convergence_nodes, options.convergence_modes
+        );
         results.convergence = Outcome::from_result(convergence::run(options, &cluster).await);
     }
     // Last: it leaves its PeerPods behind (the control plane goes away with the run).

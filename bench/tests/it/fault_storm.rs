@@ -62,6 +62,7 @@ async fn storm(clouds: &[&str]) {
         memory_peerpods: 0,
         memory_nodes: 0,
         convergence_nodes: 0,
+        convergence_modes: Vec::new(),
         steady_window: Duration::ZERO,
         grpc_calls: 0,
         scenarios: vec!["fault_storm".into()],
