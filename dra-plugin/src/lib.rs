@@ -8,11 +8,13 @@
 //! - Answer: [`registration`] (the kubelet's plugin-registration API: who we are, where the DRA socket is, which
 //!   API versions), [`node`] (the DRA v1 API: prepare, unprepare).
 //! - Serve: [`serve`] (the one way to start it: both sockets, stale ones removed, SIGTERM removes them),
+//!   [`authority`] (the kubelet's registration calls made readable to tonic's HTTP/2: their `:authority` is a path),
 //!   [`sockets`] (where they are: the kubelet's layout), [`driver`] (the driver name, which names the files).
 //! - [`api`]: the generated gRPC code of the two vendored kubelet APIs (`proto/`).
 //! - [`Error`]: the one error type, with a stable `reason()`.
 
 pub mod api;
+pub mod authority;
 pub mod claims;
 pub mod driver;
 mod error;

@@ -8,12 +8,14 @@
 use std::path::PathBuf;
 
 use peerpods_runtime::shutdown::CancellationToken;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Server;
 
 use crate::Error;
 use crate::api::dra::dra_plugin_server::DraPluginServer;
 use crate::api::pluginregistration::registration_server::RegistrationServer;
+use crate::authority;
 use crate::driver::DriverName;
 use crate::node::DraService;
 use crate::registration::{RegistrationService, plugin_info};
@@ -54,7 +56,7 @@ pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Er
         let (listener, file) = registration_socket;
         let result = Server::builder()
             .add_service(RegistrationServer::new(registration))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), stop.cancelled())
+            .serve_with_incoming_shutdown(incoming(listener), stop.cancelled())
             .await;
         drop(file);
         dra_stop.cancel();
@@ -68,7 +70,7 @@ pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Er
         let (listener, file) = dra_socket;
         let result = Server::builder()
             .add_service(DraPluginServer::new(dra))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), dra_stop.cancelled())
+            .serve_with_incoming_shutdown(incoming(listener), dra_stop.cancelled())
             .await;
         drop(file);
         stop.cancel();
@@ -79,4 +81,12 @@ pub async fn run(options: Options, shutdown: CancellationToken) -> Result<(), Er
     };
     let (registration, dra) = tokio::join!(registration, dra);
     registration.and(dra)
+}
+
+/// The accepted connections of `listener`, each behind the `:authority` rewrite (see [`authority`]): the
+/// kubelet's registration calls need it, and its DRA calls pass through unchanged.
+fn incoming(
+    listener: tokio::net::UnixListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<authority::Rewritten>> {
+    UnixListenerStream::new(listener).map(|accepted| accepted.map(authority::rewritten))
 }

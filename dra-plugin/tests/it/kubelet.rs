@@ -285,3 +285,85 @@ async fn a_file_that_is_not_a_socket_is_left_alone_and_the_plugin_stops() {
     // The DRA socket, bound before, was removed on the way out.
     assert!(!plugin.dra_socket().exists(), "{}", plugin.log());
 }
+
+/// The kubelet's plugin watcher dials the registration socket by its bare path, and grpc-go then sends the path as
+/// the `:authority` of GetInfo (Rust clients cannot: their HTTP/2 refuses such an authority, so this writes the
+/// frames itself). The plugin answers it; without the rewrite, tonic's HTTP/2 resets the stream (PROTOCOL_ERROR)
+/// and the real kubelet never registers the driver.
+#[tokio::test]
+async fn get_info_with_the_socket_path_as_authority_is_answered() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut plugin = Plugin::start(|_| {});
+    drop(plugin.registration().await);
+    let socket = plugin.registration_socket();
+    let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+
+    // HPACK literals without indexing: name index + plain string (length in a 7-bit prefix).
+    let string = |out: &mut Vec<u8>, value: &[u8]| {
+        let mut len = value.len();
+        if len < 127 {
+            out.push(u8::try_from(len).unwrap());
+        } else {
+            out.push(127);
+            len -= 127;
+            while len >= 128 {
+                out.push(u8::try_from(len % 128).unwrap() | 0x80);
+                len /= 128;
+            }
+            out.push(u8::try_from(len).unwrap());
+        }
+        out.extend_from_slice(value);
+    };
+    let mut block = vec![0x83, 0x86]; // :method POST, :scheme http
+    block.push(0x04); // :path
+    string(&mut block, b"/pluginregistration.Registration/GetInfo");
+    block.push(0x01); // :authority, as grpc-go sends it for a bare path
+    string(&mut block, socket.display().to_string().as_bytes());
+    block.extend([0x0F, 0x10]); // content-type (static index 31)
+    string(&mut block, b"application/grpc");
+    block.push(0x00); // te, a new name
+    string(&mut block, b"te");
+    string(&mut block, b"trailers");
+    let frame = |kind: u8, flags: u8, stream_id: u8, payload: &[u8]| {
+        let len = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut out = vec![len[1], len[2], len[3], kind, flags, 0, 0, 0, stream_id];
+        out.extend_from_slice(payload);
+        out
+    };
+    let mut request = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    request.extend(frame(0x4, 0, 0, &[])); // SETTINGS
+    request.extend(frame(0x1, 0x4, 1, &block)); // HEADERS, END_HEADERS
+    request.extend(frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0])); // DATA: an empty InfoRequest, END_STREAM
+    stream.write_all(&request).await.unwrap();
+
+    // Frames until the answer's DATA on stream 1 (or a reset, or the connection's end).
+    let answer = tokio::time::timeout(STARTUP, async {
+        loop {
+            let mut header = [0u8; 9];
+            stream.read_exact(&mut header).await.unwrap();
+            let len =
+                usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+            let mut payload = vec![0; len];
+            stream.read_exact(&mut payload).await.unwrap();
+            match (header[3], header[8]) {
+                (0x0, 1) => return Ok(payload),
+                (0x3, 1) => return Err(format!("RST_STREAM {payload:?}")),
+                (0x7, _) => return Err(format!("GOAWAY {payload:?}")),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let payload = answer.unwrap_or_else(|e| panic!("GetInfo refused: {e}\n{}", plugin.log()));
+    // A gRPC message (5-byte prefix) holding PluginInfo: type DRAPlugin among its bytes.
+    let info = String::from_utf8_lossy(&payload);
+    assert!(
+        info.contains("DRAPlugin") && info.contains(DRIVER),
+        "{info:?}"
+    );
+    // The kubelet closes its registration connection when done; a graceful stop waits for open ones.
+    drop(stream);
+    assert!(plugin.terminate().await.success(), "{}", plugin.log());
+}
