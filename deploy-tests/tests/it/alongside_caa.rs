@@ -166,4 +166,16 @@ async fn our_chart_installs_beside_caas_chart_and_cleans_up_the_peerpods_caa_rec
         exists(&peerpods, &live_peerpod).await,
         "the live Pod's PeerPod stays"
     );
+
+    // The live Pod's PeerPod holds the finalizer: our release cannot be uninstalled until it is cleaned up.
+    crate::uninstall::refused_while_a_peerpod_holds_the_finalizer_then_clean(
+        cp,
+        OUR_RELEASE,
+        CAA_NS,
+        &pods,
+        "live",
+        &live_peerpod,
+    )
+    .await;
+    drop(ours);
 }

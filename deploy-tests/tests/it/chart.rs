@@ -1350,7 +1350,7 @@ async fn installed_chart_rbac_runs_the_peerpod_cleanup_story_and_guards_the_cred
          path needs them:\n  {}",
         unused.join("\n  ")
     );
-    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+    crate::uninstall::uninstall_uncounted(cp, &release, &ns).await;
 }
 
 /// Waits until the API server's audit log shows an allowed watch on the Lease `lease` in `ns`, made with
@@ -1595,6 +1595,11 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 /// - peerpod-ctrl lists Pods (metadata only) when an orphan scan finds an untracked VM named the way
 ///   cloud-api-adaptor names a pod VM (`orphans::Scanner::live_pods`); no VM here carries such a name. Checked
 ///   against the real API server in `peerpod-ctrl/tests/it/adopt.rs`.
+/// - peer-pod-config-ctrl creates its DeviceClass and the pool's ResourceSlices only with a PeerPodConfig in
+///   `capacityMode: dra` (docs/capacity.md), and then writes (and removes) the kubelet plugin DaemonSet
+///   `peerpods-dra-plugin`; the story here runs node mode. Checked with the controller's own token in
+///   `least_privilege.rs` (`peer_pod_config_ctrl_changes_only_its_own_dra_objects_and_only_reads_claims`) and
+///   against the real API server in `peer-pod-config-ctrl/tests/it/dra.rs` ([`unseen_dra`]).
 const UNSEEN_GRANTS: [(&str, &str, &str, &str); 16] = [
     (
         "cloud-api-adaptor",
@@ -1665,7 +1670,22 @@ const UNSEEN_GRANTS: [(&str, &str, &str, &str); 16] = [
     ),
 ];
 
+/// peer-pod-config-ctrl's writes of capacityMode dra (see [`UNSEEN_GRANTS`]): its DeviceClass and slices, and
+/// of the DaemonSets only the plugin's (CAA's is written here).
+fn unseen_dra(grant: &rbac::Grant) -> bool {
+    grant.user.ends_with("-peer-pod-config-ctrl")
+        && matches!(grant.verb.as_str(), "create" | "patch" | "delete")
+        && ((grant.api_group == "resource.k8s.io"
+            && matches!(grant.resource.as_str(), "deviceclasses" | "resourceslices"))
+            || (grant.api_group == "apps"
+                && grant.resource == "daemonsets"
+                && grant.name.as_deref() == Some("peerpods-dra-plugin")))
+}
+
 fn unseen(grant: &rbac::Grant) -> bool {
+    if unseen_dra(grant) {
+        return true;
+    }
     let account = grant.user.rsplit(':').next().unwrap_or_default();
     UNSEEN_GRANTS.iter().any(|(sa, verb, group, resource)| {
         (account == *sa || account.ends_with(&format!("-{sa}")))
@@ -1905,5 +1925,5 @@ async fn provider_services_reviews_run_at_a_priority_level_of_their_own() {
         "peerpod-ctrl's TokenReview"
     );
 
-    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+    crate::uninstall::uninstall_uncounted(cp, &release, &ns).await;
 }

@@ -933,7 +933,7 @@ async fn provider_service_lives_apart_in_a_restricted_namespace_peer_pod_config_
             .await
             .map(drop),
     );
-    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+    crate::uninstall::uninstall_uncounted(cp, &release, &ns).await;
 }
 
 /// peer-pod-config-ctrl's DRA rights (capacityMode dra, docs/capacity.md), with its ServiceAccount's own token:

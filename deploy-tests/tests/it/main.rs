@@ -16,4 +16,5 @@ mod node;
 mod owner_references;
 mod prometheus;
 mod support;
+mod uninstall;
 mod webhook;

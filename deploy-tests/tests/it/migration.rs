@@ -211,7 +211,7 @@ async fn upgrading_a_release_with_provider_service_in_the_release_namespace_leav
             assert_eq!(env["CAA_PROVIDER_CA_SECRET"], format!("{provider}-tls-ca"));
         }
     }
-    helm_ok(cp, &["uninstall", &release, "--namespace", &ns]).await;
+    crate::uninstall::uninstall_uncounted(cp, &release, &ns).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

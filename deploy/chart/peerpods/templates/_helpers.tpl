@@ -78,6 +78,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.peerpodCtrl.developerMode.configMapName | default .Values.peerpodsConfig.configMapName -}}
 {{- end -}}
 
+{{/* The uninstall protection (uninstall-protection.yaml): its policy, its binding and the ConfigMap where
+     peerpod-ctrl publishes how many PeerPods hold peer.pod/finalizer share this name. */}}
+{{- define "peerpods.inUseName" -}}
+{{- printf "%s-provider-service-in-use" (include "peerpods.fullname" .) -}}
+{{- end -}}
+
 {{/* The CA of provider-service's certificate (ca.crt only, no key), published in the release namespace for the
      callers there: a Pod mounts only Secrets of its own namespace. */}}
 {{- define "peerpods.providerCASecretName" -}}
