@@ -684,14 +684,7 @@ async fn publish_pool(
     ensure_cluster(ctx, written, dra::device_class(config)).await?;
     let allocated = dra::allocated(ctx.owned.resource_claims.state().iter().map(AsRef::as_ref));
     let pool = dra::pool(total, &allocated);
-    let cached: Vec<String> = ctx
-        .owned
-        .resource_slices
-        .state()
-        .iter()
-        .filter(|s| dra::is_ours(s))
-        .map(|s| s.name_any())
-        .collect();
+    let cached = our_slice_names(ctx);
     let wanted = pool.len().div_ceil(dra::MAX_DEVICES_PER_SLICE).max(1);
     // The slices as they are now: the cache, or this controller's last write where the cache is behind.
     let published: Vec<ResourceSlice> = cached
@@ -725,6 +718,17 @@ async fn publish_pool(
     })
 }
 
+/// The names of this controller's ResourceSlices in the cache.
+fn our_slice_names(ctx: &Context) -> Vec<String> {
+    ctx.owned
+        .resource_slices
+        .state()
+        .iter()
+        .filter(|s| dra::is_ours(s))
+        .map(|s| s.name_any())
+        .collect()
+}
+
 /// Removes the pool (its ResourceSlices, DeviceClass and kubelet plugin DaemonSet) where this controller published
 /// one: capacityMode node, or the PeerPodConfig going away. Costs no request when there is none.
 async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result<(), Error> {
@@ -733,14 +737,7 @@ async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result
     if futures::FutureExt::now_or_never(ctx.owned.wait_until_dra_ready()) != Some(true) {
         return Ok(());
     }
-    let slices: Vec<String> = ctx
-        .owned
-        .resource_slices
-        .state()
-        .iter()
-        .filter(|s| dra::is_ours(s))
-        .map(|s| s.name_any())
-        .collect();
+    let slices = our_slice_names(ctx);
     for name in slices {
         if delete_owned(ctx, &Api::<ResourceSlice>::all(ctx.client.clone()), &name).await? {
             written.push("ResourceSlice");
