@@ -7,7 +7,9 @@
 //!   token bound to no node changes no Node.
 //! - peer-pod-config-ctrl: it writes only the objects it renders, by name, with allowed images, its
 //!   ServiceAccounts and Secrets, and a webhook configuration that never reaches kube-system; it patches neither
-//!   provider-service's Deployment nor its Service.
+//!   provider-service's Deployment nor its Service. The DRA kubelet plugin it renders in capacityMode dra runs as
+//!   root with host mounts, so the policy pins it to what the controller renders: its image, no token, no Secret,
+//!   no host namespace or privilege, and no volume but its two kubelet directories.
 
 use std::time::{Duration, Instant};
 
@@ -327,6 +329,41 @@ fn caa_daemonset(
     .expect("DaemonSet")
 }
 
+/// Waits until the API server enforces peer-pod-config-ctrl's policy in `ns`: until it has loaded it, the probe (a
+/// DaemonSet of another name, created with peer-pod-config-ctrl's client `ppc`) goes through, and is removed again.
+async fn wait_rendered_policy(ppc: &kube::Client, admin: &kube::Client, ns: &str) {
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), ns);
+    let admin_daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), ns);
+    let probe = format!("{ns}-probe");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let probed = loop {
+        let result = daemonsets
+            .create(
+                &PostParams::default(),
+                &caa_daemonset(
+                    &probe,
+                    "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0",
+                    CAA_SA,
+                    "peer-pods-secret",
+                    ("unused", "ca.crt"),
+                ),
+            )
+            .await;
+        if result.is_ok() {
+            let _ = admin_daemonsets.delete(&probe, &Default::default()).await;
+        }
+        // Any refusal of the policy tells it is loaded.
+        if refused_by_policy(&result, "ValidatingAdmissionPolicy") || Instant::now() > deadline {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(
+        refused_by_policy(&probed, "ValidatingAdmissionPolicy"),
+        "the policy never took effect: {probed:?}"
+    );
+}
+
 /// A MutatingWebhookConfiguration `name` calling `service` in `ns`, for `resource`, in namespaces but
 /// `excluded`. Harmless while it exists: it fails open and selects no object.
 fn webhook_configuration(
@@ -381,38 +418,8 @@ async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
     let admin_webhooks: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
     let post = PostParams::default();
 
-    // The policy takes effect once the API server has loaded it: until then the probe (a DaemonSet of another
-    // name) goes through, and is removed again.
     let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
-    let admin_daemonsets: Api<DaemonSet> = Api::namespaced(admin.clone(), &ns);
-    let probe = format!("{ns}-probe");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let probed = loop {
-        let result = daemonsets
-            .create(
-                &post,
-                &caa_daemonset(
-                    &probe,
-                    "quay.io/confidential-containers/cloud-api-adaptor:v0.22.0",
-                    CAA_SA,
-                    "peer-pods-secret",
-                    ("unused", "ca.crt"),
-                ),
-            )
-            .await;
-        if result.is_ok() {
-            let _ = admin_daemonsets.delete(&probe, &Default::default()).await;
-        }
-        // Any refusal of the policy tells it is loaded.
-        if refused_by_policy(&result, "ValidatingAdmissionPolicy") || Instant::now() > deadline {
-            break result;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    assert!(
-        refused_by_policy(&probed, "ValidatingAdmissionPolicy"),
-        "the policy never took effect: {probed:?}"
-    );
+    wait_rendered_policy(&ppc, &admin, &ns).await;
 
     // No webhook configuration of its own: RBAC grants no create, of any name.
     for name in [format!("{ns}-other"), WEBHOOK_CONFIGURATION.to_owned()] {
@@ -1115,4 +1122,159 @@ async fn peer_pod_config_ctrl_changes_only_its_own_dra_objects_and_only_reads_cl
     let _ = admin_classes
         .delete(&other_class, &DeleteParams::default())
         .await;
+}
+
+/// The DRA kubelet plugin's DaemonSet (capacityMode dra) runs as root with hostPath mounts of the kubelet's
+/// directories: a PeerPodConfig (or a compromised peer-pod-config-ctrl) that could choose its mounts, image or
+/// privileges would own every selected node. With peer-pod-config-ctrl's token, the DaemonSet as the controller
+/// renders it (`peer_pod_config_ctrl::dra::plugin_daemonset`) goes through; the same with the kubelet directory
+/// moved to `/`, an added hostPath of `/`, a Secret volume, a ServiceAccount token, CAA's ServiceAccount, a
+/// privileged container, an added capability, the host's network or PID namespace, or a foreign image is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn peer_pod_config_ctrl_runs_the_dra_plugin_only_as_it_renders_it() {
+    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, "ppc-plugin").await;
+    let release = format!("lp-{ns}");
+    let fullname = format!("{release}-peerpods");
+    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
+    let token = testenv::service_account_token(
+        &admin,
+        &ns,
+        &format!("{fullname}-peer-pod-config-ctrl"),
+        &[],
+    )
+    .await;
+    let ppc = cp.client_with_token(&token).await;
+    wait_rendered_policy(&ppc, &admin, &ns).await;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
+    let post = PostParams::default();
+
+    // Rendered by the controller from a PeerPodConfig in capacityMode dra; the chart's default kubelet directory.
+    let rendered = |kubelet_dir: &str, image: &str| -> serde_json::Value {
+        let config: peer_pod_config_ctrl::crd::PeerPodConfig =
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "confidentialcontainers.org/v1alpha1",
+                "kind": "PeerPodConfig",
+                "metadata": {"name": "peerpodconfig", "namespace": ns, "uid": "5f0c9d62-0000-4000-8000-000000000001"},
+                "spec": {"capacityMode": "dra", "limit": 1,
+                         "dra": {"pluginImage": image, "kubeletDir": kubelet_dir}}
+            }))
+            .expect("PeerPodConfig");
+        let mut daemonset = serde_json::to_value(
+            peer_pod_config_ctrl::dra::plugin_daemonset(&config, &ns)
+                .expect("the plugin DaemonSet"),
+        )
+        .expect("json");
+        // Owned by no live object here: the garbage collector would remove it meanwhile.
+        daemonset["metadata"]
+            .as_object_mut()
+            .expect("metadata")
+            .remove("ownerReferences");
+        daemonset
+    };
+    let image = "ghcr.io/confidential-containers/peerpods-dra-plugin:0.1.0";
+    let as_rendered = rendered("/var/lib/kubelet", image);
+    let changed = |edit: &dyn Fn(&mut serde_json::Value)| {
+        let mut daemonset = as_rendered.clone();
+        edit(&mut daemonset["spec"]["template"]["spec"]);
+        daemonset
+    };
+    const MOUNTS: &str = "mounts no ServiceAccount token and no volume but the kubelet directories";
+    const PRIVILEGE: &str = "runs in no host namespace, unprivileged";
+    let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+        (
+            "its kubelet directory moved to /",
+            rendered("/", image),
+            MOUNTS,
+        ),
+        (
+            "a hostPath of / beside its own",
+            changed(&|spec| {
+                spec["volumes"]
+                    .as_array_mut()
+                    .expect("volumes")
+                    .push(serde_json::json!({"name": "root", "hostPath": {"path": "/"}}))
+            }),
+            MOUNTS,
+        ),
+        (
+            "a Secret volume",
+            changed(&|spec| {
+                spec["volumes"].as_array_mut().expect("volumes").push(
+                    serde_json::json!({"name": "s", "secret": {"secretName": "peer-pods-secret"}}),
+                )
+            }),
+            MOUNTS,
+        ),
+        (
+            "a ServiceAccount token",
+            changed(&|spec| spec["automountServiceAccountToken"] = true.into()),
+            MOUNTS,
+        ),
+        (
+            "CAA's ServiceAccount",
+            changed(&|spec| spec["serviceAccountName"] = CAA_SA.into()),
+            "only as ServiceAccount default",
+        ),
+        (
+            "a privileged container",
+            // The API server itself refuses privileged beside allowPrivilegeEscalation false: an attacker drops both.
+            changed(&|spec| {
+                let context = &mut spec["containers"][0]["securityContext"];
+                context["privileged"] = true.into();
+                context
+                    .as_object_mut()
+                    .expect("securityContext")
+                    .remove("allowPrivilegeEscalation");
+            }),
+            PRIVILEGE,
+        ),
+        (
+            "an added capability",
+            changed(&|spec| {
+                spec["containers"][0]["securityContext"]["capabilities"]["add"] =
+                    serde_json::json!(["SYS_ADMIN"])
+            }),
+            PRIVILEGE,
+        ),
+        (
+            "privilege escalation",
+            changed(&|spec| {
+                spec["containers"][0]["securityContext"]
+                    .as_object_mut()
+                    .expect("securityContext")
+                    .remove("allowPrivilegeEscalation");
+            }),
+            PRIVILEGE,
+        ),
+        (
+            "the host's network",
+            changed(&|spec| spec["hostNetwork"] = true.into()),
+            PRIVILEGE,
+        ),
+        (
+            "the host's PID namespace",
+            changed(&|spec| spec["hostPID"] = true.into()),
+            PRIVILEGE,
+        ),
+        (
+            "a foreign image",
+            rendered("/var/lib/kubelet", "evil.example/peerpods-dra-plugin:1"),
+            "only images of peerPodConfigCtrl.allowedImages",
+        ),
+    ];
+    for (what, daemonset, says) in cases {
+        let daemonset: DaemonSet = serde_json::from_value(daemonset).expect("DaemonSet");
+        let result = daemonsets.create(&post, &daemonset).await;
+        assert!(
+            refused_by_policy(&result, says),
+            "peer-pod-config-ctrl created the DRA plugin's DaemonSet with {what}: {result:?}"
+        );
+    }
+    let daemonset: DaemonSet = serde_json::from_value(as_rendered).expect("DaemonSet");
+    daemonsets
+        .create(&post, &daemonset)
+        .await
+        .expect("peer-pod-config-ctrl creates the DRA plugin's DaemonSet as it renders it");
 }
