@@ -2,7 +2,8 @@
 # and kube-scheduler from the control plane's Kubernetes release; containerd, runc and CoreDNS from their Go
 # modules; the pause and CoreDNS images built here; an image registry (CNCF distribution, its own module: its
 # storage drivers' dependencies stay out of the others). `make test` runs `test-node`: the Helm chart installed on
-# that node, its pods running, and Tilt's cluster mode deploying onto it.
+# that node, its pods running, peer pods served from the DRA pool (capacityMode dra, with the project's kubelet
+# plugin registered with the node's kubelet), and Tilt's cluster mode deploying onto it.
 #
 #   make node        the node's binaries and images into .testenv/node
 #   make test-node   the chart-on-a-node test (needs root: it runs in namespaces of its own)

@@ -80,9 +80,11 @@ func startControllerManager(ctx context.Context, kubeconfig string, p *pki, forN
 	return done, nil
 }
 
-// nodeControllers are the controllers a node needs: kube-proxy and CoreDNS read EndpointSlices, and the node
-// lifecycle controller lifts the not-ready taint a kubelet registers its Node with.
-var nodeControllers = []string{"endpointslice-controller", "node-lifecycle-controller"}
+// nodeControllers are the controllers a node needs: kube-proxy and CoreDNS read EndpointSlices, the node
+// lifecycle controller lifts the not-ready taint a kubelet registers its Node with, and the ResourceClaim
+// controller frees a DRA allocation once its pod is gone (it drops the pod from the claim's reservedFor and the
+// claim's finalizer; the slot a peer pod held in capacityMode dra is allocatable again only then).
+var nodeControllers = []string{"endpointslice-controller", "node-lifecycle-controller", "resourceclaim-controller"}
 
 func enabledControllers(forNode bool) []string {
 	if forNode {

@@ -4,7 +4,11 @@
 //! Service DNS; peerpod-ctrl releases a PeerPod through the in-cluster provider-service; peer-pod-config-ctrl's
 //! CAA DaemonSet lands on the selected node and the node's allocatable shows `kata.peerpods.io/vm`; the webhook
 //! Deployment it renders (with the project's `peerpods-webhook` image) serves the API server's admission request
-//! for a kata-remote Pod.
+//! for a kata-remote Pod. Then the same PeerPodConfig switches to `capacityMode: dra` (issue 35): the pool of one
+//! slot, its DeviceClass and the kubelet plugin (the project's `peerpods-dra-plugin` image) replace the node's
+//! capacity; a webhook-mutated pod is scheduled onto a slot and started (the kubelet prepares it through the
+//! plugin), a second one waits with the scheduler's reason until the first is deleted; back in node mode no
+//! ResourceSlice is left.
 //!
 //! A second test runs the Tiltfile's cluster mode (real Tilt, `tilt ci`) against such a node with a local
 //! registry: Tilt builds the three images with make, pushes them there, deploys the chart, and the pods run.
@@ -27,13 +31,14 @@ use testenv::node::{NODE_IP, NODE_NAME, NodeOptions};
 
 const NAMESPACE: &str = "peerpods-system";
 const SERVICES: [&str; 3] = ["provider-service", "peerpod-ctrl", "peer-pod-config-ctrl"];
-/// The images `make images-check` builds: the services and the peer-pods webhook. provider-service's is its
-/// libvirt variant: the test's cloud is libvirt's test driver.
-const IMAGES: [&str; 4] = [
+/// The images `make images-check` builds: the services, the peer-pods webhook and the DRA kubelet plugin.
+/// provider-service's is its libvirt variant: the test's cloud is libvirt's test driver.
+const IMAGES: [&str; 5] = [
     "provider-service-libvirt",
     "peerpod-ctrl",
     "peer-pod-config-ctrl",
     "peerpods-webhook",
+    "peerpods-dra-plugin",
 ];
 /// The one domain libvirt's `test:///default` driver starts with (a fixed UUID of that driver).
 const TEST_DOMAIN_UUID: &str = "6695eb01-f6a4-8304-79aa-97f2502e193f";
@@ -97,6 +102,8 @@ async fn chart_on_a_node() {
     eprintln!(
         "the webhook Deployment peer-pod-config-ctrl runs mutated a kata-remote Pod created through the API"
     );
+
+    dra_pool_serves_peer_pods(&client, &node).await;
     drop(node);
 }
 
@@ -259,6 +266,12 @@ async fn install_chart(cp: &testenv::ControlPlane) {
     // libvirt's test driver as the cloud: no cluster tag needed there, development mode for provider-service.
     let dev_values = testenv::repo_root().join("deploy/tests/values-dev.yaml");
     let kubeconfig = cp.kubeconfig_path().display().to_string();
+    // The node's kubelet runs with --root-dir .testenv/run/node/kubelet (testenv::node): the chart's admission
+    // policy admits the DRA plugin's hostPath mounts under that directory only.
+    let kubelet_dir = format!(
+        "peerPodConfigCtrl.dra.kubeletDir={}",
+        testenv::repo_root().join(NODE_KUBELET_DIR).display()
+    );
     crate::support::run_ok(
         &crate::support::tool("helm"),
         &[
@@ -285,6 +298,8 @@ async fn install_chart(cp: &testenv::ControlPlane) {
             "peerpodCtrl.replicas=1",
             "--set",
             "peerPodConfigCtrl.replicas=1",
+            "--set",
+            &kubelet_dir,
         ],
         None,
     )
@@ -532,7 +547,8 @@ async fn webhook_mutates_a_peer_pod(client: &Client) {
     );
     let runtime_class: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
-        "metadata": {"name": "kata-remote"}, "handler": "kata-remote",
+        // The node's runc: enough to run the peer pods of the DRA step (a real peer pod's handler starts a VM).
+        "metadata": {"name": "kata-remote"}, "handler": "runc",
     }))
     .expect("RuntimeClass");
     runtime_classes
@@ -581,4 +597,421 @@ async fn webhook_mutates_a_peer_pod(client: &Client) {
         Some("2"),
         "{annotations:?}"
     );
+}
+
+/// The node's kubelet root directory (its --root-dir, testenv::node), under the repository.
+const NODE_KUBELET_DIR: &str = ".testenv/run/node/kubelet";
+/// The project's DRA kubelet plugin image, as `make images-check` tags it.
+const DRA_PLUGIN_IMAGE: &str = "localhost/peerpods-check/peerpods-dra-plugin:test";
+/// What the node's pods wait for: image import, the plugin's registration, the scheduler's retry after a claim is
+/// freed (its backoff), on a loaded 2-core machine. Generous: a verdict is never the timeout's expiry.
+const DRA_STEP: Duration = Duration::from_secs(180);
+
+/// capacityMode dra on the real node (issue 35): the PeerPodConfig of the steps before switches from node capacity to
+/// a pool of one slot. peer-pod-config-ctrl withdraws the node's kata.peerpods.io/vm and publishes the DeviceClass
+/// (extendedResourceName kata.peerpods.io/vm), the pool's ResourceSlices (driver vm.peerpods.io, one device) and the
+/// plugin DaemonSet with our image on the node's kubelet directory. A kata-remote pod the webhook mutated is given
+/// the slot by kube-scheduler (its extended resource claim allocated from the pool) and started by the kubelet,
+/// which prepares the claim through our plugin (it refuses to start a pod whose driver is not registered); a second
+/// one stays Pending with the scheduler's reason, and starts once the first is deleted (the kubelet unprepares, the
+/// ResourceClaim controller frees the claim). Back in node mode no ResourceSlice of the driver is left, and the node
+/// has its capacity again.
+async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) {
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig"),
+            "peerpodconfigs",
+        ),
+    );
+
+    // The webhook step's pod runs on a node-mode slot: gone first, so the pool starts empty of our pods.
+    delete_pod(client, node, &pods, "peer-pod").await;
+
+    // The node's kubelet runs with --root-dir .testenv/run/node/kubelet (testenv::node): the plugin's hostPath
+    // mounts must be that directory, not /var/lib/kubelet.
+    let kubelet_dir = testenv::repo_root().join(NODE_KUBELET_DIR);
+    configs
+        .patch(
+            "peerpodconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "capacityMode": "dra",
+                "limit": 1,
+                "dra": {"pluginImage": DRA_PLUGIN_IMAGE, "kubeletDir": kubelet_dir.display().to_string()},
+            }})),
+        )
+        .await
+        .expect("switch the PeerPodConfig to capacityMode dra");
+
+    wait_dra(
+        client,
+        node,
+        "kata.peerpods.io/vm gone from the node (the pool serves it now)",
+        || async {
+            let node = nodes.get(NODE_NAME).await.expect("node");
+            let status = node.status.unwrap_or_default();
+            let advertised = [status.capacity, status.allocatable]
+                .iter()
+                .flatten()
+                .any(|r| r.contains_key("kata.peerpods.io/vm"));
+            (!advertised).then_some(())
+        },
+    )
+    .await;
+    let class = wait_dra(client, node, "the DeviceClass vm.peerpods.io", || async {
+        classes
+            .get_opt("vm.peerpods.io")
+            .await
+            .expect("DeviceClass")
+    })
+    .await;
+    assert_eq!(
+        class.spec.and_then(|s| s.extended_resource_name).as_deref(),
+        Some("kata.peerpods.io/vm")
+    );
+    wait_dra(client, node, "a pool of one device", || async {
+        (pool_devices(&slices).await == 1).then_some(())
+    })
+    .await;
+    wait_dra(
+        client,
+        node,
+        "the kubelet plugin running on the node",
+        || async {
+            let ds = daemonsets
+                .get_opt("peerpods-dra-plugin")
+                .await
+                .expect("DaemonSet")?;
+            let image = ds
+                .spec
+                .template
+                .spec
+                .as_ref()?
+                .containers
+                .first()?
+                .image
+                .clone();
+            assert_eq!(image.as_deref(), Some(DRA_PLUGIN_IMAGE));
+            (ds.status?.number_ready == 1).then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "capacityMode dra: node capacity withdrawn, DeviceClass and a pool of one slot published, plugin ready"
+    );
+
+    // The first peer pod: mutated by the webhook, given the slot, started.
+    let first = create_peer_pod(&pods, "dra-peer-pod-1").await;
+    let limits = first.spec.as_ref().expect("spec").containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        limits.get("kata.peerpods.io/vm").map(|q| q.0.as_str()),
+        Some("1"),
+        "the webhook did not ask for a slot: {limits:?}"
+    );
+    let running = wait_running(client, node, &pods, "dra-peer-pod-1").await;
+    let claim_name = running
+        .status
+        .as_ref()
+        .and_then(|s| s.extended_resource_claim_status.as_ref())
+        .map(|c| c.resource_claim_name.clone())
+        .expect("the scheduler recorded the pod's extended resource claim");
+    let claim = claims
+        .get(&claim_name)
+        .await
+        .expect("the pod's ResourceClaim");
+    let results = claim
+        .status
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .unwrap_or_default();
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(
+        (results[0].driver.as_str(), results[0].pool.as_str()),
+        ("vm.peerpods.io", "peerpods"),
+        "{results:?}"
+    );
+    eprintln!(
+        "a webhook-mutated kata-remote pod got slot {} of the pool and runs (prepared by the plugin)",
+        results[0].device
+    );
+
+    // The pool is exhausted: the second stays Pending, with the scheduler's reason.
+    create_peer_pod(&pods, "dra-peer-pod-2").await;
+    let (reason, message) = wait_dra(
+        client,
+        node,
+        "the second peer pod found unschedulable",
+        || async {
+            let pod = pods.get("dra-peer-pod-2").await.expect("pod");
+            let status = pod.status?;
+            let scheduled = status
+                .conditions?
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+            assert_eq!(status.phase.as_deref(), Some("Pending"));
+            Some((scheduled.reason?, scheduled.message.unwrap_or_default()))
+        },
+    )
+    .await;
+    assert_eq!(reason, "Unschedulable", "{message}");
+    assert!(
+        message.contains("cannot allocate all claims"),
+        "the scheduler's message: {message}"
+    );
+    eprintln!("with the pool exhausted the next peer pod waits: {reason}: {message}");
+
+    // The slot comes back when the first pod goes: the second starts.
+    delete_pod(client, node, &pods, "dra-peer-pod-1").await;
+    wait_running(client, node, &pods, "dra-peer-pod-2").await;
+    eprintln!("the first pod deleted, the second got its slot and runs");
+
+    // Back to node mode (the last pod gone first, so no claim holds a device of the pool): nothing of the pool
+    // remains, and the node advertises the limit again.
+    delete_pod(client, node, &pods, "dra-peer-pod-2").await;
+    configs
+        .patch(
+            "peerpodconfig",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"capacityMode": "node"}})),
+        )
+        .await
+        .expect("switch the PeerPodConfig back to capacityMode node");
+    wait_dra(
+        client,
+        node,
+        "no ResourceSlice of vm.peerpods.io, no DeviceClass, no plugin DaemonSet",
+        || async {
+            let slices_left = slices
+                .list(&ListParams::default())
+                .await
+                .expect("ResourceSlices")
+                .items
+                .into_iter()
+                .any(|s| s.spec.driver == "vm.peerpods.io");
+            let class_left = classes
+                .get_opt("vm.peerpods.io")
+                .await
+                .expect("DeviceClass")
+                .is_some();
+            let plugin_left = daemonsets
+                .get_opt("peerpods-dra-plugin")
+                .await
+                .expect("DaemonSet")
+                .is_some();
+            (!slices_left && !class_left && !plugin_left).then_some(())
+        },
+    )
+    .await;
+    wait_dra(
+        client,
+        node,
+        "kata.peerpods.io/vm back in the node's allocatable",
+        || async {
+            let allocatable = nodes
+                .get(NODE_NAME)
+                .await
+                .expect("node")
+                .status?
+                .allocatable?;
+            (allocatable.get("kata.peerpods.io/vm")?.0 == "1").then_some(())
+        },
+    )
+    .await;
+    eprintln!(
+        "back in capacityMode node: no ResourceSlice, DeviceClass or plugin left; the node has its capacity"
+    );
+}
+
+/// Devices of driver vm.peerpods.io in all its ResourceSlices now.
+async fn pool_devices(slices: &Api<k8s_openapi::api::resource::v1::ResourceSlice>) -> usize {
+    slices
+        .list(&ListParams::default())
+        .await
+        .expect("ResourceSlices")
+        .items
+        .iter()
+        .filter(|s| s.spec.driver == "vm.peerpods.io")
+        .map(|s| s.spec.devices.as_ref().map_or(0, Vec::len))
+        .sum()
+}
+
+/// A kata-remote pod (the pause image, runc through the RuntimeClass), as the webhook stores it.
+async fn create_peer_pod(pods: &Api<Pod>, name: &str) -> Pod {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeClassName": "kata-remote",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{
+                "name": "app",
+                "image": "localhost/peerpods-node/pause:test",
+                "resources": {"requests": {"cpu": "100m"}},
+            }],
+        },
+    }))
+    .expect("Pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("create {name}: {e}"))
+}
+
+async fn wait_running(
+    client: &Client,
+    node: &testenv::node::Node,
+    pods: &Api<Pod>,
+    name: &str,
+) -> Pod {
+    wait_dra(client, node, &format!("{name} Running"), || async {
+        let pod = pods.get(name).await.expect("pod");
+        (pod.status.as_ref()?.phase.as_deref() == Some("Running")).then_some(pod)
+    })
+    .await
+}
+
+/// Deletes a pod and waits until it is gone (the kubelet has stopped it and, for a DRA pod, unprepared its claim).
+async fn delete_pod(client: &Client, node: &testenv::node::Node, pods: &Api<Pod>, name: &str) {
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+    wait_dra(client, node, &format!("{name} gone"), || async {
+        pods.get_opt(name)
+            .await
+            .expect("pod")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
+
+/// [`testenv::wait_for`] with [`DRA_STEP`], and on timeout what explains it: the PeerPodConfig's status, the Events
+/// of the default and release namespaces, the pods, and the end of the kubelet's log.
+async fn wait_dra<T, F, Fut>(
+    client: &Client,
+    node: &testenv::node::Node,
+    what: &str,
+    mut check: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let waited = tokio::time::timeout(DRA_STEP, async {
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    match waited {
+        Ok(value) => value,
+        Err(_) => panic!(
+            "timed out after {DRA_STEP:?} waiting for {what}\n{}",
+            dra_diagnosis(client, node).await
+        ),
+    }
+}
+
+async fn dra_diagnosis(client: &Client, node: &testenv::node::Node) -> String {
+    let configs: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NAMESPACE,
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig"),
+            "peerpodconfigs",
+        ),
+    );
+    let config = configs
+        .get("peerpodconfig")
+        .await
+        .map(|c| format!("{}", c.data))
+        .unwrap_or_else(|e| e.to_string());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node_status = nodes
+        .get(NODE_NAME)
+        .await
+        .map(|n| {
+            let status = n.status.unwrap_or_default();
+            format!(
+                "capacity {:?}\nallocatable {:?}",
+                status.capacity, status.allocatable
+            )
+        })
+        .unwrap_or_else(|e| e.to_string());
+    let mut events = Vec::new();
+    for namespace in ["default", NAMESPACE] {
+        let api: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(client.clone(), namespace);
+        events.extend(
+            api.list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| {
+                    format!(
+                        "{} {}: {} {}",
+                        namespace,
+                        e.regarding.and_then(|r| r.name).unwrap_or_default(),
+                        e.reason.unwrap_or_default(),
+                        e.note.unwrap_or_default()
+                    )
+                }),
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let mut logs = Vec::new();
+    for pod in pods
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+    {
+        let name = pod.metadata.name.unwrap_or_default();
+        if name.contains("peer-pod-config-ctrl") || name.contains("dra-plugin") {
+            let params = kube::api::LogParams {
+                tail_lines: Some(30),
+                ..Default::default()
+            };
+            let log = pods
+                .logs(&name, &params)
+                .await
+                .unwrap_or_else(|e| e.to_string());
+            logs.push(format!("--- {name}:\n{log}"));
+        }
+    }
+    let kubelet = std::fs::read_to_string(node.log_path("kubelet")).unwrap_or_default();
+    let kubelet: Vec<&str> = kubelet
+        .lines()
+        .filter(|l| {
+            l.contains("dra")
+                || l.contains("DRA")
+                || l.contains("plugin")
+                || l.contains("E1")
+                || l.contains("E0")
+        })
+        .collect();
+    format!(
+        "PeerPodConfig: {config}\nnode: {node_status}\nevents:\n{}\nlogs:\n{}\npods:\n{}\nkubelet (DRA, plugin and error lines, last 40):\n{}",
+        events.join("\n"),
+        logs.join("\n"),
+        describe_pods(client).await,
+        kubelet[kubelet.len().saturating_sub(40)..].join("\n")
+    )
 }
