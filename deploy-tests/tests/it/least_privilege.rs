@@ -329,6 +329,38 @@ fn caa_daemonset(
     .expect("DaemonSet")
 }
 
+/// A release's policies, RBAC and ServiceAccounts applied in a fresh namespace, on the control plane of the tests
+/// that make cluster-wide webhook configurations, and clients of the admin and of peer-pod-config-ctrl's token.
+struct PpcRelease {
+    admin: kube::Client,
+    ns: String,
+    fullname: String,
+    ppc: kube::Client,
+}
+
+async fn ppc_release(ns_prefix: &str) -> PpcRelease {
+    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
+    let admin = cp.client().await;
+    let ns = testenv::namespace(&admin, ns_prefix).await;
+    let release = format!("lp-{ns}");
+    let fullname = format!("{release}-peerpods");
+    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
+    let token = testenv::service_account_token(
+        &admin,
+        &ns,
+        &format!("{fullname}-peer-pod-config-ctrl"),
+        &[],
+    )
+    .await;
+    let ppc = cp.client_with_token(&token).await;
+    PpcRelease {
+        admin,
+        ns,
+        fullname,
+        ppc,
+    }
+}
+
 /// Waits until the API server enforces peer-pod-config-ctrl's policy in `ns`: until it has loaded it, the probe (a
 /// DaemonSet of another name, created with peer-pod-config-ctrl's client `ppc`) goes through, and is removed again.
 async fn wait_rendered_policy(ppc: &kube::Client, admin: &kube::Client, ns: &str) {
@@ -400,20 +432,12 @@ fn webhook_configuration(
 /// cluster, which a chart installed beside it would own.
 #[tokio::test(flavor = "multi_thread")]
 async fn peer_pod_config_ctrl_writes_only_what_it_renders() {
-    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
-    let admin = cp.client().await;
-    let ns = testenv::namespace(&admin, "ppc-rendered").await;
-    let release = format!("lp-{ns}");
-    let fullname = format!("{release}-peerpods");
-    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
-    let token = testenv::service_account_token(
-        &admin,
-        &ns,
-        &format!("{fullname}-peer-pod-config-ctrl"),
-        &[],
-    )
-    .await;
-    let ppc = cp.client_with_token(&token).await;
+    let PpcRelease {
+        admin,
+        ns,
+        fullname,
+        ppc,
+    } = ppc_release("ppc-rendered").await;
     let webhooks: Api<MutatingWebhookConfiguration> = Api::all(ppc.clone());
     let admin_webhooks: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
     let post = PostParams::default();
@@ -951,20 +975,7 @@ async fn provider_service_lives_apart_in_a_restricted_namespace_peer_pod_config_
 async fn peer_pod_config_ctrl_changes_only_its_own_dra_objects_and_only_reads_claims() {
     use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
     use kube::api::{DeleteParams, ListParams};
-    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
-    let admin = cp.client().await;
-    let ns = testenv::namespace(&admin, "ppc-dra").await;
-    let release = format!("lp-{ns}");
-    let fullname = format!("{release}-peerpods");
-    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
-    let token = testenv::service_account_token(
-        &admin,
-        &ns,
-        &format!("{fullname}-peer-pod-config-ctrl"),
-        &[],
-    )
-    .await;
-    let ppc = cp.client_with_token(&token).await;
+    let PpcRelease { admin, ns, ppc, .. } = ppc_release("ppc-dra").await;
     let apply = PatchParams::apply("peer-pod-config-ctrl").force();
     fn forbidden<T>(result: &Result<T, kube::Error>) -> bool {
         matches!(result, Err(kube::Error::Api(e)) if e.code == 403)
@@ -1132,20 +1143,7 @@ async fn peer_pod_config_ctrl_changes_only_its_own_dra_objects_and_only_reads_cl
 /// privileged container, an added capability, the host's network or PID namespace, or a foreign image is refused.
 #[tokio::test(flavor = "multi_thread")]
 async fn peer_pod_config_ctrl_runs_the_dra_plugin_only_as_it_renders_it() {
-    let cp = testenv::shared_for(concat!(module_path!(), "::webhook_configuration"));
-    let admin = cp.client().await;
-    let ns = testenv::namespace(&admin, "ppc-plugin").await;
-    let release = format!("lp-{ns}");
-    let fullname = format!("{release}-peerpods");
-    apply_policies(cp, &release, &ns, &[DEV_VALUES]).await;
-    let token = testenv::service_account_token(
-        &admin,
-        &ns,
-        &format!("{fullname}-peer-pod-config-ctrl"),
-        &[],
-    )
-    .await;
-    let ppc = cp.client_with_token(&token).await;
+    let PpcRelease { admin, ns, ppc, .. } = ppc_release("ppc-plugin").await;
     wait_rendered_policy(&ppc, &admin, &ns).await;
     let daemonsets: Api<DaemonSet> = Api::namespaced(ppc.clone(), &ns);
     let post = PostParams::default();
