@@ -373,11 +373,7 @@ async fn caa_lands_and_capacity_reaches_allocatable(client: &Client) {
         )
         .await
         .expect("label the node");
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig"),
-        "peerpodconfigs",
-    );
-    let configs: Api<DynamicObject> = Api::namespaced_with(client.clone(), NAMESPACE, &resource);
+    let configs = peerpod_configs(client);
     let config: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "confidentialcontainers.org/v1alpha1",
         "kind": "PeerPodConfig",
@@ -625,14 +621,7 @@ async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) 
     let classes: Api<DeviceClass> = Api::all(client.clone());
     let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
     let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), NAMESPACE);
-    let configs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NAMESPACE,
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig"),
-            "peerpodconfigs",
-        ),
-    );
+    let configs = peerpod_configs(client);
 
     // The webhook step's pod runs on a node-mode slot: gone first, so the pool starts empty of our pods.
     delete_pod(client, node, &pods, "peer-pod").await;
@@ -928,15 +917,20 @@ where
     }
 }
 
-async fn dra_diagnosis(client: &Client, node: &testenv::node::Node) -> String {
-    let configs: Api<DynamicObject> = Api::namespaced_with(
+/// The PeerPodConfigs of the chart's namespace (the CRD's types live in the controller; the test reads JSON).
+fn peerpod_configs(client: &Client) -> Api<DynamicObject> {
+    Api::namespaced_with(
         client.clone(),
         NAMESPACE,
         &ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPodConfig"),
             "peerpodconfigs",
         ),
-    );
+    )
+}
+
+async fn dra_diagnosis(client: &Client, node: &testenv::node::Node) -> String {
+    let configs = peerpod_configs(client);
     let config = configs
         .get("peerpodconfig")
         .await
