@@ -28,6 +28,12 @@ pub enum Error {
     },
 }
 
+impl peerpods_runtime::service::StopReason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// A stable, short name of the variant, for logs.
     pub fn reason(&self) -> &'static str {

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use peerpods_dra_plugin::driver::{DEFAULT_DRIVER, DriverName};
 use peerpods_dra_plugin::serve::{self, Options};
+use peerpods_runtime::service;
 use peerpods_runtime::telemetry::{self, LogFormat};
 
 const COMPONENT: &str = "peerpods-dra-plugin";
@@ -36,27 +37,18 @@ struct Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     // OTEL_EXPORTER_OTLP_ENDPOINT, when set, exports spans as every service does.
-    let telemetry = match telemetry::init(COMPONENT, cli.log_format) {
-        Ok(t) => t,
-        Err(error) => {
-            eprintln!("{COMPONENT}: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let telemetry = telemetry::init(COMPONENT, cli.log_format);
     let options = Options {
         driver: cli.driver_name,
         kubelet_dir: cli.kubelet_dir,
         node: cli.node_name,
     };
-    let result = serve::run(options, peerpods_runtime::shutdown::on_signal()).await;
-    if let Err(error) = &result {
-        tracing::error!(%error, reason = error.reason(), "{COMPONENT} stopped");
-    }
-    telemetry.shutdown().await;
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::FAILURE,
-    }
+    service::run(
+        COMPONENT,
+        telemetry,
+        serve::run(options, peerpods_runtime::shutdown::on_signal()),
+    )
+    .await
 }
 
 #[cfg(test)]

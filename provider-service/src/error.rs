@@ -163,6 +163,12 @@ pub enum Error {
     },
 }
 
+impl peerpods_runtime::service::StopReason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// Stable, low-cardinality name of the variant, for metric labels and logs.
     pub fn reason(&self) -> &'static str {

@@ -72,23 +72,8 @@ struct Args {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    let telemetry = match args.admin.init_telemetry("provider-service") {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("provider-service: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = run(args).await;
-    if let Err(e) = &result {
-        tracing::error!(error = %e, reason = e.reason(), "provider-service stopped");
-    }
-    telemetry.shutdown().await;
-    if result.is_ok() {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::FAILURE
-    }
+    let telemetry = args.admin.init_telemetry("provider-service");
+    peerpods_runtime::service::run("provider-service", telemetry, run(args)).await
 }
 
 async fn run(args: Args) -> Result<(), provider_service::Error> {

@@ -32,6 +32,7 @@ pub mod leader;
 #[cfg(feature = "controller")]
 pub mod metrics;
 pub mod secure_metrics;
+pub mod service;
 pub mod shutdown;
 #[cfg(feature = "controller")]
 pub mod status;

@@ -65,6 +65,12 @@ pub enum Error {
     Runtime(#[from] peerpods_runtime::Error),
 }
 
+impl peerpods_runtime::service::StopReason for Error {
+    fn reason(&self) -> &'static str {
+        Error::reason(self)
+    }
+}
+
 impl Error {
     /// A CamelCase word for metric labels and logs; never changes for a variant.
     pub fn reason(&self) -> &'static str {

@@ -86,42 +86,27 @@ impl Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let otlp = cli.otlp_endpoint.as_deref().filter(|e| !e.is_empty());
-    let telemetry = match telemetry::init_with(COMPONENT, cli.log_format, otlp) {
-        Ok(t) => t,
-        Err(error) => {
-            eprintln!("{COMPONENT}: {error}");
-            return ExitCode::FAILURE;
+    let telemetry = telemetry::init_with(COMPONENT, cli.log_format, otlp);
+    peerpods_runtime::service::run(COMPONENT, telemetry, async {
+        if let Some(instance_type) = &cli.pod_vm_instance_type {
+            tracing::info!(
+                instance_type,
+                "POD_VM_INSTANCE_TYPE is not used by the webhook"
+            );
         }
-    };
-    if let Some(instance_type) = &cli.pod_vm_instance_type {
-        tracing::info!(
-            instance_type,
-            "POD_VM_INSTANCE_TYPE is not used by the webhook"
-        );
-    }
-    if cli.leader_elect || cli.metrics_bind_address.is_some() {
-        tracing::info!(
-            "--leader-elect and --metrics-bind-address are not needed: every replica serves, /metrics is on the health probe address"
-        );
-    }
-    let result = match cli.metrics.secure_metrics().await {
-        Ok(secure_metrics) => {
-            let options = Options {
-                secure_metrics,
-                ..cli.options()
-            };
-            server::run(options, peerpods_runtime::shutdown::on_signal()).await
+        if cli.leader_elect || cli.metrics_bind_address.is_some() {
+            tracing::info!(
+                "--leader-elect and --metrics-bind-address are not needed: every replica serves, /metrics is on the health probe address"
+            );
         }
-        Err(error) => Err(error.into()),
-    };
-    if let Err(error) = &result {
-        tracing::error!(%error, reason = error.reason(), "{COMPONENT} stopped");
-    }
-    telemetry.shutdown().await;
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::FAILURE,
-    }
+        let secure_metrics = cli.metrics.secure_metrics().await?;
+        let options = Options {
+            secure_metrics,
+            ..cli.options()
+        };
+        server::run(options, peerpods_runtime::shutdown::on_signal()).await
+    })
+    .await
 }
 
 #[cfg(test)]

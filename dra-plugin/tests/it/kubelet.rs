@@ -278,6 +278,15 @@ async fn a_file_that_is_not_a_socket_is_left_alone_and_the_plugin_stops() {
     let status = plugin.exit().await;
     assert!(!status.success(), "{}", plugin.log());
     assert!(plugin.log().contains("is not a socket"), "{}", plugin.log());
+    // Why it stopped, logged once with the error's reason, as every service's main logs it.
+    assert!(
+        plugin
+            .log()
+            .lines()
+            .any(|l| l.contains("peerpods-dra-plugin stopped") && l.contains("NotASocket")),
+        "{}",
+        plugin.log()
+    );
     assert_eq!(
         std::fs::read_to_string(plugin.registration_socket()).unwrap(),
         "not a socket"
