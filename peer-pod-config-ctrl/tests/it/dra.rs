@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::support::{Scenario, TIMEOUT};
+use crate::support::{ProviderService, Scenario, TIMEOUT};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -359,5 +359,83 @@ async fn a_per_node_limit_in_dra_mode_is_refused_and_nothing_is_published() {
         "node capacity: {state:?}"
     );
 
+    s.finish().await;
+}
+
+/// The cloud's quota, as GetCapacity reports it, drops below what the pool holds: the pool shrinks to the free
+/// capacity, but never below the devices ResourceClaims hold. libvirt's test driver is the cloud: the host's vCPUs
+/// are its quota, and a domain defined behind the controller's back takes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_drop_shrinks_the_pool_to_no_less_than_what_is_allocated() {
+    let provider = ProviderService::start().await;
+    let s = Scenario::start_with("ppc-dra-quota", Some(provider.url())).await;
+    // Only now, in the scenario (scenarios run one at a time), is the host's free capacity this test's to change.
+    let libvirt =
+        virt::connect::Connect::open(Some("test:///default")).expect("libvirt test driver");
+    let free = provider.free_vcpus().await;
+    assert!(
+        (4..128).contains(&free),
+        "the test driver's host has a few vCPUs free: {free}"
+    );
+    s.create_nodes(0..2, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({
+            "limit": 1000,
+            "capacityMode": "dra",
+            "nodeSelector": s.selector(),
+            "capacityFromProvider": {"cloudProvider": "libvirt", "vcpusPerInstance": 1, "refreshSeconds": 10},
+        }),
+    )
+    .await;
+    let highest = free - 1;
+    wait_pool(&s, "a pool of the free vCPUs", |d| {
+        d == &vms(0..u32::try_from(free).expect("small"))
+    })
+    .await;
+    allocated_claim(&s, "peer-pod-vm", &format!("vm-{highest}")).await;
+    wait_status(&s, "one slot allocated", |st| st.allocated_slots == Some(1)).await;
+
+    // The quota drops to two free: the allocated device stays, one free device beside it.
+    let domain = libvirt
+        .define_domain_xml(&format!(
+            "<domain type='test'><name>{}-quota</name><memory unit='MiB'>128</memory><vcpu>{}</vcpu>\
+             <os><type arch='i686'>hvm</type></os></domain>",
+            s.ns,
+            free - 2
+        ))
+        .expect("define a domain taking the host's vCPUs");
+    let (_, _, devices) = wait_pool(&s, "a pool of 2 keeping the allocated device", |d| {
+        d.len() == 2
+    })
+    .await;
+    assert_eq!(
+        devices,
+        BTreeSet::from(["vm-0".to_owned(), format!("vm-{highest}")])
+    );
+    let status = wait_status(&s, "pool of 2, 1 allocated", |st| st.pool_size == Some(2)).await;
+    assert_eq!(
+        (
+            status.provider_free_capacity,
+            status.allocated_slots,
+            status.free_slots
+        ),
+        (Some(2), Some(1), Some(1))
+    );
+
+    // Below what is allocated: the claim's device alone.
+    let more = libvirt
+        .define_domain_xml(&format!(
+            "<domain type='test'><name>{}-quota-2</name><memory unit='MiB'>128</memory><vcpu>2</vcpu>\
+             <os><type arch='i686'>hvm</type></os></domain>",
+            s.ns
+        ))
+        .expect("define a second domain");
+    let (_, _, devices) = wait_pool(&s, "the allocated device alone", |d| d.len() == 1).await;
+    assert_eq!(devices, BTreeSet::from([format!("vm-{highest}")]));
+
+    for d in [domain, more] {
+        d.undefine().expect("undefine");
+    }
     s.finish().await;
 }

@@ -417,6 +417,24 @@ impl ProviderService {
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
+
+    /// The free vCPUs of libvirt's test driver host, as GetCapacity reports them. Ask within a scenario:
+    /// scenarios run one at a time, and one may define domains that take the host's vCPUs.
+    pub async fn free_vcpus(&self) -> u64 {
+        let mut client =
+            peerpods_proto::v1::provider_service_client::ProviderServiceClient::connect(self.url())
+                .await
+                .expect("connect");
+        let figures = client
+            .get_capacity(peerpods_proto::v1::GetCapacityRequest {
+                cloud_provider: "libvirt".into(),
+            })
+            .await
+            .expect("GetCapacity")
+            .into_inner();
+        let vcpus = figures.vcpus.expect("vCPU figure");
+        vcpus.limit.expect("host vCPUs") - vcpus.in_use.expect("vCPUs in use")
+    }
 }
 
 /// A TCP proxy to the API server that can stop answering: while stalled it moves no bytes either way (they wait
