@@ -2,6 +2,8 @@
 //!
 //! - [`v1`]: messages plus `provider_service_client` / `provider_service_server`.
 //! - [`ProviderName`]: the values of `cloud_provider` (cloud-api-adaptor's `CLOUD_PROVIDER` names).
+//! - [`ErrorReason`]: the `ErrorInfo` reasons of provider-service's errors.
+//! - [`marks_do_not_delete`]: which values of the do-not-delete mark protect.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 
 pub use peerpods_protocol::{ProviderName, UnknownProviderName};
@@ -12,6 +14,14 @@ pub use peerpods_protocol::{ProviderName, UnknownProviderName};
 /// counts except `false`. [`DO_NOT_DELETE_PORTABLE`] is the same mark spelled so that every cloud
 /// can carry it as a VM tag. The rule lives with the protocol.
 pub use peerpods_protocol::{DO_NOT_DELETE, DO_NOT_DELETE_PORTABLE};
+
+/// Whether a value of the do-not-delete mark protects: any value except `false` (ignoring case and
+/// blanks), so a typo protects rather than exposes. provider-service's guard and peerpod-ctrl's
+/// annotation and tag reading both use it.
+pub use peerpods_protocol::guard::marks_do_not_delete;
+
+mod reason;
+pub use reason::ErrorReason;
 
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.

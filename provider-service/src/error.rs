@@ -337,4 +337,53 @@ mod tests {
         );
         assert!(review.source().is_some());
     }
+
+    /// The error of this service that answers with `reason` (provider.proto), and the status code
+    /// a client pairs the reason with. An exhaustive match: a new reason must say who sends it.
+    fn sent_with(reason: &peerpods_proto::ErrorReason) -> Option<(Error, Code)> {
+        use peerpods_proto::ErrorReason as R;
+        let error: ProviderError = match reason {
+            R::DoNotDelete => ProviderError::DoNotDelete {
+                instance_id: "i-1".into(),
+                tag: peerpods_provider_core::DO_NOT_DELETE_TAG,
+                value: "true".into(),
+            },
+            R::NotOwnedByCluster => ProviderError::NotOwnedByCluster {
+                message: "no cluster tag".into(),
+            },
+            R::ProviderNotConfigured => ProviderError::ProviderNotConfigured { name: "aws".into() },
+            R::CloudUnauthenticated => ProviderError::cloud_unauthenticated("HTTP 401"),
+            R::CloudPermissionDenied => ProviderError::cloud_permission_denied("HTTP 403"),
+            R::CloudUnavailable => ProviderError::unavailable("HTTP 503"),
+            R::Throttled => {
+                ProviderError::throttled(std::time::Duration::from_secs(1), "RequestLimitExceeded")
+            }
+            R::Unknown(_) => return None,
+        };
+        let code = match reason {
+            R::DoNotDelete
+            | R::NotOwnedByCluster
+            | R::ProviderNotConfigured
+            | R::CloudUnauthenticated => Code::FailedPrecondition,
+            R::CloudPermissionDenied => Code::PermissionDenied,
+            R::CloudUnavailable => Code::Unavailable,
+            R::Throttled => Code::ResourceExhausted,
+            R::Unknown(_) => return None,
+        };
+        Some((Error::Provider(error), code))
+    }
+
+    #[test]
+    fn every_reason_a_client_reads_is_sent_as_the_protocol_spells_it() {
+        for reason in peerpods_proto::ErrorReason::KNOWN {
+            let (error, code) = sent_with(&reason).expect("a known reason has a sender");
+            let s = status(&error);
+            assert_eq!(s.code(), code, "{reason}");
+            assert_eq!(
+                s.get_details_error_info()
+                    .map(|i| peerpods_proto::ErrorReason::parse(&i.reason)),
+                Some(reason)
+            );
+        }
+    }
 }
