@@ -20,13 +20,9 @@ pub const CONDITION_CLEANED: &str = "Cleaned";
 /// Annotation on a PeerPod (and tag on a VM, which provider-service honours) that keeps its VM from being
 /// deleted by any path: the cleanup of the PeerPod (its finalizer stays), the reaping of older PeerPods of
 /// the same Pod, the orphan scan. Any value counts except `false` (ignoring case and surrounding blanks), so a
-/// typo protects rather than exposes.
-pub const DO_NOT_DELETE: &str = "peerpods.io/do-not-delete";
-
-/// Whether a `peerpods.io/do-not-delete` value asks for protection: anything but `false`.
-pub fn do_not_delete_value(value: &str) -> bool {
-    !value.trim().eq_ignore_ascii_case("false")
-}
+/// typo protects rather than exposes ([`peerpods_proto::marks_do_not_delete`], the rule provider-service
+/// applies to the tag too).
+pub use peerpods_proto::DO_NOT_DELETE;
 
 // Doc comments on the CRD types are single lines on purpose: they become `kubectl explain` text, which keeps
 // line breaks as they are and would show a hard-wrapped comment as ragged lines.
@@ -124,21 +120,94 @@ pub enum PeerPodState {
 }
 
 impl PeerPodState {
-    /// The state a Cleaned condition stands for: `done` is its status, `reason` its reason.
-    pub fn of_cleanup(done: bool, reason: &str) -> PeerPodState {
-        match (done, reason) {
-            (true, _) => PeerPodState::Released,
-            (false, HOLD_REASON | REASON_DEVELOPER_MODE) => PeerPodState::Held,
-            (false, _) => PeerPodState::WaitingForCloud,
+    /// The state a Cleaned condition stands for: `done` is its status, `reason` its reason. An exhaustive match,
+    /// so a new reason says which state it means.
+    pub fn of_cleanup(done: bool, reason: CleanedReason) -> PeerPodState {
+        use CleanedReason as R;
+        match reason {
+            _ if done => PeerPodState::Released,
+            R::DoNotDelete | R::DeveloperMode => PeerPodState::Held,
+            R::InstanceDeleted
+            | R::InstanceAlreadyGone
+            | R::ReleasedByOperator
+            | R::InstanceStillReferenced
+            | R::DeleteInProgress
+            | R::InstanceNotYetVisible
+            | R::InstanceStillListed
+            | R::UnknownReleaseValue
+            | R::Failed(_) => PeerPodState::WaitingForCloud,
         }
     }
 }
 
-/// The reason of every do-not-delete hold: the PeerPod annotation and provider-service's refusal of a tagged VM.
-const HOLD_REASON: &str = "DoNotDelete";
+/// The reasons of the Cleaned condition (and of the Events that go with them), which `status.reason` and the
+/// REASON printer column repeat. The strings are API: `kubectl`, alerts and scripts read them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CleanedReason {
+    /// provider-service deleted the VM.
+    InstanceDeleted,
+    /// The VM was already gone.
+    InstanceAlreadyGone,
+    /// The operator released the PeerPod without a delete (`peerpods.io/release: operator`).
+    ReleasedByOperator,
+    /// Released without deleting the VM, because a live PeerPod still names the VM.
+    InstanceStillReferenced,
+    /// Held by do-not-delete: the PeerPod's annotation, or provider-service's refusal of a VM tagged so.
+    DoNotDelete,
+    /// Held because cloud-api-adaptor runs in developer mode, which keeps a failed pod's VM for debugging.
+    DeveloperMode,
+    /// provider-service is still deleting the VM; asked again after its retry advice.
+    DeleteInProgress,
+    /// The cloud does not show the VM yet, inside its consistency window: a wait, not a failure.
+    InstanceNotYetVisible,
+    /// `peerpods.io/release: instance-gone` on a PeerPod whose VM provider-service still lists.
+    InstanceStillListed,
+    /// A `peerpods.io/release` value that is not known.
+    UnknownReleaseValue,
+    /// Deleting the VM failed: the error's own reason ([`crate::Error::reason`]).
+    Failed(&'static str),
+}
 
-/// The reason of a hold for cloud-api-adaptor's developer mode, which keeps a failed pod's VM for debugging.
-pub const REASON_DEVELOPER_MODE: &str = "DeveloperMode";
+impl CleanedReason {
+    /// Every reason with a name of its own (all but [`CleanedReason::Failed`]).
+    pub const NAMED: [CleanedReason; 10] = [
+        CleanedReason::InstanceDeleted,
+        CleanedReason::InstanceAlreadyGone,
+        CleanedReason::ReleasedByOperator,
+        CleanedReason::InstanceStillReferenced,
+        CleanedReason::DoNotDelete,
+        CleanedReason::DeveloperMode,
+        CleanedReason::DeleteInProgress,
+        CleanedReason::InstanceNotYetVisible,
+        CleanedReason::InstanceStillListed,
+        CleanedReason::UnknownReleaseValue,
+    ];
+
+    /// The string written to the condition, `status.reason` and the Event.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CleanedReason::InstanceDeleted => "InstanceDeleted",
+            CleanedReason::InstanceAlreadyGone => "InstanceAlreadyGone",
+            CleanedReason::ReleasedByOperator => "ReleasedByOperator",
+            CleanedReason::InstanceStillReferenced => "InstanceStillReferenced",
+            CleanedReason::DoNotDelete => "DoNotDelete",
+            CleanedReason::DeveloperMode => "DeveloperMode",
+            CleanedReason::DeleteInProgress => "DeleteInProgress",
+            CleanedReason::InstanceNotYetVisible => "InstanceNotYetVisible",
+            CleanedReason::InstanceStillListed => "InstanceStillListed",
+            CleanedReason::UnknownReleaseValue => "UnknownReleaseValue",
+            CleanedReason::Failed(reason) => reason,
+        }
+    }
+
+    /// The named reason a condition carries; `None` for an error's reason or a string this version does not
+    /// know (another version's), which the caller treats as not that reason.
+    pub fn parse(reason: &str) -> Option<CleanedReason> {
+        CleanedReason::NAMED
+            .into_iter()
+            .find(|named| named.as_str() == reason)
+    }
+}
 
 impl PeerPod {
     /// The condition of type [`CONDITION_CLEANED`], if any.
@@ -191,6 +260,60 @@ pub fn crd_yaml() -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_named_cleaned_reason_keeps_its_string_and_reads_back() {
+        let strings: Vec<&str> = CleanedReason::NAMED.map(CleanedReason::as_str).to_vec();
+        // API: conditions, status.reason, Events, the REASON column and kubectl-peerpods read these.
+        assert_eq!(
+            strings,
+            [
+                "InstanceDeleted",
+                "InstanceAlreadyGone",
+                "ReleasedByOperator",
+                "InstanceStillReferenced",
+                "DoNotDelete",
+                "DeveloperMode",
+                "DeleteInProgress",
+                "InstanceNotYetVisible",
+                "InstanceStillListed",
+                "UnknownReleaseValue",
+            ]
+        );
+        for named in CleanedReason::NAMED {
+            assert_eq!(CleanedReason::parse(named.as_str()), Some(named));
+        }
+        assert_eq!(
+            CleanedReason::Failed("ProviderUnavailable").as_str(),
+            "ProviderUnavailable"
+        );
+        assert_eq!(CleanedReason::parse("ProviderUnavailable"), None);
+    }
+
+    #[test]
+    fn only_do_not_delete_and_developer_mode_hold_and_done_is_released() {
+        let failed = CleanedReason::Failed("ProviderUnavailable");
+        for reason in CleanedReason::NAMED.into_iter().chain([failed]) {
+            assert_eq!(
+                PeerPodState::of_cleanup(true, reason),
+                PeerPodState::Released
+            );
+            let held = matches!(
+                reason,
+                CleanedReason::DoNotDelete | CleanedReason::DeveloperMode
+            );
+            let expected = if held {
+                PeerPodState::Held
+            } else {
+                PeerPodState::WaitingForCloud
+            };
+            assert_eq!(
+                PeerPodState::of_cleanup(false, reason),
+                expected,
+                "{reason:?}"
+            );
+        }
+    }
 
     #[test]
     fn caa_create_body_deserializes() {

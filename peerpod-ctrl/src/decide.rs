@@ -19,8 +19,9 @@ pub use peerpods_protocol::decide::{RELEASE, ReleaseAsk};
 
 pub use peerpods_protocol::decide::DeveloperMode;
 
-use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, do_not_delete_value};
+use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod};
 use crate::provider::Deleted;
+use peerpods_proto::marks_do_not_delete;
 
 /// What a PeerPod needs from this controller right now: the protocol's decision kernel, which
 /// the model checker runs too.
@@ -189,7 +190,7 @@ pub fn do_not_delete(peerpod: &PeerPod) -> bool {
     peerpod
         .annotations()
         .get(DO_NOT_DELETE)
-        .is_some_and(|v| do_not_delete_value(v))
+        .is_some_and(|v| marks_do_not_delete(v))
 }
 
 /// Whether a VM's tags (as `ListInstances` reports them) carry `peerpods.io/do-not-delete` or its
@@ -198,7 +199,7 @@ pub fn do_not_delete(peerpod: &PeerPod) -> bool {
 pub fn tags_do_not_delete<'a>(tags: impl IntoIterator<Item = (&'a String, &'a String)>) -> bool {
     tags.into_iter().any(|(k, v)| {
         (k == DO_NOT_DELETE || k == peerpods_proto::DO_NOT_DELETE_PORTABLE)
-            && do_not_delete_value(v)
+            && marks_do_not_delete(v)
     })
 }
 

@@ -1,6 +1,7 @@
 //! The one error type of this crate. `reason()` is stable: it is the condition reason on PeerPods, the Event
 //! reason and the `reason` label of metrics, so renaming a reason is a breaking change for alerts.
 
+use crate::crd::CleanedReason;
 use std::time::Duration;
 
 use peerpods_runtime::{Cause, with_cause};
@@ -181,7 +182,7 @@ impl Error {
             Error::InvalidInstance(_) => "InvalidInstance",
             Error::ProviderRejected { .. } => "ProviderRejected",
             Error::ProviderPrecondition { .. } => "ProviderPrecondition",
-            Error::InstanceProtected { .. } => "DoNotDelete",
+            Error::InstanceProtected { .. } => CleanedReason::DoNotDelete.as_str(),
             Error::ProviderRefused { reason, .. } => reason,
             Error::ProviderUnauthorized { .. } => "ProviderUnauthorized",
             Error::ProviderThrottled { .. } => "ProviderThrottled",
@@ -196,6 +197,15 @@ impl Error {
             Error::CrdSerialization(_) => "CrdSerialization",
             Error::Config { .. } => "InvalidConfiguration",
             Error::LeaderElection(_) => "LeaderElection",
+        }
+    }
+
+    /// The reason the Cleaned condition records for this error: provider-service's do-not-delete refusal holds
+    /// the cleanup as the annotation does; any other error is a failure under its own reason.
+    pub fn cleaned_reason(&self) -> CleanedReason {
+        match self {
+            Error::InstanceProtected { .. } => CleanedReason::DoNotDelete,
+            other => CleanedReason::Failed(other.reason()),
         }
     }
 

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use peerpods_proto::ErrorReason;
 use peerpods_proto::v1::{
     DeleteInstanceRequest, DeleteResult, DeleteWait, ListInstancesRequest, ListProvidersRequest,
     Requester,
@@ -13,6 +14,7 @@ use tonic::Code;
 use peerpods_runtime::Cause;
 
 use crate::Error;
+use crate::crd::CleanedReason;
 use crate::error::human_message;
 
 pub use peerpods_provider_client::{ProviderClient, ProviderClientConfig};
@@ -28,10 +30,10 @@ pub enum Deleted {
 
 impl Deleted {
     /// Event and condition reason.
-    pub fn reason(self) -> &'static str {
+    pub fn reason(self) -> CleanedReason {
         match self {
-            Deleted::Deleted => "InstanceDeleted",
-            Deleted::AlreadyGone => "InstanceAlreadyGone",
+            Deleted::Deleted => CleanedReason::InstanceDeleted,
+            Deleted::AlreadyGone => CleanedReason::InstanceAlreadyGone,
         }
     }
 
@@ -218,31 +220,33 @@ impl Provider {
     }
 }
 
-/// `google.rpc.ErrorInfo` reason of provider-service's refusal to delete a VM tagged do-not-delete.
-pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
-
 /// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own, with
 /// the status code each comes with. All of them are configuration or guards that do not change by themselves.
-fn refusal_reason(code: Code, reason: &str) -> Option<&'static str> {
-    [
-        (Code::FailedPrecondition, "NotOwnedByCluster"),
-        (Code::FailedPrecondition, "ProviderNotConfigured"),
-        (Code::FailedPrecondition, "CloudUnauthenticated"),
+fn refusal_reason(code: Code, reason: &ErrorReason) -> Option<&'static str> {
+    let refused_with = match reason {
+        ErrorReason::NotOwnedByCluster
+        | ErrorReason::ProviderNotConfigured
+        | ErrorReason::CloudUnauthenticated => Code::FailedPrecondition,
         // The cloud refused provider-service's own credentials a permission: the cloud policy needs fixing,
         // neither this controller's credentials nor provider-service's health.
-        (Code::PermissionDenied, "CloudPermissionDenied"),
-    ]
-    .into_iter()
-    .find(|(c, known)| *c == code && *known == reason)
-    .map(|(_, known)| known)
+        ErrorReason::CloudPermissionDenied => Code::PermissionDenied,
+        // A hold (read before any refusal), the cloud's failures, and what this side does not know.
+        ErrorReason::DoNotDelete
+        | ErrorReason::CloudUnavailable
+        | ErrorReason::Throttled
+        | ErrorReason::Unknown(_) => return None,
+    };
+    (code == refused_with).then(|| reason.known()).flatten()
 }
 
 /// Reasons provider-service gives for a failure of the cloud behind it (provider.proto), and the reason this
 /// controller records for each: the condition says the cloud failed, not provider-service.
-fn cloud_failure_reason(code: Code, reason: &str) -> Option<&'static str> {
+fn cloud_failure_reason(code: Code, reason: &ErrorReason) -> Option<&'static str> {
     match (code, reason) {
-        (Code::Unavailable, "CloudUnavailable") => Some("CloudUnavailable"),
-        (Code::ResourceExhausted, "Throttled") => Some(crate::error::REASON_CLOUD_THROTTLED),
+        (Code::Unavailable, ErrorReason::CloudUnavailable) => reason.known(),
+        (Code::ResourceExhausted, ErrorReason::Throttled) => {
+            Some(crate::error::REASON_CLOUD_THROTTLED)
+        }
         _ => None,
     }
 }
@@ -255,16 +259,16 @@ pub fn status_error(status: &tonic::Status) -> Error {
     let code = status.code();
     let message = human_message(&format!("{code:?}: {}", status.message()));
     let info = status.get_error_details().error_info().cloned();
-    let reason = info.as_ref().map(|i| i.reason.as_str());
+    let reason = info.as_ref().map(|i| ErrorReason::parse(&i.reason));
     // The status itself is the source: a status made by this side's transport carries its error under it.
     let source = Some(Cause::from(status.clone()));
-    if reason == Some(REASON_DO_NOT_DELETE) {
+    if reason == Some(ErrorReason::DoNotDelete) {
         return Error::InstanceProtected { message, source };
     }
     // Only named refusals of a precondition or of the cloud's permission: a caller's PERMISSION_DENIED stays
     // ProviderUnauthorized, which the circuit breaker counts against provider-service, and INVALID_ARGUMENT
     // stays ProviderRejected.
-    if let Some(reason) = reason.and_then(|r| refusal_reason(code, r)) {
+    if let Some(reason) = reason.as_ref().and_then(|r| refusal_reason(code, r)) {
         return Error::ProviderRefused {
             reason,
             message,
@@ -273,7 +277,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
             source,
         };
     }
-    if let Some(reason) = reason.and_then(|r| cloud_failure_reason(code, r)) {
+    if let Some(reason) = reason.as_ref().and_then(|r| cloud_failure_reason(code, r)) {
         return Error::CloudFailed {
             reason,
             message,
@@ -379,7 +383,7 @@ mod tests {
             Code::FailedPrecondition,
             "instance vm-1 is marked do-not-delete",
             ErrorDetails::with_error_info(
-                REASON_DO_NOT_DELETE,
+                "DoNotDelete",
                 "provider.peerpods.io",
                 std::collections::HashMap::new(),
             ),

@@ -29,7 +29,9 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::breaker::{self, Breakers};
 use crate::cache::Cache;
-use crate::crd::{CONDITION_CLEANED, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus};
+use crate::crd::{
+    CONDITION_CLEANED, CleanedReason, DO_NOT_DELETE, PeerPod, PeerPodState, PeerPodStatus,
+};
 use crate::decide::{self, Hold, InProgress, Plan, RELEASE};
 use crate::developer_mode::{self, Mode};
 use crate::index::OwnerIndex;
@@ -242,7 +244,7 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
             Plan::Hold(Hold::DeveloperModeUnknown) => Err(Error::DeveloperModeUnknown),
             Plan::Hold(Hold::UnknownRelease(value)) => {
                 let why = format!("{value:?} is not a value it knows (operator or instance-gone)");
-                release_refused(&peerpod, &ctx, REASON_RELEASE_UNKNOWN, &why).await
+                release_refused(&peerpod, &ctx, CleanedReason::UnknownReleaseValue, &why).await
             }
             Plan::ReleaseByOperator {
                 provider,
@@ -266,7 +268,7 @@ async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, E
                 Err(error) => Err(error),
                 Ok(true) => {
                     let why = "instance-gone, but provider-service still lists the instance";
-                    release_refused(&peerpod, &ctx, REASON_INSTANCE_STILL_LISTED, why).await
+                    release_refused(&peerpod, &ctx, CleanedReason::InstanceStillListed, why).await
                 }
                 // Not listed: provider-service's DeleteInstance is the judge of gone (it waits out the
                 // cloud's consistency window), as for any cleanup.
@@ -421,9 +423,9 @@ async fn delete_instance(
     };
     // What the last in-progress answer waited for, as the condition it wrote says: the cloud to show the VM,
     // or its delete.
-    let waited_to_show = peerpod
-        .cleaned_condition()
-        .is_some_and(|c| c.reason == REASON_NOT_YET_VISIBLE);
+    let waited_to_show = peerpod.cleaned_condition().is_some_and(|c| {
+        CleanedReason::parse(&c.reason) == Some(CleanedReason::InstanceNotYetVisible)
+    });
     let outcome = match answer {
         // Gone once the cloud's window passed without showing the VM: it was already gone, nothing deleted it.
         DeleteAnswer::Gone(outcome) => {
@@ -493,7 +495,7 @@ async fn delete_instance(
         ctx,
         peerpod,
         EventType::Normal,
-        outcome.reason(),
+        outcome.reason().as_str(),
         "DeleteInstance",
         message,
     )
@@ -565,7 +567,7 @@ async fn delete_in_progress(
     };
     let entering = peerpod
         .cleaned_condition()
-        .is_none_or(|c| c.reason != reason || c.message != message);
+        .is_none_or(|c| CleanedReason::parse(&c.reason) != Some(reason) || c.message != message);
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
     if !set_condition(&api, peerpod, Cleaned::pending(reason), &message).await? {
@@ -576,7 +578,7 @@ async fn delete_in_progress(
             ctx,
             peerpod,
             EventType::Normal,
-            reason,
+            reason.as_str(),
             "DeleteInstance",
             message,
         )
@@ -599,7 +601,7 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
         "PeerPod marked do-not-delete; keeping its VM and finalizer"
     );
     let event = Some((EventType::Warning, "DeleteInstance"));
-    keep_held(peerpod, ctx, REASON_DO_NOT_DELETE, event, message).await
+    keep_held(peerpod, ctx, CleanedReason::DoNotDelete, event, message).await
 }
 
 /// Keeps a PeerPod being deleted as it is, its VM and its finalizer, for `reason`: the condition says so and,
@@ -608,7 +610,7 @@ async fn hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
 async fn keep_held(
     peerpod: &PeerPod,
     ctx: &Context,
-    reason: &str,
+    reason: CleanedReason,
     event: Option<(EventType, &str)>,
     message: String,
 ) -> Result<Action, Error> {
@@ -618,7 +620,7 @@ async fn keep_held(
         return Ok(Action::await_change());
     }
     if let Some((event_type, action)) = event {
-        publish(ctx, peerpod, event_type, reason, action, message).await;
+        publish(ctx, peerpod, event_type, reason.as_str(), action, message).await;
     }
     Ok(Action::await_change())
 }
@@ -634,14 +636,15 @@ async fn developer_hold(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Erro
          kept for debugging and the finalizer stays; switch the mode off to let the cleanup proceed",
         developer_mode::KEY
     );
-    let entering = peerpod
-        .cleaned_condition()
-        .is_none_or(|c| c.reason != REASON_DEVELOPER_MODE || c.message != message);
+    let entering = peerpod.cleaned_condition().is_none_or(|c| {
+        CleanedReason::parse(&c.reason) != Some(CleanedReason::DeveloperMode)
+            || c.message != message
+    });
     if entering {
         info!(%provider, %instance_id, "developer mode: keeping the VM and the finalizer");
     }
     let event = entering.then_some((EventType::Normal, "DeleteInstance"));
-    keep_held(peerpod, ctx, REASON_DEVELOPER_MODE, event, message).await
+    keep_held(peerpod, ctx, CleanedReason::DeveloperMode, event, message).await
 }
 
 /// Another PeerPod that is not being deleted names the same VM: deleting it would take the VM from under
@@ -688,7 +691,7 @@ async fn release_still_referenced(
     release_without_delete(
         peerpod,
         ctx,
-        REASON_STILL_REFERENCED,
+        CleanedReason::InstanceStillReferenced,
         EventType::Normal,
         message,
     )
@@ -715,7 +718,7 @@ async fn release_by_operator(
     release_without_delete(
         peerpod,
         ctx,
-        REASON_RELEASED_BY_OPERATOR,
+        CleanedReason::ReleasedByOperator,
         EventType::Warning,
         message,
     )
@@ -727,7 +730,7 @@ async fn release_by_operator(
 async fn release_without_delete(
     peerpod: &PeerPod,
     ctx: &Context,
-    reason: &str,
+    reason: CleanedReason,
     event_type: EventType,
     message: String,
 ) -> Result<Action, Error> {
@@ -747,7 +750,7 @@ async fn release_without_delete(
         ctx,
         peerpod,
         event_type,
-        reason,
+        reason.as_str(),
         "ReleaseFinalizer",
         message,
     )
@@ -763,7 +766,7 @@ async fn release_without_delete(
 async fn release_refused(
     peerpod: &PeerPod,
     ctx: &Context,
-    reason: &str,
+    reason: CleanedReason,
     why: &str,
 ) -> Result<Action, Error> {
     let (provider, instance_id) = (&peerpod.spec.cloud_provider, &peerpod.spec.instance_id);
@@ -771,7 +774,7 @@ async fn release_refused(
         "Annotation {RELEASE}: {why}: {provider} instance {instance_id} is neither deleted nor released and \
          the finalizer stays; set it to operator to release without a delete, or remove it"
     );
-    warn!(%provider, %instance_id, reason, "release annotation not acted on");
+    warn!(%provider, %instance_id, reason = reason.as_str(), "release annotation not acted on");
     let event = Some((EventType::Warning, "ReleaseFinalizer"));
     keep_held(peerpod, ctx, reason, event, message).await
 }
@@ -797,33 +800,33 @@ async fn release_ignored(peerpod: &PeerPod, ctx: &Context) {
 /// Event reason of `peerpods.io/release` on a PeerPod that is not being deleted.
 pub const REASON_RELEASE_IGNORED: &str = "ReleaseIgnored";
 /// Condition reason (and Event reason) of a PeerPod the operator released without a delete.
-pub const REASON_RELEASED_BY_OPERATOR: &str = "ReleasedByOperator";
+pub const REASON_RELEASED_BY_OPERATOR: &str = CleanedReason::ReleasedByOperator.as_str();
 /// Condition reason (and Event reason) of `peerpods.io/release: instance-gone` on a PeerPod whose VM provider-service
 /// still lists: the VM is neither deleted nor released.
-pub const REASON_INSTANCE_STILL_LISTED: &str = "InstanceStillListed";
+pub const REASON_INSTANCE_STILL_LISTED: &str = CleanedReason::InstanceStillListed.as_str();
 /// Condition reason (and Event reason) of a `peerpods.io/release` value that is not known.
-pub const REASON_RELEASE_UNKNOWN: &str = "UnknownReleaseValue";
+pub const REASON_RELEASE_UNKNOWN: &str = CleanedReason::UnknownReleaseValue.as_str();
 
 /// Condition reason (and Event reason) of a PeerPod released without deleting its VM, because a live PeerPod
 /// still names the VM.
-pub const REASON_STILL_REFERENCED: &str = "InstanceStillReferenced";
+pub const REASON_STILL_REFERENCED: &str = CleanedReason::InstanceStillReferenced.as_str();
 /// Condition reason (and Event reason) of a PeerPod whose cleanup is held by the do-not-delete annotation.
-pub const REASON_DO_NOT_DELETE: &str = "DoNotDelete";
+pub const REASON_DO_NOT_DELETE: &str = CleanedReason::DoNotDelete.as_str();
 /// Condition reason (and Event reason) of a PeerPod whose VM is kept because cloud-api-adaptor runs in developer
 /// mode ([`Hold::DeveloperMode`]).
-pub const REASON_DEVELOPER_MODE: &str = crate::crd::REASON_DEVELOPER_MODE;
+pub const REASON_DEVELOPER_MODE: &str = CleanedReason::DeveloperMode.as_str();
 /// Condition reason (and Event reason) of a PeerPod whose VM provider-service is still deleting: the finalizer
 /// stays and provider-service is asked again after its retry advice.
-pub const REASON_DELETE_IN_PROGRESS: &str = "DeleteInProgress";
+pub const REASON_DELETE_IN_PROGRESS: &str = CleanedReason::DeleteInProgress.as_str();
 /// Condition reason (and Event reason) of a PeerPod whose VM the cloud does not show yet, inside its consistency
 /// window: a wait, not a failure; the finalizer stays and provider-service is asked again after its retry advice.
-pub const REASON_NOT_YET_VISIBLE: &str = "InstanceNotYetVisible";
+pub const REASON_NOT_YET_VISIBLE: &str = CleanedReason::InstanceNotYetVisible.as_str();
 
 /// The condition and Event reason of a wait provider-service answered.
-fn waiting_reason(waiting: Waiting) -> &'static str {
+fn waiting_reason(waiting: Waiting) -> CleanedReason {
     match waiting {
-        Waiting::CloudDeleting => REASON_DELETE_IN_PROGRESS,
-        Waiting::NotYetVisible { .. } => REASON_NOT_YET_VISIBLE,
+        Waiting::CloudDeleting => CleanedReason::DeleteInProgress,
+        Waiting::NotYetVisible { .. } => CleanedReason::InstanceNotYetVisible,
     }
 }
 
@@ -852,17 +855,17 @@ async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), 
 
 /// What the Cleaned condition and `status.cleand` say.
 #[derive(Debug, Clone, Copy)]
-struct Cleaned<'a> {
+struct Cleaned {
     /// The condition's status: the cleanup of this PeerPod is done.
     done: bool,
     /// `status.cleand`: the VM is confirmed gone.
     vm_gone: bool,
-    reason: &'a str,
+    reason: CleanedReason,
 }
 
-impl<'a> Cleaned<'a> {
+impl Cleaned {
     /// The cleanup waits for an operator: the VM stays, so does the finalizer.
-    fn held(reason: &'a str) -> Self {
+    fn held(reason: CleanedReason) -> Self {
         Cleaned {
             done: false,
             vm_gone: false,
@@ -871,7 +874,7 @@ impl<'a> Cleaned<'a> {
     }
 
     /// The VM is not confirmed gone yet, and nobody needs to act: the finalizer stays.
-    fn pending(reason: &'a str) -> Self {
+    fn pending(reason: CleanedReason) -> Self {
         Cleaned {
             done: false,
             vm_gone: false,
@@ -880,7 +883,7 @@ impl<'a> Cleaned<'a> {
     }
 
     /// The cleanup is done, but the VM was deliberately not deleted.
-    fn done_without_delete(reason: &'a str) -> Self {
+    fn done_without_delete(reason: CleanedReason) -> Self {
         Cleaned {
             done: true,
             vm_gone: false,
@@ -895,7 +898,7 @@ async fn set_cleaned(
     api: &Api<PeerPod>,
     peerpod: &PeerPod,
     cleaned: bool,
-    reason: &str,
+    reason: CleanedReason,
     message: &str,
 ) -> Result<bool, Error> {
     let state = Cleaned {
@@ -910,7 +913,7 @@ async fn set_cleaned(
 async fn set_condition(
     api: &Api<PeerPod>,
     peerpod: &PeerPod,
-    state: Cleaned<'_>,
+    state: Cleaned,
     message: &str,
 ) -> Result<bool, Error> {
     let Cleaned {
@@ -922,9 +925,9 @@ async fn set_condition(
     let current = peerpod.cleaned_condition();
     let generation = peerpod.metadata.generation;
     let old_status = peerpod.status.clone().unwrap_or_default();
-    if current
-        .is_some_and(|c| c.status == status_value && c.reason == reason && c.message == message)
-        && old_status.cleand == cleaned
+    if current.is_some_and(|c| {
+        c.status == status_value && c.reason == reason.as_str() && c.message == message
+    }) && old_status.cleand == cleaned
         && old_status.observed_generation == generation
         && old_status.state == PeerPodState::of_cleanup(done, reason)
         && old_status.waiting_since.is_some() != done
@@ -940,7 +943,7 @@ async fn set_condition(
     let conditions = vec![Condition {
         type_: CONDITION_CLEANED.to_string(),
         status: status_value.to_string(),
-        reason: reason.to_string(),
+        reason: reason.as_str().to_string(),
         message: message.to_string(),
         observed_generation: generation,
         last_transition_time,
@@ -960,7 +963,7 @@ async fn set_condition(
         conditions,
         observed_generation: generation,
         state: PeerPodState::of_cleanup(done, reason),
-        reason: Some(reason.to_string()),
+        reason: Some(reason.as_str().to_string()),
         last_attempt_time: Some(Time(jiff::Timestamp::now())),
         // Reverse collection's, under its own field manager: not sent, so this apply leaves it alone.
         matched_instance: None,
@@ -1010,7 +1013,7 @@ async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Error, cleanup
     }
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if let Err(e) = set_cleaned(&api, peerpod, false, error.reason(), &message).await {
+    if let Err(e) = set_cleaned(&api, peerpod, false, error.cleaned_reason(), &message).await {
         warn!(error = %e, "cannot record the failure in status");
     }
     ctx.reminders.published(&key, Instant::now());
