@@ -437,5 +437,10 @@ async fn a_quota_drop_shrinks_the_pool_to_no_less_than_what_is_allocated() {
     for d in [domain, more] {
         d.undefine().expect("undefine");
     }
+    // Claims are read cluster-wide: one left allocated would hold a device in the next scenario's pool.
+    Api::<ResourceClaim>::namespaced(s.client.clone(), &s.ns)
+        .delete("peer-pod-vm", &DeleteParams::default())
+        .await
+        .expect("delete claim");
     s.finish().await;
 }
