@@ -58,6 +58,37 @@ pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> BTr
         .collect()
 }
 
+/// How many ResourceClaims hold a device of this driver's pool now (the claims whose changes the controller
+/// watches for, so a release reconciles again).
+pub fn claims_holding<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> usize {
+    claims
+        .into_iter()
+        .filter(|c| !allocated([*c]).is_empty())
+        .count()
+}
+
+/// What becomes of the kubelet plugin when the pool is withdrawn (capacityMode node).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PluginWithdrawal {
+    /// No claim of the driver is allocated: nothing needs the plugin any more.
+    Delete,
+    /// `claims` ResourceClaims are still allocated: the kubelet unprepares each through the plugin when its pod
+    /// goes, so the plugin stays until they are released.
+    Drain { claims: usize },
+}
+
+/// Whether the plugin may go, given how many claims of the driver are allocated ([`claims_holding`]). Only the
+/// plugin is kept: the kubelet unprepares a claim by the driver named in its allocation, through the plugin's
+/// socket, and reads neither the ResourceSlices nor the DeviceClass. Those go at once, so the scheduler allocates
+/// nothing new from the pool while it drains.
+pub fn plugin_withdrawal(claims: usize) -> PluginWithdrawal {
+    if claims == 0 {
+        PluginWithdrawal::Delete
+    } else {
+        PluginWithdrawal::Drain { claims }
+    }
+}
+
 /// Sort key of a device name: `vm-<n>` by n, anything else after them by name.
 fn order(name: &str) -> (u64, &str) {
     let index = name
@@ -453,6 +484,13 @@ mod tests {
             ResourceClaim::default(),
         ];
         assert_eq!(allocated(&claims), names(&["vm-3"]));
+        assert_eq!(claims_holding(&claims), 1);
+    }
+
+    #[test]
+    fn the_plugin_stays_while_a_claim_of_the_driver_is_allocated() {
+        assert_eq!(plugin_withdrawal(0), PluginWithdrawal::Delete);
+        assert_eq!(plugin_withdrawal(2), PluginWithdrawal::Drain { claims: 2 });
     }
 
     #[test]

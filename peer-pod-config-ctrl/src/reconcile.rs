@@ -257,11 +257,17 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     // the pool's objects go.
     let node_changes = match config.spec.capacity_mode {
         CapacityMode::Node => {
-            withdraw_pool(ctx, &mut written).await?;
+            if let dra::PluginWithdrawal::Drain { claims } =
+                withdraw_pool(ctx, &mut written).await?
+            {
+                observed.dra_plugin = Some(status::DraPlugin::Draining { claims });
+            }
             planned.changes.clone()
         }
         CapacityMode::Dra => {
-            let pool = publish_pool(ctx, &config, ns, planned.effective, &mut written).await?;
+            let (pool, plugin) =
+                publish_pool(ctx, &config, ns, planned.effective, &mut written).await?;
+            observed.dra_plugin = Some(status::DraPlugin::Serving(Some(Box::new(plugin))));
             capacity.per_node_min = None;
             capacity.per_node_max = None;
             capacity.pool = Some(pool);
@@ -562,6 +568,9 @@ async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Action, Er
         .node_writes
         .inc_by(u64::try_from(removed).unwrap_or(0));
     // The pool's cluster-scoped objects have no owner reference to cascade from (the plugin DaemonSet has one).
+    // The plugin kept for allocated claims is not deleted here, but goes with the garbage collector once the
+    // finalizer is released: the deletion itself is held while peer pods (the pods holding those claims) run
+    // (`hold`), and forcing it tears the runtime down under them anyway.
     withdraw_pool(ctx, &mut Vec::new()).await?;
     let mwc_api: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
     let mwc = current::<MutatingWebhookConfiguration>(ctx, None, objects::WEBHOOK_CONFIGURATION);
@@ -674,13 +683,13 @@ async fn publish_pool(
     ns: &str,
     total: u64,
     written: &mut Vec<&'static str>,
-) -> Result<status::Pool, Error> {
+) -> Result<(status::Pool, DaemonSet), Error> {
     // Without the claims listed, a shrink could drop a device a running pod holds.
     match tokio::time::timeout(NODE_CACHE_WAIT, ctx.owned.wait_until_dra_ready()).await {
         Ok(true) => {}
         Ok(false) | Err(_) => return Err(Error::DraCacheNotReady),
     }
-    ensure(ctx, written, dra::plugin_daemonset(config, ns)?).await?;
+    let plugin = ensure(ctx, written, dra::plugin_daemonset(config, ns)?).await?;
     ensure_cluster(ctx, written, dra::device_class(config)).await?;
     let allocated = dra::allocated(ctx.owned.resource_claims.state().iter().map(AsRef::as_ref));
     let pool = dra::pool(total, &allocated);
@@ -712,10 +721,13 @@ async fn publish_pool(
     }
     let size = u64::try_from(pool.len()).unwrap_or(u64::MAX);
     let in_pool = pool.iter().filter(|d| allocated.contains(*d)).count();
-    Ok(status::Pool {
-        size,
-        allocated: u64::try_from(in_pool).unwrap_or(u64::MAX),
-    })
+    Ok((
+        status::Pool {
+            size,
+            allocated: u64::try_from(in_pool).unwrap_or(u64::MAX),
+        },
+        plugin,
+    ))
 }
 
 /// The names of this controller's ResourceSlices in the cache.
@@ -730,12 +742,17 @@ fn our_slice_names(ctx: &Context) -> Vec<String> {
 }
 
 /// Removes the pool (its ResourceSlices, DeviceClass and kubelet plugin DaemonSet) where this controller published
-/// one: capacityMode node, or the PeerPodConfig going away. Costs no request when there is none.
-async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result<(), Error> {
+/// one: capacityMode node, or the PeerPodConfig going away. Costs no request when there is none. The plugin
+/// DaemonSet stays while ResourceClaims of the driver are allocated (see [`dra::plugin_withdrawal`]); the
+/// claims' watch reconciles again when they are released, and then it goes.
+async fn withdraw_pool(
+    ctx: &Context,
+    written: &mut Vec<&'static str>,
+) -> Result<dra::PluginWithdrawal, Error> {
     // Not listed yet, or resource.k8s.io/v1 not served (a cluster before 1.34, node mode only): nothing to
     // withdraw that is known. The slices' and the DeviceClass's watch events reconcile again once they are.
     if futures::FutureExt::now_or_never(ctx.owned.wait_until_dra_ready()) != Some(true) {
-        return Ok(());
+        return Ok(dra::PluginWithdrawal::Delete);
     }
     let slices = our_slice_names(ctx);
     for name in slices {
@@ -760,18 +777,26 @@ async fn withdraw_pool(ctx: &Context, written: &mut Vec<&'static str>) -> Result
         written.push("DeviceClass");
     }
     let ns = ctx.namespace.clone();
-    if current::<DaemonSet>(ctx, Some(&ns), dra::PLUGIN_DAEMONSET)
-        .is_some_and(|d| managed(&d.metadata))
-        && delete_owned(
-            ctx,
-            &Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns),
-            dra::PLUGIN_DAEMONSET,
-        )
-        .await?
+    let plugin = current::<DaemonSet>(ctx, Some(&ns), dra::PLUGIN_DAEMONSET)
+        .filter(|d| managed(&d.metadata) && d.metadata.deletion_timestamp.is_none());
+    let claims = dra::claims_holding(ctx.owned.resource_claims.state().iter().map(AsRef::as_ref));
+    let withdrawal = dra::plugin_withdrawal(claims);
+    if plugin.is_none() {
+        return Ok(dra::PluginWithdrawal::Delete);
+    }
+    if withdrawal != dra::PluginWithdrawal::Delete {
+        return Ok(withdrawal);
+    }
+    if delete_owned(
+        ctx,
+        &Api::<DaemonSet>::namespaced(ctx.client.clone(), &ns),
+        dra::PLUGIN_DAEMONSET,
+    )
+    .await?
     {
         written.push("DaemonSet");
     }
-    Ok(())
+    Ok(dra::PluginWithdrawal::Delete)
 }
 
 /// Deletes an object this controller wrote; returns whether it existed. A deletion counts as a write of its kind.

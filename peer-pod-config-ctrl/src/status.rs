@@ -11,6 +11,43 @@ pub const DAEMONSET_READY: &str = "DaemonSetReady";
 pub const WEBHOOK_READY: &str = "WebhookReady";
 pub const CAPACITY_ADVERTISED: &str = "CapacityAdvertised";
 pub const INVALID: &str = "Invalid";
+/// Condition type of the DRA kubelet plugin DaemonSet: shown in capacityMode dra, and in node mode while the
+/// plugin stays for claims still allocated. Not part of Ready: the pool is published without it.
+pub const DRA_PLUGIN_READY: &str = "DraPluginReady";
+
+/// Reasons of [`DRA_PLUGIN_READY`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraPluginReason {
+    NotCreated,
+    Progressing,
+    NoNodes,
+    PodsNotReady,
+    PodsReady,
+    /// capacityMode node, but ResourceClaims of the driver are still allocated: the plugin stays to unprepare them.
+    DraPluginDraining,
+}
+
+impl DraPluginReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotCreated => "NotCreated",
+            Self::Progressing => "Progressing",
+            Self::NoNodes => "NoNodes",
+            Self::PodsNotReady => "PodsNotReady",
+            Self::PodsReady => "PodsReady",
+            Self::DraPluginDraining => "DraPluginDraining",
+        }
+    }
+}
+
+/// The kubelet plugin as one reconcile saw it.
+#[derive(Clone, Debug)]
+pub enum DraPlugin {
+    /// capacityMode dra: the DaemonSet as applied (its status from the cache).
+    Serving(Option<Box<DaemonSet>>),
+    /// capacityMode node: kept for `claims` allocated ResourceClaims.
+    Draining { claims: usize },
+}
 
 /// Node capacity figures of one reconcile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -61,6 +98,8 @@ pub struct Observed {
     pub webhook_configuration_problem: Option<(&'static str, String)>,
     /// Node patches still going (paced, see `nodes::PatchRate`): what `capacity` asks for is not on every node yet.
     pub applying: Option<Applying>,
+    /// The DRA kubelet plugin, where one is kept (see [`DRA_PLUGIN_READY`]).
+    pub dra_plugin: Option<DraPlugin>,
 }
 
 struct Verdict {
@@ -107,6 +146,60 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
             reason: "PodsReady",
             message: format!("{desired}/{desired} CAA pods ready"),
         }
+    }
+}
+
+/// Whether the kubelet plugin runs on the selected nodes (desiredNumberScheduled against numberReady), or why it
+/// is kept in node mode.
+pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String) {
+    let ds = match plugin {
+        DraPlugin::Draining { claims } => {
+            return (
+                false,
+                DraPluginReason::DraPluginDraining,
+                format!(
+                    "capacityMode node: the kubelet plugin stays until {claims} ResourceClaim(s) allocated by the \
+                     driver are released"
+                ),
+            );
+        }
+        DraPlugin::Serving(ds) => ds.as_deref(),
+    };
+    let Some(status) = ds.and_then(|d| d.status.as_ref()) else {
+        return (
+            false,
+            DraPluginReason::NotCreated,
+            "the kubelet plugin DaemonSet has no status yet".into(),
+        );
+    };
+    let desired = status.desired_number_scheduled;
+    if status.observed_generation < ds.and_then(|d| d.metadata.generation) {
+        (
+            false,
+            DraPluginReason::Progressing,
+            "the DaemonSet controller has not seen the latest spec".into(),
+        )
+    } else if desired == 0 {
+        (
+            false,
+            DraPluginReason::NoNodes,
+            "no node matches nodeSelector".into(),
+        )
+    } else if status.number_ready < desired {
+        (
+            false,
+            DraPluginReason::PodsNotReady,
+            format!(
+                "{}/{desired} kubelet plugin pods ready",
+                status.number_ready
+            ),
+        )
+    } else {
+        (
+            true,
+            DraPluginReason::PodsReady,
+            format!("{desired}/{desired} kubelet plugin pods ready"),
+        )
     }
 }
 
@@ -338,6 +431,17 @@ pub fn compute(
             type_, v.ok, v.reason, v.message, generation, &now,
         ));
     }
+    if let Some(plugin) = observed.dra_plugin.as_ref().filter(|_| invalid.is_none()) {
+        let (ok, reason, message) = dra_plugin_verdict(plugin);
+        conditions.push(condition(
+            DRA_PLUGIN_READY,
+            ok,
+            reason.as_str(),
+            message,
+            generation,
+            &now,
+        ));
+    }
     // Keep the transition time of conditions whose status stayed the same.
     if let Some(prev) = previous {
         for c in &mut conditions {
@@ -552,5 +656,48 @@ mod tests {
         // Every node patched: advertised, as without a rebalance.
         let done = compute(None, &applying(5, 5), at(1));
         assert_eq!(done, compute(None, &advertised(), at(1)));
+    }
+
+    #[test]
+    fn the_dra_plugin_condition_tells_readiness_and_why_it_drains() {
+        let verdict = |plugin: DraPlugin| {
+            let (ok, reason, message) = dra_plugin_verdict(&plugin);
+            (ok, reason, message)
+        };
+        assert_eq!(
+            verdict(DraPlugin::Serving(Some(Box::new(ready_daemonset())))).1,
+            DraPluginReason::PodsReady
+        );
+        let mut half = ready_daemonset();
+        if let Some(st) = half.status.as_mut() {
+            st.number_ready = 1;
+        }
+        let (ok, reason, message) = verdict(DraPlugin::Serving(Some(Box::new(half))));
+        assert!(!ok);
+        assert_eq!(reason, DraPluginReason::PodsNotReady);
+        assert_eq!(message, "1/3 kubelet plugin pods ready");
+        assert_eq!(
+            verdict(DraPlugin::Serving(None)).1,
+            DraPluginReason::NotCreated
+        );
+        let (ok, reason, message) = verdict(DraPlugin::Draining { claims: 2 });
+        assert!(!ok);
+        assert_eq!(reason, DraPluginReason::DraPluginDraining);
+        assert!(message.contains("2 ResourceClaim(s)"), "{message}");
+        // Shown only where a plugin is kept, and outside Ready.
+        let shown = compute(None, &advertised(), at(1));
+        assert!(!shown.conditions.iter().any(|c| c.type_ == DRA_PLUGIN_READY));
+        let draining = Observed {
+            dra_plugin: Some(DraPlugin::Draining { claims: 1 }),
+            ..advertised()
+        };
+        let status = compute(None, &draining, at(1));
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DRA_PLUGIN_READY)
+            .unwrap();
+        assert_eq!(c.reason, "DraPluginDraining");
+        assert_eq!(status.conditions[0].status, shown.conditions[0].status);
     }
 }

@@ -444,3 +444,60 @@ async fn a_quota_drop_shrinks_the_pool_to_no_less_than_what_is_allocated() {
         .expect("delete claim");
     s.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn back_in_node_mode_the_plugin_stays_until_no_claim_is_allocated() {
+    let s = Scenario::start("ppc-dra-drain").await;
+    s.create_nodes(0..2, |_| true).await;
+    s.create_config(
+        NAME,
+        serde_json::json!({"limit": 2, "capacityMode": "dra", "nodeSelector": s.selector()}),
+    )
+    .await;
+    wait_pool(&s, "a pool of 2", |d| d == &vms(0..2)).await;
+    allocated_claim(&s, "running-peer-pod", "vm-1").await;
+    wait_status(&s, "one slot allocated", |st| st.allocated_slots == Some(1)).await;
+
+    // node mode with a claim allocated: the pool goes, the plugin stays and the status says why.
+    set_mode(&s, "node").await;
+    let status = wait_status(&s, "the plugin draining", |st| {
+        st.conditions
+            .iter()
+            .any(|c| c.type_ == "DraPluginReady" && c.reason == "DraPluginDraining")
+    })
+    .await;
+    let draining = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "DraPluginReady")
+        .expect("condition");
+    assert!(
+        draining.message.contains("1 ResourceClaim(s)"),
+        "{}",
+        draining.message
+    );
+    s.wait_spread(2).await;
+    assert!(pool(&s).await.is_none(), "slices left in node mode");
+    assert!(device_class(&s).await.is_none(), "DeviceClass left");
+    let kept = plugin(&s)
+        .await
+        .expect("plugin kept while a claim is allocated");
+    assert!(kept.metadata.deletion_timestamp.is_none());
+
+    // The kubelet unprepared the claim and it was deallocated: the plugin goes, and so does the condition.
+    Api::<ResourceClaim>::namespaced(s.client.clone(), &s.ns)
+        .patch_status(
+            "running-peer-pod",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": {"allocation": null}})),
+        )
+        .await
+        .expect("deallocate the claim");
+    wait_no_pool(&s, "the plugin gone once nothing is allocated").await;
+    wait_status(&s, "no plugin condition", |st| {
+        !st.conditions.iter().any(|c| c.type_ == "DraPluginReady")
+    })
+    .await;
+
+    s.finish().await;
+}
