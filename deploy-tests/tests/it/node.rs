@@ -695,6 +695,13 @@ async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) 
         },
     )
     .await;
+    wait_dra(
+        client,
+        node,
+        "the PeerPodConfig telling the plugin is ready (DraPluginReady True, PodsReady)",
+        || async { plugin_condition(&configs, "True", "PodsReady").await },
+    )
+    .await;
     eprintln!(
         "capacityMode dra: node capacity withdrawn, DeviceClass and a pool of one slot published, plugin ready"
     );
@@ -769,9 +776,9 @@ async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) 
     wait_running(client, node, &pods, "dra-peer-pod-2").await;
     eprintln!("the first pod deleted, the second got its slot and runs");
 
-    // Back to node mode (the last pod gone first, so no claim holds a device of the pool): nothing of the pool
-    // remains, and the node advertises the limit again.
-    delete_pod(client, node, &pods, "dra-peer-pod-2").await;
+    // Back to node mode while the second pod still runs on its slot: the pool goes at once (nothing more is
+    // allocated from it), but the kubelet plugin stays, draining, for the kubelet to unprepare the running pod's
+    // claim through it.
     configs
         .patch(
             "peerpodconfig",
@@ -780,6 +787,27 @@ async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) 
         )
         .await
         .expect("switch the PeerPodConfig back to capacityMode node");
+    wait_dra(
+        client,
+        node,
+        "the plugin draining (DraPluginReady False, DraPluginDraining) while a pod holds a slot",
+        || async { plugin_condition(&configs, "False", "DraPluginDraining").await },
+    )
+    .await;
+    let plugin = daemonsets
+        .get_opt("peerpods-dra-plugin")
+        .await
+        .expect("DaemonSet")
+        .expect("the plugin stays while a claim of the driver is allocated");
+    assert!(
+        plugin.metadata.deletion_timestamp.is_none(),
+        "the plugin is being deleted under a running pod's claim"
+    );
+    eprintln!("back in capacityMode node with a pod on its slot: the plugin stays, draining");
+
+    // The pod deleted, its claim unprepared through the plugin and freed: nothing of the pool remains, and the node
+    // advertises the limit again.
+    delete_pod(client, node, &pods, "dra-peer-pod-2").await;
     wait_dra(
         client,
         node,
@@ -824,6 +852,16 @@ async fn dra_pool_serves_peer_pods(client: &Client, node: &testenv::node::Node) 
     eprintln!(
         "back in capacityMode node: no ResourceSlice, DeviceClass or plugin left; the node has its capacity"
     );
+}
+
+/// `Some` once the PeerPodConfig's DraPluginReady condition has `status` and `reason`.
+async fn plugin_condition(configs: &Api<DynamicObject>, status: &str, reason: &str) -> Option<()> {
+    let config = configs.get("peerpodconfig").await.ok()?;
+    let conditions = config.data["status"]["conditions"].as_array()?;
+    conditions
+        .iter()
+        .any(|c| c["type"] == "DraPluginReady" && c["status"] == status && c["reason"] == reason)
+        .then_some(())
 }
 
 /// Devices of driver vm.peerpods.io in all its ResourceSlices now.
