@@ -2,7 +2,8 @@
 //! provider-service (which drives them against the clouds), peerpod-ctrl and the model checker
 //! (which drives them against an adversarial model cloud).
 //!
-//! - [`ProviderName`]: cloud-api-adaptor's `CLOUD_PROVIDER` names, and each cloud's id rule.
+//! - [`ProviderName`]: cloud-api-adaptor's `CLOUD_PROVIDER` names, and each cloud's facts (its id
+//!   rule, whether it has tags, what cloud-api-adaptor's DaemonSet mounts for it).
 //! - [`InstanceKey`]: one instance, one identity (provider and canonical id).
 //! - [`guard`]: what may be deleted (do-not-delete, the cluster tag).
 //! - [`window`]: when a cloud's NotFound may be believed.
@@ -19,5 +20,5 @@ pub mod window;
 pub use engine::{Command, Deletion, Observation, Verdict};
 pub use guard::{DO_NOT_DELETE, DO_NOT_DELETE_PORTABLE, Guard, Refusal, Tags};
 pub use identity::InstanceKey;
-pub use provider_name::{ProviderName, UnknownProviderName};
+pub use provider_name::{CaaToken, CaaWiring, ProviderName, UnknownProviderName};
 pub use window::{Memo, Moment, Window};

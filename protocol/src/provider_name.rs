@@ -1,5 +1,7 @@
 //! The values of `cloud_provider`: cloud-api-adaptor's `CLOUD_PROVIDER` names, in one place for
-//! provider-service, the controllers' metrics and the PeerPodConfig CRD.
+//! provider-service, the controllers' metrics and the PeerPodConfig CRD, with each cloud's facts.
+//! Every fact is an exhaustive match, so a new cloud is one variant and the compiler names each
+//! fact it needs.
 
 use std::fmt;
 use std::str::FromStr;
@@ -59,6 +61,68 @@ impl ProviderName {
         }
     }
 
+    /// Whether the cloud's instances carry tags (labels), so that deletes can be restricted to this
+    /// cluster's (`CLUSTER_TAG`) and a configuration leaving them unrestricted is refused. libvirt
+    /// (metadata only peer-pods writes) and byom (a pool of fixed machines) have no owner.
+    pub const fn has_tags(self) -> bool {
+        match self {
+            ProviderName::Aws
+            | ProviderName::Azure
+            | ProviderName::Gcp
+            | ProviderName::Ibmcloud
+            | ProviderName::IbmcloudPowervs
+            | ProviderName::Alibabacloud => true,
+            ProviderName::Libvirt | ProviderName::Byom => false,
+        }
+    }
+
+    /// What cloud-api-adaptor's DaemonSet mounts for this cloud beyond what every cloud gets, as
+    /// cloud-api-adaptor's chart renders it.
+    pub const fn caa_wiring(self) -> CaaWiring {
+        const NONE: CaaWiring = CaaWiring {
+            ssh_keys: false,
+            token: None,
+        };
+        match self {
+            // CAA reaches the hypervisor (libvirt) or the pool's machines (byom) over SSH.
+            ProviderName::Libvirt | ProviderName::Byom => CaaWiring {
+                ssh_keys: true,
+                token: None,
+            },
+            // Always, where the chart needs alibabacloud.rrsa.enable: a token only Alibaba's STS
+            // accepts, and enabling RRSA then needs no change to the DaemonSet.
+            ProviderName::Alibabacloud => CaaWiring {
+                ssh_keys: false,
+                token: Some(CaaToken {
+                    volume: "rrsa-oidc-token",
+                    audience: "sts.aliyuncs.com",
+                    file: "token",
+                    mount_path: "/var/run/secrets/ack.alibabacloud.com/rrsa-tokens",
+                    read_only: true,
+                    mode: Some(0o644),
+                    after_host_paths: false,
+                }),
+            },
+            // IBM Cloud's IAM trusted profile logs in with a projected token.
+            ProviderName::Ibmcloud => CaaWiring {
+                ssh_keys: false,
+                token: Some(CaaToken {
+                    volume: "vault-token",
+                    audience: "iam",
+                    file: "vault-token",
+                    mount_path: "/var/run/secrets/tokens",
+                    read_only: false,
+                    mode: None,
+                    after_host_paths: true,
+                }),
+            },
+            ProviderName::Aws
+            | ProviderName::Azure
+            | ProviderName::Gcp
+            | ProviderName::IbmcloudPowervs => NONE,
+        }
+    }
+
     /// The wire name, as cloud-api-adaptor spells it.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -72,6 +136,33 @@ impl ProviderName {
             ProviderName::Byom => "byom",
         }
     }
+}
+
+/// The per-cloud part of cloud-api-adaptor's DaemonSet ([`ProviderName::caa_wiring`]): plain data,
+/// which peer-pod-config-ctrl renders into volumes and mounts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaaWiring {
+    /// The Secret of SSH keys (`ssh-key-secret`) is mounted at `/root/.ssh/`.
+    pub ssh_keys: bool,
+    /// A ServiceAccount token projected for the cloud's own token service.
+    pub token: Option<CaaToken>,
+}
+
+/// A projected ServiceAccount token cloud-api-adaptor hands to its cloud.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaaToken {
+    /// The volume's (and the mount's) name.
+    pub volume: &'static str,
+    /// The audience the cloud's token service accepts.
+    pub audience: &'static str,
+    /// The token's file name inside the volume.
+    pub file: &'static str,
+    pub mount_path: &'static str,
+    pub read_only: bool,
+    /// The files' mode, when the chart sets one.
+    pub mode: Option<i32>,
+    /// Where the chart lists it: after the host paths every cloud gets, or before them.
+    pub after_host_paths: bool,
 }
 
 impl Ord for ProviderName {

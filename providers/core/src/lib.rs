@@ -34,8 +34,8 @@ pub use error::Error;
 pub use ids::is_uuid;
 pub use metrics::{ATTEMPT_RESULTS, CloudCallLabels, CloudCalls, ProviderLabels, attempt_result};
 pub use ownership::{
-    CLOUDS_WITH_TAGS, DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete,
-    parse_tags, require_owner_choice,
+    DO_NOT_DELETE_PORTABLE_TAG, DO_NOT_DELETE_TAG, OwnerTag, do_not_delete, parse_tags,
+    require_owner_choice,
 };
 pub use peerpods_proto::ProviderName;
 pub use peerpods_protocol::{Guard, InstanceKey, Window};

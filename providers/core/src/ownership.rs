@@ -18,22 +18,11 @@ pub const DO_NOT_DELETE_TAG: &str = peerpods_proto::DO_NOT_DELETE;
 /// [`DO_NOT_DELETE_TAG`]. Either key protects an instance, on every cloud.
 pub const DO_NOT_DELETE_PORTABLE_TAG: &str = peerpods_proto::DO_NOT_DELETE_PORTABLE;
 
-/// The clouds whose instances carry tags (labels), so deletes can be restricted to this cluster's.
-/// libvirt (metadata only peer-pods writes) and byom (a pool of fixed machines) have no owner.
-pub const CLOUDS_WITH_TAGS: [ProviderName; 6] = [
-    ProviderName::Alibabacloud,
-    ProviderName::Aws,
-    ProviderName::Azure,
-    ProviderName::Gcp,
-    ProviderName::Ibmcloud,
-    ProviderName::IbmcloudPowervs,
-];
-
-/// Refuses to serve `cloud`, a cloud with tags, when the configuration leaves its deletes
+/// Refuses to serve `cloud`, a cloud with tags ([`ProviderName::has_tags`]), when the configuration leaves its deletes
 /// unrestricted by accident: neither `CLUSTER_TAG` nor an explicit `DELETE_UNTAGGED=allow` is set,
 /// so any VM the credentials reach could be deleted. Clouds without tags pass.
 pub fn require_owner_choice(cloud: ProviderName, config: &ProviderConfig) -> Result<(), Error> {
-    if !CLOUDS_WITH_TAGS.contains(&cloud) {
+    if !cloud.has_tags() {
         return Ok(());
     }
     // Also validates both values.
@@ -253,7 +242,7 @@ mod tests {
     #[test]
     fn clouds_with_tags_need_a_cluster_tag_or_an_explicit_allow() {
         let config = |pairs: &[(&str, &str)]| ProviderConfig::from_pairs(pairs.iter().copied());
-        for cloud in CLOUDS_WITH_TAGS {
+        for cloud in ProviderName::ALL.into_iter().filter(|c| c.has_tags()) {
             let refused = require_owner_choice(cloud, &config(&[])).expect_err("no choice");
             assert!(
                 matches!(&refused, Error::Config { key, message, .. } if key == "CLUSTER_TAG" && message.contains("DELETE_UNTAGGED=allow")),
