@@ -363,13 +363,20 @@ pub fn caa_daemonset(
         ..Volume::default()
     };
 
-    // In the chart's order: the per-cloud credentials first, then the host paths every cloud needs.
+    // In the chart's order: the per-cloud credentials first, then the host paths every cloud needs. What each
+    // cloud adds is the cloud's own fact (`caa_wiring`); an unknown cloud adds nothing.
+    let cloud_wiring = cloud.provider.map(CloudProvider::caa_wiring);
+    let ssh_keys = cloud_wiring.is_some_and(|w| w.ssh_keys);
+    let cloud_token = cloud_wiring.and_then(|w| w.token);
+    let token_parts = |after_host_paths: bool, mounts: &mut Vec<_>, volumes: &mut Vec<_>| {
+        if let Some(t) = cloud_token.filter(|t| t.after_host_paths == after_host_paths) {
+            mounts.push(mount(t.volume, t.mount_path, t.read_only));
+            volumes.push(token(t.volume, t.audience, t.file, t.mode));
+        }
+    };
     let mut mounts = Vec::new();
     let mut volumes = Vec::new();
-    if matches!(
-        cloud.provider,
-        Some(CloudProvider::Libvirt | CloudProvider::Byom)
-    ) {
+    if ssh_keys {
         mounts.push(mount("ssh", "/root/.ssh/", true));
         volumes.push(secret("ssh", "ssh-key-secret"));
     }
@@ -377,21 +384,7 @@ pub fn caa_daemonset(
         mounts.push(mount("certs", CAA_CERTS_DIR, true));
         volumes.push(secret("certs", "certs-for-tls"));
     }
-    if cloud.provider == Some(CloudProvider::Alibabacloud) {
-        // Always, where the chart needs alibabacloud.rrsa.enable: a token only Alibaba's STS accepts, and enabling
-        // RRSA then needs no change here.
-        mounts.push(mount(
-            "rrsa-oidc-token",
-            "/var/run/secrets/ack.alibabacloud.com/rrsa-tokens",
-            true,
-        ));
-        volumes.push(token(
-            "rrsa-oidc-token",
-            "sts.aliyuncs.com",
-            "token",
-            Some(0o644),
-        ));
-    }
+    token_parts(false, &mut mounts, &mut volumes);
     mounts.extend([
         mount("pods-dir", "/run/peerpod", false),
         VolumeMount {
@@ -417,10 +410,7 @@ pub fn caa_daemonset(
             Some("DirectoryOrCreate"),
         ),
     ]);
-    if cloud.provider == Some(CloudProvider::Ibmcloud) {
-        mounts.push(mount("vault-token", "/var/run/secrets/tokens", false));
-        volumes.push(token("vault-token", "iam", "vault-token", None));
-    }
+    token_parts(true, &mut mounts, &mut volumes);
     if let Some((_, volume, mount)) = wiring {
         mounts.push(mount);
         volumes.push(volume);
