@@ -17,25 +17,39 @@ use peerpods_provider_core::{
 use crate::cache::{CacheTimes, Cached};
 use crate::deletes::DELETE_BOUND;
 
-/// Names of the backends compiled into this binary.
-pub const BUILT_IN: &[&str] = &[
-    #[cfg(feature = "alibabacloud")]
-    "alibabacloud",
-    #[cfg(feature = "aws")]
-    "aws",
-    #[cfg(feature = "azure")]
-    "azure",
-    #[cfg(feature = "byom")]
-    "byom",
-    #[cfg(feature = "gcp")]
-    "gcp",
-    #[cfg(feature = "ibmcloud")]
-    "ibmcloud",
-    #[cfg(feature = "ibmcloud-powervs")]
-    "ibmcloud-powervs",
-    #[cfg(feature = "libvirt")]
-    "libvirt",
-];
+/// Builds a backend when its cargo feature is on; without it the backend's crate is not compiled
+/// in at all, and the cloud answers `None`.
+macro_rules! backend {
+    ($feature:tt, $build:expr) => {{
+        #[cfg(feature = $feature)]
+        let backend: Option<Arc<dyn Provider>> = Some(Arc::new($build));
+        #[cfg(not(feature = $feature))]
+        let backend: Option<Arc<dyn Provider>> = None;
+        backend
+    }};
+}
+
+/// Whether this binary was built with `name`'s backend (its cargo feature is on).
+pub const fn is_built_in(name: ProviderName) -> bool {
+    match name {
+        ProviderName::Alibabacloud => cfg!(feature = "alibabacloud"),
+        ProviderName::Aws => cfg!(feature = "aws"),
+        ProviderName::Azure => cfg!(feature = "azure"),
+        ProviderName::Byom => cfg!(feature = "byom"),
+        ProviderName::Gcp => cfg!(feature = "gcp"),
+        ProviderName::Ibmcloud => cfg!(feature = "ibmcloud"),
+        ProviderName::IbmcloudPowervs => cfg!(feature = "ibmcloud-powervs"),
+        ProviderName::Libvirt => cfg!(feature = "libvirt"),
+    }
+}
+
+/// Names of the backends compiled into this binary, in `ProviderName::ALL`'s (alphabetical) order.
+pub fn built_in() -> Vec<ProviderName> {
+    ProviderName::ALL
+        .into_iter()
+        .filter(|name| is_built_in(*name))
+        .collect()
+}
 
 /// The backend for `name` from `config`, or `None` when this binary was built without it.
 pub async fn build(
@@ -45,48 +59,46 @@ pub async fn build(
 ) -> Result<Option<Arc<dyn Provider>>, Error> {
     // Unused when no backend is built in.
     let _ = (config, cloud_calls);
-    let backend: Option<Arc<dyn Provider>> = match name {
-        #[cfg(feature = "alibabacloud")]
-        ProviderName::Alibabacloud => Some(Arc::new(
+    // One line per cloud, no catch-all: a new ProviderName variant does not compile until it has one.
+    let backend = match name {
+        ProviderName::Alibabacloud => backend!(
+            "alibabacloud",
             peerpods_provider_alibabacloud::AlibabaCloudProvider::from_config(
                 config,
-                cloud_calls.clone(),
-            )?,
-        )),
-        #[cfg(feature = "aws")]
-        ProviderName::Aws => Some(Arc::new(
-            peerpods_provider_aws::AwsProvider::from_config(config, cloud_calls.clone()).await?,
-        )),
-        #[cfg(feature = "azure")]
-        ProviderName::Azure => Some(Arc::new(
-            peerpods_provider_azure::AzureProvider::from_config(config, cloud_calls.clone())?,
-        )),
-        #[cfg(feature = "byom")]
-        ProviderName::Byom => Some(Arc::new(peerpods_provider_byom::ByomProvider::from_config(
-            config,
-            cloud_calls.clone(),
-        )?)),
-        #[cfg(feature = "gcp")]
-        ProviderName::Gcp => Some(Arc::new(
-            peerpods_provider_gcp::GcpProvider::from_config(config, cloud_calls.clone()).await?,
-        )),
-        #[cfg(feature = "ibmcloud")]
-        ProviderName::Ibmcloud => Some(Arc::new(
+                cloud_calls.clone()
+            )?
+        ),
+        ProviderName::Aws => backend!(
+            "aws",
+            peerpods_provider_aws::AwsProvider::from_config(config, cloud_calls.clone()).await?
+        ),
+        ProviderName::Azure => backend!(
+            "azure",
+            peerpods_provider_azure::AzureProvider::from_config(config, cloud_calls.clone())?
+        ),
+        ProviderName::Byom => backend!(
+            "byom",
+            peerpods_provider_byom::ByomProvider::from_config(config, cloud_calls.clone())?
+        ),
+        ProviderName::Gcp => backend!(
+            "gcp",
+            peerpods_provider_gcp::GcpProvider::from_config(config, cloud_calls.clone()).await?
+        ),
+        ProviderName::Ibmcloud => backend!(
+            "ibmcloud",
             peerpods_provider_ibmcloud::IbmCloudVpcProvider::from_config(
                 config,
-                cloud_calls.clone(),
-            )?,
-        )),
-        #[cfg(feature = "ibmcloud-powervs")]
-        ProviderName::IbmcloudPowervs => Some(Arc::new(
-            peerpods_provider_ibmcloud::PowerVsProvider::from_config(config, cloud_calls.clone())?,
-        )),
-        #[cfg(feature = "libvirt")]
-        ProviderName::Libvirt => Some(Arc::new(
-            peerpods_provider_libvirt::LibvirtProvider::from_config(config, cloud_calls.clone())?,
-        )),
-        #[allow(unreachable_patterns)]
-        _ => None,
+                cloud_calls.clone()
+            )?
+        ),
+        ProviderName::IbmcloudPowervs => backend!(
+            "ibmcloud-powervs",
+            peerpods_provider_ibmcloud::PowerVsProvider::from_config(config, cloud_calls.clone())?
+        ),
+        ProviderName::Libvirt => backend!(
+            "libvirt",
+            peerpods_provider_libvirt::LibvirtProvider::from_config(config, cloud_calls.clone())?
+        ),
     };
     Ok(backend.map(guarded))
 }

@@ -123,7 +123,11 @@ impl Registry {
                         "CLOUD_PROVIDER",
                         format!(
                             "provider {name:?} is not built into this service (built in: {})",
-                            crate::backends::BUILT_IN.join(", ")
+                            crate::backends::built_in()
+                                .iter()
+                                .map(|name| name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ),
                     )
                     .into());
