@@ -40,9 +40,9 @@ pub use peerpods_proto::DO_NOT_DELETE;
     doc = "A cloud VM that runs one peer pod. Deleting it deletes the VM before the finalizer is released.",
     selectable = ".spec.instanceID",
     printcolumn = r#"{"name":"State","type":"string","description":"Where the PeerPod is in its life: Live, InstanceMissing (the cloud reports its VM gone), WaitingForCloud (deleting the VM failed or is not confirmed yet; see Reason), Held (do-not-delete or cloud-api-adaptor developer mode) or Released (VM gone or deliberately kept, finalizer released)","jsonPath":".status.state"}"#,
+    printcolumn = r#"{"name":"Cloud Provider","type":"string","description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
+    printcolumn = r#"{"name":"Instance ID","type":"string","description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
-    printcolumn = r#"{"name":"Cloud","type":"string","priority":1,"description":"Cloud provider that runs the VM","jsonPath":".spec.cloudProvider"}"#,
-    printcolumn = r#"{"name":"Instance","type":"string","priority":1,"description":"Provider's ID of the VM","jsonPath":".spec.instanceID"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","priority":1,"description":"Why the PeerPod is in its state (the reason of its latest condition)","jsonPath":".status.reason"}"#,
     printcolumn = r#"{"name":"Last Attempt","type":"date","priority":1,"description":"When the controller last recorded an attempt (a cleanup call or an instance lookup) that changed what the status says","jsonPath":".status.lastAttemptTime"}"#,
     printcolumn = r#"{"name":"Waiting Since","type":"date","priority":1,"description":"Since when the cleanup has been waiting (held, failing or in progress); empty while nothing waits","jsonPath":".status.waitingSince"}"#
@@ -374,14 +374,46 @@ mod tests {
             columns,
             [
                 ("State", 0),
+                ("Cloud Provider", 0),
+                ("Instance ID", 0),
                 ("Age", 0),
-                ("Cloud", 1),
-                ("Instance", 1),
                 ("Reason", 1),
                 ("Last Attempt", 1),
                 ("Waiting Since", 1)
             ]
         );
+    }
+
+    /// cloud-api-adaptor's own PeerPod CRD prints these columns (its kubebuilder printcolumn markers); when both
+    /// charts install the CRD, whichever applies last decides what `kubectl get peerpods` shows, so ours keeps
+    /// each of them, by name, type, path and default visibility.
+    #[test]
+    fn every_column_of_upstreams_crd_is_kept() {
+        let upstream: serde_json::Value = serde_json::from_str(include_str!(
+            "../tests/fixtures/caa-peerpod-printer-columns.json"
+        ))
+        .expect("fixture parses");
+        let crd = serde_json::to_value(crd()).expect("serializes");
+        let ours = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .expect("columns");
+        let key = |c: &serde_json::Value| {
+            (
+                c["name"].as_str().unwrap_or_default().to_owned(),
+                c["type"].as_str().unwrap_or_default().to_owned(),
+                c["jsonPath"].as_str().unwrap_or_default().to_owned(),
+                c["priority"].as_i64().unwrap_or_default(),
+            )
+        };
+        let ours: Vec<_> = ours.iter().map(key).collect();
+        let upstream = upstream["columns"].as_array().expect("fixture columns");
+        assert!(!upstream.is_empty());
+        for column in upstream.iter().map(key) {
+            assert!(
+                ours.contains(&column),
+                "upstream's column {column:?} is missing from ours: {ours:?}"
+            );
+        }
     }
 
     #[test]

@@ -46,7 +46,7 @@ fn provider_column(crd: &CustomResourceDefinition) -> Option<String> {
         .additional_printer_columns
         .as_ref()?
         .iter()
-        .find(|c| c.name == "Cloud")?
+        .find(|c| c.name == "Cloud Provider")?
         .description
         .clone()
 }

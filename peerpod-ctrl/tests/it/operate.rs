@@ -102,20 +102,20 @@ async fn kubectl_shows_a_state_for_live_waiting_held_and_released_peerpods() {
         [
             ("Name".to_string(), 0),
             ("State".to_string(), 0),
+            ("Cloud Provider".to_string(), 0),
+            ("Instance ID".to_string(), 0),
             ("Age".to_string(), 0),
-            ("Cloud".to_string(), 1),
-            ("Instance".to_string(), 1),
             ("Reason".to_string(), 1),
             ("Last Attempt".to_string(), 1),
             ("Waiting Since".to_string(), 1),
         ],
-        "-o wide adds cloud, instance, reason, the last attempt and since when a cleanup waits; the default view \
-         has no empty columns"
+        "the default view has the state and upstream's columns (cloud, instance, age); -o wide adds the reason, \
+         the last attempt and since when a cleanup waits"
     );
     // A PeerPod nobody wrote status for (as cloud-api-adaptor creates it) reads Live, at no API write.
     assert_eq!(before.rows["live"]["State"], "Live");
-    assert_eq!(before.rows["live"]["Cloud"], "libvirt");
-    assert_eq!(before.rows["live"]["Instance"], live_vm);
+    assert_eq!(before.rows["live"]["Cloud Provider"], "libvirt");
+    assert_eq!(before.rows["live"]["Instance ID"], live_vm);
 
     let ctrl = Controller::start(s.client.clone(), ControllerOptions::new(provider.addr)).await;
     for name in ["waiting", "held", "released"] {
