@@ -151,6 +151,24 @@ pub enum DeveloperMode {
     Unknown,
 }
 
+/// The key of cloud-api-adaptor's ConfigMap (`peer-pods-cm`) that turns its developer mode on.
+pub const DEVELOPER_MODE_KEY: &str = "PODVM_DEVELOPER_MODE";
+
+impl DeveloperMode {
+    /// The mode a value of [`DEVELOPER_MODE_KEY`] sets, read as cloud-api-adaptor reads it (Go's
+    /// `strconv.ParseBool`, blanks around it ignored). `None` (no such key, or no ConfigMap) and an
+    /// empty value are off, CAA's default; any other value is unknown (CAA would not start with it).
+    /// A ConfigMap that cannot be read at all is [`DeveloperMode::Unknown`] without asking this.
+    pub fn from_setting(value: Option<&str>) -> Self {
+        match value.map(str::trim) {
+            None | Some("") => Self::Off,
+            Some("1" | "t" | "T" | "TRUE" | "true" | "True") => Self::On,
+            Some("0" | "f" | "F" | "FALSE" | "false" | "False") => Self::Off,
+            Some(_) => Self::Unknown,
+        }
+    }
+}
+
 /// `plan` under cloud-api-adaptor's developer mode: a delete not asked for yet is held while
 /// the mode is on ([`Hold::DeveloperMode`]) or unknown ([`Hold::DeveloperModeUnknown`]). A
 /// delete provider-service already answered in progress for goes on (its VM is already going),
@@ -649,6 +667,25 @@ mod tests {
             ] {
                 assert_eq!(under_developer_mode(other.clone(), mode), other);
             }
+        }
+    }
+
+    #[test]
+    fn the_developer_mode_setting_is_read_as_go_parses_a_bool() {
+        assert_eq!(DEVELOPER_MODE_KEY, "PODVM_DEVELOPER_MODE");
+        let read = DeveloperMode::from_setting;
+        assert_eq!(read(None), DeveloperMode::Off, "no key");
+        for off in [
+            "", "  ", "0", "f", "F", "FALSE", "false", "False", " false\n",
+        ] {
+            assert_eq!(read(Some(off)), DeveloperMode::Off, "{off:?}");
+        }
+        for on in ["1", "t", "T", "TRUE", "true", "True", " true "] {
+            assert_eq!(read(Some(on)), DeveloperMode::On, "{on:?}");
+        }
+        // Spellings Go refuses: CAA would not start, so whether it keeps VMs cannot be told.
+        for odd in ["yes", "on", "tRUE", "fALSE", "2", "true true"] {
+            assert_eq!(read(Some(odd)), DeveloperMode::Unknown, "{odd:?}");
         }
     }
 

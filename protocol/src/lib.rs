@@ -8,7 +8,8 @@
 //! - [`guard`]: what may be deleted (do-not-delete, the cluster tag).
 //! - [`window`]: when a cloud's NotFound may be believed.
 //! - [`engine`]: the deletion engine, `step(observation) -> command`.
-//! - [`decide`]: peerpod-ctrl's decision kernel, over plain facts of a PeerPod.
+//! - [`decide`]: peerpod-ctrl's decision kernel, over plain facts of a PeerPod, and cloud-api-adaptor's
+//!   developer mode as its ConfigMap sets it (read the same way by both controllers).
 
 pub mod decide;
 pub mod engine;
