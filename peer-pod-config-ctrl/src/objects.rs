@@ -30,6 +30,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
+use peerpods_protocol::decide::{DEVELOPER_MODE_KEY, DeveloperMode};
+
 use crate::Error;
 use crate::crd::{CloudProvider, PeerPodConfig, PullPolicy};
 
@@ -231,20 +233,26 @@ pub const CAA_CERTS_DIR: &str = "/etc/certificates";
 pub const CM_CLOUD_PROVIDER: &str = "CLOUD_PROVIDER";
 pub const CM_CACERT_FILE: &str = "CACERT_FILE";
 
-/// What the CAA DaemonSet depends on besides the PeerPodConfig: the cloud it serves and whether CAA's agent TLS
-/// certificates are configured. cloud-api-adaptor's chart decides the per-cloud parts from the same two facts
-/// (its `provider` value and `providerConfigs.<cloud>.CACERT_FILE`), which end up in `peer-pods-cm`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What the CAA DaemonSet depends on besides the PeerPodConfig: the cloud it serves, whether CAA's agent TLS
+/// certificates are configured, and CAA's developer mode. cloud-api-adaptor's chart decides the per-cloud parts
+/// from the first two (its `provider` value and `providerConfigs.<cloud>.CACERT_FILE`), which end up in
+/// `peer-pods-cm` beside `PODVM_DEVELOPER_MODE`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CaaCloud {
     /// The cloud, when known. Unknown renders only the parts every cloud shares.
     pub provider: Option<CloudProvider>,
     /// `CACERT_FILE` is set: the `certs-for-tls` Secret is mounted at [`CAA_CERTS_DIR`].
     pub agent_tls: bool,
+    /// CAA's developer mode (`PODVM_DEVELOPER_MODE`): its pods carry it ([`DEVELOPER_MODE_ANNOTATION`]), and node
+    /// capacity follows it (`crate::plan::node_ceiling`).
+    pub developer_mode: DeveloperMode,
 }
 
 impl CaaCloud {
-    /// The cloud from `spec.caa.provider` (wins) or the ConfigMap's `CLOUD_PROVIDER`, and the agent TLS setting
-    /// from its `CACERT_FILE`. `config_map` is the ConfigMap's data, `None` when it could not be read.
+    /// The cloud from `spec.caa.provider` (wins) or the ConfigMap's `CLOUD_PROVIDER`, the agent TLS setting
+    /// from its `CACERT_FILE` and the developer mode from its `PODVM_DEVELOPER_MODE`. `config_map` is the
+    /// ConfigMap's data (empty when it does not exist), `None` when it could not be read: the developer mode is
+    /// then unknown.
     pub fn resolve(
         explicit: Option<CloudProvider>,
         config_map: Option<&BTreeMap<String, String>>,
@@ -258,7 +266,41 @@ impl CaaCloud {
         Self {
             provider: explicit.or_else(|| value(CM_CLOUD_PROVIDER).and_then(parse_cloud)),
             agent_tls: value(CM_CACERT_FILE).is_some(),
+            developer_mode: config_map.map_or(DeveloperMode::Unknown, |data| {
+                DeveloperMode::from_setting(data.get(DEVELOPER_MODE_KEY).map(String::as_str))
+            }),
         }
+    }
+}
+
+/// Annotation on the CAA DaemonSet's pod template naming CAA's developer mode while it is not off. CAA reads its
+/// ConfigMap only when it starts, so a change of `PODVM_DEVELOPER_MODE` changes the template and rolls CAA's pods:
+/// the mode they run with is the one this controller plans capacity for. Off carries no annotation (a cluster that
+/// never set the key sees no change).
+pub const DEVELOPER_MODE_ANNOTATION: &str = "confidentialcontainers.org/caa-developer-mode";
+
+/// The value of [`DEVELOPER_MODE_ANNOTATION`] for `mode`; `None`: no annotation.
+pub fn developer_mode_annotation(mode: DeveloperMode) -> Option<&'static str> {
+    match mode {
+        DeveloperMode::Off => None,
+        DeveloperMode::On => Some("on"),
+        DeveloperMode::Unknown => Some("unknown"),
+    }
+}
+
+/// The developer mode a CAA DaemonSet's pod template was rendered for (from [`DEVELOPER_MODE_ANNOTATION`]).
+pub fn rendered_developer_mode(daemonset: &DaemonSet) -> DeveloperMode {
+    let value = daemonset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|meta| meta.annotations.as_ref())
+        .and_then(|annotations| annotations.get(DEVELOPER_MODE_ANNOTATION));
+    match value.map(String::as_str) {
+        None => DeveloperMode::Off,
+        Some("on") => DeveloperMode::On,
+        Some(_) => DeveloperMode::Unknown,
     }
 }
 
@@ -501,6 +543,9 @@ pub fn caa_daemonset(
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
                     labels: Some(pod_labels),
+                    annotations: developer_mode_annotation(cloud.developer_mode).map(|value| {
+                        BTreeMap::from([(DEVELOPER_MODE_ANNOTATION.to_owned(), value.to_owned())])
+                    }),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -807,12 +852,18 @@ pub(crate) mod tests {
         config
     }
 
+    /// CAA's ConfigMap as most clusters have it: developer mode off.
+    pub(crate) fn cloud(provider: Option<CloudProvider>, agent_tls: bool) -> CaaCloud {
+        CaaCloud {
+            provider,
+            agent_tls,
+            developer_mode: DeveloperMode::Off,
+        }
+    }
+
     #[test]
     fn caa_pulls_its_image_if_not_present_under_the_runtime_default_seccomp_profile() {
-        let libvirt = CaaCloud {
-            provider: Some(CloudProvider::Libvirt),
-            agent_tls: false,
-        };
+        let libvirt = cloud(Some(CloudProvider::Libvirt), false);
         let container = |spec: serde_json::Value| {
             caa_daemonset(&config(spec), "peer-pods", None, &libvirt)
                 .unwrap()
@@ -845,10 +896,7 @@ pub(crate) mod tests {
         let config = config(
             serde_json::json!({"limit": "10", "caa": {"env": {"PEERPODS_LIMIT_PER_NODE": "5", "X": "1"}}}),
         );
-        let libvirt = CaaCloud {
-            provider: Some(CloudProvider::Libvirt),
-            agent_tls: false,
-        };
+        let libvirt = cloud(Some(CloudProvider::Libvirt), false);
         let ds = caa_daemonset(&config, "peer-pods", None, &libvirt).unwrap();
         assert_eq!(ds.metadata.name.as_deref(), Some(CAA_DAEMONSET));
         assert_eq!(
@@ -1070,7 +1118,7 @@ pub(crate) mod tests {
             audience: "provider-service".into(),
             server_name: None,
         };
-        let ds = caa_daemonset(&config, "peer-pods", Some(&wiring), &CaaCloud::default()).unwrap();
+        let ds = caa_daemonset(&config, "peer-pods", Some(&wiring), &cloud(None, false)).unwrap();
         let pod = ds.spec.template.spec.unwrap();
         let c = &pod.containers[0];
         let env: BTreeMap<_, _> = c
@@ -1129,7 +1177,7 @@ pub(crate) mod tests {
     #[test]
     fn without_wiring_caa_gets_no_provider_service_settings() {
         let config = config(serde_json::json!({"limit": "4"}));
-        let ds = caa_daemonset(&config, "peer-pods", None, &CaaCloud::default()).unwrap();
+        let ds = caa_daemonset(&config, "peer-pods", None, &cloud(None, false)).unwrap();
         let pod = ds.spec.template.spec.unwrap();
         assert!(
             pod.containers[0]
@@ -1158,10 +1206,7 @@ pub(crate) mod tests {
         ]);
         assert_eq!(
             CaaCloud::resolve(None, Some(&data)),
-            CaaCloud {
-                provider: Some(CloudProvider::IbmcloudPowervs),
-                agent_tls: true
-            }
+            cloud(Some(CloudProvider::IbmcloudPowervs), true)
         );
         assert_eq!(
             CaaCloud::resolve(Some(CloudProvider::Aws), Some(&data)).provider,
@@ -1172,24 +1217,23 @@ pub(crate) mod tests {
             (CM_CLOUD_PROVIDER.to_owned(), "nimbus".to_owned()),
             (CM_CACERT_FILE.to_owned(), " ".to_owned()),
         ]);
-        assert_eq!(CaaCloud::resolve(None, Some(&blank)), CaaCloud::default());
-        assert_eq!(CaaCloud::resolve(None, None), CaaCloud::default());
+        assert_eq!(CaaCloud::resolve(None, Some(&blank)), cloud(None, false));
+        // Unreadable: no per-cloud parts, and whether CAA keeps VMs cannot be told.
+        assert_eq!(
+            CaaCloud::resolve(None, None),
+            CaaCloud {
+                developer_mode: DeveloperMode::Unknown,
+                ..cloud(None, false)
+            }
+        );
     }
 
     #[test]
     fn per_cloud_parts_follow_the_cloud() {
         let config = config(serde_json::json!({"limit": "4"}));
         let volumes = |provider, agent_tls| {
-            let ds = caa_daemonset(
-                &config,
-                "peer-pods",
-                None,
-                &CaaCloud {
-                    provider,
-                    agent_tls,
-                },
-            )
-            .unwrap();
+            let ds =
+                caa_daemonset(&config, "peer-pods", None, &cloud(provider, agent_tls)).unwrap();
             let pod = ds.spec.template.spec.unwrap();
             let mounts: Vec<String> = pod.containers[0]
                 .volume_mounts
@@ -1223,5 +1267,53 @@ pub(crate) mod tests {
             Some("vault-token")
         );
         assert_eq!(volumes(None, false), shared);
+    }
+
+    #[test]
+    fn the_developer_mode_of_caas_config_map_is_on_the_pod_template_unless_off() {
+        let config = config(serde_json::json!({"limit": "4"}));
+        let setting = |value: Option<&str>| {
+            let mut data = BTreeMap::from([(CM_CLOUD_PROVIDER.to_owned(), "libvirt".to_owned())]);
+            if let Some(value) = value {
+                data.insert(DEVELOPER_MODE_KEY.to_owned(), value.to_owned());
+            }
+            CaaCloud::resolve(None, Some(&data))
+        };
+        let template = |cloud: &CaaCloud| {
+            let ds = caa_daemonset(&config, "peer-pods", None, cloud).unwrap();
+            assert_eq!(rendered_developer_mode(&ds), cloud.developer_mode);
+            ds.spec.template.metadata.unwrap()
+        };
+        let annotation = |cloud: &CaaCloud| {
+            template(cloud)
+                .annotations
+                .and_then(|a| a.get(DEVELOPER_MODE_ANNOTATION).cloned())
+        };
+        // Off, however it is spelled or left out, renders the template of an install that never set it.
+        for off in [None, Some(""), Some("false"), Some("0")] {
+            let cloud = setting(off);
+            assert_eq!(cloud.developer_mode, DeveloperMode::Off, "{off:?}");
+            assert_eq!(template(&cloud).annotations, None, "{off:?}");
+        }
+        assert_eq!(setting(Some("true")).developer_mode, DeveloperMode::On);
+        assert_eq!(annotation(&setting(Some("true"))).as_deref(), Some("on"));
+        assert_eq!(
+            annotation(&setting(Some("yes"))).as_deref(),
+            Some("unknown")
+        );
+        assert_eq!(
+            annotation(&CaaCloud::resolve(None, None)).as_deref(),
+            Some("unknown"),
+            "an unreadable ConfigMap"
+        );
+        // Switching the mode changes the template (the DaemonSet rolls CAA's pods), and nothing else.
+        let on = caa_daemonset(&config, "peer-pods", None, &setting(Some("true"))).unwrap();
+        let off = caa_daemonset(&config, "peer-pods", None, &setting(Some("false"))).unwrap();
+        assert_ne!(on.spec, off.spec);
+        let mut without = on.spec.clone();
+        if let Some(meta) = without.template.metadata.as_mut() {
+            meta.annotations = None;
+        }
+        assert_eq!(without, off.spec);
     }
 }

@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
+use peerpods_protocol::decide::DeveloperMode;
 
 use crate::crd::{Limit, PeerPodConfig};
 use crate::nodes::{self, CapacityChange};
 use crate::spread;
-use crate::status::Capacity;
+use crate::status::{Capacity, NodeCeiling};
 
 /// Resync period without changes: reads only, so it costs no writes, and it repairs anything a missed watch
 /// event left behind.
@@ -24,8 +25,10 @@ pub struct CapacityPlan {
     pub requested: u64,
     /// What the provider reports as free, when asked and known.
     pub provider_free: Option<u64>,
-    /// What is advertised: the requested total, capped by the provider's free capacity.
+    /// What is advertised: the requested total, capped by the provider's free capacity and by the node ceiling.
     pub effective: u64,
+    /// Every selected node takes at most [`NodeCeiling::PER_NODE`] VMs, and why (see [`node_ceiling`]).
+    pub ceiling: Option<NodeCeiling>,
     /// Nodes the selector picks.
     pub selected_nodes: usize,
     /// Node name → value, for the selected nodes.
@@ -36,13 +39,27 @@ pub struct CapacityPlan {
     pub invalid_overrides: Vec<String>,
 }
 
-/// Plans node capacity for `limit` over the nodes `selector` picks among `all_nodes`, capped by `provider_free`.
-/// A per-node limit stays per node unless the provider caps it; then the capped total is spread.
+/// The ceiling cloud-api-adaptor's developer mode puts on every selected node: in developer mode CAA keeps failed
+/// pods' VMs for debugging and its own per-node limit defaults to one, so whatever the limit asks, a node takes at
+/// most one VM (and the DRA pool at most one device per selected node). A mode that cannot be told counts as on:
+/// one per node is the conservative figure.
+pub fn node_ceiling(mode: DeveloperMode) -> Option<NodeCeiling> {
+    match mode {
+        DeveloperMode::Off => None,
+        DeveloperMode::On => Some(NodeCeiling::DeveloperMode),
+        DeveloperMode::Unknown => Some(NodeCeiling::DeveloperModeUnknown),
+    }
+}
+
+/// Plans node capacity for `limit` over the nodes `selector` picks among `all_nodes`, capped by `provider_free`
+/// and by the [`node_ceiling`] of CAA's `developer_mode`. A per-node limit stays per node unless the provider caps
+/// it; then the capped total is spread.
 pub fn capacity<'a>(
     limit: Limit,
     selector: &BTreeMap<String, String>,
     all_nodes: impl IntoIterator<Item = &'a Node>,
     provider_free: Option<u64>,
+    developer_mode: DeveloperMode,
 ) -> CapacityPlan {
     let all_nodes: Vec<&Node> = all_nodes.into_iter().collect();
     let selected: Vec<String> = all_nodes
@@ -71,10 +88,27 @@ pub fn capacity<'a>(
             .map(|name| u64::from(fixed.get(name).copied().unwrap_or(each)))
             .fold(0u64, u64::saturating_add),
     };
-    let effective = provider_free.map_or(requested, |free| free.min(requested));
+    // Under the ceiling, a node's share (its label, the per-node limit, or one for a total) is at most the
+    // ceiling, and what the selected nodes take together is `allowed`; without it, what the limit asks.
+    let ceiling = node_ceiling(developer_mode);
+    let cap = |value: u32| ceiling.map_or(value, |_| value.min(NodeCeiling::PER_NODE));
+    let fixed: BTreeMap<String, u32> = fixed.into_iter().map(|(n, v)| (n, cap(v))).collect();
+    let share = match limit {
+        Limit::PerNode(each) => cap(each),
+        Limit::Total(_) => NodeCeiling::PER_NODE,
+    };
+    let allowed = match ceiling {
+        None => requested,
+        Some(_) => selected
+            .iter()
+            .map(|name| u64::from(fixed.get(name).copied().unwrap_or(share)))
+            .fold(0u64, u64::saturating_add),
+    };
+    let within = requested.min(allowed);
+    let effective = provider_free.map_or(within, |free| free.min(within));
     let names = selected.iter().map(String::as_str);
     let desired = match limit {
-        Limit::PerNode(each) if effective == requested => spread::per_node(each, names)
+        Limit::PerNode(each) if effective == allowed => spread::per_node(cap(each), names)
             .into_iter()
             .map(|(name, value)| {
                 let value = fixed.get(&name).copied().unwrap_or(value);
@@ -92,6 +126,7 @@ pub fn capacity<'a>(
         requested,
         provider_free,
         effective,
+        ceiling,
         selected_nodes: selected.len(),
         desired,
         changes,
@@ -110,6 +145,7 @@ impl CapacityPlan {
             per_node_min: self.desired.values().min().copied(),
             per_node_max: self.desired.values().max().copied(),
             pool: None,
+            ceiling: self.ceiling,
         }
     }
 }
@@ -177,7 +213,13 @@ mod tests {
             node("b", true, Some("5")),
             node("c", false, Some("3")),
         ];
-        let plan = capacity(Limit::Total(9), &workers(), &nodes, None);
+        let plan = capacity(
+            Limit::Total(9),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
         assert_eq!(
             (plan.requested, plan.effective, plan.selected_nodes),
             (9, 9, 2)
@@ -205,7 +247,13 @@ mod tests {
     #[test]
     fn nodes_already_right_need_no_change() {
         let nodes = [node("a", true, Some("2")), node("b", true, Some("2"))];
-        let plan = capacity(Limit::PerNode(2), &workers(), &nodes, None);
+        let plan = capacity(
+            Limit::PerNode(2),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
         assert_eq!(plan.requested, 4);
         assert!(plan.changes.is_empty(), "{:?}", plan.changes);
     }
@@ -217,11 +265,23 @@ mod tests {
             node("b", true, None),
             node("c", true, None),
         ];
-        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, Some(5));
+        let plan = capacity(
+            Limit::PerNode(4),
+            &workers(),
+            &nodes,
+            Some(5),
+            DeveloperMode::Off,
+        );
         assert_eq!((plan.requested, plan.effective), (12, 5));
         assert_eq!(plan.desired.values().sum::<u32>(), 5);
         assert_eq!(plan.status().provider_free, Some(5));
-        let plenty = capacity(Limit::PerNode(4), &workers(), &nodes, Some(100));
+        let plenty = capacity(
+            Limit::PerNode(4),
+            &workers(),
+            &nodes,
+            Some(100),
+            DeveloperMode::Off,
+        );
         assert_eq!(plenty.effective, 12);
         assert!(plenty.desired.values().all(|v| *v == 4));
     }
@@ -242,7 +302,13 @@ mod tests {
             node("b", true, None),
             with_vm_limit(node("unselected", false, None), "50"),
         ];
-        let plan = capacity(Limit::Total(10), &workers(), &nodes, None);
+        let plan = capacity(
+            Limit::Total(10),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
         assert_eq!(
             plan.desired,
             [("a".into(), 2), ("b".into(), 2), ("big".into(), 6)].into()
@@ -258,7 +324,13 @@ mod tests {
             node("a", true, None),
             with_vm_limit(node("typo", true, None), "ten"),
         ];
-        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, None);
+        let plan = capacity(
+            Limit::PerNode(4),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
         assert_eq!(
             plan.desired,
             [("a".into(), 4), ("small".into(), 1), ("typo".into(), 4)].into()
@@ -270,10 +342,113 @@ mod tests {
     #[test]
     fn no_selected_node_means_nothing_advertised() {
         let nodes = [node("c", false, Some("3"))];
-        let plan = capacity(Limit::PerNode(4), &workers(), &nodes, None);
+        let plan = capacity(
+            Limit::PerNode(4),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
         assert_eq!((plan.requested, plan.selected_nodes), (0, 0));
         assert_eq!(plan.changes, vec![("c".into(), CapacityChange::Remove)]);
         assert_eq!(plan.status().per_node_max, None);
+    }
+
+    #[test]
+    fn developer_mode_or_not_knowing_it_caps_every_selected_node_at_one() {
+        let nodes = [
+            node("a", true, Some("4")),
+            node("b", true, Some("4")),
+            node("c", true, None),
+            node("d", false, Some("1")),
+        ];
+        for mode in [DeveloperMode::On, DeveloperMode::Unknown] {
+            let plan = capacity(Limit::PerNode(4), &workers(), &nodes, None, mode);
+            assert_eq!(
+                (plan.requested, plan.effective, plan.ceiling),
+                (12, 3, node_ceiling(mode)),
+                "{mode:?}"
+            );
+            assert_eq!(
+                plan.desired,
+                [("a".into(), 1), ("b".into(), 1), ("c".into(), 1)].into()
+            );
+            assert_eq!(
+                plan.changes,
+                vec![
+                    ("a".into(), CapacityChange::Set { value: 1 }),
+                    ("b".into(), CapacityChange::Set { value: 1 }),
+                    ("c".into(), CapacityChange::Set { value: 1 }),
+                    ("d".into(), CapacityChange::Remove),
+                ]
+            );
+            let status = plan.status();
+            assert_eq!(
+                (status.effective, status.per_node_max, status.ceiling),
+                (3, Some(1), node_ceiling(mode))
+            );
+        }
+        // Off: the limit alone, as before.
+        let off = capacity(
+            Limit::PerNode(4),
+            &workers(),
+            &nodes,
+            None,
+            DeveloperMode::Off,
+        );
+        assert_eq!((off.effective, off.ceiling), (12, None));
+        assert!(off.desired.values().all(|v| *v == 4));
+    }
+
+    #[test]
+    fn under_the_ceiling_a_total_the_provider_and_node_labels_still_cap_below_one_each() {
+        let nodes = [
+            node("a", true, None),
+            node("b", true, None),
+            node("c", true, None),
+        ];
+        let on = DeveloperMode::On;
+        // A total above the node count: one per node, which is also what the DRA pool is sized by.
+        let big = capacity(Limit::Total(10), &workers(), &nodes, None, on);
+        assert_eq!((big.requested, big.effective), (10, 3));
+        assert!(big.desired.values().all(|v| *v == 1), "{:?}", big.desired);
+        // A total below it, or the provider's free capacity: spread, never above one.
+        let small = capacity(Limit::Total(2), &workers(), &nodes, None, on);
+        assert_eq!(small.effective, 2);
+        assert_eq!(small.desired.values().copied().max(), Some(1));
+        let quota = capacity(Limit::PerNode(4), &workers(), &nodes, Some(2), on);
+        assert_eq!(
+            (quota.effective, quota.desired.values().sum::<u32>()),
+            (2, 2)
+        );
+        assert_eq!(quota.desired.values().copied().max(), Some(1));
+        // A node label asking for more gets one; a label of 0 keeps its node empty and its slot out of the total.
+        let labelled = [
+            with_vm_limit(node("big", true, None), "6"),
+            with_vm_limit(node("none", true, None), "0"),
+            node("a", true, None),
+        ];
+        let plan = capacity(Limit::Total(10), &workers(), &labelled, None, on);
+        assert_eq!(plan.effective, 2);
+        assert_eq!(
+            plan.desired,
+            [("a".into(), 1), ("big".into(), 1), ("none".into(), 0)].into()
+        );
+        let per_node = capacity(Limit::PerNode(3), &workers(), &labelled, None, on);
+        assert_eq!((per_node.requested, per_node.effective), (9, 2));
+        assert_eq!(per_node.desired, plan.desired);
+        // A per-node limit of 0 stays 0.
+        let zero = capacity(Limit::PerNode(0), &workers(), &nodes, None, on);
+        assert_eq!(zero.effective, 0);
+        assert_eq!(node_ceiling(DeveloperMode::Off), None);
+        assert_eq!(
+            node_ceiling(DeveloperMode::On),
+            Some(NodeCeiling::DeveloperMode)
+        );
+        assert_eq!(
+            node_ceiling(DeveloperMode::Unknown),
+            Some(NodeCeiling::DeveloperModeUnknown)
+        );
     }
 
     #[test]

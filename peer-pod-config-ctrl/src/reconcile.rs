@@ -175,6 +175,9 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
     // Owned objects.
     let mut written = Vec::new();
     let cloud = caa_cloud(&config, ctx).await;
+    let rendered = current::<DaemonSet>(ctx, Some(ns), objects::CAA_DAEMONSET)
+        .filter(|ds| objects::labelled_for(&ds.metadata, &config))
+        .map(|ds| objects::rendered_developer_mode(&ds));
     let daemonset = ensure(
         ctx,
         &mut written,
@@ -243,7 +246,20 @@ async fn apply_config(config: Arc<PeerPodConfig>, ctx: &Context) -> Result<Actio
         &config.spec.node_selector,
         all_nodes.iter(),
         provider_free,
+        cloud.developer_mode,
     );
+    // Said once, when the CAA pods are rendered for another mode than before (not on the first render: a new
+    // install's mode is in the status).
+    if let Some(note) =
+        rendered.and_then(|was| status::developer_mode_change(was, cloud.developer_mode))
+    {
+        info!(%note, "cloud-api-adaptor's developer mode changed");
+        let type_ = match planned.ceiling {
+            Some(status::NodeCeiling::DeveloperModeUnknown) => EventType::Warning,
+            Some(status::NodeCeiling::DeveloperMode) | None => EventType::Normal,
+        };
+        publish(ctx, &config, type_, status::DEVELOPER_MODE_CHANGED, note).await;
+    }
     if !planned.invalid_overrides.is_empty() {
         warn!(
             nodes = ?planned.invalid_overrides,
@@ -352,8 +368,9 @@ fn webhook_condition_is(config: &PeerPodConfig, reason: &str) -> bool {
 }
 
 /// The cloud the CAA DaemonSet is rendered for: `spec.caa.provider`, else the `CLOUD_PROVIDER` of CAA's ConfigMap
-/// (whose `CACERT_FILE` also decides the agent TLS mount). A ConfigMap that cannot be read leaves the per-cloud
-/// parts out, with a warning naming why, rather than blocking the rest of the setup.
+/// (whose `CACERT_FILE` also decides the agent TLS mount, and `PODVM_DEVELOPER_MODE` CAA's developer mode). A
+/// ConfigMap that cannot be read leaves the per-cloud parts out, with a warning naming why, rather than blocking
+/// the rest of the setup; its developer mode is then unknown, which caps node capacity as developer mode does.
 async fn caa_cloud(config: &PeerPodConfig, ctx: &Context) -> objects::CaaCloud {
     let name = &config.spec.config_map_name;
     let read = if name == caches::CAA_CONFIG_MAP {
@@ -363,19 +380,20 @@ async fn caa_cloud(config: &PeerPodConfig, ctx: &Context) -> objects::CaaCloud {
         let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         api.get_opt(name).await
     };
-    let data = match read {
-        Ok(Some(cm)) => cm.data,
+    // Absent is an empty ConfigMap (developer mode off, CAA's default); unreadable is `None` (the mode unknown).
+    let (data, exists) = match read {
+        Ok(Some(cm)) => (Some(cm.data.unwrap_or_default()), true),
         Ok(None) => {
             warn!(configmap = %name, "CAA's ConfigMap does not exist; the DaemonSet gets no per-cloud parts");
-            None
+            (Some(Default::default()), false)
         }
         Err(e) => {
-            warn!(configmap = %name, error = %e, "reading CAA's ConfigMap failed; the DaemonSet gets no per-cloud parts");
-            None
+            warn!(configmap = %name, error = %e, "reading CAA's ConfigMap failed; the DaemonSet gets no per-cloud parts and developer mode is assumed");
+            (None, false)
         }
     };
     let cloud = objects::CaaCloud::resolve(config.spec.caa.provider, data.as_ref());
-    if cloud.provider.is_none() && data.is_some() {
+    if cloud.provider.is_none() && exists {
         warn!(configmap = %name, "CAA's ConfigMap names no known CLOUD_PROVIDER and spec.caa.provider is unset; the DaemonSet gets no per-cloud parts");
     }
     cloud

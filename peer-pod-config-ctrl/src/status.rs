@@ -2,6 +2,7 @@
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use peerpods_protocol::decide::DeveloperMode;
 
 use crate::crd::PeerPodConfigStatus;
 use crate::validate::Invalid;
@@ -40,6 +41,55 @@ impl DraPluginReason {
     }
 }
 
+/// Why every selected node takes at most [`NodeCeiling::PER_NODE`] VMs whatever the limit asks: cloud-api-adaptor's
+/// own per-node default in its developer mode (docs/capacity.md). Decided by `crate::plan::node_ceiling`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeCeiling {
+    /// `PODVM_DEVELOPER_MODE` is on in CAA's ConfigMap.
+    DeveloperMode,
+    /// Whether it is on cannot be told (not a boolean, or the ConfigMap cannot be read): as if on (fail closed).
+    DeveloperModeUnknown,
+}
+
+impl NodeCeiling {
+    /// VMs per selected node: CAA's default per-node limit in developer mode.
+    pub const PER_NODE: u32 = 1;
+
+    /// What the CapacityAdvertised message adds.
+    fn note(self) -> String {
+        let why = match self {
+            Self::DeveloperMode => "cloud-api-adaptor runs in developer mode",
+            Self::DeveloperModeUnknown => {
+                "cloud-api-adaptor's developer mode is unknown (PODVM_DEVELOPER_MODE is not a boolean, or its \
+                 ConfigMap cannot be read)"
+            }
+        };
+        format!(", at most {} per node: {why}", Self::PER_NODE)
+    }
+}
+
+/// Event reason when CAA's developer mode changes (its pods roll, node capacity follows).
+pub const DEVELOPER_MODE_CHANGED: &str = "DeveloperModeChanged";
+
+/// The note of a [`DEVELOPER_MODE_CHANGED`] Event when CAA's pods were rendered for developer mode `was` and are
+/// now for `now`; `None` when it did not change.
+pub fn developer_mode_change(was: DeveloperMode, now: DeveloperMode) -> Option<String> {
+    let what = match now {
+        _ if was == now => return None,
+        DeveloperMode::Off => {
+            "off: CAA's pods restart without it and node capacity follows the limit again"
+        }
+        DeveloperMode::On => {
+            "on: CAA's pods restart with it (failed pods' VMs are kept) and each selected node takes at most 1 VM"
+        }
+        DeveloperMode::Unknown => {
+            "unknown (PODVM_DEVELOPER_MODE is not a boolean, or CAA's ConfigMap cannot be read): CAA's pods restart \
+             and each selected node takes at most 1 VM, as in developer mode"
+        }
+    };
+    Some(format!("cloud-api-adaptor's developer mode is now {what}"))
+}
+
 /// The kubelet plugin as one reconcile saw it.
 #[derive(Clone, Debug)]
 pub enum DraPlugin {
@@ -60,6 +110,8 @@ pub struct Capacity {
     pub per_node_max: Option<u32>,
     /// capacityMode dra: the pool published instead of node capacity.
     pub pool: Option<Pool>,
+    /// Every selected node takes at most one VM (the pool at most one device per selected node), and why.
+    pub ceiling: Option<NodeCeiling>,
 }
 
 /// The DRA pool of one reconcile (capacityMode dra).
@@ -283,11 +335,12 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
             } else {
                 String::new()
             };
+            let ceiling = c.ceiling.map(NodeCeiling::note).unwrap_or_default();
             Verdict {
                 ok: true,
                 reason: "Published",
                 message: format!(
-                    "kata.peerpods.io/vm pool of {} devices ({} allocated, {} free) for {} nodes{kept}{capped}",
+                    "kata.peerpods.io/vm pool of {} devices ({} allocated, {} free) for {} nodes{kept}{capped}{ceiling}",
                     pool.size,
                     pool.allocated,
                     pool.size.saturating_sub(pool.allocated),
@@ -308,11 +361,12 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
                 (_, Some(problem)) => format!(", provider capacity unknown: {problem}"),
                 _ => String::new(),
             };
+            let ceiling = c.ceiling.map(NodeCeiling::note).unwrap_or_default();
             Verdict {
                 ok: true,
                 reason: "Advertised",
                 message: format!(
-                    "kata.peerpods.io/vm {} over {} nodes ({range} each){capped}",
+                    "kata.peerpods.io/vm {} over {} nodes ({range} each){capped}{ceiling}",
                     c.effective, c.selected_nodes
                 ),
             }
@@ -513,6 +567,7 @@ mod tests {
                 per_node_min: Some(3),
                 per_node_max: Some(4),
                 pool: None,
+                ceiling: None,
             }),
             objects_applied: true,
             daemonset: Some(ready_daemonset()),
@@ -633,6 +688,69 @@ mod tests {
             ),
             (Some(10), Some(4), Some(4))
         );
+    }
+
+    #[test]
+    fn the_developer_mode_ceiling_is_explained_in_both_modes() {
+        let ceiling = |ceiling, pool| {
+            let mut observed = advertised();
+            if let Some(c) = observed.capacity.as_mut() {
+                c.effective = 3;
+                c.per_node_min = Some(1);
+                c.per_node_max = Some(1);
+                c.pool = pool;
+                c.ceiling = ceiling;
+            }
+            let s = compute(None, &observed, at(1));
+            assert_eq!((s.requested_limit, s.effective_limit), (Some(10), Some(3)));
+            let c = find(&s, CAPACITY_ADVERTISED).clone();
+            (c.status, c.reason, c.message)
+        };
+        assert_eq!(
+            ceiling(Some(NodeCeiling::DeveloperMode), None),
+            (
+                "True".into(),
+                "Advertised".into(),
+                "kata.peerpods.io/vm 3 over 3 nodes (1 each), at most 1 per node: cloud-api-adaptor runs in \
+                 developer mode"
+                    .into()
+            )
+        );
+        let (_, _, unknown) = ceiling(Some(NodeCeiling::DeveloperModeUnknown), None);
+        assert!(
+            unknown.ends_with(
+                ", at most 1 per node: cloud-api-adaptor's developer mode is unknown (PODVM_DEVELOPER_MODE is \
+                 not a boolean, or its ConfigMap cannot be read)"
+            ),
+            "{unknown}"
+        );
+        let pool = Some(Pool {
+            size: 3,
+            allocated: 0,
+        });
+        let (_, reason, message) = ceiling(Some(NodeCeiling::DeveloperMode), pool);
+        assert_eq!(reason, "Published");
+        assert!(
+            message.ends_with(
+                "for 3 nodes, at most 1 per node: cloud-api-adaptor runs in developer mode"
+            ),
+            "{message}"
+        );
+        let (_, _, off) = ceiling(None, None);
+        assert_eq!(off, "kata.peerpods.io/vm 3 over 3 nodes (1 each)");
+    }
+
+    #[test]
+    fn a_developer_mode_change_is_told_once_for_each_new_mode() {
+        use DeveloperMode::{Off, On, Unknown};
+        for mode in [Off, On, Unknown] {
+            assert_eq!(developer_mode_change(mode, mode), None, "{mode:?}");
+        }
+        let note = |was, now| developer_mode_change(was, now).unwrap();
+        assert!(note(Off, On).starts_with("cloud-api-adaptor's developer mode is now on:"));
+        assert!(note(Unknown, Off).starts_with("cloud-api-adaptor's developer mode is now off:"));
+        assert!(note(On, Unknown).starts_with("cloud-api-adaptor's developer mode is now unknown"));
+        assert_eq!(note(Unknown, On), note(Off, On));
     }
 
     #[test]
