@@ -27,6 +27,7 @@ use peerpods_runtime::status::apply_status;
 use peerpods_runtime::watch;
 use tracing::{Instrument, debug, info, info_span, warn};
 
+use crate::Error;
 use crate::breaker::{self, Breakers};
 use crate::cache::Cache;
 use crate::crd::{
@@ -37,7 +38,10 @@ use crate::developer_mode::{self, Mode};
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
 use crate::provider::{About, DeleteAnswer, Deleted, Provider, Waiting};
-use crate::{Error, FIELD_MANAGER};
+
+/// The field manager of the status the reconciler applies: `status.cleand`, the Cleaned condition, the state
+/// and its reason. Reverse collection writes under a manager of its own ([`crate::reverse::FIELD_MANAGER`]).
+pub const FIELD_MANAGER: &str = "peerpod-ctrl";
 
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
 pub struct Context {
@@ -107,7 +111,7 @@ pub struct ReconcilerSettings {
 /// `drain` completes and the reconciles running then have finished.
 #[expect(
     clippy::too_many_arguments,
-    reason = "what one leadership term is made of, each passed on once by lib::run"
+    reason = "what one leadership term is made of, each passed on once by controller::run"
 )]
 pub async fn run(
     client: kube::Client,

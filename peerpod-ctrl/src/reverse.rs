@@ -46,7 +46,7 @@ pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
 pub const REASON_NOT_FOUND: &str = "InstanceNotFound";
 /// Condition and Event reason: a VM reported missing is listed again.
 pub const REASON_FOUND: &str = "InstanceFound";
-/// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::FIELD_MANAGER`]):
+/// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::reconcile::FIELD_MANAGER`]):
 /// an apply removes the fields its manager owned and no longer sends, so one manager for both writers would
 /// have each write drop the other's condition (and `cleand`).
 pub const FIELD_MANAGER: &str = "peerpod-ctrl-reverse-collection";
