@@ -4,11 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
+use peerpod_ctrl::cleanup::{REASON_DELETE_IN_PROGRESS, REASON_NOT_YET_VISIBLE};
 use peerpod_ctrl::crd::{CONDITION_CLEANED, PeerPodState};
 use peerpod_ctrl::orphans::{
     INSTANCE_API_VERSION, REASON_ADOPTABLE, REASON_ORPHAN_DELETED, REASON_ORPHAN_FOUND,
 };
-use peerpod_ctrl::reconcile::{REASON_DELETE_IN_PROGRESS, REASON_NOT_YET_VISIBLE};
 use peerpod_ctrl::reverse::CONDITION_INSTANCE_PRESENT;
 
 /// Everything `status` and `orphans` show.

@@ -3,8 +3,8 @@
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
+use peerpod_ctrl::cleanup::{RELEASE, ReleaseAsk, release_ask};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod};
-use peerpod_ctrl::decide::{RELEASE, ReleaseAsk, release_ask};
 
 use crate::Error;
 

@@ -2,18 +2,35 @@
 //! in-use followers, the watchdog) and how it runs (directly, or under a Lease). Deciding is in the activity
 //! modules' rules, acting in [`crate::reconcile`] and the scanners.
 
+use std::sync::Arc;
+
+use futures::{FutureExt, StreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use peerpods_runtime::health::Health;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use peerpods_runtime::backoff::Backoff;
+use peerpods_runtime::health::{self, Health};
 use peerpods_runtime::leader::{self, LeaderConfig};
 use peerpods_runtime::shutdown::CancellationToken;
+use peerpods_runtime::watch;
+use tracing::debug;
 
 use crate::Error;
-use crate::{developer_mode, in_use, metrics, orphans, provider, reconcile, reverse};
+use crate::cache::{self, Cache};
+use crate::context::Context;
+use crate::crd::PeerPod;
+use crate::developer_mode::Mode;
+use crate::metrics::Metrics;
+use crate::provider::Provider;
+use crate::reconcile::{error_policy, reconcile};
+use crate::{developer_mode, in_use, metrics, orphans, provider, reverse};
 
 /// Everything one leadership term needs.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub reconciler: reconcile::ReconcilerSettings,
+    pub reconciler: ReconcilerSettings,
     pub orphans: orphans::OrphanSettings,
     pub reverse: reverse::ReverseSettings,
     /// Which ConfigMap says whether cloud-api-adaptor runs in developer mode.
@@ -75,7 +92,7 @@ pub async fn run(
         // The first read of the mode (or its failure) comes before the first reconcile: started earlier, every
         // PeerPod being deleted would report the mode unknown on each start.
         mode.first_read().await;
-        reconcile::run(
+        reconciler(
             client,
             provider,
             recorder,
@@ -153,7 +170,7 @@ pub async fn run_until(
             .await
             .map_err(Error::LeaderElection),
         None => {
-            // Ready once the PeerPod watch has listed (see reconcile::run).
+            // Ready once the PeerPod watch has listed (see `reconciler`).
             let work = work();
             tokio::pin!(work);
             tokio::select! {
@@ -170,3 +187,104 @@ pub async fn run_until(
         }
     }
 }
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcilerSettings {
+    /// Reconciles in flight at once.
+    pub concurrency: u16,
+    pub backoff: Backoff,
+}
+
+/// Watches PeerPods in all namespaces and reconciles them until the future is dropped (leadership lost), or
+/// `drain` completes and the reconciles running then have finished.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what one leadership term is made of, each passed on once by controller::run"
+)]
+pub async fn reconciler(
+    client: kube::Client,
+    provider: Provider,
+    recorder: Recorder,
+    metrics: Metrics,
+    settings: ReconcilerSettings,
+    developer_mode: Mode,
+    store_out: Option<tokio::sync::watch::Sender<Option<Store<PeerPod>>>>,
+    health: Option<Health>,
+    drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let api: Api<PeerPod> = Api::all(client.clone());
+    // Liveness and readiness follow this watch (peerpods_runtime::health); the heartbeat shows an idle one is
+    // still connected.
+    let progress = health.map(|h| h.track(WATCH));
+    let heartbeat = match &progress {
+        Some(p) => health::heartbeat(api.clone(), p.clone()).left_future(),
+        None => std::future::pending().right_future(),
+    };
+    let mut cache = Cache::default();
+    let store = cache.store();
+    let ctx = Arc::new(Context::new(
+        client,
+        provider,
+        recorder,
+        metrics,
+        settings.backoff,
+        (store.clone(), cache.index()),
+        developer_mode.clone(),
+    ));
+    if let Some(tx) = store_out {
+        // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
+        tx.send_replace(Some(store.clone()));
+    }
+    let forget = ctx.clone();
+    let listed = store.clone();
+    // A streaming list (watch with initial events) instead of paged LISTs: the objects arrive one by one, so
+    // no page of hundreds of full PeerPods (managedFields included) is ever held at once. 10,000 PeerPods:
+    // 43 MiB → 41.5 MiB peak RSS (make bench).
+    // Backoff that only progress resets (an `Init` before a failing start is none: peerpods_runtime::watch).
+    let trigger = watch::backoff(watcher(api, watcher::Config::default().streaming_lists()))
+        .modify(cache::rules::keep_what_is_read)
+        .filter_map(move |event| {
+            if let Some(p) = &progress {
+                p.observe(&event);
+            }
+            let request = match event {
+                Ok(event) => {
+                    if let watcher::Event::Delete(p) = &event {
+                        forget.forget_object(&ObjectRef::from_obj(p));
+                    }
+                    let request = cache.apply(&event).map(Ok);
+                    if let watcher::Event::InitDone = &event {
+                        // The cache now holds exactly the new list.
+                        forget.forget_absent(|key| listed.get(key).is_some());
+                    }
+                    request
+                }
+                Err(error) => Some(Err(error)),
+            };
+            std::future::ready(request)
+        });
+    let controller = Controller::for_stream(trigger, store)
+        .with_config(ControllerConfig::default().concurrency(settings.concurrency))
+        // A change of developer mode changes the plan of every PeerPod being deleted: switched off, the held
+        // cleanups resume; switched on, the ones failing meanwhile turn into holds.
+        .reconcile_all_on(developer_mode.changes())
+        // Once `drain` completes: no new reconcile starts, and the run ends when the running ones are done (a
+        // DeleteInstance answered is then also recorded and its finalizer released, not abandoned).
+        .graceful_shutdown_on(drain)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                // Reconcile errors were recorded in reconcile(); these are watch/queue errors.
+                debug!(%error, "controller stream");
+            }
+        });
+    // The heartbeat never ends; the controller decides how long this runs.
+    tokio::select! {
+        () = controller => {}
+        () = heartbeat => {}
+    }
+}
+
+/// Name of the PeerPod watch on `/healthz` and `/readyz`.
+pub const WATCH: &str = "watch/peerpods";

@@ -23,14 +23,12 @@ use peerpods_protocol::decide::DeveloperMode;
 use peerpods_runtime::watch;
 use tracing::{info, warn};
 
-use crate::decide;
-
 /// cloud-api-adaptor's ConfigMap, as its install names it.
 pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
 /// The namespace cloud-api-adaptor's own install (kustomize and chart) runs in.
 pub const CAA_NAMESPACE: &str = "confidential-containers-system";
-/// The key of CAA's ConfigMap that turns developer mode on.
-pub use crate::decide::DEVELOPER_MODE_KEY as KEY;
+/// The key of cloud-api-adaptor's ConfigMap that turns its developer mode on (CAA keeps a failed pod's VM).
+pub const KEY: &str = "PODVM_DEVELOPER_MODE";
 
 /// Which ConfigMap says whether developer mode is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,9 +105,9 @@ pub async fn follow(client: kube::Client, settings: DeveloperModeSettings, tx: M
                 listed = Some(cm);
                 continue;
             }
-            Ok(watcher::Event::InitDone) => decide::developer_mode(listed.take().as_ref()),
-            Ok(watcher::Event::Apply(cm)) => decide::developer_mode(Some(&cm)),
-            Ok(watcher::Event::Delete(_)) => decide::developer_mode(None),
+            Ok(watcher::Event::InitDone) => mode_of(listed.take().as_ref()),
+            Ok(watcher::Event::Apply(cm)) => mode_of(Some(&cm)),
+            Ok(watcher::Event::Delete(_)) => mode_of(None),
             Err(error) => {
                 warn!(%error, namespace = %settings.namespace, name = %settings.name,
                     "cannot read cloud-api-adaptor's ConfigMap; developer mode unknown, no VM is deleted until it is read");
@@ -123,6 +121,51 @@ pub async fn follow(client: kube::Client, settings: DeveloperModeSettings, tx: M
         });
         if changed {
             info!(?mode, namespace = %settings.namespace, name = %settings.name, "cloud-api-adaptor developer mode");
+        }
+    }
+}
+
+/// cloud-api-adaptor's developer mode from its ConfigMap (`None`: there is none). A missing ConfigMap or key, or
+/// an empty value, is off: CAA's default. A value is read as Go's `strconv.ParseBool` reads it, as CAA does; any
+/// other value is unknown (CAA would not start with it), and unknown holds every delete not yet asked for.
+pub fn mode_of(config_map: Option<&ConfigMap>) -> DeveloperMode {
+    let value = config_map
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get(KEY))
+        .map(|v| v.trim());
+    match value {
+        None | Some("") => DeveloperMode::Off,
+        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => DeveloperMode::On,
+        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => DeveloperMode::Off,
+        Some(_) => DeveloperMode::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn developer_mode_is_read_as_caa_reads_it() {
+        let cm = |value: Option<&str>| ConfigMap {
+            data: value
+                .map(|v| std::collections::BTreeMap::from([(KEY.to_string(), v.to_string())])),
+            ..ConfigMap::default()
+        };
+        assert_eq!(mode_of(None), DeveloperMode::Off, "no ConfigMap");
+        assert_eq!(mode_of(Some(&cm(None))), DeveloperMode::Off, "no key");
+        for on in ["true", "1", "t", "T", "TRUE", "True", " true "] {
+            assert_eq!(mode_of(Some(&cm(Some(on)))), DeveloperMode::On, "{on:?}");
+        }
+        for off in ["", "false", "0", "f", "F", "FALSE", "False"] {
+            assert_eq!(mode_of(Some(&cm(Some(off)))), DeveloperMode::Off, "{off:?}");
+        }
+        for odd in ["yes", "on", "tRUE"] {
+            assert_eq!(
+                mode_of(Some(&cm(Some(odd)))),
+                DeveloperMode::Unknown,
+                "{odd:?}"
+            );
         }
     }
 }

@@ -9,7 +9,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use crate::crd::PeerPod;
-use crate::decide::controlling_owner_uid;
+use crate::stale::rules::controlling_owner_uid;
 
 /// One PeerPod of an owner: its namespace and name, the part of an `ObjectRef` that identifies it. An
 /// `ObjectRef` is 96 bytes with room for a resourceVersion and UID the index never needs; with 10,000 PeerPods

@@ -5,15 +5,15 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use kube::runtime::events::Reporter;
-use peerpod_ctrl::decide::Backoff;
+use peerpod_ctrl::controller::ReconcilerSettings;
 use peerpod_ctrl::developer_mode::{self, DeveloperModeSettings};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
-use peerpod_ctrl::reconcile::ReconcilerSettings;
 use peerpod_ctrl::reverse::ReverseSettings;
 use peerpod_ctrl::{Settings, metrics::Metrics};
 use peerpods_provider_client::ProviderArgs;
 use peerpods_runtime::args::{ControllerArgs, duration};
+use peerpods_runtime::backoff::Backoff;
 use peerpods_runtime::binary::{self, Wiring};
 
 /// Where provider-service listens in local development; this controller cannot work without one.

@@ -46,7 +46,7 @@ pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
 pub const REASON_NOT_FOUND: &str = "InstanceNotFound";
 /// Condition and Event reason: a VM reported missing is listed again.
 pub const REASON_FOUND: &str = "InstanceFound";
-/// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::reconcile::FIELD_MANAGER`]):
+/// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::cleanup::FIELD_MANAGER`]):
 /// an apply removes the fields its manager owned and no longer sends, so one manager for both writers would
 /// have each write drop the other's condition (and `cleand`).
 pub const FIELD_MANAGER: &str = "peerpod-ctrl-reverse-collection";
@@ -246,7 +246,7 @@ impl ReverseScanner {
             // One identity per instance: the cloud's canonical id, as every other comparison.
             let listed = instances
                 .iter()
-                .map(|i| crate::decide::instance_key(&provider, &i.instance_id))
+                .map(|i| crate::instance::instance_key(&provider, &i.instance_id))
                 .collect::<HashSet<(String, String)>>();
             let now = jiff::Timestamp::now();
             let mut missing = 0;
@@ -254,7 +254,10 @@ impl ReverseScanner {
                 let who = subject(&p);
                 let verdict = judge(
                     &who,
-                    listed.contains(&crate::decide::instance_key(&provider, &p.spec.instance_id)),
+                    listed.contains(&crate::instance::instance_key(
+                        &provider,
+                        &p.spec.instance_id,
+                    )),
                     &mut self.absent_since,
                     now,
                     self.settings.grace,

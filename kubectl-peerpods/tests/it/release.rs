@@ -5,8 +5,8 @@
 use std::process::Output;
 
 use kube::api::{Api, DeleteParams, PostParams};
+use peerpod_ctrl::cleanup::{ReleaseAsk, release_ask};
 use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
-use peerpod_ctrl::decide::{ReleaseAsk, release_ask};
 
 #[tokio::test]
 async fn release_sets_the_annotation_only_on_a_peerpod_being_deleted() {

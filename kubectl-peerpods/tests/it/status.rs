@@ -17,9 +17,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use kubectl_peerpods::render::{self, Style};
 use kubectl_peerpods::{facts, gather};
+use peerpod_ctrl::cleanup::{REASON_DELETE_IN_PROGRESS, REASON_DO_NOT_DELETE};
 use peerpod_ctrl::crd::{CONDITION_CLEANED, FINALIZER, PeerPod, PeerPodSpec};
 use peerpod_ctrl::orphans::{INSTANCE_API_VERSION, REASON_ADOPTABLE};
-use peerpod_ctrl::reconcile::{REASON_DELETE_IN_PROGRESS, REASON_DO_NOT_DELETE};
 use peerpod_ctrl::reverse::{CONDITION_INSTANCE_PRESENT, REASON_NOT_FOUND};
 use serde_json::json;
 

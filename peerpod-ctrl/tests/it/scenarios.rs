@@ -1070,7 +1070,7 @@ async fn an_orphan_scan_over_its_cap_deletes_nothing_and_says_why() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
     use kube::runtime::events::{Recorder, Reporter};
-    use peerpod_ctrl::decide::DeletionRefused;
+    use peerpod_ctrl::orphans::DeletionRefused;
     use peerpod_ctrl::orphans::{FirstSeen, OrphanSettings, Scanner};
     use peerpod_ctrl::provider::{Provider, ProviderClientConfig};
 
@@ -1108,7 +1108,7 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
         },
         first_seen: FirstSeen::default(),
         developer_mode: peerpod_ctrl::developer_mode::Mode::fixed(
-            peerpod_ctrl::decide::DeveloperMode::Off,
+            peerpod_ctrl::cleanup::rules::DeveloperMode::Off,
         ),
     };
     // A cache whose watch has not listed yet.
@@ -1175,7 +1175,7 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
 async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the_breaker() {
     use k8s_openapi::api::events::v1::Event;
     use kube::api::{Api, ListParams};
-    use peerpod_ctrl::reconcile::REASON_NOT_YET_VISIBLE;
+    use peerpod_ctrl::cleanup::REASON_NOT_YET_VISIBLE;
 
     let unseen: Vec<String> = (0..=peerpod_ctrl::breaker::CLOUD_THRESHOLD)
         .map(|i| format!("unseen-{i}"))

@@ -6,14 +6,15 @@
 //! queued during the first list would carry the resourceVersion and UID strings of its PeerPod. Here the
 //! trigger is decided against the version the store held, and the controller is handed only names and
 //! namespaces; it reads the PeerPod itself from the store. With the leaner owner index and owner references
-//! (see [`decide::keep_what_is_read`]), 10,000 owner-referenced PeerPods: 41.5 MiB → 31.6 MiB peak RSS
+//! (see [`rules::keep_what_is_read`]), 10,000 owner-referenced PeerPods: 41.5 MiB → 31.6 MiB peak RSS
 //! (`make bench`).
+
+pub mod rules;
 
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 
 use crate::crd::PeerPod;
-use crate::decide;
 use crate::index::OwnerIndex;
 
 /// The store and the index of one watch. The index needs the version an event replaces, so both are written
@@ -47,7 +48,7 @@ impl Cache {
     }
 
     /// Applies one watch event to the index and the store. Returns what to reconcile, if the event changed
-    /// something a reconcile decides on (see [`decide::needs_reconcile`]): a PeerPod with only a name and a
+    /// something a reconcile decides on (see [`rules::needs_reconcile`]): a PeerPod with only a name and a
     /// namespace, which is all the controller's queue keeps of it.
     pub fn apply(&mut self, event: &watcher::Event<PeerPod>) -> Option<PeerPod> {
         let seen = match event {
@@ -63,7 +64,7 @@ impl Cache {
         self.writer.apply_watcher_event(event);
         match event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p)
-                if decide::needs_reconcile(cached.as_deref(), p) =>
+                if rules::needs_reconcile(cached.as_deref(), p) =>
             {
                 Some(reconcile_request(p))
             }

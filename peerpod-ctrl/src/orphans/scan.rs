@@ -1,28 +1,10 @@
-//! Orphan VMs: VMs carrying this cluster's tag that no PeerPod refers to, typically because
-//! cloud-api-adaptor crashed between creating the VM and creating its PeerPod.
-//!
-//! Findings are reported as a metric, a log line and an Event on the controller's Namespace object: orphans
-//! have no PeerPod to attach an Event to, and the Namespace is the one cluster-visible object that always
-//! exists whether or not leader election (a Lease) or a Deployment is in use. The Events are created in
-//! that namespace (`kubectl get events -n <ns> --field-selector reason=OrphanInstanceFound`). Deletion happens only with the `delete` policy, and then only within guards: nothing is
-//! deleted before the PeerPod cache has completed its first list; a scan of a provider that finds more orphans
-//! than [`OrphanCap`] allows (absolute and percent of the VMs listed) deletes none of them and says why (Event
-//! `OrphanDeleteCapExceeded`, log, `peerpod_ctrl_orphan_deletions_refused_total`); a VM tagged
-//! `peerpods.io/do-not-delete` is reported, never deleted, and provider-service refusing one for that reason
-//! skips it without failing the scan.
-//!
-//! Adoption before reaping: an untracked VM whose name is cloud-api-adaptor's name for a VM of a Pod that
-//! exists in this cluster ([`crate::adopt`]) is no orphan: its Pod may still be running on it (a PeerPod
-//! that was never written, or written without the instance id). It is reported as adoptable (log, Event
-//! `AdoptableInstanceFound` naming the VM and the Pod, `peerpod_ctrl_adoptable_instances`) and never
-//! deleted, whatever the policy. The Pods are read (metadata only) only when an untracked VM carries such a
-//! name; when they cannot be read, the scan of that provider fails and deletes nothing.
+//! The orphan scan's acts: every `interval`, `ListInstances` with this cluster's tag for each provider, the Pods
+//! an untracked VM's name may belong to, and, with the `delete` policy and within the guards of [`super::rules`],
+//! `DeleteInstance`; each finding reported as a log line, a metric and an Event on the Namespace.
 
-use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::collections::BTreeMap;
 
 use futures::FutureExt;
-
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
@@ -30,95 +12,18 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::Store;
 use tracing::{info, warn};
 
+use super::rules::{self, DeletionRefused, Vm};
+use super::{
+    Adoptable, FirstSeen, INSTANCE_API_VERSION, OrphanPolicy, OrphanSettings, REASON_ADOPTABLE,
+    REASON_ORPHAN_DELETED, REASON_ORPHAN_FOUND, ScanReport, complete_store,
+};
 use crate::Error;
 use crate::adopt::{self, PodIndex, PodRef};
 use crate::crd::PeerPod;
-use crate::decide::{self, DeletionRefused, Vm};
+use crate::developer_mode::Mode;
+use crate::instance::instance_key;
 use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, RefusalLabels, provider_label};
 use crate::provider::{About, DeleteAnswer, Provider};
-
-/// What to do with an orphan VM.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OrphanPolicy {
-    /// Report only (metric, log, Event).
-    #[default]
-    Report,
-    /// Report and delete.
-    Delete,
-}
-
-/// Settings of the orphan scan.
-#[derive(Debug, Clone)]
-pub struct OrphanSettings {
-    pub interval: Duration,
-    pub grace: Duration,
-    pub policy: OrphanPolicy,
-    /// The tag (key, value) this cluster's VMs carry. Without one, no scan runs: a VM we cannot attribute
-    /// to this cluster must never be touched.
-    pub cluster_tag: Option<(String, String)>,
-    /// Namespace whose Namespace object receives orphan Events.
-    pub event_namespace: String,
-    /// How many orphans one scan of one provider may delete (the `delete` policy only).
-    pub cap: OrphanCap,
-}
-
-pub use crate::decide::OrphanCap;
-
-/// Parses `key=value`.
-pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => Err(Error::config(format!(
-            "cluster tag {text:?} is not KEY=VALUE"
-        ))),
-    }
-}
-
-/// Remembers when a VM without a creation time was first seen, so its age can still be judged.
-#[derive(Default)]
-pub struct FirstSeen(HashMap<(String, String), jiff::Timestamp>);
-
-/// Event reason of an untracked VM past the grace period: an orphan.
-pub const REASON_ORPHAN_FOUND: &str = "OrphanInstanceFound";
-/// Event reason of an orphan VM the scan deleted (by the opt-in policy).
-pub const REASON_ORPHAN_DELETED: &str = "OrphanInstanceDeleted";
-/// Event reason (and log wording) of an untracked VM whose cloud-api-adaptor name belongs to a live Pod.
-pub const REASON_ADOPTABLE: &str = "AdoptableInstanceFound";
-
-/// An untracked VM that is no orphan: cloud-api-adaptor's name ties it to live Pods.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Adoptable {
-    pub vm: Vm,
-    /// The Pods its name is cloud-api-adaptor's name for (one, unless namesakes live in several namespaces).
-    pub pods: Vec<PodRef>,
-}
-
-/// One scan result, for logs and tests.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ScanReport {
-    /// Untracked VMs past the grace period that no live Pod's name claims.
-    pub orphans: Vec<Vm>,
-    /// Untracked VMs past the grace period that a live Pod's name claims: reported, never deleted.
-    pub adoptable: Vec<Adoptable>,
-    pub deleted: Vec<Vm>,
-    /// Providers whose orphans were not deleted, and why.
-    pub refused: Vec<(String, DeletionRefused)>,
-}
-
-/// The PeerPod cache of this leadership term once its first list is complete (before that a scan would only see
-/// part of the PeerPods); `None` when the term ends first.
-pub(crate) async fn complete_store(
-    store: &mut tokio::sync::watch::Receiver<Option<Store<PeerPod>>>,
-) -> Option<Store<PeerPod>> {
-    let store = loop {
-        if let Some(store) = store.borrow_and_update().clone() {
-            break store;
-        }
-        store.changed().await.ok()?;
-    };
-    store.wait_until_ready().await.ok()?;
-    Some(store)
-}
 
 /// The orphan scanner of one leadership term.
 pub struct Scanner {
@@ -130,7 +35,7 @@ pub struct Scanner {
     pub settings: OrphanSettings,
     pub first_seen: FirstSeen,
     /// cloud-api-adaptor's developer mode: on or unknown, no orphan is deleted (it may be a kept VM).
-    pub developer_mode: crate::developer_mode::Mode,
+    pub developer_mode: Mode,
 }
 
 impl Scanner {
@@ -242,13 +147,13 @@ impl Scanner {
                     *self
                         .first_seen
                         .0
-                        .entry(decide::instance_key(provider, &i.instance_id))
+                        .entry(instance_key(provider, &i.instance_id))
                         .or_insert(now)
                 });
                 Vm {
                     provider: provider.to_string(),
                     name: i.name,
-                    do_not_delete: decide::tags_do_not_delete(&i.tags),
+                    do_not_delete: rules::tags_do_not_delete(&i.tags),
                     instance_id: i.instance_id,
                     since,
                 }
@@ -258,14 +163,14 @@ impl Scanner {
         // stays linear in VMs + PeerPods (a search of the list per remembered VM was quadratic in the VMs).
         let listed: std::collections::HashSet<(String, String)> = vms
             .iter()
-            .map(|v| decide::instance_key(provider, &v.instance_id))
+            .map(|v| instance_key(provider, &v.instance_id))
             .collect();
         self.first_seen
             .0
             .retain(|key, _| key.0 != provider || listed.contains(key));
         // The cache is read after listing, so a PeerPod created meanwhile is seen.
-        let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
-        let untracked: Vec<Vm> = decide::orphans(&vms, &tracked, now, self.settings.grace)
+        let tracked = rules::tracked_instances(store.state().iter().map(|p| p.as_ref()));
+        let untracked: Vec<Vm> = rules::orphans(&vms, &tracked, now, self.settings.grace)
             .into_iter()
             .cloned()
             .collect();
@@ -302,7 +207,7 @@ impl Scanner {
         for vm in &protected {
             info!(provider, instance_id = %vm.instance_id, "orphan VM tagged do-not-delete; not deleting it");
         }
-        if let Err(why) = decide::orphan_deletions_allowed(
+        if let Err(why) = rules::orphan_deletions_allowed(
             synced(store),
             self.developer_mode.current(),
             doomed.len(),
@@ -315,8 +220,8 @@ impl Scanner {
         }
         for vm in doomed {
             // Re-check right before deleting: a PeerPod may have appeared since the scan started.
-            let tracked = decide::tracked_instances(store.state().iter().map(|p| p.as_ref()));
-            if tracked.contains(&decide::instance_key(provider, &vm.instance_id)) {
+            let tracked = rules::tracked_instances(store.state().iter().map(|p| p.as_ref()));
+            if tracked.contains(&instance_key(provider, &vm.instance_id)) {
                 continue;
             }
             let about = About {
@@ -505,26 +410,4 @@ fn synced(store: &Store<PeerPod>) -> bool {
         .wait_until_ready()
         .now_or_never()
         .is_some_and(|ready| ready.is_ok())
-}
-
-/// The API version orphan Events give the VM they are about (not a Kubernetes API: the VM lives in the cloud).
-pub const INSTANCE_API_VERSION: &str = "provider.peerpods.io/v1";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cluster_tag_is_key_equals_value() {
-        assert_eq!(
-            parse_tag("peerpods.io/cluster=prod").expect("valid"),
-            ("peerpods.io/cluster".to_string(), "prod".to_string())
-        );
-        assert_eq!(
-            parse_tag("k=").expect("valid"),
-            ("k".to_string(), String::new())
-        );
-        assert!(parse_tag("novalue").is_err());
-        assert!(parse_tag("=v").is_err());
-    }
 }

@@ -1,0 +1,130 @@
+//! What the reconciles of one leadership term share: the clients, the PeerPod cache, the metrics, and what this
+//! controller remembers of each PeerPod between passes (failures, deletes in progress, when its deletion was
+//! first seen, when its Warning Event was last published).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use peerpods_runtime::backoff::{Backoff, Failures};
+use tracing::warn;
+
+use crate::breaker::{self, Breakers};
+use crate::cleanup::rules::InProgress;
+use crate::crd::PeerPod;
+use crate::developer_mode::Mode;
+use crate::index::OwnerIndex;
+use crate::metrics::Metrics;
+use crate::provider::Provider;
+
+/// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
+pub struct Context {
+    pub client: kube::Client,
+    pub provider: Provider,
+    pub recorder: Recorder,
+    pub metrics: Metrics,
+    pub backoff: Backoff,
+    pub store: Store<PeerPod>,
+    pub index: OwnerIndex,
+    /// Consecutive failures per PeerPod, for the exponential backoff. Cleared on success and on deletion.
+    pub(crate) failures: Failures<ObjectRef<PeerPod>>,
+    /// When this controller first saw each PeerPod waiting for cleanup: the release latency is measured
+    /// from here (deletionTimestamp has whole seconds only). Cleared when the object is gone.
+    deletion_seen: Mutex<HashMap<ObjectRef<PeerPod>, Instant>>,
+    /// Deletes provider-service answered "still in progress" for, per PeerPod: when to ask again. Cleared
+    /// when the VM is confirmed gone and when the object is gone.
+    in_progress: Mutex<HashMap<ObjectRef<PeerPod>, InProgress>>,
+    /// Holds DeleteInstance calls back while provider-service or a cloud is down (see `breaker`).
+    pub(crate) breakers: Breakers,
+    /// When each failing PeerPod's Warning Event was last published.
+    pub(crate) reminders: breaker::Reminders<ObjectRef<PeerPod>>,
+    /// cloud-api-adaptor's developer mode as last read.
+    pub(crate) developer_mode: Mode,
+}
+
+impl Context {
+    /// A context with nothing remembered yet, reading the PeerPods from `store` and `index`.
+    pub(crate) fn new(
+        client: kube::Client,
+        provider: Provider,
+        recorder: Recorder,
+        metrics: Metrics,
+        backoff: Backoff,
+        (store, index): (Store<PeerPod>, OwnerIndex),
+        developer_mode: Mode,
+    ) -> Self {
+        Context {
+            client,
+            provider,
+            recorder,
+            metrics,
+            backoff,
+            store,
+            index,
+            failures: Failures::default(),
+            deletion_seen: Mutex::default(),
+            in_progress: Mutex::default(),
+            breakers: Breakers::default(),
+            reminders: breaker::Reminders::default(),
+            developer_mode,
+        }
+    }
+
+    pub(crate) fn deletion_seen(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, Instant>> {
+        self.deletion_seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn forget(&self, key: &ObjectRef<PeerPod>) {
+        self.failures.forget(key);
+    }
+
+    pub(crate) fn in_progress(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<PeerPod>, InProgress>> {
+        self.in_progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The object is gone: nothing of it is kept.
+    pub(crate) fn forget_object(&self, key: &ObjectRef<PeerPod>) {
+        self.failures.forget(key);
+        self.deletion_seen().remove(key);
+        self.in_progress().remove(key);
+        self.reminders.retain(|k| k != key);
+    }
+
+    /// After a re-list: forgets every object the new list did not bring back. Its Delete event was missed (the
+    /// watch was down meanwhile), so nothing else would ever forget it.
+    pub(crate) fn forget_absent(&self, listed: impl Fn(&ObjectRef<PeerPod>) -> bool) {
+        self.failures.retain(|key| listed(key));
+        self.deletion_seen().retain(|key, _| listed(key));
+        self.in_progress().retain(|key, _| listed(key));
+        self.reminders.retain(|key| listed(key));
+    }
+}
+
+/// Publishes an Event about `peerpod`; best effort.
+pub(crate) async fn publish(
+    ctx: &Context,
+    peerpod: &PeerPod,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &peerpod.object_ref(&())).await {
+        // Events are best effort: the condition and the metric carry the same information.
+        warn!(%error, reason, "cannot publish Event");
+    }
+}

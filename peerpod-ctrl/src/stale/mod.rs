@@ -1,0 +1,13 @@
+//! Stale PeerPods: a live PeerPod whose Pod has a newer one belongs to a sandbox that is gone. It is deleted
+//! (UID precondition) and comes back through the cleanup, which deletes its VM.
+//!
+//! - [`rules`]: which PeerPods are stale (pure).
+//! - `acts`: deletes them, with an Event and a metric.
+
+mod acts;
+pub mod rules;
+
+pub(crate) use acts::reap_stale;
+
+/// Event reason on a PeerPod deleted because a newer PeerPod of the same Pod exists.
+pub const REASON_STALE_DELETED: &str = "StalePeerPodDeleted";
