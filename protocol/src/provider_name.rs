@@ -6,15 +6,32 @@
 use std::fmt;
 use std::str::FromStr;
 
-/// A cloud cloud-api-adaptor can run peer-pod VMs on. Ordered by name (as ListProviders lists them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[cfg_attr(
-    feature = "serde",
-    derive(serde::Serialize, serde::Deserialize),
-    serde(rename_all = "kebab-case")
-)]
-#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
-pub enum ProviderName {
+/// Declares [`ProviderName`] and [`ProviderName::ALL`] from one list, so that a variant cannot be
+/// missing from `ALL` (which parsing and every per-cloud listing walk); the compiler then names each
+/// fact below that the new variant needs.
+macro_rules! provider_names {
+    ($($(#[$attr:meta])* $variant:ident),+ $(,)?) => {
+        /// A cloud cloud-api-adaptor can run peer-pod VMs on. Ordered by name (as ListProviders lists them).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[cfg_attr(
+            feature = "serde",
+            derive(serde::Serialize, serde::Deserialize),
+            serde(rename_all = "kebab-case")
+        )]
+        #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+        pub enum ProviderName {
+            $($(#[$attr])* $variant),+
+        }
+
+        impl ProviderName {
+            /// Every name, in the order cloud-api-adaptor's documentation lists them.
+            pub const ALL: [ProviderName; [$(ProviderName::$variant),+].len()] =
+                [$(ProviderName::$variant),+];
+        }
+    };
+}
+
+provider_names! {
     Aws,
     Azure,
     Gcp,
@@ -26,18 +43,6 @@ pub enum ProviderName {
 }
 
 impl ProviderName {
-    /// Every name, in the order cloud-api-adaptor's documentation lists them.
-    pub const ALL: [ProviderName; 8] = [
-        ProviderName::Aws,
-        ProviderName::Azure,
-        ProviderName::Gcp,
-        ProviderName::Ibmcloud,
-        ProviderName::IbmcloudPowervs,
-        ProviderName::Libvirt,
-        ProviderName::Alibabacloud,
-        ProviderName::Byom,
-    ];
-
     /// The cloud's canonical form of an instance id, so that one instance has one identity in
     /// every comparison (decisions, reverse collection, de-duplication, the consistency window).
     /// Surrounding whitespace never belongs to an id. Where the cloud itself compares ids

@@ -43,12 +43,14 @@ pub const fn is_built_in(name: ProviderName) -> bool {
     }
 }
 
-/// Names of the backends compiled into this binary, in `ProviderName::ALL`'s (alphabetical) order.
+/// Names of the backends compiled into this binary, ordered by name.
 pub fn built_in() -> Vec<ProviderName> {
-    ProviderName::ALL
+    let mut names: Vec<ProviderName> = ProviderName::ALL
         .into_iter()
         .filter(|name| is_built_in(*name))
-        .collect()
+        .collect();
+    names.sort();
+    names
 }
 
 /// The backend for `name` from `config`, or `None` when this binary was built without it.
