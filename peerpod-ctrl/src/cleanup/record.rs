@@ -3,7 +3,6 @@
 
 use std::time::Instant;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::events::EventType;
@@ -12,11 +11,11 @@ use peerpods_runtime::status::apply_status;
 use tracing::{debug, warn};
 
 use super::FIELD_MANAGER;
-use super::status::Cleaned;
+use super::status::{Cleaned, cleaned_status};
 use crate::Error;
 use crate::breaker;
 use crate::context::{Context, publish};
-use crate::crd::{CONDITION_CLEANED, CleanedReason, PeerPod, PeerPodState, PeerPodStatus};
+use crate::crd::{CleanedReason, PeerPod};
 
 /// Writes `status.cleand` and the Cleaned condition when they differ from what is there. Returns false when
 /// the PeerPod no longer exists.
@@ -42,57 +41,8 @@ pub(crate) async fn set_condition(
     state: Cleaned,
     message: &str,
 ) -> Result<bool, Error> {
-    let Cleaned {
-        done,
-        vm_gone: cleaned,
-        reason,
-    } = state;
-    let status_value = if done { "True" } else { "False" };
-    let current = peerpod.cleaned_condition();
-    let generation = peerpod.metadata.generation;
-    let old_status = peerpod.status.clone().unwrap_or_default();
-    if current.is_some_and(|c| {
-        c.status == status_value && c.reason == reason.as_str() && c.message == message
-    }) && old_status.cleand == cleaned
-        && old_status.observed_generation == generation
-        && old_status.state == PeerPodState::of_cleanup(done, reason)
-        && old_status.waiting_since.is_some() != done
-    {
+    let Some(status) = cleaned_status(peerpod, state, message, jiff::Timestamp::now()) else {
         return Ok(true);
-    }
-    let last_transition_time = match current {
-        Some(c) if c.status == status_value => c.last_transition_time.clone(),
-        _ => Time(jiff::Timestamp::now()),
-    };
-    // Only the Cleaned condition: the conditions are a map keyed by type, so the API server keeps every other
-    // one (reverse collection's InstancePresent, another manager's) as the live object has it.
-    let conditions = vec![Condition {
-        type_: CONDITION_CLEANED.to_string(),
-        status: status_value.to_string(),
-        reason: reason.as_str().to_string(),
-        message: message.to_string(),
-        observed_generation: generation,
-        last_transition_time,
-    }];
-    // Since when the cleanup waits: from the first write that found it not done, kept while the Cleaned
-    // condition stays False (whatever the reason: held, failing, in progress), cleared once it is done.
-    let waiting_since = match (done, current) {
-        (true, _) => None,
-        (false, Some(c)) if c.status == "False" => old_status.waiting_since.clone(),
-        (false, _) => None,
-    }
-    .or_else(|| (!done).then(|| Time(jiff::Timestamp::now())));
-    // The words `kubectl get` shows follow the condition, so every writer of it keeps them in step.
-    let status = PeerPodStatus {
-        waiting_since,
-        cleand: cleaned,
-        conditions,
-        observed_generation: generation,
-        state: PeerPodState::of_cleanup(done, reason),
-        reason: Some(reason.as_str().to_string()),
-        last_attempt_time: Some(Time(jiff::Timestamp::now())),
-        // Reverse collection's, under its own field manager: not sent, so this apply leaves it alone.
-        matched_instance: None,
     };
     // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with reverse collection's
     // field manager, the later write of the two wins by design, and PeerPods written by versions that

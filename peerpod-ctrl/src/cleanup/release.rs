@@ -1,11 +1,11 @@
 //! Releases of the finalizer without a delete: a live PeerPod still names the VM, or the operator asked
 //! (`peerpods.io/release`); and the release patch itself, which removes exactly our finalizer.
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::ResourceExt;
 use tracing::{info, warn};
 
 use super::hold::keep_held;
