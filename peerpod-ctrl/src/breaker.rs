@@ -13,7 +13,7 @@
 //! throttled most calls, and most probes, met one, and the scope stayed open for minutes while the cloud served. An open scope lets no call through until its backoff has passed (1 s doubling
 //! with each failed probe, up to 30 s, with jitter); then exactly one call goes through as the probe (half-open).
 //! Its success closes the scope, its failure opens it again for longer. Calls held back are not failures of their
-//! PeerPods: nothing is written for them (see `reconcile`), they are counted and retried after the scope's backoff.
+//! PeerPods: nothing is written for them (see `cleanup::record`), they are counted and retried after the scope's backoff.
 //!
 //! Pure state behind a mutex, with the clock passed in, so the transitions are unit-tested without waiting.
 
