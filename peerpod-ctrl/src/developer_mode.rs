@@ -28,7 +28,7 @@ pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
 /// The namespace cloud-api-adaptor's own install (kustomize and chart) runs in.
 pub const CAA_NAMESPACE: &str = "confidential-containers-system";
 /// The key of cloud-api-adaptor's ConfigMap that turns its developer mode on (CAA keeps a failed pod's VM).
-pub const KEY: &str = "PODVM_DEVELOPER_MODE";
+pub use peerpods_protocol::decide::DEVELOPER_MODE_KEY as KEY;
 
 /// Which ConfigMap says whether developer mode is on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,16 +129,13 @@ pub async fn follow(client: kube::Client, settings: DeveloperModeSettings, tx: M
 /// an empty value, is off: CAA's default. A value is read as Go's `strconv.ParseBool` reads it, as CAA does; any
 /// other value is unknown (CAA would not start with it), and unknown holds every delete not yet asked for.
 pub fn mode_of(config_map: Option<&ConfigMap>) -> DeveloperMode {
-    let value = config_map
-        .and_then(|cm| cm.data.as_ref())
-        .and_then(|data| data.get(KEY))
-        .map(|v| v.trim());
-    match value {
-        None | Some("") => DeveloperMode::Off,
-        Some("1" | "t" | "T" | "TRUE" | "true" | "True") => DeveloperMode::On,
-        Some("0" | "f" | "F" | "FALSE" | "false" | "False") => DeveloperMode::Off,
-        Some(_) => DeveloperMode::Unknown,
-    }
+    // The one rule for the value, shared with peer-pod-config-ctrl.
+    DeveloperMode::from_setting(
+        config_map
+            .and_then(|cm| cm.data.as_ref())
+            .and_then(|data| data.get(KEY))
+            .map(String::as_str),
+    )
 }
 
 #[cfg(test)]
