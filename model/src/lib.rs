@@ -104,7 +104,7 @@ pub struct Task {
     pub deletion: Deletion<Tick>,
     /// The engine's last command, to be answered.
     pub next: Command,
-    /// The callers waiting for its end ([`Caller::bit`]).
+    /// The callers waiting for its end, one bit each (`Caller::bit`).
     pub waiters: u8,
 }
 
