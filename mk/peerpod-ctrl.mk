@@ -25,7 +25,7 @@ DEV_CMD_peerpod-ctrl = $(DEV_BIN)/peerpod-ctrl \
 	--orphan-scan-interval 30s --orphan-grace 1m --retry-max-delay 30s
 
 # With `make dev` running in another terminal: a Pod and its PeerPod exactly as cloud-api-adaptor creates
-# them (tests/fixtures/caa-peerpod.json) for the first VM provider-service lists; deleting the Pod makes the
+# them (api/tests/fixtures/caa-peerpod.json) for the first VM provider-service lists; deleting the Pod makes the
 # garbage collector delete the PeerPod, and peerpod-ctrl delete the VM and release the finalizer.
 .PHONY: dev-peerpod-demo
 dev-peerpod-demo: python-tools
@@ -40,7 +40,7 @@ dev-peerpod-demo: python-tools
 	sed -e "s/nginx-resource-q7z9r/demo-resource-q7z9r/; s/\"namespace\":\"default\"/\"namespace\":\"$$ns\"/" \
 	  -e "s/\"name\":\"nginx\"/\"name\":\"demo\"/; s/00000000-0000-0000-0000-000000000000/$$uid/" \
 	  -e "s/\"aws\"/\"libvirt\"/; s/i-0123456789abcdef0/$$vm/" \
-	  peerpod-ctrl/tests/fixtures/caa-peerpod.json | $(KUBECTL) create -f -; \
+	  api/tests/fixtures/caa-peerpod.json | $(KUBECTL) create -f -; \
 	$(KUBECTL) -n $$ns get peerpods; \
 	$(KUBECTL) -n $$ns delete pod demo --wait=false; \
 	$(KUBECTL) -n $$ns wait --for=delete peerpod/demo-resource-q7z9r --timeout=60s; \

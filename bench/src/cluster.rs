@@ -11,7 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
+use peerpods_api::peerpod::{FINALIZER, PeerPod, PeerPodSpec};
 
 use crate::Error;
 use test_support::metrics::Scrape;

@@ -36,7 +36,7 @@ pub struct Options {
     /// Nodes whose capacity the convergence scenario changes.
     pub convergence_nodes: usize,
     /// The capacity modes the convergence scenario measures, in this order, over the same nodes.
-    pub convergence_modes: Vec<peer_pod_config_ctrl::crd::CapacityMode>,
+    pub convergence_modes: Vec<peerpods_api::peerpodconfig::CapacityMode>,
     /// How long API writes are counted once the nodes are right.
     pub steady_window: Duration,
     /// DeleteInstance calls timed each way in the gRPC scenario.

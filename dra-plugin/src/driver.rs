@@ -56,6 +56,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_default_is_the_driver_peer_pod_config_ctrl_publishes_under() {
+        assert_eq!(DEFAULT_DRIVER, peerpods_api::keys::DRA_DRIVER);
+    }
+
+    #[test]
     fn the_default_and_other_subdomains_are_driver_names() {
         for name in [DEFAULT_DRIVER, "gpu.example.com", "a", "x-1.y"] {
             assert_eq!(DriverName::parse(name).unwrap().as_str(), name);

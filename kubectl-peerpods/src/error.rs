@@ -20,7 +20,7 @@ pub enum Error {
     #[error(
         "PeerPod {namespace}/{name} is not being deleted: peerpod-ctrl reads {} only on a PeerPod being \
          deleted, so nothing was written",
-        peerpod_ctrl::cleanup::RELEASE
+        peerpods_api::peerpod::RELEASE
     )]
     NotBeingDeleted { namespace: String, name: String },
     #[error(

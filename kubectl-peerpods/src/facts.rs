@@ -4,12 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use peerpod_ctrl::cleanup::{REASON_DELETE_IN_PROGRESS, REASON_NOT_YET_VISIBLE};
-use peerpod_ctrl::crd::{CONDITION_CLEANED, PeerPodState};
-use peerpod_ctrl::orphans::{
-    INSTANCE_API_VERSION, REASON_ADOPTABLE, REASON_ORPHAN_DELETED, REASON_ORPHAN_FOUND,
+use peerpods_api::peerpod::{
+    CONDITION_CLEANED, CONDITION_INSTANCE_PRESENT, CleanedReason, EventReason,
+    INSTANCE_API_VERSION, PeerPodState,
 };
-use peerpod_ctrl::reverse::CONDITION_INSTANCE_PRESENT;
 
 /// Everything `status` and `orphans` show.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,8 +117,8 @@ pub fn place(pp: &PeerPodFacts) -> Place {
         Some(c)
             if c.status == "False"
                 && matches!(
-                    c.reason.as_str(),
-                    REASON_DELETE_IN_PROGRESS | REASON_NOT_YET_VISIBLE
+                    CleanedReason::parse(&c.reason),
+                    Some(CleanedReason::DeleteInProgress | CleanedReason::InstanceNotYetVisible)
                 ) =>
         {
             Place::InProgress
@@ -161,8 +159,12 @@ pub fn findings(events: &[EventFacts], peerpods: &[PeerPodFacts]) -> Vec<Finding
     let mut latest: BTreeMap<(String, String), &EventFacts> = BTreeMap::new();
     for event in events {
         let kind_known = matches!(
-            event.reason.as_str(),
-            REASON_ORPHAN_FOUND | REASON_ADOPTABLE | REASON_ORPHAN_DELETED
+            EventReason::parse(&event.reason),
+            Some(
+                EventReason::OrphanInstanceFound
+                    | EventReason::AdoptableInstanceFound
+                    | EventReason::OrphanInstanceDeleted
+            )
         );
         let Some((api_version, name)) = &event.related else {
             continue;
@@ -185,10 +187,15 @@ pub fn findings(events: &[EventFacts], peerpods: &[PeerPodFacts]) -> Vec<Finding
         .into_iter()
         .filter(|((provider, id), _)| !tracked.contains(&(provider.as_str(), id.as_str())))
         .filter_map(|((provider, instance_id), event)| {
-            let kind = match event.reason.as_str() {
-                REASON_ORPHAN_FOUND => FindingKind::Orphan,
-                REASON_ADOPTABLE => FindingKind::Adoptable,
-                _ => return None,
+            let kind = match EventReason::parse(&event.reason)? {
+                EventReason::OrphanInstanceFound => FindingKind::Orphan,
+                EventReason::AdoptableInstanceFound => FindingKind::Adoptable,
+                EventReason::ReleaseIgnored
+                | EventReason::StalePeerPodDeleted
+                | EventReason::OrphanInstanceDeleted
+                | EventReason::InstanceMatchedByName
+                | EventReason::PeerPodCacheNotSynced
+                | EventReason::OrphanDeleteCapExceeded => return None,
             };
             Some(Finding {
                 provider,
@@ -225,11 +232,14 @@ mod tests {
     #[test]
     fn a_deletion_is_placed_by_its_cleaned_condition() {
         assert_eq!(
-            place(&deleting(REASON_DELETE_IN_PROGRESS, "False")),
+            place(&deleting(CleanedReason::DeleteInProgress.as_str(), "False")),
             Place::InProgress
         );
         assert_eq!(
-            place(&deleting(REASON_NOT_YET_VISIBLE, "False")),
+            place(&deleting(
+                CleanedReason::InstanceNotYetVisible.as_str(),
+                "False"
+            )),
             Place::InProgress
         );
         assert_eq!(
@@ -275,14 +285,34 @@ mod tests {
     #[test]
     fn a_finding_stands_until_deleted_or_tracked() {
         let events = [
-            event(REASON_ORPHAN_FOUND, "aws/i-1", "2026-01-01T00:00:00Z"),
-            event(REASON_ORPHAN_FOUND, "aws/i-2", "2026-01-01T00:00:00Z"),
-            event(REASON_ORPHAN_DELETED, "aws/i-2", "2026-01-01T00:01:00Z"),
-            event(REASON_ADOPTABLE, "aws/i-3", "2026-01-01T00:00:00Z"),
-            event(REASON_ORPHAN_FOUND, "aws/i-4", "2026-01-01T00:00:00Z"),
+            event(
+                EventReason::OrphanInstanceFound.as_str(),
+                "aws/i-1",
+                "2026-01-01T00:00:00Z",
+            ),
+            event(
+                EventReason::OrphanInstanceFound.as_str(),
+                "aws/i-2",
+                "2026-01-01T00:00:00Z",
+            ),
+            event(
+                EventReason::OrphanInstanceDeleted.as_str(),
+                "aws/i-2",
+                "2026-01-01T00:01:00Z",
+            ),
+            event(
+                EventReason::AdoptableInstanceFound.as_str(),
+                "aws/i-3",
+                "2026-01-01T00:00:00Z",
+            ),
+            event(
+                EventReason::OrphanInstanceFound.as_str(),
+                "aws/i-4",
+                "2026-01-01T00:00:00Z",
+            ),
             // Another controller's Event about a Namespace.
             EventFacts {
-                reason: REASON_ORPHAN_FOUND.into(),
+                reason: EventReason::OrphanInstanceFound.as_str().into(),
                 related: Some(("v1".into(), "aws/i-5".into())),
                 ..Default::default()
             },

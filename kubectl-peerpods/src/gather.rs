@@ -4,13 +4,13 @@ use k8s_openapi::api::core::v1::{Event, Node};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use peerpod_ctrl::crd::PeerPod;
+use peerpods_api::peerpod::PeerPod;
 
 use crate::Error;
 use crate::facts::{ConditionFacts, EventFacts, Facts, NodeCapacity, PeerPodFacts};
 
 /// The extended resource each peer-pods node advertises, one per VM it may run.
-pub const EXTENDED_RESOURCE: &str = "kata.peerpods.io/vm";
+pub use peerpods_api::keys::EXTENDED_RESOURCE;
 
 /// Everything `status` and `orphans` show: every PeerPod, the Events peerpod-ctrl's orphan scan records on
 /// its Namespace (wherever that is: the plugin need not know where the controller runs), and the nodes with

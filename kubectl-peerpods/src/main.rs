@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use kubectl_peerpods::release::{self, Step};
 use kubectl_peerpods::{Error, gather, parse_reference, render};
-use peerpod_ctrl::cleanup::ReleaseAsk;
+use peerpods_api::peerpod::ReleaseAsk;
 
 /// Peer pods cleanup at a glance: stuck deletes, orphan VMs, capacity. Read-only, but for `release`.
 #[derive(Parser)]

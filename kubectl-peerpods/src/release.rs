@@ -3,8 +3,8 @@
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
-use peerpod_ctrl::cleanup::{RELEASE, ReleaseAsk, release_ask};
-use peerpod_ctrl::crd::{FINALIZER, PeerPod};
+use peerpods_api::peerpod::{FINALIZER, PeerPod};
+use peerpods_api::peerpod::{RELEASE, ReleaseAsk};
 
 use crate::Error;
 
@@ -101,7 +101,7 @@ pub async fn read(client: &Client, namespace: &str, name: &str) -> Result<Target
         instance_id: pp.spec.instance_id.clone(),
         deleting: pp.metadata.deletion_timestamp.is_some(),
         held: pp.finalizers().iter().any(|f| f == FINALIZER),
-        current: release_ask(&pp),
+        current: pp.release_ask(),
     })
 }
 

@@ -26,9 +26,9 @@ use crate::crd::PeerPodConfig;
 use crate::objects::{self, EXTENDED_RESOURCE};
 
 /// The DRA driver of the pool, and the name the kubelet plugin registers.
-pub const DRIVER: &str = "vm.peerpods.io";
-/// The DeviceClass mapping `kata.peerpods.io/vm` onto the pool (cluster-scoped).
-pub const DEVICE_CLASS: &str = "vm.peerpods.io";
+pub use peerpods_api::keys::DRA_DRIVER as DRIVER;
+/// The DeviceClass mapping `kata.peerpods.io/vm` onto the pool (cluster-scoped), named after the driver.
+pub const DEVICE_CLASS: &str = DRIVER;
 /// The one pool of the driver.
 pub const POOL: &str = "peerpods";
 /// ResourceSlices are named `<this><n>`, n from 0.

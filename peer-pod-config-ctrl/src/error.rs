@@ -1,5 +1,6 @@
 //! The one error type of this crate. `reason()` is stable: it is used as a condition reason and a metric label.
 
+use peerpods_api::peerpodconfig::FailureReason;
 pub use peerpods_runtime::Cause;
 use peerpods_runtime::with_cause;
 
@@ -98,24 +99,30 @@ pub enum Error {
 impl Error {
     /// A CamelCase word for conditions, Events and metric labels; never changes for a variant.
     pub fn reason(&self) -> &'static str {
+        self.failure_reason().as_str()
+    }
+
+    /// What failed, as the condition it concerns and its Event record it.
+    pub fn failure_reason(&self) -> FailureReason {
+        use FailureReason as F;
         match self {
-            Self::Apply { .. } => "ApplyFailed",
-            Self::Read { .. } => "ReadFailed",
-            Self::WebhookConfigurationMissing { .. } => "WebhookConfigurationMissing",
-            Self::NodeCapacity { .. } => "NodeCapacityFailed",
-            Self::Status { .. } => "StatusFailed",
+            Self::Apply { .. } => F::ApplyFailed,
+            Self::Read { .. } => F::ReadFailed,
+            Self::WebhookConfigurationMissing { .. } => F::WebhookConfigurationMissing,
+            Self::NodeCapacity { .. } => F::NodeCapacityFailed,
+            Self::Status { .. } => F::StatusFailed,
             Self::Finalizer(inner) => match inner.as_ref() {
                 kube::runtime::finalizer::Error::ApplyFailed(e)
-                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.reason(),
-                _ => "FinalizerFailed",
+                | kube::runtime::finalizer::Error::CleanupFailed(e) => e.failure_reason(),
+                _ => F::FinalizerFailed,
             },
-            Self::NodeCacheNotReady => "NodeCacheNotReady",
-            Self::DraCacheNotReady => "DraCacheNotReady",
-            Self::Certificate { .. } => "CertificateFailed",
-            Self::ProviderCapacity { .. } => "ProviderCapacityFailed",
-            Self::Serialize(_) => "SerializeFailed",
-            Self::InvalidSpec(_) => "InvalidSpec",
-            Self::MissingMetadata(_) => "MissingMetadata",
+            Self::NodeCacheNotReady => F::NodeCacheNotReady,
+            Self::DraCacheNotReady => F::DraCacheNotReady,
+            Self::Certificate { .. } => F::CertificateFailed,
+            Self::ProviderCapacity { .. } => F::ProviderCapacityFailed,
+            Self::Serialize(_) => F::SerializeFailed,
+            Self::InvalidSpec(_) => F::InvalidSpec,
+            Self::MissingMetadata(_) => F::MissingMetadata,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! peer-pod-config-ctrl: one `PeerPodConfig` stands up peer pods on a cluster.
 //!
 //! Watch → decide → act → record:
-//! - [`crd`]: the `PeerPodConfig` type (and the CRD YAML generated from it).
+//! - The `PeerPodConfig` type and its CRD are the API's ([`peerpods_api::peerpodconfig`]).
 //! - Watch: [`controller`] (watches, triggers, wiring, leader election, health).
 //! - Decide (pure): [`validate`] (which PeerPodConfig is acted on, and why one is invalid), [`plan`] (desired node
 //!   capacity from the spec, the nodes and the provider's free capacity), [`spread`] (node capacity values),
@@ -18,7 +18,7 @@ pub mod caches;
 pub mod capacity;
 pub mod cert;
 pub mod controller;
-pub mod crd;
+pub use peerpods_api::peerpodconfig as crd;
 pub mod dra;
 mod error;
 pub mod hold;

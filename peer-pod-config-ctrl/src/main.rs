@@ -13,9 +13,9 @@ use peerpods_runtime::binary::{self, Wiring};
 const COMPONENT: &str = "peer-pod-config-ctrl";
 
 /// This binary as the runtime's [`binary::Controller::main`] runs it.
-const CONTROLLER: binary::Controller<Metrics, peer_pod_config_ctrl::Error> = binary::Controller {
+const CONTROLLER: binary::Controller<Metrics, peerpods_api::Error> = binary::Controller {
     component: COMPONENT,
-    crd_yaml: peer_pod_config_ctrl::crd::crd_yaml,
+    crd_yaml: peerpods_api::peerpodconfig::crd_yaml,
     register_metrics: Metrics::register,
 };
 

@@ -17,36 +17,7 @@ pub struct Invalid {
 }
 
 /// Why a PeerPodConfig is not acted on: the reason of its Invalid condition and of the Warning Event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InvalidReason {
-    /// Outside the controller's namespace, where owner references could not reach the rendered objects.
-    WrongNamespace,
-    /// Another PeerPodConfig is acted on; looked at again later.
-    DuplicateConfig,
-    /// `limit`/`limitPerNode` cannot be parsed or both are set.
-    InvalidLimit,
-    /// `nodeSelector` is not a valid label selector.
-    InvalidNodeSelector,
-    /// `spec.caa.serviceAccountName` or `spec.webhook.serviceAccountName` names another ServiceAccount than the
-    /// one the controller was told (the chart's), e.g. provider-service's.
-    ServiceAccountNotAllowed,
-    /// `limitPerNode` with `capacityMode: dra`: the pool is cluster-wide, there is no per-node share to give.
-    PerNodeLimitInDraMode,
-}
-
-impl InvalidReason {
-    /// The CamelCase condition reason; never changes for a variant.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::WrongNamespace => "WrongNamespace",
-            Self::DuplicateConfig => "DuplicateConfig",
-            Self::InvalidLimit => "InvalidLimit",
-            Self::InvalidNodeSelector => "InvalidNodeSelector",
-            Self::ServiceAccountNotAllowed => "ServiceAccountNotAllowed",
-            Self::PerNodeLimitInDraMode => "PerNodeLimitInDraMode",
-        }
-    }
-}
+pub use peerpods_api::peerpodconfig::InvalidReason;
 
 /// The ServiceAccounts the rendered workloads may run as, as the controller was told (`--caa-service-account`,
 /// `--webhook-service-account`, set by the chart from its values). The RBAC the chart ships is bound to these;

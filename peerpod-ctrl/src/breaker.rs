@@ -25,7 +25,7 @@ use peerpods_runtime::backoff::{Backoff, jitter};
 use tracing::{info, warn};
 
 use crate::Error;
-use crate::crd::PeerPod;
+use peerpods_api::peerpod::PeerPod;
 
 /// Failures in a row of one cloud that open its scope.
 pub const CLOUD_THRESHOLD: u32 = 3;
@@ -412,6 +412,7 @@ pub fn same_failure_recorded(peerpod: &PeerPod, reason: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use peerpods_api::peerpod::FailureReason;
 
     fn unavailable() -> Error {
         Error::ProviderUnavailable {
@@ -529,7 +530,7 @@ mod tests {
 
     fn cloud_throttled() -> Error {
         Error::CloudFailed {
-            reason: crate::error::REASON_CLOUD_THROTTLED,
+            reason: FailureReason::CloudThrottled,
             message: "429 Throttling.User".into(),
             retry_after: Some(Duration::from_secs(2)),
             source: None,
@@ -538,7 +539,7 @@ mod tests {
 
     fn cloud_unavailable() -> Error {
         Error::CloudFailed {
-            reason: "CloudUnavailable",
+            reason: FailureReason::CloudUnavailable,
             message: "503 ServiceUnavailable".into(),
             retry_after: None,
             source: None,

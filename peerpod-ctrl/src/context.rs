@@ -14,11 +14,11 @@ use tracing::warn;
 
 use crate::breaker::{self, Breakers};
 use crate::cleanup::rules::InProgress;
-use crate::crd::PeerPod;
 use crate::developer_mode::Mode;
 use crate::index::OwnerIndex;
 use crate::metrics::Metrics;
 use crate::provider::Provider;
+use peerpods_api::peerpod::PeerPod;
 
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
 pub struct Context {

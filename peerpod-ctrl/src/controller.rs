@@ -20,12 +20,12 @@ use tracing::debug;
 use crate::Error;
 use crate::cache::{self, Cache};
 use crate::context::Context;
-use crate::crd::PeerPod;
 use crate::developer_mode::Mode;
 use crate::metrics::Metrics;
 use crate::provider::Provider;
 use crate::reconcile::{error_policy, reconcile};
 use crate::{developer_mode, in_use, metrics, orphans, provider, reverse};
+use peerpods_api::peerpod::PeerPod;
 
 /// Everything one leadership term needs.
 #[derive(Debug, Clone)]

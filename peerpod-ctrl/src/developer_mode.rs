@@ -24,7 +24,7 @@ use peerpods_runtime::watch;
 use tracing::{info, warn};
 
 /// cloud-api-adaptor's ConfigMap, as its install names it.
-pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
+pub use peerpods_api::keys::CAA_CONFIG_MAP;
 /// The namespace cloud-api-adaptor's own install (kustomize and chart) runs in.
 pub const CAA_NAMESPACE: &str = "confidential-containers-system";
 /// The key of cloud-api-adaptor's ConfigMap that turns its developer mode on (CAA keeps a failed pod's VM).

@@ -1,9 +1,10 @@
 //! The one error type of this crate. `reason()` is stable: it is the condition reason on PeerPods, the Event
 //! reason and the `reason` label of metrics, so renaming a reason is a breaking change for alerts.
 
-use crate::crd::CleanedReason;
+use peerpods_api::peerpod::CleanedReason;
 use std::time::Duration;
 
+use peerpods_api::peerpod::FailureReason;
 use peerpods_runtime::{Cause, with_cause};
 
 /// Everything that can go wrong while cleaning up PeerPods.
@@ -51,7 +52,7 @@ pub enum Error {
     /// `ProviderPrecondition`.
     #[error("provider-service refused ({reason}): {message}")]
     ProviderRefused {
-        reason: &'static str,
+        reason: FailureReason,
         message: String,
         permanent: bool,
         #[source]
@@ -99,7 +100,7 @@ pub enum Error {
     /// backoff (after the cloud's delay when it gave one); the circuit breaker counts it against that cloud.
     #[error("the cloud failed ({reason}): {message}")]
     CloudFailed {
-        reason: &'static str,
+        reason: FailureReason,
         message: String,
         retry_after: Option<Duration>,
         #[source]
@@ -125,9 +126,6 @@ pub enum Error {
         "no ValidatingAdmissionPolicyBinding {0} owns the count of PeerPods holding the finalizer"
     )]
     InUseBindingMissing(String),
-    /// The CustomResourceDefinition could not be rendered.
-    #[error("cannot render the PeerPod CRD: {0}")]
-    CrdSerialization(#[source] peerpods_runtime::Cause),
     /// The Lease could not be created or kept.
     #[error("leader election failed: {0}")]
     LeaderElection(#[source] peerpods_runtime::Error),
@@ -155,9 +153,6 @@ pub fn human_message(message: &str) -> String {
     }
 }
 
-/// The reason of a [`Error::CloudFailed`] whose cloud throttled provider-service.
-pub const REASON_CLOUD_THROTTLED: &str = "CloudThrottled";
-
 impl Error {
     /// [`Error::Config`] that no other error caused.
     pub fn config(message: impl Into<String>) -> Self {
@@ -176,37 +171,33 @@ impl Error {
         }
     }
 
-    /// Stable, CamelCase reason for conditions, Events and metric labels.
+    /// Stable, CamelCase reason for conditions, Events and metric labels: [`Error::cleaned_reason`]'s string.
     pub fn reason(&self) -> &'static str {
-        match self {
-            Error::InvalidInstance(_) => "InvalidInstance",
-            Error::ProviderRejected { .. } => "ProviderRejected",
-            Error::ProviderPrecondition { .. } => "ProviderPrecondition",
-            Error::InstanceProtected { .. } => CleanedReason::DoNotDelete.as_str(),
-            Error::ProviderRefused { reason, .. } => reason,
-            Error::ProviderUnauthorized { .. } => "ProviderUnauthorized",
-            Error::ProviderThrottled { .. } => "ProviderThrottled",
-            Error::ProviderUnavailable { .. } => "ProviderUnavailable",
-            Error::ProviderFailed { .. } => "ProviderFailed",
-            Error::CloudFailed { reason, .. } => reason,
-            Error::CircuitOpen { .. } => "CircuitOpen",
-            Error::FinalizerConflict => "FinalizerConflict",
-            Error::DeveloperModeUnknown => "DeveloperModeUnknown",
-            Error::Kube(_) => "KubernetesApiError",
-            Error::InUseBindingMissing(_) => "InUseBindingMissing",
-            Error::CrdSerialization(_) => "CrdSerialization",
-            Error::Config { .. } => "InvalidConfiguration",
-            Error::LeaderElection(_) => "LeaderElection",
-        }
+        self.cleaned_reason().as_str()
     }
 
     /// The reason the Cleaned condition records for this error: provider-service's do-not-delete refusal holds
     /// the cleanup as the annotation does; any other error is a failure under its own reason.
     pub fn cleaned_reason(&self) -> CleanedReason {
-        match self {
-            Error::InstanceProtected { .. } => CleanedReason::DoNotDelete,
-            other => CleanedReason::Failed(other.reason()),
-        }
+        use FailureReason as F;
+        CleanedReason::Failed(match self {
+            Error::InstanceProtected { .. } => return CleanedReason::DoNotDelete,
+            Error::InvalidInstance(_) => F::InvalidInstance,
+            Error::ProviderRejected { .. } => F::ProviderRejected,
+            Error::ProviderPrecondition { .. } => F::ProviderPrecondition,
+            Error::ProviderRefused { reason, .. } | Error::CloudFailed { reason, .. } => *reason,
+            Error::ProviderUnauthorized { .. } => F::ProviderUnauthorized,
+            Error::ProviderThrottled { .. } => F::ProviderThrottled,
+            Error::ProviderUnavailable { .. } => F::ProviderUnavailable,
+            Error::ProviderFailed { .. } => F::ProviderFailed,
+            Error::CircuitOpen { .. } => F::CircuitOpen,
+            Error::FinalizerConflict => F::FinalizerConflict,
+            Error::DeveloperModeUnknown => F::DeveloperModeUnknown,
+            Error::Kube(_) => F::KubernetesApiError,
+            Error::InUseBindingMissing(_) => F::InUseBindingMissing,
+            Error::Config { .. } => F::InvalidConfiguration,
+            Error::LeaderElection(_) => F::LeaderElection,
+        })
     }
 
     /// Errors that the same request can never fix by itself. They are retried only at the backoff cap, so a
@@ -222,7 +213,6 @@ impl Error {
                     permanent: true,
                     ..
                 }
-                | Error::CrdSerialization(_)
                 | Error::Config { .. }
         )
     }
@@ -231,7 +221,7 @@ impl Error {
     pub fn is_throttling(&self) -> bool {
         match self {
             Error::ProviderThrottled { .. } => true,
-            Error::CloudFailed { reason, .. } => *reason == REASON_CLOUD_THROTTLED,
+            Error::CloudFailed { reason, .. } => *reason == FailureReason::CloudThrottled,
             _ => false,
         }
     }
@@ -274,8 +264,6 @@ mod tests {
         let error = Error::LeaderElection(lease);
         assert_eq!(error.to_string(), format!("leader election failed: {text}"));
         assert_eq!(error.source().map(ToString::to_string), Some(text));
-        let crd = Error::CrdSerialization(std::fmt::Error.into());
-        assert!(crd.source().is_some(), "{crd}");
 
         // The provider-service client's refusal of its settings: the same text as when it was a string.
         let refused =

@@ -2,7 +2,7 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 
-use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod, PeerPodSpec};
+use peerpods_api::peerpod::{DO_NOT_DELETE, FINALIZER, PeerPod, PeerPodSpec};
 
 pub fn time(secs: i64) -> Time {
     Time(jiff::Timestamp::from_second(1_700_000_000 + secs).expect("valid"))

@@ -25,7 +25,7 @@ use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use tracing::{info, warn};
 
-use crate::crd::{FINALIZER, PeerPod};
+use peerpods_api::peerpod::{FINALIZER, PeerPod};
 
 /// The key holding how many PeerPods hold the finalizer (a decimal string: ConfigMap data are strings).
 pub const COUNT_KEY: &str = "count";
@@ -176,7 +176,7 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::PeerPodSpec;
+    use peerpods_api::peerpod::PeerPodSpec;
 
     fn peerpod(ns: &str, name: &str, finalizer: bool) -> PeerPod {
         let mut p = PeerPod::new(name, PeerPodSpec::default());

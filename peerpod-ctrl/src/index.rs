@@ -8,8 +8,8 @@ use std::sync::{Arc, RwLock};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::crd::PeerPod;
 use crate::stale::rules::controlling_owner_uid;
+use peerpods_api::peerpod::PeerPod;
 
 /// One PeerPod of an owner: its namespace and name, the part of an `ObjectRef` that identifies it. An
 /// `ObjectRef` is 96 bytes with room for a resourceVersion and UID the index never needs; with 10,000 PeerPods
@@ -151,8 +151,8 @@ impl OwnerIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::PeerPodSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use peerpods_api::peerpod::PeerPodSpec;
 
     fn peerpod(name: &str, owner: Option<&str>) -> PeerPod {
         let mut p = PeerPod::new(name, PeerPodSpec::default());

@@ -22,9 +22,9 @@ const LOCAL_PROVIDER: &str = "http://127.0.0.1:50051";
 const COMPONENT: &str = "peerpod-ctrl";
 
 /// This binary as the runtime's [`binary::Controller::main`] runs it.
-const CONTROLLER: binary::Controller<Metrics, peerpod_ctrl::Error> = binary::Controller {
+const CONTROLLER: binary::Controller<Metrics, peerpods_api::Error> = binary::Controller {
     component: COMPONENT,
-    crd_yaml: peerpod_ctrl::crd::crd_yaml,
+    crd_yaml: peerpods_api::peerpod::crd_yaml,
     register_metrics: Metrics::register,
 };
 

@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::crd::{FINALIZER, PeerPod};
+use peerpods_api::peerpod::{FINALIZER, PeerPod};
 
 /// Bounded provider label: a typo in a PeerPod must not create a new time series.
 pub fn provider_label(provider: &str) -> String {
@@ -409,7 +409,7 @@ mod tests {
     fn peerpod(name: &str, provider: &str, deleted: Option<i64>, finalizer: bool) -> PeerPod {
         let mut p = PeerPod::new(
             name,
-            crate::crd::PeerPodSpec {
+            peerpods_api::peerpod::PeerPodSpec {
                 cloud_provider: provider.into(),
                 instance_id: format!("vm-{name}"),
             },
@@ -461,7 +461,7 @@ mod tests {
         let now = 100_000;
         let waiting = |name: &str, deleted: Option<i64>, finalizer: bool, since: i64| {
             let mut p = peerpod(name, "aws", deleted, finalizer);
-            p.status = Some(crate::crd::PeerPodStatus {
+            p.status = Some(peerpods_api::peerpod::PeerPodStatus {
                 waiting_since: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(at(
                     since,
                 ))),

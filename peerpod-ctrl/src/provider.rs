@@ -14,8 +14,9 @@ use tonic::Code;
 use peerpods_runtime::Cause;
 
 use crate::Error;
-use crate::crd::CleanedReason;
 use crate::error::human_message;
+use peerpods_api::peerpod::CleanedReason;
+use peerpods_api::peerpod::FailureReason;
 
 pub use peerpods_provider_client::{ProviderClient, ProviderClientConfig};
 
@@ -222,31 +223,59 @@ impl Provider {
 
 /// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own, with
 /// the status code each comes with. All of them are configuration or guards that do not change by themselves.
-fn refusal_reason(code: Code, reason: &ErrorReason) -> Option<&'static str> {
-    let refused_with = match reason {
-        ErrorReason::NotOwnedByCluster
-        | ErrorReason::ProviderNotConfigured
-        | ErrorReason::CloudUnauthenticated => Code::FailedPrecondition,
+fn refusal_reason(code: Code, reason: ErrorReason) -> Option<FailureReason> {
+    use ErrorReason as R;
+    // The condition reason repeats provider-service's word (a test ties each pair).
+    let (refused_with, recorded) = match reason {
+        R::NotOwnedByCluster => (Code::FailedPrecondition, FailureReason::NotOwnedByCluster),
+        R::ProviderNotConfigured => (
+            Code::FailedPrecondition,
+            FailureReason::ProviderNotConfigured,
+        ),
+        R::CloudUnauthenticated => (
+            Code::FailedPrecondition,
+            FailureReason::CloudUnauthenticated,
+        ),
         // The cloud refused provider-service's own credentials a permission: the cloud policy needs fixing,
         // neither this controller's credentials nor provider-service's health.
-        ErrorReason::CloudPermissionDenied => Code::PermissionDenied,
-        // A hold (read before any refusal), the cloud's failures, and what this side does not know.
-        ErrorReason::DoNotDelete
-        | ErrorReason::CloudUnavailable
-        | ErrorReason::Throttled
-        | ErrorReason::Unknown(_) => return None,
+        R::CloudPermissionDenied => (Code::PermissionDenied, FailureReason::CloudPermissionDenied),
+        // A hold (read before any refusal), the cloud's failures, and what the status code alone says.
+        R::DoNotDelete
+        | R::CloudUnavailable
+        | R::Throttled
+        | R::InvalidArgument
+        | R::UnknownProvider
+        | R::InvalidConfig
+        | R::Unauthenticated
+        | R::AuthUnavailable
+        | R::CallerNotAllowed
+        | R::MethodNotAllowed
+        | R::UnknownMethod
+        | R::NodeNotBound
+        | R::NotOnCallersNode
+        | R::PlacementUnavailable
+        | R::DeleteInProgress
+        | R::NotYetVisible
+        | R::TooManyDeletes
+        | R::ShuttingDown
+        | R::Overloaded
+        | R::MethodNotFound
+        | R::MalformedRequest
+        | R::MessageTooLarge
+        | R::Timeout
+        | R::Tls
+        | R::Io
+        | R::Internal => return None,
     };
-    (code == refused_with).then(|| reason.known()).flatten()
+    (code == refused_with).then_some(recorded)
 }
 
 /// Reasons provider-service gives for a failure of the cloud behind it (provider.proto), and the reason this
 /// controller records for each: the condition says the cloud failed, not provider-service.
-fn cloud_failure_reason(code: Code, reason: &ErrorReason) -> Option<&'static str> {
+fn cloud_failure_reason(code: Code, reason: ErrorReason) -> Option<FailureReason> {
     match (code, reason) {
-        (Code::Unavailable, ErrorReason::CloudUnavailable) => reason.known(),
-        (Code::ResourceExhausted, ErrorReason::Throttled) => {
-            Some(crate::error::REASON_CLOUD_THROTTLED)
-        }
+        (Code::Unavailable, ErrorReason::CloudUnavailable) => Some(FailureReason::CloudUnavailable),
+        (Code::ResourceExhausted, ErrorReason::Throttled) => Some(FailureReason::CloudThrottled),
         _ => None,
     }
 }
@@ -259,7 +288,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
     let code = status.code();
     let message = human_message(&format!("{code:?}: {}", status.message()));
     let info = status.get_error_details().error_info().cloned();
-    let reason = info.as_ref().map(|i| ErrorReason::parse(&i.reason));
+    let reason = info.as_ref().and_then(|i| ErrorReason::parse(&i.reason));
     // The status itself is the source: a status made by this side's transport carries its error under it.
     let source = Some(Cause::from(status.clone()));
     if reason == Some(ErrorReason::DoNotDelete) {
@@ -268,7 +297,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
     // Only named refusals of a precondition or of the cloud's permission: a caller's PERMISSION_DENIED stays
     // ProviderUnauthorized, which the circuit breaker counts against provider-service, and INVALID_ARGUMENT
     // stays ProviderRejected.
-    if let Some(reason) = reason.as_ref().and_then(|r| refusal_reason(code, r)) {
+    if let Some(reason) = reason.and_then(|r| refusal_reason(code, r)) {
         return Error::ProviderRefused {
             reason,
             message,
@@ -277,7 +306,7 @@ pub fn status_error(status: &tonic::Status) -> Error {
             source,
         };
     }
-    if let Some(reason) = reason.as_ref().and_then(|r| cloud_failure_reason(code, r)) {
+    if let Some(reason) = reason.and_then(|r| cloud_failure_reason(code, r)) {
         return Error::CloudFailed {
             reason,
             message,
@@ -316,6 +345,40 @@ pub fn status_error(status: &tonic::Status) -> Error {
 mod tests {
     use super::*;
     use tonic_types::{ErrorDetails, StatusExt};
+
+    #[test]
+    fn a_named_refusal_is_recorded_in_provider_services_words_and_only_with_its_code() {
+        let codes = [
+            Code::FailedPrecondition,
+            Code::PermissionDenied,
+            Code::Unavailable,
+            Code::ResourceExhausted,
+        ];
+        let mut recorded = Vec::new();
+        for reason in ErrorReason::ALL {
+            for code in codes {
+                if let Some(r) = refusal_reason(code, reason) {
+                    assert_eq!(r.as_str(), reason.as_str());
+                    recorded.push((code, r));
+                }
+            }
+        }
+        assert_eq!(
+            recorded,
+            [
+                (Code::FailedPrecondition, FailureReason::NotOwnedByCluster),
+                (
+                    Code::FailedPrecondition,
+                    FailureReason::ProviderNotConfigured
+                ),
+                (
+                    Code::FailedPrecondition,
+                    FailureReason::CloudUnauthenticated
+                ),
+                (Code::PermissionDenied, FailureReason::CloudPermissionDenied),
+            ]
+        );
+    }
 
     #[test]
     fn the_status_is_the_source_and_the_transport_error_under_it_is_kept() {

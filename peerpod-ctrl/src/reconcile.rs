@@ -18,8 +18,8 @@ use crate::breaker;
 use crate::cleanup;
 use crate::cleanup::rules::{self, Hold, Plan};
 use crate::context::Context;
-use crate::crd::{CleanedReason, PeerPod};
 use crate::stale;
+use peerpods_api::peerpod::{CleanedReason, PeerPod};
 
 /// Decides the plan of `peerpod` and carries it out; a failure is recorded on the PeerPod being cleaned up.
 pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -49,7 +49,7 @@ pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Resul
         let is_cleanup = plan.is_cleanup();
         let result = match plan {
             Plan::ReapStale => {
-                if rules::release_ask(&peerpod).is_some() {
+                if peerpod.release_ask().is_some() {
                     cleanup::release_ignored(&peerpod, &ctx).await;
                 }
                 stale::reap_stale(&peerpod, &ctx).await

@@ -36,16 +36,13 @@ use kube::{Resource, ResourceExt};
 use peerpods_runtime::status::apply_status;
 use tracing::{info, warn};
 
-use crate::crd::{PeerPod, PeerPodState};
 use crate::metrics::{Metrics, ProviderLabels, provider_label};
+use crate::periodic::Every;
 use crate::provider::Provider;
+use peerpods_api::peerpod::{
+    CONDITION_INSTANCE_PRESENT, EventReason, InstancePresentReason, PeerPod, PeerPodState,
+};
 
-/// The condition type reverse collection maintains on live PeerPods.
-pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
-/// Condition and Event reason: the cloud confirmed the VM gone while the PeerPod is live.
-pub const REASON_NOT_FOUND: &str = "InstanceNotFound";
-/// Condition and Event reason: a VM reported missing is listed again.
-pub const REASON_FOUND: &str = "InstanceFound";
 /// The field manager of reverse collection's status writes. Not the reconciler's ([`crate::cleanup::FIELD_MANAGER`]):
 /// an apply removes the fields its manager owned and no longer sends, so one manager for both writers would
 /// have each write drop the other's condition (and `cleand`).
@@ -53,8 +50,6 @@ pub const FIELD_MANAGER: &str = "peerpod-ctrl-reverse-collection";
 /// The field manager of `status.matchedInstance`: its apply carries that field alone, so clearing it is an
 /// apply without it.
 pub const ADOPTION_FIELD_MANAGER: &str = "peerpod-ctrl-adoption";
-/// Event reason: a PeerPod without an instance id is linked to the one VM its name matches.
-pub const REASON_MATCHED_BY_NAME: &str = "InstanceMatchedByName";
 
 /// Settings of the reverse scan.
 #[derive(Debug, Clone)]
@@ -190,19 +185,16 @@ impl ReverseScanner {
     }
 
     /// Scans every `interval` once the PeerPod cache is complete, until dropped.
-    pub async fn run(mut self, mut store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
+    pub async fn run(mut self, store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
         if self.settings.interval.is_zero() {
             info!("--reverse-scan-interval 0: reverse collection disabled");
             return;
         }
-        let Some(store) = crate::orphans::complete_store(&mut store).await else {
+        let Some(mut every) = Every::start(self.settings.interval, store).await else {
             return;
         };
-        let mut ticker = tokio::time::interval(self.settings.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
-            let report = self.scan(&store).await;
+            let report = self.scan(every.tick().await).await;
             if !report.missing.is_empty() {
                 info!(
                     missing = report.missing.len(),
@@ -313,9 +305,22 @@ impl ReverseScanner {
             instance_id = %peerpod.spec.instance_id,
             "live PeerPod whose VM is gone"
         );
-        if self.write(peerpod, false, REASON_NOT_FOUND, &message).await {
-            self.publish(peerpod, EventType::Warning, REASON_NOT_FOUND, message)
-                .await;
+        if self
+            .write(
+                peerpod,
+                false,
+                InstancePresentReason::InstanceNotFound.as_str(),
+                &message,
+            )
+            .await
+        {
+            self.publish(
+                peerpod,
+                EventType::Warning,
+                InstancePresentReason::InstanceNotFound.as_str(),
+                message,
+            )
+            .await;
         }
     }
 
@@ -328,9 +333,22 @@ impl ReverseScanner {
             "{} instance {} is listed by the cloud again",
             peerpod.spec.cloud_provider, peerpod.spec.instance_id
         );
-        if self.write(peerpod, true, REASON_FOUND, &message).await {
-            self.publish(peerpod, EventType::Normal, REASON_FOUND, message)
-                .await;
+        if self
+            .write(
+                peerpod,
+                true,
+                InstancePresentReason::InstanceFound.as_str(),
+                &message,
+            )
+            .await
+        {
+            self.publish(
+                peerpod,
+                EventType::Normal,
+                InstancePresentReason::InstanceFound.as_str(),
+                message,
+            )
+            .await;
         }
     }
 
@@ -431,8 +449,13 @@ impl ReverseScanner {
             instance_id = id,
             "PeerPod without an instance ID matched to its VM by name"
         );
-        self.publish(peerpod, EventType::Normal, REASON_MATCHED_BY_NAME, message)
-            .await;
+        self.publish(
+            peerpod,
+            EventType::Normal,
+            EventReason::InstanceMatchedByName.as_str(),
+            message,
+        )
+        .await;
     }
 
     async fn publish(&self, peerpod: &PeerPod, type_: EventType, reason: &str, note: String) {

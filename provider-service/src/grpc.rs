@@ -518,7 +518,7 @@ mod tests {
             ),
             (
                 Error::NotServing {
-                    reason: "ProviderNotConfigured",
+                    reason: peerpods_proto::ErrorReason::ProviderNotConfigured,
                     why: "CLOUD_PROVIDER is not set".into(),
                 },
                 "ProviderNotConfigured",

@@ -263,8 +263,11 @@ impl Load {
                 "overloaded: refusing calls (RESOURCE_EXHAUSTED); logged at most every 10 s"
             );
         }
-        let mut details =
-            ErrorDetails::with_error_info("Overloaded", crate::error::ERROR_DOMAIN, HashMap::new());
+        let mut details = ErrorDetails::with_error_info(
+            peerpods_proto::ErrorReason::Overloaded.as_str(),
+            crate::error::ERROR_DOMAIN,
+            HashMap::new(),
+        );
         details.set_retry_info(Some(limits.retry_after));
         tonic::Status::with_error_details(
             tonic::Code::ResourceExhausted,

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use peerpods_proto::UnknownProviderName;
+use peerpods_proto::{ErrorReason, UnknownProviderName};
 use peerpods_provider_core::{
     CloudCalls, Provider, ProviderConfig, ProviderName, require_owner_choice,
 };
@@ -19,7 +19,7 @@ use crate::error::{Error, ProviderError};
 /// Why no cloud is served (see [`Error::NotServing`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotServing {
-    pub reason: &'static str,
+    pub reason: ErrorReason,
     pub why: String,
 }
 
@@ -28,11 +28,11 @@ impl NotServing {
     pub fn from_error(e: &Error) -> Self {
         match e {
             Error::NotServing { reason, why } => NotServing {
-                reason,
+                reason: *reason,
                 why: why.clone(),
             },
             other => NotServing {
-                reason: other.reason(),
+                reason: other.error_reason(),
                 why: other.to_string(),
             },
         }
@@ -102,7 +102,7 @@ impl Registry {
             None if config.is_development() => DEFAULT_CLOUD_PROVIDER,
             None => {
                 return Err(Error::NotServing {
-                    reason: "ProviderNotConfigured",
+                    reason: ErrorReason::ProviderNotConfigured,
                     why: "CLOUD_PROVIDER is not set: mount the provider configuration (peer-pods-cm) \
                           naming the cloud; the embedded libvirt test driver runs only with \
                           --development"

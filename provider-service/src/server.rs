@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use peerpods_proto::ErrorReason;
 use peerpods_proto::v1::provider_service_server::ProviderServiceServer;
 use peerpods_runtime::admin::Readiness;
 use peerpods_runtime::tls::Established;
@@ -307,7 +308,7 @@ fn add_error_info(headers: &mut http::HeaderMap) {
         status.code(),
         status.message(),
         ErrorDetails::with_error_info(
-            reason,
+            reason.as_str(),
             crate::error::ERROR_DOMAIN,
             std::collections::HashMap::new(),
         ),
@@ -318,19 +319,19 @@ fn add_error_info(headers: &mut http::HeaderMap) {
 }
 
 /// Stable reasons of the errors tonic answers itself.
-fn framework_reason(code: tonic::Code, message: &str) -> &'static str {
+fn framework_reason(code: tonic::Code, message: &str) -> ErrorReason {
     use tonic::Code;
     match code {
-        Code::Unimplemented => "MethodNotFound",
+        Code::Unimplemented => ErrorReason::MethodNotFound,
         // tonic's answer to bytes that are not the method's request message.
-        Code::Internal if message.starts_with("failed to decode") => "MalformedRequest",
+        Code::Internal if message.starts_with("failed to decode") => ErrorReason::MalformedRequest,
         // tonic's answer to a request over `max_decoding_message_size`.
-        Code::OutOfRange => "MessageTooLarge",
-        Code::Cancelled | Code::DeadlineExceeded => "Timeout",
-        Code::ResourceExhausted => "Overloaded",
-        Code::InvalidArgument => "MalformedRequest",
-        Code::Unavailable => "ShuttingDown",
-        _ => "Internal",
+        Code::OutOfRange => ErrorReason::MessageTooLarge,
+        Code::Cancelled | Code::DeadlineExceeded => ErrorReason::Timeout,
+        Code::ResourceExhausted => ErrorReason::Overloaded,
+        Code::InvalidArgument => ErrorReason::MalformedRequest,
+        Code::Unavailable => ErrorReason::ShuttingDown,
+        _ => ErrorReason::Internal,
     }
 }
 

@@ -114,8 +114,8 @@ mod tests {
     use super::*;
     use clap::CommandFactory;
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    use peer_pod_config_ctrl::crd::PeerPodConfig;
     use peer_pod_config_ctrl::objects::{WEBHOOK_PATH, WEBHOOK_PORT, webhook_deployment};
+    use peerpods_api::peerpodconfig::PeerPodConfig;
 
     #[test]
     fn flags_fit_together() {

@@ -109,7 +109,7 @@ impl PodView {
 /// Runtime class of peer pods unless configured otherwise.
 pub const DEFAULT_RUNTIME_CLASS: &str = "kata-remote";
 /// Extended resource counting peer-pod VMs unless configured otherwise.
-pub const DEFAULT_EXTENDED_RESOURCE: &str = "kata.peerpods.io/vm";
+pub use peerpods_api::keys::EXTENDED_RESOURCE as DEFAULT_EXTENDED_RESOURCE;
 /// vCPUs of the pod VM.
 pub const VCPUS_ANNOTATION: &str = "io.katacontainers.config.hypervisor.default_vcpus";
 /// Memory of the pod VM, in MiB.

@@ -37,7 +37,7 @@ use crate::mutation::Target;
 use crate::tls::{ServingCert, TlsListener, TlsPolicy, TlsVersion};
 
 /// Path the API server posts AdmissionReviews to.
-pub const WEBHOOK_PATH: &str = "/mutate-v1-pod";
+pub use peerpods_api::keys::WEBHOOK_PATH;
 /// Where the serving certificate Secret is mounted (controller-runtime's default, which the Deployment uses).
 pub const DEFAULT_CERT_DIR: &str = "/tmp/k8s-webhook-server/serving-certs";
 /// How often the certificate files are checked for changes (and, before the first pair, for appearing).

@@ -17,9 +17,9 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use peer_pod_config_ctrl::crd::{CapacityMode, PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::dra::{DEVICE_CLASS, DRIVER, POOL};
-use peer_pod_config_ctrl::objects::EXTENDED_RESOURCE;
+use peerpods_api::keys::EXTENDED_RESOURCE;
+use peerpods_api::peerpodconfig::{CapacityMode, PeerPodConfig, PeerPodConfigSpec};
 
 use crate::Error;
 use crate::cluster::{Cluster, wait_until};

@@ -23,7 +23,7 @@ use aws_sdk_ec2::types::{DomainType, Filter};
 use futures::StreamExt;
 use kube::api::{DeleteParams, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use peerpod_ctrl::crd::PeerPod;
+use peerpods_api::peerpod::PeerPod;
 use serde::Serialize;
 use test_support::cloud::CloudEmulator;
 use test_support::faults::{CallKind, Faults, Flapping, Visibility};

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams, PostParams};
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
-use peerpod_ctrl::crd::PeerPod;
+use peerpods_api::peerpod::PeerPod;
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 use serde::Serialize;
 
 use crate::Error;

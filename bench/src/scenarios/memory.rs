@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, PostParams};
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 
 use crate::Error;
 use crate::cluster::{Cluster, wait_until};

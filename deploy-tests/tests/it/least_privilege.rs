@@ -1150,7 +1150,7 @@ async fn peer_pod_config_ctrl_runs_the_dra_plugin_only_as_it_renders_it() {
 
     // Rendered by the controller from a PeerPodConfig in capacityMode dra; the chart's default kubelet directory.
     let rendered = |kubelet_dir: &str, image: &str| -> serde_json::Value {
-        let config: peer_pod_config_ctrl::crd::PeerPodConfig =
+        let config: peerpods_api::peerpodconfig::PeerPodConfig =
             serde_json::from_value(serde_json::json!({
                 "apiVersion": "confidentialcontainers.org/v1alpha1",
                 "kind": "PeerPodConfig",

@@ -1,12 +1,12 @@
-//! `release` on the local control plane: the binary sets peerpods.io/release as peerpod-ctrl reads it (its own
-//! reader, `release_ask`) on a PeerPod being deleted, `instance-gone` by default and `operator` when asked, and
+//! `release` on the local control plane: the binary sets peerpods.io/release as peerpod-ctrl reads it (the API's
+//! reader, `PeerPod::release_ask`) on a PeerPod being deleted, `instance-gone` by default and `operator` when asked, and
 //! writes nothing on a live PeerPod or when nobody said yes.
 
 use std::process::Output;
 
 use kube::api::{Api, DeleteParams, PostParams};
-use peerpod_ctrl::cleanup::{ReleaseAsk, release_ask};
-use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
+use peerpods_api::peerpod::ReleaseAsk;
+use peerpods_api::peerpod::{FINALIZER, PeerPod, PeerPodSpec};
 
 #[tokio::test]
 async fn release_sets_the_annotation_only_on_a_peerpod_being_deleted() {
@@ -51,17 +51,17 @@ async fn release_sets_the_annotation_only_on_a_peerpod_being_deleted() {
 
     ok(&run(&[&format!("{ns}/gone"), "--yes"]));
     let gone = peerpods.get("gone").await.unwrap();
-    assert_eq!(release_ask(&gone), Some(ReleaseAsk::InstanceGone));
+    assert_eq!(gone.release_ask(), Some(ReleaseAsk::InstanceGone));
 
     // Without --yes and without a terminal nobody said yes: refused, nothing written.
     let unasked = run(&[&format!("{ns}/mine"), "--operator"]);
     assert!(!unasked.status.success());
     assert!(String::from_utf8_lossy(&unasked.stderr).contains("--yes"));
-    assert_eq!(release_ask(&peerpods.get("mine").await.unwrap()), None);
+    assert_eq!(peerpods.get("mine").await.unwrap().release_ask(), None);
 
     ok(&run(&[&format!("{ns}/mine"), "--operator", "--yes"]));
     let mine = peerpods.get("mine").await.unwrap();
-    assert_eq!(release_ask(&mine), Some(ReleaseAsk::Operator));
+    assert_eq!(mine.release_ask(), Some(ReleaseAsk::Operator));
     // A merge patch of the annotation only: the finalizer and the spec are as they were.
     assert_eq!(mine.metadata.finalizers, Some(vec![FINALIZER.to_string()]));
     assert_eq!(mine.spec.instance_id, "i-mine");
@@ -72,7 +72,7 @@ async fn release_sets_the_annotation_only_on_a_peerpod_being_deleted() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("is not being deleted"), "{stderr}");
     let after = peerpods.get("live").await.unwrap();
-    assert_eq!(release_ask(&after), None);
+    assert_eq!(after.release_ask(), None);
     assert_eq!(
         after.metadata.resource_version,
         before.metadata.resource_version

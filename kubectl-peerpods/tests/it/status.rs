@@ -17,10 +17,11 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use kubectl_peerpods::render::{self, Style};
 use kubectl_peerpods::{facts, gather};
-use peerpod_ctrl::cleanup::{REASON_DELETE_IN_PROGRESS, REASON_DO_NOT_DELETE};
-use peerpod_ctrl::crd::{CONDITION_CLEANED, FINALIZER, PeerPod, PeerPodSpec};
-use peerpod_ctrl::orphans::{INSTANCE_API_VERSION, REASON_ADOPTABLE};
-use peerpod_ctrl::reverse::{CONDITION_INSTANCE_PRESENT, REASON_NOT_FOUND};
+use peerpods_api::peerpod::{
+    CONDITION_CLEANED, CONDITION_INSTANCE_PRESENT, FINALIZER, INSTANCE_API_VERSION, PeerPod,
+    PeerPodSpec,
+};
+use peerpods_api::peerpod::{CleanedReason, EventReason, InstancePresentReason};
 use serde_json::json;
 
 /// How long before `now` the PeerPods were deleted: long enough that the few seconds between the deletes never
@@ -63,8 +64,8 @@ async fn every_case_lands_in_its_place() {
         &peerpods,
         "reverse",
         json!({
-            "state": "InstanceMissing", "reason": REASON_NOT_FOUND, "lastAttemptTime": ago(30),
-            "conditions": [condition(CONDITION_INSTANCE_PRESENT, "False", REASON_NOT_FOUND, ago(30),
+            "state": "InstanceMissing", "reason": InstancePresentReason::InstanceNotFound.as_str(), "lastAttemptTime": ago(30),
+            "conditions": [condition(CONDITION_INSTANCE_PRESENT, "False", InstancePresentReason::InstanceNotFound.as_str(), ago(30),
                 "libvirt instance vm-gone is not listed by the cloud")],
         }),
     )
@@ -73,9 +74,9 @@ async fn every_case_lands_in_its_place() {
         &peerpods,
         "in-progress",
         json!({
-            "state": "WaitingForCloud", "reason": REASON_DELETE_IN_PROGRESS,
+            "state": "WaitingForCloud", "reason": CleanedReason::DeleteInProgress.as_str(),
             "waitingSince": ago(9), "lastAttemptTime": ago(1),
-            "conditions": [condition(CONDITION_CLEANED, "False", REASON_DELETE_IN_PROGRESS, ago(9),
+            "conditions": [condition(CONDITION_CLEANED, "False", CleanedReason::DeleteInProgress.as_str(), ago(9),
                 "provider-service is deleting aws instance i-deleting; the finalizer stays until the VM is confirmed gone")],
         }),
     )
@@ -95,8 +96,8 @@ async fn every_case_lands_in_its_place() {
         &peerpods,
         "held",
         json!({
-            "state": "Held", "reason": REASON_DO_NOT_DELETE, "waitingSince": ago(8),
-            "conditions": [condition(CONDITION_CLEANED, "False", REASON_DO_NOT_DELETE, ago(8),
+            "state": "Held", "reason": CleanedReason::DoNotDelete.as_str(), "waitingSince": ago(8),
+            "conditions": [condition(CONDITION_CLEANED, "False", CleanedReason::DoNotDelete.as_str(), ago(8),
                 "Annotation peerpods.io/do-not-delete is set")],
         }),
     )
@@ -167,7 +168,7 @@ async fn every_case_lands_in_its_place() {
             "adoptable",
             "aws/i-adopt",
             "Warning",
-            REASON_ADOPTABLE,
+            EventReason::AdoptableInstanceFound.as_str(),
             "aws instance i-adopt (podvm-web-0-1234abcd) is cloud-api-adaptor's for the VM of Pod default/web-0",
             6,
         ),

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::objects::{self, CaaCloud, ProviderServiceWiring};
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 use serde_json::{Value, json};
 
 const CLOUDS: [&str; 8] = [

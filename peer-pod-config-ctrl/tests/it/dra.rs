@@ -9,9 +9,9 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use peer_pod_config_ctrl::controller::reconcile;
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigStatus};
 use peer_pod_config_ctrl::dra::{DEVICE_CLASS, DRIVER, PLUGIN_DAEMONSET, POOL};
 use peer_pod_config_ctrl::objects::{EXTENDED_RESOURCE, OWNER_NAMESPACE_LABEL};
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigStatus};
 
 const NAME: &str = "peerpodconfig";
 

@@ -4,7 +4,6 @@
 //! planes of their own.
 
 mod caa_daemonset;
-mod crd_drift;
 mod developer_mode;
 mod dra;
 mod operate;

@@ -8,9 +8,9 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::hold::{DELETION_HELD, FORCE_DELETE};
 use peer_pod_config_ctrl::spread::VM_LIMIT_LABEL;
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 const NAME: &str = "peerpodconfig";
 

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use peer_pod_config_ctrl::controller::{self, Settings};
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::metrics::Metrics;
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 use tokio_util::sync::CancellationToken;
 
 /// How long the controller runs without its CRD while its requests are counted.

@@ -11,12 +11,12 @@ use k8s_openapi::api::core::v1::{Node, Secret, Service};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use peer_pod_config_ctrl::controller::{Context, FINALIZER, reconcile};
-use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::nodes::{CAA_OWNER, CAA_OWNER_ANNOTATION};
 use peer_pod_config_ctrl::objects::{
     CAA_DAEMONSET, EXTENDED_RESOURCE, WEBHOOK_CERT_SECRET, WEBHOOK_CONFIGURATION,
     WEBHOOK_DEPLOYMENT, WEBHOOK_SERVICE,
 };
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 const NAME: &str = "peerpodconfig";
 

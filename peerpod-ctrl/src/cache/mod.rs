@@ -14,8 +14,8 @@ pub mod rules;
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher;
 
-use crate::crd::PeerPod;
 use crate::index::OwnerIndex;
+use peerpods_api::peerpod::PeerPod;
 
 /// The store and the index of one watch. The index needs the version an event replaces, so both are written
 /// here, in one place, in that order.
@@ -96,8 +96,8 @@ fn reconcile_request(peerpod: &PeerPod) -> PeerPod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{FINALIZER, PeerPodSpec, PeerPodStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+    use peerpods_api::peerpod::{FINALIZER, PeerPodSpec, PeerPodStatus};
     use watcher::Event;
 
     fn peerpod(name: &str, owner: &str, version: &str) -> PeerPod {

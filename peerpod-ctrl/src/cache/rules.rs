@@ -8,8 +8,8 @@ use std::hash::{Hash, Hasher};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
-use crate::cleanup::rules::{RELEASE, do_not_delete, release_ask};
-use crate::crd::{DO_NOT_DELETE, PeerPod};
+use crate::cleanup::rules::do_not_delete;
+use peerpods_api::peerpod::{DO_NOT_DELETE, PeerPod, RELEASE};
 
 /// The parts of a PeerPod whose change may need a reconcile: spec (generation), deletion, finalizers and
 /// owners. Status is left out on purpose: our own condition updates must not trigger another pass, or a
@@ -26,7 +26,7 @@ pub fn reconcile_trigger_hash(peerpod: &PeerPod) -> u64 {
     // Removing the hold must start the cleanup it held back.
     do_not_delete(peerpod).hash(&mut hasher);
     // Asking for a release (or correcting its value) must act on it.
-    release_ask(peerpod).hash(&mut hasher);
+    peerpod.release_ask().hash(&mut hasher);
     let owners: BTreeSet<&str> = peerpod
         .owner_references()
         .iter()
@@ -88,9 +88,9 @@ mod tests {
 
     use super::*;
     use crate::cleanup::rules::{Cleanup, DeveloperMode, Hold, Plan, ReleaseAsk, cleanup, plan};
-    use crate::crd::FINALIZER;
     use crate::fixtures::{annotated, deleting, owned_by, peerpod};
     use crate::stale::rules::controlling_owner_uid;
+    use peerpods_api::peerpod::FINALIZER;
 
     #[test]
     fn the_cache_keeps_the_hold_and_adding_or_removing_it_triggers() {
@@ -131,7 +131,7 @@ mod tests {
         assert!(needs_reconcile(Some(&p), &operator));
         assert!(needs_reconcile(Some(&operator), &asked(&p, "oprator")));
         keep_what_is_read(&mut operator);
-        assert_eq!(release_ask(&operator), Some(ReleaseAsk::Operator));
+        assert_eq!(operator.release_ask(), Some(ReleaseAsk::Operator));
         let now = Instant::now();
         assert!(matches!(
             plan(&operator, None, None, now, DeveloperMode::On),
@@ -142,7 +142,7 @@ mod tests {
             Plan::Hold(Hold::UnknownRelease("oprator".into()))
         );
         keep_what_is_read(&mut p);
-        assert_eq!(release_ask(&p), None);
+        assert_eq!(p.release_ask(), None);
         assert!(matches!(
             plan(&p, None, None, now, DeveloperMode::Off),
             Plan::Delete { .. }
@@ -153,7 +153,7 @@ mod tests {
     fn status_only_changes_do_not_trigger() {
         let mut p = peerpod("a", 0);
         let before = reconcile_trigger_hash(&p);
-        p.status = Some(crate::crd::PeerPodStatus {
+        p.status = Some(peerpods_api::peerpod::PeerPodStatus {
             cleand: true,
             ..Default::default()
         });
@@ -239,7 +239,7 @@ mod tests {
 
         let mut status_only = cached.clone();
         status_only.metadata.resource_version = Some("2".into());
-        status_only.status = Some(crate::crd::PeerPodStatus {
+        status_only.status = Some(peerpods_api::peerpod::PeerPodStatus {
             cleand: true,
             ..Default::default()
         });

@@ -19,9 +19,9 @@ use super::status::{Cleaned, waiting_reason};
 use crate::Error;
 use crate::breaker;
 use crate::context::{Context, publish};
-use crate::crd::{CleanedReason, PeerPod};
 use crate::instance::instance_key;
 use crate::provider::{About, DeleteAnswer, Deleted, Waiting};
+use peerpods_api::peerpod::{CleanedReason, PeerPod};
 
 /// Carries out [`Plan::Delete`] for `(provider, instance_id, in_progress)`.
 pub(crate) async fn planned_delete(

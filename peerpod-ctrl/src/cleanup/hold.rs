@@ -11,8 +11,8 @@ use super::record::set_condition;
 use super::status::Cleaned;
 use crate::Error;
 use crate::context::{Context, publish};
-use crate::crd::{CleanedReason, DO_NOT_DELETE, PeerPod};
 use crate::developer_mode;
+use peerpods_api::peerpod::{CleanedReason, DO_NOT_DELETE, PeerPod};
 
 /// A PeerPod annotated `peerpods.io/do-not-delete` is being deleted: its VM stays and so does the finalizer,
 /// and the object says why. Nothing is retried: removing the annotation is a change that reconciles again.

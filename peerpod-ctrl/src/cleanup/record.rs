@@ -15,7 +15,7 @@ use super::status::{Cleaned, cleaned_status};
 use crate::Error;
 use crate::breaker;
 use crate::context::{Context, publish};
-use crate::crd::{CleanedReason, PeerPod};
+use peerpods_api::peerpod::{CleanedReason, PeerPod};
 
 /// Writes `status.cleand` and the Cleaned condition when they differ from what is there. Returns false when
 /// the PeerPod no longer exists.

@@ -10,11 +10,12 @@ use tracing::{info, warn};
 
 use super::hold::keep_held;
 use super::record::set_condition;
+use super::rules;
 use super::status::Cleaned;
-use super::{REASON_RELEASE_IGNORED, rules};
 use crate::Error;
 use crate::context::{Context, publish};
-use crate::crd::{CleanedReason, PeerPod};
+use peerpods_api::peerpod::EventReason;
+use peerpods_api::peerpod::{CleanedReason, PeerPod};
 use rules::RELEASE;
 
 /// A live PeerPod naming the same instance, read from the API server with a consistent read (never from
@@ -160,7 +161,7 @@ pub(crate) async fn release_ignored(peerpod: &PeerPod, ctx: &Context) {
         ctx,
         peerpod,
         EventType::Warning,
-        REASON_RELEASE_IGNORED,
+        EventReason::ReleaseIgnored.as_str(),
         "ReleaseFinalizer",
         message,
     )

@@ -15,8 +15,8 @@ use peerpods_runtime::backoff::Backoff;
 pub use peerpods_protocol::decide::DeveloperMode;
 pub use peerpods_protocol::decide::{RELEASE, ReleaseAsk};
 
-use crate::crd::{DO_NOT_DELETE, FINALIZER, PeerPod};
 use crate::provider::Deleted;
+use peerpods_api::peerpod::{DO_NOT_DELETE, FINALIZER, PeerPod};
 
 /// What a PeerPod needs from this controller right now: the protocol's decision kernel, which
 /// the model checker runs too.
@@ -112,16 +112,8 @@ pub fn plan(
     kernel::under_release_ask(
         kernel::under_developer_mode(plan, mode),
         &facts(peerpod),
-        release_ask(peerpod).as_ref(),
+        peerpod.release_ask().as_ref(),
     )
-}
-
-/// What the PeerPod's `peerpods.io/release` annotation asks for, if it carries one.
-pub fn release_ask(peerpod: &PeerPod) -> Option<ReleaseAsk> {
-    peerpod
-        .annotations()
-        .get(RELEASE)
-        .map(|v| ReleaseAsk::parse(v))
 }
 
 /// What to remember after provider-service answered "still in progress" at `now`: when to ask again, by the

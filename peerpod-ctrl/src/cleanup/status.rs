@@ -2,8 +2,10 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
-use crate::crd::{CONDITION_CLEANED, CleanedReason, PeerPod, PeerPodState, PeerPodStatus};
 use crate::provider::Waiting;
+use peerpods_api::peerpod::{
+    CONDITION_CLEANED, CleanedReason, PeerPod, PeerPodState, PeerPodStatus,
+};
 
 /// What the Cleaned condition and `status.cleand` say.
 #[derive(Debug, Clone, Copy)]

@@ -28,11 +28,8 @@ mod scan;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use kube::runtime::reflector::Store;
-
 use crate::Error;
 use crate::adopt::PodRef;
-use crate::crd::PeerPod;
 
 pub use rules::{DeletionRefused, OrphanCap, Vm};
 pub use scan::Scanner;
@@ -76,13 +73,6 @@ pub fn parse_tag(text: &str) -> Result<(String, String), Error> {
 #[derive(Default)]
 pub struct FirstSeen(pub(crate) HashMap<(String, String), jiff::Timestamp>);
 
-/// Event reason of an untracked VM past the grace period: an orphan.
-pub const REASON_ORPHAN_FOUND: &str = "OrphanInstanceFound";
-/// Event reason of an orphan VM the scan deleted (by the opt-in policy).
-pub const REASON_ORPHAN_DELETED: &str = "OrphanInstanceDeleted";
-/// Event reason (and log wording) of an untracked VM whose cloud-api-adaptor name belongs to a live Pod.
-pub const REASON_ADOPTABLE: &str = "AdoptableInstanceFound";
-
 /// An untracked VM that is no orphan: cloud-api-adaptor's name ties it to live Pods.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Adoptable {
@@ -102,24 +92,6 @@ pub struct ScanReport {
     /// Providers whose orphans were not deleted, and why.
     pub refused: Vec<(String, DeletionRefused)>,
 }
-
-/// The PeerPod cache of this leadership term once its first list is complete (before that a scan would only see
-/// part of the PeerPods); `None` when the term ends first.
-pub(crate) async fn complete_store(
-    store: &mut tokio::sync::watch::Receiver<Option<Store<PeerPod>>>,
-) -> Option<Store<PeerPod>> {
-    let store = loop {
-        if let Some(store) = store.borrow_and_update().clone() {
-            break store;
-        }
-        store.changed().await.ok()?;
-    };
-    store.wait_until_ready().await.ok()?;
-    Some(store)
-}
-
-/// The API version orphan Events give the VM they are about (not a Kubernetes API: the VM lives in the cloud).
-pub const INSTANCE_API_VERSION: &str = "provider.peerpods.io/v1";
 
 #[cfg(test)]
 mod tests {

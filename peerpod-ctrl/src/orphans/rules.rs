@@ -7,8 +7,8 @@ use std::time::Duration;
 use peerpods_proto::marks_do_not_delete;
 use peerpods_protocol::decide::DeveloperMode;
 
-use crate::crd::{DO_NOT_DELETE, PeerPod};
 use crate::instance::instance_key;
+use peerpods_api::peerpod::{CleanedReason, DO_NOT_DELETE, EventReason, PeerPod};
 
 /// Whether a VM's tags (as `ListInstances` reports them) carry `peerpods.io/do-not-delete` or its
 /// spelling every cloud allows, `peerpods-do-not-delete` (GCP labels, Azure tags and IBM user tags
@@ -127,9 +127,10 @@ impl DeletionRefused {
     /// Stable reason for the Event, the log and the metric label.
     pub fn reason(&self) -> &'static str {
         match self {
-            DeletionRefused::CacheNotSynced => "PeerPodCacheNotSynced",
-            DeletionRefused::DeveloperMode => "DeveloperMode",
-            DeletionRefused::OverCap { .. } => "OrphanDeleteCapExceeded",
+            DeletionRefused::CacheNotSynced => EventReason::PeerPodCacheNotSynced.as_str(),
+            // The same hold as a PeerPod's cleanup held by developer mode, in the same word.
+            DeletionRefused::DeveloperMode => CleanedReason::DeveloperMode.as_str(),
+            DeletionRefused::OverCap { .. } => EventReason::OrphanDeleteCapExceeded.as_str(),
         }
     }
 }

@@ -13,17 +13,16 @@ use kube::runtime::reflector::Store;
 use tracing::{info, warn};
 
 use super::rules::{self, DeletionRefused, Vm};
-use super::{
-    Adoptable, FirstSeen, INSTANCE_API_VERSION, OrphanPolicy, OrphanSettings, REASON_ADOPTABLE,
-    REASON_ORPHAN_DELETED, REASON_ORPHAN_FOUND, ScanReport, complete_store,
-};
+use super::{Adoptable, FirstSeen, OrphanPolicy, OrphanSettings, ScanReport};
 use crate::Error;
 use crate::adopt::{self, PodIndex, PodRef};
-use crate::crd::PeerPod;
 use crate::developer_mode::Mode;
 use crate::instance::instance_key;
 use crate::metrics::{Metrics, ProviderLabels, ReasonLabels, RefusalLabels, provider_label};
+use crate::periodic::Every;
 use crate::provider::{About, DeleteAnswer, Provider};
+use peerpods_api::peerpod::PeerPod;
+use peerpods_api::peerpod::{EventReason, INSTANCE_API_VERSION};
 
 /// The orphan scanner of one leadership term.
 pub struct Scanner {
@@ -40,19 +39,16 @@ pub struct Scanner {
 
 impl Scanner {
     /// Scans every `interval` once the PeerPod cache is complete, until dropped.
-    pub async fn run(mut self, mut store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
+    pub async fn run(mut self, store: tokio::sync::watch::Receiver<Option<Store<PeerPod>>>) {
         if self.settings.cluster_tag.is_none() {
             info!("no --cluster-tag: orphan VM scan disabled");
             return;
         }
-        let Some(store) = complete_store(&mut store).await else {
+        let Some(mut every) = Every::start(self.settings.interval, store).await else {
             return;
         };
-        let mut ticker = tokio::time::interval(self.settings.interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
-            let report = self.scan(&store).await;
+            let report = self.scan(every.tick().await).await;
             if !report.orphans.is_empty() {
                 info!(
                     orphans = report.orphans.len(),
@@ -192,7 +188,7 @@ impl Scanner {
             self.publish(
                 vm,
                 EventType::Warning,
-                REASON_ORPHAN_FOUND,
+                EventReason::OrphanInstanceFound.as_str(),
                 "ScanInstances",
                 note,
             )
@@ -266,7 +262,7 @@ impl Scanner {
             self.publish(
                 &vm,
                 EventType::Normal,
-                REASON_ORPHAN_DELETED,
+                EventReason::OrphanInstanceDeleted.as_str(),
                 "DeleteInstance",
                 note,
             )
@@ -350,7 +346,7 @@ impl Scanner {
             self.publish(
                 vm,
                 EventType::Warning,
-                REASON_ADOPTABLE,
+                EventReason::AdoptableInstanceFound.as_str(),
                 "ScanInstances",
                 note,
             )

@@ -8,10 +8,11 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::info;
 
-use super::{REASON_STALE_DELETED, rules};
+use super::rules;
 use crate::Error;
 use crate::context::{Context, publish};
-use crate::crd::PeerPod;
+use peerpods_api::peerpod::EventReason;
+use peerpods_api::peerpod::PeerPod;
 
 /// Deletes PeerPods of the same Pod that are older than this one: they belong to a sandbox that is gone.
 pub(crate) async fn reap_stale(peerpod: &PeerPod, ctx: &Context) -> Result<Action, Error> {
@@ -54,7 +55,7 @@ pub(crate) async fn reap_stale(peerpod: &PeerPod, ctx: &Context) -> Result<Actio
                     ctx,
                     stale,
                     EventType::Normal,
-                    REASON_STALE_DELETED,
+                    EventReason::StalePeerPodDeleted.as_str(),
                     "DeletePeerPod",
                     note,
                 )

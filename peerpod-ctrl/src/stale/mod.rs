@@ -8,6 +8,3 @@ mod acts;
 pub mod rules;
 
 pub(crate) use acts::reap_stale;
-
-/// Event reason on a PeerPod deleted because a newer PeerPod of the same Pod exists.
-pub const REASON_STALE_DELETED: &str = "StalePeerPodDeleted";

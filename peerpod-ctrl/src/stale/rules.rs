@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 
 use crate::cleanup::rules::do_not_delete;
-use crate::crd::PeerPod;
+use peerpods_api::peerpod::PeerPod;
 
 /// The UID of the owner marked `controller: true` (CAA sets it to the Pod). PeerPods without one are not
 /// part of any "same pod" group.

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::support::{ControllerOptions, Scenario, TAG_KEY, TAG_VALUE};
 use kube::api::DeleteParams;
-use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, REASON_ADOPTABLE};
-use peerpod_ctrl::reverse::REASON_MATCHED_BY_NAME;
+use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
+use peerpods_api::peerpod::EventReason;
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -71,7 +71,7 @@ async fn an_orphan_named_for_a_live_pod_survives_the_delete_policy_until_its_pod
     for (cloud, vm) in [("libvirt", &adoptable), ("aws", &aws_adoptable)] {
         let found = s
             .wait_event("default", "an Event per adoptable VM", |e| {
-                e.reason.as_deref() == Some(REASON_ADOPTABLE)
+                e.reason.as_deref() == Some(EventReason::AdoptableInstanceFound.as_str())
                     && e.related.as_ref().and_then(|r| r.name.clone())
                         == Some(format!("{cloud}/{vm}"))
             })
@@ -124,8 +124,11 @@ async fn a_peerpod_without_an_instance_id_shows_its_vm_only_when_exactly_one_mat
             == Some(one.as_str())
     })
     .await;
-    s.wait_event_reason("adopt-one-resource-x7b2k", REASON_MATCHED_BY_NAME)
-        .await;
+    s.wait_event_reason(
+        "adopt-one-resource-x7b2k",
+        EventReason::InstanceMatchedByName.as_str(),
+    )
+    .await;
     // A PeerPod created now is matched by a later scan, so the scan that matched adopt-one (which saw
     // adopt-two as well) has ended by then.
     let three = s.define_named_domain(Some("podvm-adopt-three-0123abcd"), &[]);

@@ -10,8 +10,8 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicyBindin
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use peerpod_ctrl::crd::{FINALIZER, PeerPod, PeerPodSpec};
 use peerpod_ctrl::in_use::{self, InUseSettings};
+use peerpods_api::peerpod::{FINALIZER, PeerPod, PeerPodSpec};
 
 const NAME: &str = "peerpods-provider-service-in-use";
 

@@ -7,7 +7,6 @@
 mod adopt;
 mod ca_rotation;
 mod clouds;
-mod crd_manifest;
 mod in_use;
 mod operate;
 mod outage;

@@ -10,8 +10,8 @@ use crate::support::{Controller, ControllerOptions, ProviderService, Scenario};
 use k8s_openapi::api::events::v1::Event;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use peerpod_ctrl::crd::FINALIZER;
 use peerpod_ctrl::orphans::OrphanPolicy;
+use peerpods_api::peerpod::FINALIZER;
 
 const MINUTE: Duration = Duration::from_secs(60);
 

@@ -8,8 +8,9 @@ use crate::support::{
 };
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use peerpod_ctrl::crd::{FINALIZER, PeerPod};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy};
+use peerpods_api::peerpod::CleanedReason;
+use peerpods_api::peerpod::{FINALIZER, PeerPod};
 use peerpods_runtime::status::apply_status;
 
 const MINUTE: Duration = Duration::from_secs(60);
@@ -36,7 +37,7 @@ async fn caa_create_body_and_release_patch_are_accepted() {
     let s = Scenario::start("caa-wire").await;
     let pod = s.create_pod("nginx").await;
     // Exactly CAA's body, with the name, namespace and owner replaced as the fixture's README says.
-    let body = include_str!("../fixtures/caa-peerpod.json")
+    let body = include_str!("../../../api/tests/fixtures/caa-peerpod.json")
         .replace(
             "\"namespace\":\"default\"",
             &format!("\"namespace\":\"{}\"", s.ns),
@@ -1175,7 +1176,6 @@ async fn a_vm_tagged_do_not_delete_holds_the_cleanup_without_a_retry_storm() {
 async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the_breaker() {
     use k8s_openapi::api::events::v1::Event;
     use kube::api::{Api, ListParams};
-    use peerpod_ctrl::cleanup::REASON_NOT_YET_VISIBLE;
 
     let unseen: Vec<String> = (0..=peerpod_ctrl::breaker::CLOUD_THRESHOLD)
         .map(|i| format!("unseen-{i}"))
@@ -1195,7 +1195,7 @@ async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the
         s.delete_peerpod(name).await;
     }
     for name in &unseen {
-        let waiting = wait_held(&s, name, REASON_NOT_YET_VISIBLE).await;
+        let waiting = wait_held(&s, name, CleanedReason::InstanceNotYetVisible.as_str()).await;
         let message = waiting
             .cleaned_condition()
             .map(|c| c.message.clone())
@@ -1234,7 +1234,8 @@ async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the
         assert!(
             reasons
                 .iter()
-                .all(|r| r == REASON_NOT_YET_VISIBLE || r == "InstanceAlreadyGone"),
+                .all(|r| r == CleanedReason::InstanceNotYetVisible.as_str()
+                    || r == "InstanceAlreadyGone"),
             "{name}: {reasons:?}"
         );
     }
@@ -1310,7 +1311,7 @@ async fn developer_mode_keeps_the_vm_until_it_is_switched_off() {
 
     let held = wait_held(&s, "debugged", "DeveloperMode").await;
     let status = held.status.clone().expect("status");
-    assert_eq!(status.state, peerpod_ctrl::crd::PeerPodState::Held);
+    assert_eq!(status.state, peerpods_api::peerpod::PeerPodState::Held);
     let since = waiting_since(&held).expect("waitingSince set when the hold begins");
     s.wait_event_reason("debugged", "DeveloperMode").await;
     let (_, note) = s

@@ -3,6 +3,7 @@
 //! metrics. The server's own errors (caller authentication, its TLS certificate) are provider-service's,
 //! not here: every backend compiles this crate.
 
+use peerpods_proto::ErrorReason;
 use std::time::Duration;
 
 /// The error another library gave us, kept so [`std::error::Error::source`] walks to the original cause
@@ -120,20 +121,25 @@ impl Error {
 
     /// Stable, low-cardinality name of the variant, for metric labels and logs.
     pub fn reason(&self) -> &'static str {
+        self.error_reason().as_str()
+    }
+
+    /// The reason provider-service sends for this error (`ErrorInfo.reason`, provider.proto).
+    pub fn error_reason(&self) -> ErrorReason {
         match self {
-            Error::InvalidArgument { .. } => "InvalidArgument",
-            Error::UnknownProvider { .. } => "UnknownProvider",
-            Error::ProviderNotConfigured { .. } => "ProviderNotConfigured",
-            Error::Config { .. } => "InvalidConfig",
-            Error::Throttled { .. } => "Throttled",
-            Error::Unavailable { .. } => "CloudUnavailable",
-            Error::CloudPermissionDenied { .. } => "CloudPermissionDenied",
-            Error::CloudUnauthenticated { .. } => "CloudUnauthenticated",
-            Error::NotOwnedByCluster { .. } => "NotOwnedByCluster",
-            Error::DoNotDelete { .. } => "DoNotDelete",
-            Error::Tls { .. } => "Tls",
-            Error::Io { .. } => "Io",
-            Error::Internal { .. } => "Internal",
+            Error::InvalidArgument { .. } => ErrorReason::InvalidArgument,
+            Error::UnknownProvider { .. } => ErrorReason::UnknownProvider,
+            Error::ProviderNotConfigured { .. } => ErrorReason::ProviderNotConfigured,
+            Error::Config { .. } => ErrorReason::InvalidConfig,
+            Error::Throttled { .. } => ErrorReason::Throttled,
+            Error::Unavailable { .. } => ErrorReason::CloudUnavailable,
+            Error::CloudPermissionDenied { .. } => ErrorReason::CloudPermissionDenied,
+            Error::CloudUnauthenticated { .. } => ErrorReason::CloudUnauthenticated,
+            Error::NotOwnedByCluster { .. } => ErrorReason::NotOwnedByCluster,
+            Error::DoNotDelete { .. } => ErrorReason::DoNotDelete,
+            Error::Tls { .. } => ErrorReason::Tls,
+            Error::Io { .. } => ErrorReason::Io,
+            Error::Internal { .. } => ErrorReason::Internal,
         }
     }
 

@@ -9,10 +9,10 @@ use std::path::Path;
 use crate::support::caa::patched;
 use crate::support::{Pair, Webhook, post_tls_as};
 use peer_pod_config_ctrl::cert;
-use peer_pod_config_ctrl::crd::PeerPodConfig;
 use peer_pod_config_ctrl::objects::{
     WEBHOOK_CERT_SECRET, webhook_configuration, webhook_deployment, webhook_dns_names,
 };
+use peerpods_api::peerpodconfig::PeerPodConfig;
 use peerpods_webhook::mutation::{Target, VCPUS_ANNOTATION};
 use peerpods_webhook::server::DEFAULT_CERT_DIR;
 use serde_json::json;

@@ -62,7 +62,7 @@ pub const PEERPODS_CRD: &str = "peerpods.confidentialcontainers.org";
 pub const FINALIZER: &str = "peer.pod/finalizer";
 const FIXTURE: &str = "peer-pod-config-ctrl/tests/fixtures/caa-chart/libvirt.yaml";
 /// The body CAA POSTs for a PeerPod.
-const PEERPOD_BODY: &str = "peerpod-ctrl/tests/fixtures/caa-peerpod.json";
+const PEERPOD_BODY: &str = "api/tests/fixtures/caa-peerpod.json";
 
 /// The PeerPod CRD as upstream's peerpod-ctrl chart ships it in `crds/` (controller-gen output for
 /// `spec.cloudProvider`, `spec.instanceID` and `status.cleand`; docs upstream-contract).

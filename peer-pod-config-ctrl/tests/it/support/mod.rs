@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::{Client, ResourceExt};
 use peer_pod_config_ctrl::controller::{self, Context, Settings};
-use peer_pod_config_ctrl::crd::{PeerPodConfig, PeerPodConfigSpec};
 use peer_pod_config_ctrl::metrics::Metrics;
 use peer_pod_config_ctrl::objects::{EXTENDED_RESOURCE, WEBHOOK_CONFIGURATION};
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 use tokio::sync::{Mutex, MutexGuard};
 use tokio_util::sync::CancellationToken;
 

@@ -11,6 +11,9 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+mod reasons;
+pub use reasons::{ConditionReason, FailureReason, InvalidReason};
+
 /// Largest limit accepted. Keeps every value inside `u32` and CEL's `int()` conversion safe.
 pub const MAX_LIMIT: u32 = 999_999_999;
 
@@ -189,7 +192,7 @@ pub struct CapacityFromProvider {
 }
 
 /// CAA's CLOUD_PROVIDER names (one type for the whole project).
-pub use peerpods_proto::ProviderName as CloudProvider;
+pub use peerpods_protocol::ProviderName as CloudProvider;
 
 /// The cloud-api-adaptor DaemonSet.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -486,14 +489,20 @@ fn valid_label_value(value: &str) -> bool {
 /// The CRD as YAML, as committed in `deploy/crds/peerpodconfigs.yaml`.
 pub fn crd_yaml() -> Result<String, crate::Error> {
     use kube::CustomResourceExt;
-    let serialize = |e: serde_json::Error| crate::Error::Serialize(e.into());
+    let serialize = |e: serde_json::Error| crate::Error::CrdSerialization {
+        kind: "PeerPodConfig",
+        source: e.into(),
+    };
     let mut crd = serde_json::to_value(PeerPodConfig::crd()).map_err(serialize)?;
     drop_unsigned_formats(&mut crd);
     let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
         serde_json::from_value(crd).map_err(serialize)?;
-    let yaml = serde_saphyr::to_string(&crd).map_err(|e| crate::Error::Serialize(e.into()))?;
+    let yaml = serde_saphyr::to_string(&crd).map_err(|e| crate::Error::CrdSerialization {
+        kind: "PeerPodConfig",
+        source: e.into(),
+    })?;
     Ok(format!(
-        "# Generated from peer-pod-config-ctrl/src/crd.rs by `make manifests`. Do not edit.\n---\n{yaml}"
+        "# Generated from api/src/peerpodconfig.rs by `make manifests`. Do not edit.\n---\n{yaml}"
     ))
 }
 

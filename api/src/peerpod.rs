@@ -5,7 +5,7 @@
 //! change. Everything this project adds is optional so that CAA's create body stays valid.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::{CustomResource, CustomResourceExt};
+use kube::{CustomResource, CustomResourceExt, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,12 +17,27 @@ pub const FINALIZER: &str = "peer.pod/finalizer";
 /// The condition type this controller maintains on PeerPods it cleans up.
 pub const CONDITION_CLEANED: &str = "Cleaned";
 
+/// The condition type reverse collection maintains on live PeerPods: whether the cloud still shows the VM.
+pub const CONDITION_INSTANCE_PRESENT: &str = "InstancePresent";
+
+mod reasons;
+pub use reasons::{CleanedReason, EventReason, FailureReason, InstancePresentReason};
+
 /// Annotation on a PeerPod (and tag on a VM, which provider-service honours) that keeps its VM from being
 /// deleted by any path: the cleanup of the PeerPod (its finalizer stays), the reaping of older PeerPods of
 /// the same Pod, the orphan scan. Any value counts except `false` (ignoring case and surrounding blanks), so a
-/// typo protects rather than exposes ([`peerpods_proto::marks_do_not_delete`], the rule provider-service
+/// typo protects rather than exposes ([`peerpods_protocol::marks_do_not_delete`], the rule provider-service
 /// applies to the tag too).
-pub use peerpods_proto::DO_NOT_DELETE;
+pub use peerpods_protocol::DO_NOT_DELETE;
+
+/// The annotation an operator sets on a PeerPod being deleted (by hand or with `kubectl peerpods release`) to
+/// have its finalizer released WITHOUT a confirmed delete, and what its values ask for. The rule lives with
+/// the protocol's decision kernel, which weighs it.
+pub use peerpods_protocol::decide::{RELEASE, ReleaseAsk};
+
+/// The API version peerpod-ctrl's orphan Events give the VM they are about in `related` (not a Kubernetes
+/// API: the VM lives in the cloud; the name is `<provider>/<instance id>`).
+pub const INSTANCE_API_VERSION: &str = "provider.peerpods.io/v1";
 
 // Doc comments on the CRD types are single lines on purpose: they become `kubectl explain` text, which keeps
 // line breaks as they are and would show a hard-wrapped comment as ragged lines.
@@ -140,75 +155,6 @@ impl PeerPodState {
     }
 }
 
-/// The reasons of the Cleaned condition (and of the Events that go with them), which `status.reason` and the
-/// REASON printer column repeat. The strings are API: `kubectl`, alerts and scripts read them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CleanedReason {
-    /// provider-service deleted the VM.
-    InstanceDeleted,
-    /// The VM was already gone.
-    InstanceAlreadyGone,
-    /// The operator released the PeerPod without a delete (`peerpods.io/release: operator`).
-    ReleasedByOperator,
-    /// Released without deleting the VM, because a live PeerPod still names the VM.
-    InstanceStillReferenced,
-    /// Held by do-not-delete: the PeerPod's annotation, or provider-service's refusal of a VM tagged so.
-    DoNotDelete,
-    /// Held because cloud-api-adaptor runs in developer mode, which keeps a failed pod's VM for debugging.
-    DeveloperMode,
-    /// provider-service is still deleting the VM; asked again after its retry advice.
-    DeleteInProgress,
-    /// The cloud does not show the VM yet, inside its consistency window: a wait, not a failure.
-    InstanceNotYetVisible,
-    /// `peerpods.io/release: instance-gone` on a PeerPod whose VM provider-service still lists.
-    InstanceStillListed,
-    /// A `peerpods.io/release` value that is not known.
-    UnknownReleaseValue,
-    /// Deleting the VM failed: the error's own reason ([`crate::Error::reason`]).
-    Failed(&'static str),
-}
-
-impl CleanedReason {
-    /// Every reason with a name of its own (all but [`CleanedReason::Failed`]).
-    pub const NAMED: [CleanedReason; 10] = [
-        CleanedReason::InstanceDeleted,
-        CleanedReason::InstanceAlreadyGone,
-        CleanedReason::ReleasedByOperator,
-        CleanedReason::InstanceStillReferenced,
-        CleanedReason::DoNotDelete,
-        CleanedReason::DeveloperMode,
-        CleanedReason::DeleteInProgress,
-        CleanedReason::InstanceNotYetVisible,
-        CleanedReason::InstanceStillListed,
-        CleanedReason::UnknownReleaseValue,
-    ];
-
-    /// The string written to the condition, `status.reason` and the Event.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            CleanedReason::InstanceDeleted => "InstanceDeleted",
-            CleanedReason::InstanceAlreadyGone => "InstanceAlreadyGone",
-            CleanedReason::ReleasedByOperator => "ReleasedByOperator",
-            CleanedReason::InstanceStillReferenced => "InstanceStillReferenced",
-            CleanedReason::DoNotDelete => "DoNotDelete",
-            CleanedReason::DeveloperMode => "DeveloperMode",
-            CleanedReason::DeleteInProgress => "DeleteInProgress",
-            CleanedReason::InstanceNotYetVisible => "InstanceNotYetVisible",
-            CleanedReason::InstanceStillListed => "InstanceStillListed",
-            CleanedReason::UnknownReleaseValue => "UnknownReleaseValue",
-            CleanedReason::Failed(reason) => reason,
-        }
-    }
-
-    /// The named reason a condition carries; `None` for an error's reason or a string this version does not
-    /// know (another version's), which the caller treats as not that reason.
-    pub fn parse(reason: &str) -> Option<CleanedReason> {
-        CleanedReason::NAMED
-            .into_iter()
-            .find(|named| named.as_str() == reason)
-    }
-}
-
 impl PeerPod {
     /// The condition of type [`CONDITION_CLEANED`], if any.
     pub fn cleaned_condition(&self) -> Option<&Condition> {
@@ -217,6 +163,13 @@ impl PeerPod {
             .conditions
             .iter()
             .find(|c| c.type_ == CONDITION_CLEANED)
+    }
+
+    /// What the PeerPod's [`RELEASE`] annotation asks for, if it carries one.
+    pub fn release_ask(&self) -> Option<ReleaseAsk> {
+        self.annotations()
+            .get(RELEASE)
+            .map(|v| ReleaseAsk::parse(v))
     }
 }
 
@@ -251,69 +204,18 @@ pub fn crd()
 
 /// The CustomResourceDefinition as YAML, exactly as committed under `deploy/crds/peerpods.yaml`.
 pub fn crd_yaml() -> Result<String, Error> {
-    let yaml = serde_saphyr::to_string(&crd()).map_err(|e| Error::CrdSerialization(e.into()))?;
+    let yaml = serde_saphyr::to_string(&crd()).map_err(|e| Error::CrdSerialization {
+        kind: "PeerPod",
+        source: e.into(),
+    })?;
     Ok(format!(
-        "# Generated from peerpod-ctrl/src/crd.rs by `make manifests`; do not edit.\n{yaml}"
+        "# Generated from api/src/peerpod.rs by `make manifests`; do not edit.\n{yaml}"
     ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_named_cleaned_reason_keeps_its_string_and_reads_back() {
-        let strings: Vec<&str> = CleanedReason::NAMED.map(CleanedReason::as_str).to_vec();
-        // API: conditions, status.reason, Events, the REASON column and kubectl-peerpods read these.
-        assert_eq!(
-            strings,
-            [
-                "InstanceDeleted",
-                "InstanceAlreadyGone",
-                "ReleasedByOperator",
-                "InstanceStillReferenced",
-                "DoNotDelete",
-                "DeveloperMode",
-                "DeleteInProgress",
-                "InstanceNotYetVisible",
-                "InstanceStillListed",
-                "UnknownReleaseValue",
-            ]
-        );
-        for named in CleanedReason::NAMED {
-            assert_eq!(CleanedReason::parse(named.as_str()), Some(named));
-        }
-        assert_eq!(
-            CleanedReason::Failed("ProviderUnavailable").as_str(),
-            "ProviderUnavailable"
-        );
-        assert_eq!(CleanedReason::parse("ProviderUnavailable"), None);
-    }
-
-    #[test]
-    fn only_do_not_delete_and_developer_mode_hold_and_done_is_released() {
-        let failed = CleanedReason::Failed("ProviderUnavailable");
-        for reason in CleanedReason::NAMED.into_iter().chain([failed]) {
-            assert_eq!(
-                PeerPodState::of_cleanup(true, reason),
-                PeerPodState::Released
-            );
-            let held = matches!(
-                reason,
-                CleanedReason::DoNotDelete | CleanedReason::DeveloperMode
-            );
-            let expected = if held {
-                PeerPodState::Held
-            } else {
-                PeerPodState::WaitingForCloud
-            };
-            assert_eq!(
-                PeerPodState::of_cleanup(false, reason),
-                expected,
-                "{reason:?}"
-            );
-        }
-    }
 
     #[test]
     fn caa_create_body_deserializes() {
