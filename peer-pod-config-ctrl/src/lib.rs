@@ -6,12 +6,15 @@
 //! - Decide (pure): [`validate`] (which PeerPodConfig is acted on, and why one is invalid), [`plan`] (desired node
 //!   capacity from the spec, the nodes and the provider's free capacity), [`spread`] (node capacity values),
 //!   [`objects`] (owned DaemonSet, webhook objects), [`cert`] (webhook serving certificate and its rotation),
-//!   [`nodes`] (which nodes need a capacity patch), [`status`] (conditions), [`capacity`] (free VMs from
-//!   provider-service figures), [`dra`] (capacityMode dra: the pool of slots, its DeviceClass, ResourceSlices and
-//!   kubelet plugin DaemonSet).
-//! - Act and record: [`reconcile`] (the reconcile, finalizer cleanup, status, Events, metrics), [`apply`]
-//!   (server-side apply only when something differs), [`nodes`] (JSON patches on nodes/status), [`hold`] (a
-//!   deletion waits while peer pods still run).
+//!   [`status`] (conditions), [`dra`] (capacityMode dra: the pool of slots, its DeviceClass, ResourceSlices and
+//!   kubelet plugin DaemonSet), and the pure halves of [`nodes`] (which nodes need a capacity patch) and
+//!   [`capacity`] (free VMs from provider-service figures).
+//! - Act and record: the modules that write to the API server or call provider-service. [`reconcile`] drives
+//!   them: the finalizer, owned objects through [`apply`] (server-side apply only when something differs), the
+//!   DRA pool's objects, the webhook's entry in the chart's webhook configuration, status, Events and metrics.
+//!   [`nodes`] merge-patches capacity on nodes/status, [`hold`] writes the DeletionHeld condition while peer pods
+//!   still run, [`capacity`] asks provider-service for its figures. [`caches`] keeps what the watches saw and
+//!   what was written since; [`metrics`] the controller's own.
 
 pub mod apply;
 pub mod caches;
@@ -33,5 +36,6 @@ pub mod validate;
 
 pub use error::Error;
 
-/// Field manager for every write this controller makes.
+/// This controller's name: the field manager of its applies and status writes (the deletion hold's condition has
+/// its own, see [`hold`]), the reporter of its Events, and the `app.kubernetes.io/managed-by` of what it owns.
 pub const FIELD_MANAGER: &str = "peer-pod-config-ctrl";
