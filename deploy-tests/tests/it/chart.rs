@@ -1584,7 +1584,7 @@ async fn capacity_story(admin: &kube::Client, ns: &str, ppc_resource: &ApiResour
 ///   status with the peer-pod VM capacity). Its PeerPod's owner reference to the Pod sets `blockOwnerDeletion`,
 ///   which the OwnerReferencesPermissionEnforcement admission plugin checks against `update` on `pods/finalizers`
 ///   inside admission (no audit event of its own): `owner_references.rs` shows the grant needed with that plugin on.
-/// - peer-pod-config-ctrl's owned objects carry `blockOwnerDeletion` (`objects.rs`, `controller_owner_ref`).
+/// - peer-pod-config-ctrl's owned objects carry `blockOwnerDeletion` (`objects/mod.rs`, `controller_owner_ref`).
 ///   Clusters with the OwnerReferencesPermissionEnforcement admission plugin (OpenShift) then check `update` on
 ///   `peerpodconfigs/finalizers`; that check runs inside admission and writes no audit event of its own, and
 ///   this test's control plane runs without that plugin.

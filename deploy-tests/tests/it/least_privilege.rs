@@ -22,7 +22,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 const DEV_VALUES: &str = "deploy/tests/values-dev.yaml";
 const CAA_SA: &str = "cloud-api-adaptor";
-// The names peer-pod-config-ctrl renders (peer-pod-config-ctrl/src/objects.rs).
+// The names peer-pod-config-ctrl renders (peer-pod-config-ctrl/src/objects/).
 const CAA_DAEMONSET: &str = "peerpodconfig-ctrl-caa-daemon";
 const WEBHOOK_SERVICE: &str = "peer-pods-webhook-service";
 const WEBHOOK_CONFIGURATION: &str = "peer-pods-webhook-mutating-webhook-configuration";
