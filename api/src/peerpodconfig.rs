@@ -12,7 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 mod reasons;
-pub use reasons::{ConditionReason, FailureReason, InvalidReason};
+pub use reasons::{ConditionReason, EventReason, FailureReason, InvalidReason, condition_type};
 
 /// Largest limit accepted. Keeps every value inside `u32` and CEL's `int()` conversion safe.
 pub const MAX_LIMIT: u32 = 999_999_999;

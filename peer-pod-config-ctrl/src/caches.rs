@@ -53,7 +53,7 @@ pub fn keep_what_is_read<K: Resource>(object: &mut K) {
 }
 
 /// The name of CAA's ConfigMap that is watched; a PeerPodConfig naming another one has it read on each reconcile.
-pub const CAA_CONFIG_MAP: &str = "peer-pods-cm";
+pub use peerpods_api::keys::CAA_CONFIG_MAP;
 
 /// A kind whose cache [`Owned`] holds.
 pub trait Cached:

@@ -8,7 +8,7 @@ use peerpods_proto::v1::{GetCapacityRequest, GetCapacityResponse};
 use peerpods_provider_client::ProviderClient;
 
 use crate::Error;
-use crate::crd::CapacityFromProvider;
+use peerpods_api::peerpodconfig::CapacityFromProvider;
 
 /// Number of VMs that still fit, from the figures the provider knows: free instances, free vCPUs divided by the
 /// vCPUs of one VM, free memory divided by the memory of one VM; the smallest wins. None when no figure is
@@ -81,7 +81,7 @@ impl ProviderCapacity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::CloudProvider;
+    use peerpods_api::peerpodconfig::CloudProvider;
     use peerpods_proto::v1::Figure;
 
     fn source(vcpus: Option<u32>, memory: Option<u32>) -> CapacityFromProvider {

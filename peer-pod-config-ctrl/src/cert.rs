@@ -16,7 +16,7 @@ use rcgen::{
 use x509_parser::pem::Pem;
 
 use crate::Error;
-use crate::crd::PeerPodConfig;
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// How long a new certificate is valid.
 pub const VALIDITY: jiff::SignedDuration = jiff::SignedDuration::from_hours(365 * 24);

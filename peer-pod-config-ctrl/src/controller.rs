@@ -29,10 +29,10 @@ use peerpods_runtime::watch;
 use tracing::warn;
 
 use crate::capacity::ProviderCapacity;
-use crate::crd::PeerPodConfig;
 use crate::metrics::Metrics;
 use crate::reconcile::error_policy;
 use crate::{FIELD_MANAGER, caches, dra, nodes, objects};
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 pub use crate::reconcile::{Context, FINALIZER, reconcile};
 

@@ -22,8 +22,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::ResourceExt;
 
 use crate::Error;
-use crate::crd::PeerPodConfig;
 use crate::objects::{self, EXTENDED_RESOURCE};
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// The DRA driver of the pool, and the name the kubelet plugin registers.
 pub use peerpods_api::keys::DRA_DRIVER as DRIVER;
@@ -504,7 +504,7 @@ mod tests {
         let container = &pod.containers[0];
         assert_eq!(
             container.image.as_deref(),
-            Some(crate::crd::DEFAULT_DRA_PLUGIN_IMAGE)
+            Some(peerpods_api::peerpodconfig::DEFAULT_DRA_PLUGIN_IMAGE)
         );
         assert_eq!(
             container.args.as_ref().unwrap(),

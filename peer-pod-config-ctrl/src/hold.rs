@@ -10,18 +10,18 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ApiResource, DynamicObject, ListParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use peerpods_runtime::status::apply_status;
 
 use crate::Error;
-use crate::crd::PeerPodConfig;
+use peerpods_api::peerpod::PeerPod;
+use peerpods_api::peerpodconfig::{ConditionReason, PeerPodConfig};
 
 /// Annotation on a PeerPodConfig that lets its deletion proceed while peer pods still run.
 pub const FORCE_DELETE: &str = "peerpods.io/force-delete";
-/// Condition type (and Event reason) of a held deletion.
-pub const DELETION_HELD: &str = "DeletionHeld";
+/// Condition type of a held deletion (its Event says DeletionHeld too).
+pub use peerpods_api::peerpodconfig::condition_type::DELETION_HELD;
 /// How often a held deletion looks again for peer pods (nothing watches PeerPods here).
 pub const RECHECK: Duration = Duration::from_secs(10);
 /// Field manager of the hold's condition: a manager of its own, so applying it leaves the conditions the
@@ -40,13 +40,9 @@ pub fn forced(config: &PeerPodConfig) -> bool {
 
 /// `namespace/name` of every PeerPod not being deleted, sorted.
 pub async fn running_peer_pods(client: &Client) -> Result<Vec<String>, Error> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("confidentialcontainers.org", "v1alpha1", "PeerPod"),
-        "peerpods",
-    );
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-    // Names only: a metadata list would do, but PeerPods are small and this keeps one code path.
-    let list = match api.list(&ListParams::default()).await {
+    let api: Api<PeerPod> = Api::all(client.clone());
+    // Names and deletion marks only: a metadata list.
+    let list = match api.list_metadata(&ListParams::default()).await {
         Ok(list) => list,
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Vec::new()),
         Err(source) => {
@@ -108,7 +104,7 @@ pub async fn write(client: &Client, config: &PeerPodConfig, message: &str) -> Re
         "conditions": [Condition {
             type_: DELETION_HELD.into(),
             status: "True".into(),
-            reason: "PeerPodsRunning".into(),
+            reason: ConditionReason::PeerPodsRunning.as_str().into(),
             message: message.into(),
             observed_generation: config.metadata.generation,
             last_transition_time: condition(config)

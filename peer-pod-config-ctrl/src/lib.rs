@@ -21,7 +21,6 @@ pub mod caches;
 pub mod capacity;
 pub mod cert;
 pub mod controller;
-pub use peerpods_api::peerpodconfig as crd;
 pub mod dra;
 mod error;
 pub mod hold;

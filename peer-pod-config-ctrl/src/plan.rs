@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use peerpods_protocol::decide::DeveloperMode;
 
-use crate::crd::{Limit, PeerPodConfig};
 use crate::nodes::{self, CapacityChange};
 use crate::spread;
 use crate::status::{Capacity, NodeCeiling};
+use peerpods_api::peerpodconfig::{Limit, PeerPodConfig};
 
 /// Resync period without changes: reads only, so it costs no writes, and it repairs anything a missed watch
 /// event left behind.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use crate::crd::{CapacityMode, PeerPodConfig, node_selector_problem};
+use peerpods_api::peerpodconfig::{CapacityMode, PeerPodConfig, node_selector_problem};
 
 /// Why a PeerPodConfig cannot be acted on: the reason, and a message naming what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,8 +33,8 @@ impl Default for AllowedServiceAccounts {
     /// The chart's defaults, which are also the PeerPodConfig's.
     fn default() -> Self {
         Self {
-            caa: crate::crd::CaaSpec::default().service_account_name,
-            webhook: crate::crd::WebhookSpec::default().service_account_name,
+            caa: peerpods_api::peerpodconfig::CaaSpec::default().service_account_name,
+            webhook: peerpods_api::peerpodconfig::WebhookSpec::default().service_account_name,
         }
     }
 }

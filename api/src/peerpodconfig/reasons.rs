@@ -3,6 +3,25 @@
 
 use std::fmt;
 
+/// The condition types of a PeerPodConfig.
+pub mod condition_type {
+    /// Everything the PeerPodConfig asks for is in place.
+    pub const READY: &str = "Ready";
+    /// cloud-api-adaptor's DaemonSet runs on the selected nodes.
+    pub const DAEMONSET_READY: &str = "DaemonSetReady";
+    /// The webhook serves and is registered.
+    pub const WEBHOOK_READY: &str = "WebhookReady";
+    /// The capacity is advertised (node capacity, or the DRA pool).
+    pub const CAPACITY_ADVERTISED: &str = "CapacityAdvertised";
+    /// The spec is not acted on (true), or is (false).
+    pub const INVALID: &str = "Invalid";
+    /// The DRA kubelet plugin DaemonSet: shown in capacityMode dra, and in node mode while the plugin stays for
+    /// claims still allocated. Not part of Ready: the pool is published without it.
+    pub const DRA_PLUGIN_READY: &str = "DraPluginReady";
+    /// The deletion waits while peer pods still run.
+    pub const DELETION_HELD: &str = "DeletionHeld";
+}
+
 /// The reason of any condition of a PeerPodConfig (`Ready`, `Invalid`, `DaemonSetReady`, `WebhookReady`,
 /// `CapacityAdvertised`, `DraPluginReady`, `DeletionHeld`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -113,6 +132,44 @@ impl ConditionReason {
 impl fmt::Display for ConditionReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The reasons of peer-pod-config-ctrl's Events about a PeerPodConfig that are not a condition's (an invalid
+/// spec's and a failure's Events carry [`InvalidReason`] and [`FailureReason`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// The owned objects were applied.
+    Applied,
+    /// The advertised capacity changed.
+    CapacityChanged,
+    /// cloud-api-adaptor's developer mode changed: its pods roll, node capacity follows.
+    DeveloperModeChanged,
+    /// The deletion waits while peer pods still run.
+    DeletionHeld,
+    /// Everything the PeerPodConfig made is removed.
+    CleanedUp,
+}
+
+impl EventReason {
+    /// Every Event reason.
+    pub const ALL: [EventReason; 5] = [
+        EventReason::Applied,
+        EventReason::CapacityChanged,
+        EventReason::DeveloperModeChanged,
+        EventReason::DeletionHeld,
+        EventReason::CleanedUp,
+    ];
+
+    /// The Event's reason.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventReason::Applied => "Applied",
+            EventReason::CapacityChanged => "CapacityChanged",
+            EventReason::DeveloperModeChanged => "DeveloperModeChanged",
+            EventReason::DeletionHeld => "DeletionHeld",
+            EventReason::CleanedUp => "CleanedUp",
+        }
     }
 }
 

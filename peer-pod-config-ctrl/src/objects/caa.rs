@@ -20,7 +20,7 @@ use peerpods_protocol::decide::{DEVELOPER_MODE_KEY, DeveloperMode};
 use super::provider_service::{ProviderServiceWiring, provider_service_wiring};
 use super::{CAA_TOKEN_SECONDS, labels, owned_meta};
 use crate::Error;
-use crate::crd::{CloudProvider, PeerPodConfig, PeerPodConfigSpec, PullPolicy};
+use peerpods_api::peerpodconfig::{CloudProvider, PeerPodConfig, PeerPodConfigSpec, PullPolicy};
 
 /// CAA DaemonSet name, as upstream.
 pub const CAA_DAEMONSET: &str = "peerpodconfig-ctrl-caa-daemon";

@@ -35,10 +35,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use kube::{Resource, ResourceExt};
 
 use crate::Error;
-use crate::crd::PeerPodConfig;
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// The extended resource this controller advertises on nodes and the webhook requests.
-pub const EXTENDED_RESOURCE: &str = "kata.peerpods.io/vm";
+pub use peerpods_api::keys::EXTENDED_RESOURCE;
 /// Label on every owned object, naming the PeerPodConfig it belongs to (cluster-scoped objects cannot carry an
 /// owner reference to a namespaced owner).
 pub const OWNER_LABEL: &str = "confidentialcontainers.org/peerpodconfig";
@@ -119,7 +119,7 @@ pub fn labelled_for(meta: &ObjectMeta, config: &PeerPodConfig) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::crd::{CloudProvider, PeerPodConfigSpec};
+    use peerpods_api::peerpodconfig::{CloudProvider, PeerPodConfigSpec};
     use peerpods_protocol::decide::DeveloperMode;
 
     pub(crate) fn config(spec: serde_json::Value) -> PeerPodConfig {

@@ -23,7 +23,7 @@ use kube::ResourceExt;
 
 use super::{EXTENDED_RESOURCE, OWNER_LABEL, OWNER_NAMESPACE_LABEL, labels, owned_meta};
 use crate::Error;
-use crate::crd::{PeerPodConfig, PeerPodConfigSpec};
+use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 
 /// Webhook Deployment name.
 pub const WEBHOOK_DEPLOYMENT: &str = "peer-pods-webhook";
@@ -36,7 +36,7 @@ pub const MUTATING_WEBHOOK: &str = "mwebhook.peerpods.io";
 /// Secret with the webhook serving certificate (`tls.crt`, `tls.key`, `ca.crt`).
 pub const WEBHOOK_CERT_SECRET: &str = "webhook-server-cert";
 /// Path the webhook serves.
-pub const WEBHOOK_PATH: &str = "/mutate-v1-pod";
+pub use peerpods_api::keys::WEBHOOK_PATH;
 /// Port the webhook container listens on.
 pub const WEBHOOK_PORT: i32 = 9443;
 

@@ -22,11 +22,11 @@ use super::record::{
 use super::{Context, node_cache_ready};
 use crate::capacity::free_instances;
 use crate::cert::{self, ServingCert};
-use crate::crd::{CapacityMode, PeerPodConfig, PeerPodConfigStatus};
 use crate::plan;
 use crate::status::{self, Observed};
 use crate::validate::{self, InvalidReason};
 use crate::{Error, caches, dra, nodes, objects};
+use peerpods_api::peerpodconfig::{CapacityMode, EventReason, PeerPodConfig, PeerPodConfigStatus};
 
 /// How often a PeerPodConfig that waits for another one (duplicate) looks again.
 const DUPLICATE_RECHECK: Duration = Duration::from_secs(30);
@@ -133,7 +133,7 @@ pub(super) async fn apply_config(
             ctx,
             &config,
             EventType::Normal,
-            "Applied",
+            EventReason::Applied.as_str(),
             format!("applied {}", written.join(", ")),
         )
         .await;
@@ -143,7 +143,9 @@ pub(super) async fn apply_config(
     observed.objects_applied = missing.is_none();
     observed.daemonset = Some(daemonset);
     observed.webhook = Some(webhook);
-    observed.webhook_configuration_problem = missing.as_ref().map(|e| (e.reason(), e.to_string()));
+    observed.webhook_configuration_problem = missing
+        .as_ref()
+        .map(|e| (e.failure_reason(), e.to_string()));
     let node_api: Api<Node> = Api::all(ctx.client.clone());
     let (patched, shown) = apply_nodes(ctx, &config, &node_api, &node_changes, &observed).await;
     let patched = patched.map(|live| remember_nodes(ctx, &live));

@@ -14,10 +14,10 @@ use super::owned::{current, remember_nodes};
 use super::pool::withdraw_pool;
 use super::record::publish;
 use super::{Context, FINALIZER, node_cache_ready};
-use crate::crd::PeerPodConfig;
 use crate::plan;
 use crate::validate;
 use crate::{Error, FIELD_MANAGER, hold, nodes, objects};
+use peerpods_api::peerpodconfig::{EventReason, PeerPodConfig};
 
 /// Deletion: remove node capacity and this controller's webhook from the chart's webhook configuration
 /// (cluster-scoped, so no owner reference could cascade to it; and the object is the chart's, so it stays). The
@@ -78,7 +78,14 @@ pub(super) async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result
         "removed kata.peerpods.io/vm from {removed} nodes and the webhook from the webhook configuration"
     );
     info!(%note, "cleaned up");
-    publish(ctx, &config, EventType::Normal, "CleanedUp", note).await;
+    publish(
+        ctx,
+        &config,
+        EventType::Normal,
+        EventReason::CleanedUp.as_str(),
+        note,
+    )
+    .await;
     Ok(Action::await_change())
 }
 
@@ -113,7 +120,7 @@ pub(super) async fn hold_deletion(
             ctx,
             config,
             EventType::Warning,
-            hold::DELETION_HELD,
+            EventReason::DeletionHeld.as_str(),
             message,
         )
         .await;

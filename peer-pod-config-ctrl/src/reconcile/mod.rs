@@ -38,11 +38,11 @@ use peerpods_runtime::backoff::{self, Backoff, Failures};
 use tracing::{Instrument, info_span, warn};
 
 use crate::capacity::ProviderCapacity;
-use crate::crd::PeerPodConfig;
 use crate::metrics::{Metrics, ResultLabels};
 use crate::plan::RESYNC;
 use crate::validate::{self, AllowedServiceAccounts};
 use crate::{Error, caches, nodes, objects};
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// Finalizer on PeerPodConfigs: node capacity and the webhook's entry in the webhook configuration are removed
 /// before the object goes.

@@ -8,9 +8,9 @@ use kube::api::Api;
 
 use super::owned::{current, delete_owned, ensure, ensure_cluster};
 use super::{Context, NODE_CACHE_WAIT};
-use crate::crd::PeerPodConfig;
 use crate::status;
 use crate::{Error, FIELD_MANAGER, dra};
+use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// capacityMode dra: publishes the pool of `total` slots (never fewer than are allocated now), its DeviceClass and
 /// the kubelet plugin DaemonSet; returns the pool's figures.

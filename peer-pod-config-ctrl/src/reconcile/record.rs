@@ -10,10 +10,10 @@ use peerpods_runtime::status::apply_status;
 use tracing::{info, warn};
 
 use super::Context;
-use crate::crd::{CapacityMode, PeerPodConfig, PeerPodConfigStatus};
 use crate::plan::CapacityPlan;
 use crate::status::{self, Observed};
 use crate::{Error, FIELD_MANAGER};
+use peerpods_api::peerpodconfig::{CapacityMode, EventReason, PeerPodConfig, PeerPodConfigStatus};
 
 /// Write the status when it differs from `previous`, what is stored (so an unchanged cluster costs no status
 /// write), and announce an Invalid condition turning true with a Warning Event. Returns the status as it now is.
@@ -90,7 +90,14 @@ pub(super) async fn developer_mode_changed(
             Some(status::NodeCeiling::DeveloperModeUnknown) => EventType::Warning,
             Some(status::NodeCeiling::DeveloperMode) | None => EventType::Normal,
         };
-        publish(ctx, config, type_, status::DEVELOPER_MODE_CHANGED, note).await;
+        publish(
+            ctx,
+            config,
+            type_,
+            EventReason::DeveloperModeChanged.as_str(),
+            note,
+        )
+        .await;
     }
 }
 
@@ -127,7 +134,14 @@ pub(super) async fn capacity_applied(
             }
         };
         info!(%note, "node capacity changed");
-        publish(ctx, config, EventType::Normal, "CapacityChanged", note).await;
+        publish(
+            ctx,
+            config,
+            EventType::Normal,
+            EventReason::CapacityChanged.as_str(),
+            note,
+        )
+        .await;
     }
     ctx.metrics
         .effective_limit

@@ -1,6 +1,6 @@
 //! The PeerPodConfig status, computed from what a reconcile observed (pure).
 //!
-//! Here: the condition types and reasons, and what one reconcile observed ([`Observed`]). The computations from
+//! Here: the condition types (the API's), and what one reconcile observed ([`Observed`]). The computations from
 //! it (`verdicts`): the status ([`compute`]), the DRA plugin's verdict ([`dra_plugin_verdict`]) and the note of
 //! a developer mode change ([`developer_mode_change`]).
 
@@ -11,40 +11,11 @@ pub use verdicts::{compute, developer_mode_change, dra_plugin_verdict};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 
 use crate::validate::Invalid;
+use peerpods_api::peerpodconfig::FailureReason;
 
-pub const READY: &str = "Ready";
-pub const DAEMONSET_READY: &str = "DaemonSetReady";
-pub const WEBHOOK_READY: &str = "WebhookReady";
-pub const CAPACITY_ADVERTISED: &str = "CapacityAdvertised";
-pub const INVALID: &str = "Invalid";
-/// Condition type of the DRA kubelet plugin DaemonSet: shown in capacityMode dra, and in node mode while the
-/// plugin stays for claims still allocated. Not part of Ready: the pool is published without it.
-pub const DRA_PLUGIN_READY: &str = "DraPluginReady";
-
-/// Reasons of [`DRA_PLUGIN_READY`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DraPluginReason {
-    NotCreated,
-    Progressing,
-    NoNodes,
-    PodsNotReady,
-    PodsReady,
-    /// capacityMode node, but ResourceClaims of the driver are still allocated: the plugin stays to unprepare them.
-    DraPluginDraining,
-}
-
-impl DraPluginReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NotCreated => "NotCreated",
-            Self::Progressing => "Progressing",
-            Self::NoNodes => "NoNodes",
-            Self::PodsNotReady => "PodsNotReady",
-            Self::PodsReady => "PodsReady",
-            Self::DraPluginDraining => "DraPluginDraining",
-        }
-    }
-}
+pub use peerpods_api::peerpodconfig::condition_type::{
+    CAPACITY_ADVERTISED, DAEMONSET_READY, DRA_PLUGIN_READY, INVALID, READY, WEBHOOK_READY,
+};
 
 /// Why every selected node takes at most [`NodeCeiling::PER_NODE`] VMs whatever the limit asks: cloud-api-adaptor's
 /// own per-node default in its developer mode (docs/capacity.md). Decided by `crate::plan::node_ceiling`.
@@ -60,9 +31,6 @@ impl NodeCeiling {
     /// VMs per selected node: CAA's default per-node limit in developer mode.
     pub const PER_NODE: u32 = 1;
 }
-
-/// Event reason when CAA's developer mode changes (its pods roll, node capacity follows).
-pub const DEVELOPER_MODE_CHANGED: &str = "DeveloperModeChanged";
 
 /// The kubelet plugin as one reconcile saw it.
 #[derive(Clone, Debug)]
@@ -104,9 +72,6 @@ pub struct Applying {
     pub of: u32,
 }
 
-/// Reason of CapacityAdvertised while node patches of this reconcile are still going.
-pub const APPLYING: &str = "Applying";
-
 /// What one reconcile saw and did.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
@@ -121,7 +86,7 @@ pub struct Observed {
     pub webhook: Option<Deployment>,
     /// Why the webhook's entry is not in the webhook configuration (reason, message), e.g. the configuration the
     /// chart creates does not exist.
-    pub webhook_configuration_problem: Option<(&'static str, String)>,
+    pub webhook_configuration_problem: Option<(FailureReason, String)>,
     /// Node patches still going (paced, see `nodes::PatchRate`): what `capacity` asks for is not on every node yet.
     pub applying: Option<Applying>,
     /// The DRA kubelet plugin, where one is kept (see [`DRA_PLUGIN_READY`]).

@@ -6,12 +6,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use peerpods_protocol::decide::DeveloperMode;
 
 use super::{
-    APPLYING, Applying, CAPACITY_ADVERTISED, DAEMONSET_READY, DRA_PLUGIN_READY, DraPlugin,
-    DraPluginReason, INVALID, NodeCeiling, Observed, READY, WEBHOOK_READY,
+    Applying, CAPACITY_ADVERTISED, DAEMONSET_READY, DRA_PLUGIN_READY, DraPlugin, INVALID,
+    NodeCeiling, Observed, READY, WEBHOOK_READY,
 };
-use crate::crd::PeerPodConfigStatus;
+use peerpods_api::peerpodconfig::{ConditionReason, FailureReason, PeerPodConfigStatus};
 
-/// The note of a [`DEVELOPER_MODE_CHANGED`](super::DEVELOPER_MODE_CHANGED) Event when CAA's pods were rendered
+/// The note of a [`DeveloperModeChanged`](peerpods_api::peerpodconfig::EventReason::DeveloperModeChanged) Event when CAA's pods were rendered
 /// for developer mode `was` and are now for `now`; `None` when it did not change.
 pub fn developer_mode_change(was: DeveloperMode, now: DeveloperMode) -> Option<String> {
     let what = match now {
@@ -46,7 +46,7 @@ impl NodeCeiling {
 
 struct Verdict {
     ok: bool,
-    reason: &'static str,
+    reason: ConditionReason,
     message: String,
 }
 
@@ -54,7 +54,7 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
     let Some(status) = ds.and_then(|d| d.status.as_ref()) else {
         return Verdict {
             ok: false,
-            reason: "NotCreated",
+            reason: ConditionReason::NotCreated,
             message: "the CAA DaemonSet does not exist yet".into(),
         };
     };
@@ -64,19 +64,19 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
     if status.observed_generation < generation {
         Verdict {
             ok: false,
-            reason: "Progressing",
+            reason: ConditionReason::Progressing,
             message: "the DaemonSet controller has not seen the latest spec".into(),
         }
     } else if desired == 0 {
         Verdict {
             ok: false,
-            reason: "NoNodes",
+            reason: ConditionReason::NoNodes,
             message: "no node matches nodeSelector".into(),
         }
     } else if status.number_ready < desired || updated < desired {
         Verdict {
             ok: false,
-            reason: "PodsNotReady",
+            reason: ConditionReason::PodsNotReady,
             message: format!(
                 "{}/{desired} CAA pods ready, {updated}/{desired} updated",
                 status.number_ready
@@ -85,7 +85,7 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
     } else {
         Verdict {
             ok: true,
-            reason: "PodsReady",
+            reason: ConditionReason::PodsReady,
             message: format!("{desired}/{desired} CAA pods ready"),
         }
     }
@@ -93,12 +93,12 @@ fn daemonset_verdict(ds: Option<&DaemonSet>) -> Verdict {
 
 /// Whether the kubelet plugin runs on the selected nodes (desiredNumberScheduled against numberReady), or why it
 /// is kept in node mode.
-pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String) {
+pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, ConditionReason, String) {
     let ds = match plugin {
         DraPlugin::Draining { claims } => {
             return (
                 false,
-                DraPluginReason::DraPluginDraining,
+                ConditionReason::DraPluginDraining,
                 format!(
                     "capacityMode node: the kubelet plugin stays until {claims} ResourceClaim(s) allocated by the \
                      driver are released"
@@ -110,7 +110,7 @@ pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String)
     let Some(status) = ds.and_then(|d| d.status.as_ref()) else {
         return (
             false,
-            DraPluginReason::NotCreated,
+            ConditionReason::NotCreated,
             "the kubelet plugin DaemonSet has no status yet".into(),
         );
     };
@@ -118,19 +118,19 @@ pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String)
     if status.observed_generation < ds.and_then(|d| d.metadata.generation) {
         (
             false,
-            DraPluginReason::Progressing,
+            ConditionReason::Progressing,
             "the DaemonSet controller has not seen the latest spec".into(),
         )
     } else if desired == 0 {
         (
             false,
-            DraPluginReason::NoNodes,
+            ConditionReason::NoNodes,
             "no node matches nodeSelector".into(),
         )
     } else if status.number_ready < desired {
         (
             false,
-            DraPluginReason::PodsNotReady,
+            ConditionReason::PodsNotReady,
             format!(
                 "{}/{desired} kubelet plugin pods ready",
                 status.number_ready
@@ -139,7 +139,7 @@ pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String)
     } else {
         (
             true,
-            DraPluginReason::PodsReady,
+            ConditionReason::PodsReady,
             format!("{desired}/{desired} kubelet plugin pods ready"),
         )
     }
@@ -147,19 +147,19 @@ pub fn dra_plugin_verdict(plugin: &DraPlugin) -> (bool, DraPluginReason, String)
 
 fn webhook_verdict(
     deployment: Option<&Deployment>,
-    configuration_problem: Option<&(&'static str, String)>,
+    configuration_problem: Option<&(FailureReason, String)>,
 ) -> Verdict {
     if let Some((reason, message)) = configuration_problem {
         return Verdict {
             ok: false,
-            reason,
+            reason: ConditionReason::Failed(*reason),
             message: message.clone(),
         };
     }
     let Some(d) = deployment else {
         return Verdict {
             ok: false,
-            reason: "NotCreated",
+            reason: ConditionReason::NotCreated,
             message: "the webhook Deployment does not exist yet".into(),
         };
     };
@@ -172,13 +172,13 @@ fn webhook_verdict(
     if available >= 1 {
         Verdict {
             ok: true,
-            reason: "Available",
+            reason: ConditionReason::Available,
             message: format!("{available}/{wanted} webhook replicas available"),
         }
     } else {
         Verdict {
             ok: false,
-            reason: "Unavailable",
+            reason: ConditionReason::Unavailable,
             message: format!("0/{wanted} webhook replicas available"),
         }
     }
@@ -188,12 +188,12 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
     match &observed.capacity {
         None => Verdict {
             ok: false,
-            reason: "NotAdvertised",
+            reason: ConditionReason::NotAdvertised,
             message: "capacity has not been advertised".into(),
         },
         Some(c) if c.selected_nodes == 0 => Verdict {
             ok: false,
-            reason: "NoNodesSelected",
+            reason: ConditionReason::NoNodesSelected,
             message: "no node matches nodeSelector".into(),
         },
         // The nodes are being patched at the configured pace: say how far, so a long rebalance is visibly one.
@@ -201,7 +201,7 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
             let Applying { done, of } = observed.applying.unwrap_or_default();
             Verdict {
                 ok: false,
-                reason: APPLYING,
+                reason: ConditionReason::Applying,
                 message: format!(
                     "applying capacity: {done} of {of} nodes (kata.peerpods.io/vm {} over {} nodes)",
                     c.effective, c.selected_nodes
@@ -228,7 +228,7 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
             let ceiling = c.ceiling.map(NodeCeiling::note).unwrap_or_default();
             Verdict {
                 ok: true,
-                reason: "Published",
+                reason: ConditionReason::Published,
                 message: format!(
                     "kata.peerpods.io/vm pool of {} devices ({} allocated, {} free) for {} nodes{kept}{capped}{ceiling}",
                     pool.size,
@@ -254,7 +254,7 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
             let ceiling = c.ceiling.map(NodeCeiling::note).unwrap_or_default();
             Verdict {
                 ok: true,
-                reason: "Advertised",
+                reason: ConditionReason::Advertised,
                 message: format!(
                     "kata.peerpods.io/vm {} over {} nodes ({range} each){capped}{ceiling}",
                     c.effective, c.selected_nodes
@@ -267,7 +267,7 @@ fn capacity_verdict(observed: &Observed) -> Verdict {
 fn condition(
     type_: &str,
     ok: bool,
-    reason: &str,
+    reason: ConditionReason,
     message: String,
     generation: Option<i64>,
     now: &Time,
@@ -275,7 +275,7 @@ fn condition(
     Condition {
         type_: type_.into(),
         status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
+        reason: reason.as_str().into(),
         message,
         observed_generation: generation,
         last_transition_time: now.clone(),
@@ -296,7 +296,7 @@ pub fn compute(
         Some(i) => condition(
             INVALID,
             true,
-            i.reason.as_str(),
+            ConditionReason::InvalidSpec(i.reason),
             i.message.clone(),
             generation,
             &now,
@@ -304,7 +304,7 @@ pub fn compute(
         None => condition(
             INVALID,
             false,
-            "Valid",
+            ConditionReason::Valid,
             "spec is valid".into(),
             generation,
             &now,
@@ -313,7 +313,7 @@ pub fn compute(
     let (ds, hook, cap) = if let Some(i) = invalid {
         let blocked = || Verdict {
             ok: false,
-            reason: "Invalid",
+            reason: ConditionReason::Invalid,
             message: i.message.clone(),
         };
         (blocked(), blocked(), blocked())
@@ -341,7 +341,7 @@ pub fn compute(
         condition(
             READY,
             false,
-            i.reason.as_str(),
+            ConditionReason::InvalidSpec(i.reason),
             i.message.clone(),
             generation,
             &now,
@@ -350,7 +350,7 @@ pub fn compute(
         condition(
             READY,
             true,
-            "Ready",
+            ConditionReason::Ready,
             "peer pods are ready on this cluster".into(),
             generation,
             &now,
@@ -359,7 +359,7 @@ pub fn compute(
         condition(
             READY,
             false,
-            "NotReady",
+            ConditionReason::NotReady,
             format!("waiting for {}", not_ready.join(", ")),
             generation,
             &now,
@@ -380,7 +380,7 @@ pub fn compute(
         conditions.push(condition(
             DRA_PLUGIN_READY,
             ok,
-            reason.as_str(),
+            reason,
             message,
             generation,
             &now,
@@ -500,7 +500,7 @@ mod tests {
     fn a_missing_webhook_configuration_is_the_webhook_condition() {
         let observed = Observed {
             webhook_configuration_problem: Some((
-                "WebhookConfigurationMissing",
+                FailureReason::WebhookConfigurationMissing,
                 "the chart creates it".into(),
             )),
             ..advertised()
@@ -654,7 +654,7 @@ mod tests {
         let capacity = find(&s, CAPACITY_ADVERTISED);
         assert_eq!(
             (capacity.status.as_str(), capacity.reason.as_str()),
-            ("False", APPLYING)
+            ("False", "Applying")
         );
         assert_eq!(
             capacity.message,
@@ -675,7 +675,7 @@ mod tests {
         };
         assert_eq!(
             verdict(DraPlugin::Serving(Some(Box::new(ready_daemonset())))).1,
-            DraPluginReason::PodsReady
+            ConditionReason::PodsReady
         );
         let mut half = ready_daemonset();
         if let Some(st) = half.status.as_mut() {
@@ -683,15 +683,15 @@ mod tests {
         }
         let (ok, reason, message) = verdict(DraPlugin::Serving(Some(Box::new(half))));
         assert!(!ok);
-        assert_eq!(reason, DraPluginReason::PodsNotReady);
+        assert_eq!(reason, ConditionReason::PodsNotReady);
         assert_eq!(message, "1/3 kubelet plugin pods ready");
         assert_eq!(
             verdict(DraPlugin::Serving(None)).1,
-            DraPluginReason::NotCreated
+            ConditionReason::NotCreated
         );
         let (ok, reason, message) = verdict(DraPlugin::Draining { claims: 2 });
         assert!(!ok);
-        assert_eq!(reason, DraPluginReason::DraPluginDraining);
+        assert_eq!(reason, ConditionReason::DraPluginDraining);
         assert!(message.contains("2 ResourceClaim(s)"), "{message}");
         // Shown only where a plugin is kept, and outside Ready.
         let shown = compute(None, &advertised(), at(1));

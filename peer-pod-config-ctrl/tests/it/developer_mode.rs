@@ -10,7 +10,7 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use peer_pod_config_ctrl::caches::CAA_CONFIG_MAP;
 use peer_pod_config_ctrl::objects::{CAA_DAEMONSET, DEVELOPER_MODE_ANNOTATION};
-use peer_pod_config_ctrl::status::DEVELOPER_MODE_CHANGED;
+use peerpods_api::peerpodconfig::EventReason;
 use peerpods_protocol::decide::DEVELOPER_MODE_KEY;
 
 use crate::support::{Scenario, TIMEOUT};
@@ -105,7 +105,7 @@ async fn developer_mode_caps_each_node_at_one_vm_and_switching_it_rolls_caa() {
         &events,
         TIMEOUT,
         |e| {
-            e.reason.as_deref() == Some(DEVELOPER_MODE_CHANGED)
+            e.reason.as_deref() == Some(EventReason::DeveloperModeChanged.as_str())
                 && e.note
                     .as_deref()
                     .is_some_and(|n| n.contains("developer mode is now off"))
