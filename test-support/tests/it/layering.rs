@@ -110,7 +110,7 @@ fn tempfile_dir(name: &str) -> PathBuf {
 
 /// The `src/` and `tests/` folders of every crate below `dir`, skipping build outputs, tools and
 /// anything hidden.
-fn collect_crate_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn collect_crate_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
