@@ -4,8 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use peerpods_proto::v1::{GetCapacityRequest, GetCapacityResponse};
-use peerpods_provider_client::ProviderClient;
+use peerpods_provider_client::{Capacity, ProviderClient};
 
 use crate::Error;
 use peerpods_api::peerpodconfig::CapacityFromProvider;
@@ -13,20 +12,13 @@ use peerpods_api::peerpodconfig::CapacityFromProvider;
 /// Number of VMs that still fit, from the figures the provider knows: free instances, free vCPUs divided by the
 /// vCPUs of one VM, free memory divided by the memory of one VM; the smallest wins. None when no figure is
 /// usable (the cloud cannot tell, or the VM size is not given).
-pub fn free_instances(figures: &GetCapacityResponse, source: &CapacityFromProvider) -> Option<u64> {
-    let free = |f: Option<&peerpods_proto::v1::Figure>| {
-        let f = f?;
-        Some(f.limit?.saturating_sub(f.in_use?))
-    };
+pub fn free_instances(figures: &Capacity, source: &CapacityFromProvider) -> Option<u64> {
     let per =
         |free: Option<u64>, size: Option<u32>| Some(free? / u64::from(size.filter(|s| *s > 0)?));
     [
-        free(figures.instances.as_ref()),
-        per(free(figures.vcpus.as_ref()), source.vcpus_per_instance),
-        per(
-            free(figures.memory_mib.as_ref()),
-            source.memory_mib_per_instance,
-        ),
+        figures.instances.free(),
+        per(figures.vcpus.free(), source.vcpus_per_instance),
+        per(figures.memory_mib.free(), source.memory_mib_per_instance),
     ]
     .into_iter()
     .flatten()
@@ -36,7 +28,7 @@ pub fn free_instances(figures: &GetCapacityResponse, source: &CapacityFromProvid
 /// Asks provider-service, at most once per refresh interval per provider.
 pub struct ProviderCapacity {
     client: ProviderClient,
-    cache: Mutex<HashMap<String, (Instant, GetCapacityResponse)>>,
+    cache: Mutex<HashMap<String, (Instant, Capacity)>>,
 }
 
 impl ProviderCapacity {
@@ -48,29 +40,20 @@ impl ProviderCapacity {
     }
 
     /// The provider's figures, from the cache when younger than `max_age`.
-    pub async fn figures(
-        &self,
-        provider: &str,
-        max_age: Duration,
-    ) -> Result<GetCapacityResponse, Error> {
+    pub async fn figures(&self, provider: &str, max_age: Duration) -> Result<Capacity, Error> {
         if let Ok(cache) = self.cache.lock()
             && let Some((at, figures)) = cache.get(provider)
             && at.elapsed() < max_age
         {
             return Ok(*figures);
         }
-        let mut client = self.client.clone();
-        let figures = client
-            .get_capacity(GetCapacityRequest {
-                cloud_provider: provider.to_owned(),
-            })
+        let figures = peerpods_provider_client::capacity(&self.client, provider)
             .await
             .map_err(|status| Error::ProviderCapacity {
                 provider: provider.to_owned(),
                 message: format!("{:?}: {}", status.code(), status.message()),
                 source: Box::new(status),
-            })?
-            .into_inner();
+            })?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(provider.to_owned(), (Instant::now(), figures));
         }
@@ -82,7 +65,7 @@ impl ProviderCapacity {
 mod tests {
     use super::*;
     use peerpods_api::peerpodconfig::CloudProvider;
-    use peerpods_proto::v1::Figure;
+    use peerpods_provider_client::Figure;
 
     fn source(vcpus: Option<u32>, memory: Option<u32>) -> CapacityFromProvider {
         CapacityFromProvider {
@@ -93,13 +76,13 @@ mod tests {
         }
     }
 
-    fn figure(limit: Option<u64>, in_use: Option<u64>) -> Option<Figure> {
-        Some(Figure { limit, in_use })
+    fn figure(limit: Option<u64>, in_use: Option<u64>) -> Figure {
+        Figure { limit, in_use }
     }
 
     #[test]
     fn smallest_known_figure_wins() {
-        let figures = GetCapacityResponse {
+        let figures = Capacity {
             instances: figure(None, Some(1)),
             vcpus: figure(Some(16), Some(2)),
             memory_mib: figure(Some(8192), Some(2048)),
@@ -118,9 +101,9 @@ mod tests {
 
     #[test]
     fn quota_exceeded_means_zero_not_underflow() {
-        let figures = GetCapacityResponse {
+        let figures = Capacity {
             instances: figure(Some(5), Some(9)),
-            ..GetCapacityResponse::default()
+            ..Capacity::default()
         };
         assert_eq!(free_instances(&figures, &source(None, None)), Some(0));
     }
