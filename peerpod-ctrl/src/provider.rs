@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use peerpods_proto::ErrorReason;
 use peerpods_proto::v1::{
     DeleteInstanceRequest, DeleteResult, DeleteWait, ListInstancesRequest, ListProvidersRequest,
     Requester,
 };
+use peerpods_proto::{ErrorReason, RequesterReason};
 use tonic::Code;
 
 use peerpods_runtime::Cause;
@@ -86,11 +86,11 @@ pub struct Instance {
 }
 
 /// On whose behalf a call is made; provider-service logs it for audit.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct About<'a> {
     pub namespace: &'a str,
     pub name: &'a str,
-    pub reason: &'a str,
+    pub reason: RequesterReason,
 }
 
 /// provider-service client. Cheap to clone: clones share one connection. Each call carries the token and
@@ -136,7 +136,7 @@ impl Provider {
                 component: COMPONENT.to_string(),
                 namespace: about.namespace.to_string(),
                 name: about.name.to_string(),
-                reason: about.reason.to_string(),
+                reason: about.reason.as_str().to_owned(),
             }),
             // This controller re-asks with backoff until the VM is confirmed gone.
             accept_in_progress: true,

@@ -2,7 +2,8 @@
 //!
 //! - [`v1`]: messages plus `provider_service_client` / `provider_service_server`.
 //! - [`ProviderName`]: the values of `cloud_provider` (cloud-api-adaptor's `CLOUD_PROVIDER` names).
-//! - [`ErrorReason`]: the `ErrorInfo` reasons of provider-service's errors.
+//! - [`ErrorReason`]: the `ErrorInfo` reasons of provider-service's errors; [`RequesterReason`]: why a
+//!   controller asks for a delete.
 //! - [`marks_do_not_delete`]: which values of the do-not-delete mark protect.
 //! - [`FILE_DESCRIPTOR_SET`]: the encoded descriptors, for gRPC server reflection.
 
@@ -21,7 +22,7 @@ pub use peerpods_protocol::{DO_NOT_DELETE, DO_NOT_DELETE_PORTABLE};
 pub use peerpods_protocol::guard::marks_do_not_delete;
 
 mod reason;
-pub use reason::ErrorReason;
+pub use reason::{ErrorReason, RequesterReason};
 
 /// `peerpods.provider.v1`.
 // Generated code: its doc comments are the proto comments verbatim, which rustdoc lints dislike.

@@ -156,6 +156,39 @@ impl fmt::Display for ErrorReason {
     }
 }
 
+/// Why a controller asks provider-service to delete a VM: the `reason` of the request's `Requester`.
+/// provider-service only logs it (with the requester's object), so an operator reading its log sees why
+/// each VM went; other callers (cloud-api-adaptor) send reasons of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequesterReason {
+    /// The PeerPod that names the VM is being deleted and still carries the finalizer.
+    PeerPodDeleted,
+    /// No PeerPod names the VM (an orphan), and the orphan policy deletes it.
+    OrphanInstance,
+}
+
+impl RequesterReason {
+    /// Every reason.
+    pub const ALL: [RequesterReason; 2] = [
+        RequesterReason::PeerPodDeleted,
+        RequesterReason::OrphanInstance,
+    ];
+
+    /// The string on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RequesterReason::PeerPodDeleted => "PeerPodDeleted",
+            RequesterReason::OrphanInstance => "OrphanInstance",
+        }
+    }
+}
+
+impl fmt::Display for RequesterReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +225,17 @@ mod tests {
         for other in ["Overload", "doNotDelete", ""] {
             assert_eq!(ErrorReason::parse(other), None);
         }
+    }
+
+    #[test]
+    fn requester_reasons_are_spelled_as_provider_service_logs_them() {
+        assert_eq!(RequesterReason::PeerPodDeleted.as_str(), "PeerPodDeleted");
+        assert_eq!(
+            RequesterReason::OrphanInstance.to_string(),
+            "OrphanInstance"
+        );
+        let distinct: std::collections::BTreeSet<_> =
+            RequesterReason::ALL.map(RequesterReason::as_str).into();
+        assert_eq!(distinct.len(), RequesterReason::ALL.len());
     }
 }

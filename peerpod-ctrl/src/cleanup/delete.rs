@@ -22,6 +22,7 @@ use crate::context::{Context, publish};
 use crate::instance::instance_key;
 use crate::provider::{About, DeleteAnswer, Deleted, Waiting};
 use peerpods_api::peerpod::{CleanedReason, PeerPod};
+use peerpods_proto::RequesterReason;
 
 /// Carries out [`Plan::Delete`] for `(provider, instance_id, in_progress)`.
 pub(crate) async fn planned_delete(
@@ -96,7 +97,7 @@ pub(crate) async fn delete_instance(
     let about = About {
         namespace: &namespace,
         name: &name,
-        reason: "PeerPodDeleted",
+        reason: RequesterReason::PeerPodDeleted,
     };
     let call = ctx.provider.delete_instance(provider, instance_id, about);
     let answer = match breaker::guarded(&ctx.breakers, provider, call).await {

@@ -23,6 +23,7 @@ use crate::periodic::Every;
 use crate::provider::{About, DeleteAnswer, Provider};
 use peerpods_api::peerpod::PeerPod;
 use peerpods_api::peerpod::{EventReason, INSTANCE_API_VERSION};
+use peerpods_proto::RequesterReason;
 
 /// The orphan scanner of one leadership term.
 pub struct Scanner {
@@ -223,7 +224,7 @@ impl Scanner {
             let about = About {
                 namespace: &self.settings.event_namespace,
                 name: &vm.instance_id,
-                reason: "OrphanInstance",
+                reason: RequesterReason::OrphanInstance,
             };
             let outcome = match self
                 .provider

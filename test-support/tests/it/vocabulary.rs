@@ -79,6 +79,7 @@ fn reasons() -> BTreeSet<&'static str> {
         .chain(ConditionReason::all_strings())
         .chain(ConfigEventReason::ALL.map(ConfigEventReason::as_str))
         .chain(peerpods_proto::ErrorReason::ALL.map(peerpods_proto::ErrorReason::as_str))
+        .chain(peerpods_proto::RequesterReason::ALL.map(peerpods_proto::RequesterReason::as_str))
         .collect()
 }
 
