@@ -128,6 +128,30 @@ impl ProviderName {
         }
     }
 
+    /// The name as cloud-api-adaptor's chart spells it in its per-cloud file names
+    /// (`providers/<name>.yaml`, and so in a ConfigMap written from them): the wire name without
+    /// its hyphen.
+    pub const fn chart_file_name(self) -> &'static str {
+        match self {
+            ProviderName::IbmcloudPowervs => "ibmcloudpowervs",
+            ProviderName::Aws
+            | ProviderName::Azure
+            | ProviderName::Gcp
+            | ProviderName::Ibmcloud
+            | ProviderName::Libvirt
+            | ProviderName::Alibabacloud
+            | ProviderName::Byom => self.as_str(),
+        }
+    }
+
+    /// Reads a cloud's name as cloud-api-adaptor's ConfigMap may hold it: the wire name, or the
+    /// chart's file-name spelling ([`ProviderName::chart_file_name`]). Exact and case-sensitive.
+    pub fn from_config_map(s: &str) -> Option<Self> {
+        ProviderName::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s || p.chart_file_name() == s)
+    }
+
     /// The wire name, as cloud-api-adaptor spells it.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -257,6 +281,22 @@ mod tests {
             (ProviderName::Byom, "fe80::A"),
         ] {
             assert_eq!(cloud.canonical_instance_id(&format!(" {id}\n")), id);
+        }
+    }
+
+    #[test]
+    fn a_config_map_may_spell_a_cloud_as_the_chart_names_its_file() {
+        for p in ProviderName::ALL {
+            assert_eq!(ProviderName::from_config_map(p.as_str()), Some(p));
+            assert_eq!(ProviderName::from_config_map(p.chart_file_name()), Some(p));
+            assert!(!p.chart_file_name().contains('-'), "{p}");
+        }
+        assert_eq!(
+            ProviderName::from_config_map("ibmcloudpowervs"),
+            Some(ProviderName::IbmcloudPowervs)
+        );
+        for other in ["", "IBMCloud", "ibmcloud_powervs", "aws "] {
+            assert_eq!(ProviderName::from_config_map(other), None, "{other:?}");
         }
     }
 

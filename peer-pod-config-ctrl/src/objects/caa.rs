@@ -68,7 +68,8 @@ impl CaaCloud {
                 .filter(|v| !v.is_empty())
         };
         Self {
-            provider: explicit.or_else(|| value(CM_CLOUD_PROVIDER).and_then(parse_cloud)),
+            provider: explicit
+                .or_else(|| value(CM_CLOUD_PROVIDER).and_then(CloudProvider::from_config_map)),
             agent_tls: value(CM_CACERT_FILE).is_some(),
             developer_mode: config_map.map_or(DeveloperMode::Unknown, |data| {
                 DeveloperMode::from_setting(data.get(DEVELOPER_MODE_KEY).map(String::as_str))
@@ -105,14 +106,6 @@ pub fn rendered_developer_mode(daemonset: &DaemonSet) -> DeveloperMode {
         None => DeveloperMode::Off,
         Some("on") => DeveloperMode::On,
         Some(_) => DeveloperMode::Unknown,
-    }
-}
-
-/// CAA's `CLOUD_PROVIDER` name, also in the spelling of the chart's provider file names (`ibmcloudpowervs`).
-fn parse_cloud(name: &str) -> Option<CloudProvider> {
-    match name {
-        "ibmcloudpowervs" => Some(CloudProvider::IbmcloudPowervs),
-        other => other.parse().ok(),
     }
 }
 
