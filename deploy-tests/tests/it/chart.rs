@@ -19,6 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use peerpods_api::peerpodconfig::CloudProvider;
 use peerpods_proto::v1::{GetCapacityRequest, ListInstancesRequest};
 
 /// Kinds from other projects (cert-manager, prometheus-operator) whose CRDs the local control plane lacks:
@@ -360,6 +361,56 @@ async fn default_values_fail_without_a_cluster_tag() {
             !out.contains("PROVIDER_SERVICE_DEVELOPMENT"),
             "development mode is never a default"
         );
+    }
+}
+
+/// The chart's two per-cloud lists agree with the clouds' one place ([`CloudProvider`]): the values schema
+/// accepts exactly the clouds there are, and the cluster-tag rule (a template's list of the clouds without tags)
+/// refuses a release without a cluster tag exactly on the clouds that have tags. A new cloud that the chart does
+/// not know, or knows with the wrong tag fact, fails here rather than silently dropping the guard.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_knows_every_cloud_and_whether_it_has_tags() {
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(testenv::repo_root().join(CHART).join("values.schema.json"))
+            .expect("read the values schema"),
+    )
+    .expect("the values schema is JSON");
+    let listed: Vec<&str> = schema
+        .pointer("/properties/providerService/properties/cloudProviders/items/enum")
+        .and_then(|e| e.as_array())
+        .expect("providerService.cloudProviders lists its clouds")
+        .iter()
+        .map(|v| v.as_str().expect("a cloud name"))
+        .collect();
+    let mut clouds: Vec<&str> = CloudProvider::ALL.iter().map(|c| c.as_str()).collect();
+    clouds.sort_unstable();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, clouds, "the values schema's clouds");
+
+    for cloud in CloudProvider::ALL {
+        let set = format!("providerService.cloudProviders={{{cloud}}}");
+        let (ok, _, err) = run(
+            &tool("helm"),
+            &[
+                "template",
+                "x",
+                CHART,
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+                &set,
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(
+            !ok && err.contains("no cluster tag"),
+            cloud.has_tags(),
+            "{cloud} without a cluster tag (has tags: {}): {err}",
+            cloud.has_tags()
+        );
+        assert!(ok || err.contains("no cluster tag"), "{cloud}: {err}");
     }
 }
 
