@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use peerpods_provider_client::{Capacity, ProviderClient};
+use peerpods_provider_client::{Capacity, ProviderService};
 
 use crate::Error;
 use peerpods_api::peerpodconfig::CapacityFromProvider;
@@ -27,14 +27,14 @@ pub fn free_instances(figures: &Capacity, source: &CapacityFromProvider) -> Opti
 
 /// Asks provider-service, at most once per refresh interval per provider.
 pub struct ProviderCapacity {
-    client: ProviderClient,
+    service: ProviderService,
     cache: Mutex<HashMap<String, (Instant, Capacity)>>,
 }
 
 impl ProviderCapacity {
-    pub fn new(client: ProviderClient) -> Self {
+    pub fn new(service: ProviderService) -> Self {
         Self {
-            client,
+            service,
             cache: Mutex::new(HashMap::new()),
         }
     }
@@ -47,13 +47,15 @@ impl ProviderCapacity {
         {
             return Ok(*figures);
         }
-        let figures = peerpods_provider_client::capacity(&self.client, provider)
-            .await
-            .map_err(|status| Error::ProviderCapacity {
-                provider: provider.to_owned(),
-                message: format!("{:?}: {}", status.code(), status.message()),
-                source: Box::new(status),
-            })?;
+        let figures =
+            self.service
+                .capacity(provider)
+                .await
+                .map_err(|error| Error::ProviderCapacity {
+                    provider: provider.to_owned(),
+                    message: error.message.clone(),
+                    source: Box::new(error),
+                })?;
         if let Ok(mut cache) = self.cache.lock() {
             cache.insert(provider.to_owned(), (Instant::now(), figures));
         }

@@ -33,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::error_policy;
 use crate::{FIELD_MANAGER, caches, dra, nodes, objects};
 use peerpods_api::peerpodconfig::PeerPodConfig;
+use peerpods_provider_client::ProviderService;
 
 pub use crate::reconcile::{Context, FINALIZER, reconcile};
 
@@ -196,7 +197,9 @@ pub fn build(
                 instance: settings.instance.clone(),
             },
         ),
-        provider: settings.provider.map(ProviderCapacity::new),
+        provider: settings
+            .provider
+            .map(|client| ProviderCapacity::new(ProviderService::new(client, FIELD_MANAGER))),
         caa_provider_service: settings.caa_provider_service.clone(),
         service_accounts: settings.service_accounts.clone(),
         failures: forget_failures,

@@ -1,111 +1,42 @@
-//! The calls this controller makes to provider-service, in domain terms: gRPC status codes become
-//! [`Error`] variants, protobuf messages become plain values. Nothing else in the crate sees prost types.
+//! provider-service, as this controller calls it: the shared domain client ([`ProviderService`]) under this
+//! controller's name, and its error answers ([`CallError`]) in this controller's terms: who failed becomes an
+//! [`Error`] variant with its condition reason and retry class. Nothing else in the crate sees prost types.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use peerpods_proto::v1::{
-    DeleteInstanceRequest, DeleteResult, DeleteWait, ListInstancesRequest, ListProvidersRequest,
-    Requester,
-};
-use peerpods_proto::{ErrorReason, RequesterReason};
-use tonic::Code;
-
+use peerpods_provider_client::{CallError, CloudFailure, Failure, ProviderService, Refusal};
 use peerpods_runtime::Cause;
 
 use crate::Error;
 use crate::error::human_message;
-use peerpods_api::peerpod::CleanedReason;
-use peerpods_api::peerpod::FailureReason;
+use peerpods_api::peerpod::{CleanedReason, FailureReason};
 
-pub use peerpods_provider_client::{ProviderClient, ProviderClientConfig};
+pub use peerpods_provider_client::{
+    About, DeleteAnswer, Deleted, Instance, ProviderClient, ProviderClientConfig, Waiting,
+};
 
-/// How provider-service answered a successful delete.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Deleted {
-    /// The VM existed and is deleted now.
-    Deleted,
-    /// The VM did not exist (any more).
-    AlreadyGone,
-}
+/// The requester's component on every call.
+const COMPONENT: &str = "peerpod-ctrl";
 
-impl Deleted {
-    /// Event and condition reason.
-    pub fn reason(self) -> CleanedReason {
-        match self {
-            Deleted::Deleted => CleanedReason::InstanceDeleted,
-            Deleted::AlreadyGone => CleanedReason::InstanceAlreadyGone,
-        }
-    }
-
-    /// Metric `result` label.
-    pub fn label(self) -> &'static str {
-        match self {
-            Deleted::Deleted => "deleted",
-            Deleted::AlreadyGone => "already_gone",
-        }
+/// The condition and Event reason of a confirmed delete.
+pub fn deleted_reason(outcome: Deleted) -> CleanedReason {
+    match outcome {
+        Deleted::Deleted => CleanedReason::InstanceDeleted,
+        Deleted::AlreadyGone => CleanedReason::InstanceAlreadyGone,
     }
 }
 
-/// What provider-service answered a DeleteInstance that did not fail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeleteAnswer {
-    /// The VM is confirmed gone.
-    Gone(Deleted),
-    /// The VM is not confirmed gone, and nothing failed: provider-service waits for what `waiting` says
-    /// (a delete it runs on whether or not we wait, or the cloud to show the VM). Ask again after
-    /// `retry_after` (its advice, when it gave one). Not gone: the finalizer stays.
-    InProgress {
-        retry_after: Option<Duration>,
-        waiting: Waiting,
-    },
-}
-
-/// What an in-progress delete waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Waiting {
-    /// The cloud is deleting the VM (or provider-service waits for one of its delete slots). Also what an
-    /// in-progress answer that does not say (from a provider-service that predates the field) means.
-    CloudDeleting,
-    /// The cloud has not shown the VM for `unknown_for` (if provider-service said), less than its consistency
-    /// window: it may be a new VM the cloud does not show everywhere yet. Once the window passes the VM is
-    /// confirmed gone; a cloud that shows it meanwhile has it deleted. Not an outage: the cloud answered.
-    NotYetVisible { unknown_for: Option<Duration> },
-}
-
-/// A VM as provider-service lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Instance {
-    pub instance_id: String,
-    pub created: Option<jiff::Timestamp>,
-    /// The instance's tags (labels); empty when the provider has none.
-    pub tags: BTreeMap<String, String>,
-    /// The name the cloud shows (cloud-api-adaptor's `podvm-<pod>-<sandbox>` where it keeps one); empty when
-    /// provider-service reports none.
-    pub name: String,
-}
-
-/// On whose behalf a call is made; provider-service logs it for audit.
-#[derive(Debug, Clone)]
-pub struct About<'a> {
-    pub namespace: &'a str,
-    pub name: &'a str,
-    pub reason: RequesterReason,
-}
-
-/// provider-service client. Cheap to clone: clones share one connection. Each call carries the token and
-/// the current trace context (see `peerpods_runtime::client`), so a reconcile and the cloud call it causes
-/// are one trace.
+/// provider-service client. Cheap to clone: clones share one connection.
 #[derive(Clone)]
 pub struct Provider {
-    client: ProviderClient,
+    service: ProviderService,
 }
-
-const COMPONENT: &str = "peerpod-ctrl";
 
 impl Provider {
     pub fn new(client: ProviderClient) -> Self {
-        Provider { client }
+        Provider {
+            service: ProviderService::new(client, COMPONENT),
+        }
     }
 
     /// Connects lazily: the controller starts while provider-service is down, and calls fail with
@@ -114,10 +45,6 @@ impl Provider {
         peerpods_provider_client::connect(config)
             .map(Provider::new)
             .map_err(|e| Error::config_from("", e))
-    }
-
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
-        tonic::Request::new(message)
     }
 
     /// Deletes one VM, or asks how the delete provider-service is running for it goes. Only
@@ -129,60 +56,15 @@ impl Provider {
         instance_id: &str,
         about: About<'_>,
     ) -> Result<DeleteAnswer, Error> {
-        let request = self.request(DeleteInstanceRequest {
-            cloud_provider: provider.to_string(),
-            instance_id: instance_id.to_string(),
-            requester: Some(Requester {
-                component: COMPONENT.to_string(),
-                namespace: about.namespace.to_string(),
-                name: about.name.to_string(),
-                reason: about.reason.as_str().to_owned(),
-            }),
-            // This controller re-asks with backoff until the VM is confirmed gone.
-            accept_in_progress: true,
-        });
-        let response = self
-            .client
-            .clone()
-            .delete_instance(request)
-            .await
-            .map_err(|s| status_error(&s))?
-            .into_inner();
-        match response.result() {
-            DeleteResult::Deleted => Ok(DeleteAnswer::Gone(Deleted::Deleted)),
-            DeleteResult::AlreadyGone => Ok(DeleteAnswer::Gone(Deleted::AlreadyGone)),
-            DeleteResult::InProgress => Ok(DeleteAnswer::InProgress {
-                retry_after: response
-                    .retry_after
-                    .and_then(|d| Duration::try_from(d).ok()),
-                waiting: match response.waiting() {
-                    DeleteWait::NotYetVisible => Waiting::NotYetVisible {
-                        unknown_for: response
-                            .unknown_for
-                            .and_then(|d| Duration::try_from(d).ok()),
-                    },
-                    // What provider-service always waited for before it said.
-                    DeleteWait::CloudDeleting | DeleteWait::Unspecified => Waiting::CloudDeleting,
-                },
-            }),
-            // Never treat an answer we do not understand as "gone": that could leak a VM.
-            DeleteResult::Unspecified => Err(Error::ProviderFailed {
-                message: "DeleteInstance answered without a result".into(),
-                source: None,
-            }),
-        }
+        Ok(self
+            .service
+            .delete_instance(provider, instance_id, about)
+            .await?)
     }
 
     /// Names of the providers configured on provider-service.
     pub async fn providers(&self) -> Result<Vec<String>, Error> {
-        let response = self
-            .client
-            .clone()
-            .list_providers(self.request(ListProvidersRequest {}))
-            .await
-            .map_err(|s| status_error(&s))?
-            .into_inner();
-        Ok(response.providers.into_iter().map(|p| p.name).collect())
+        Ok(self.service.providers().await?)
     }
 
     /// VMs of `provider` carrying every tag of `selector`.
@@ -191,193 +73,111 @@ impl Provider {
         provider: &str,
         selector: &BTreeMap<String, String>,
     ) -> Result<Vec<Instance>, Error> {
-        let response = self
-            .client
-            .clone()
-            .list_instances(
-                self.request(ListInstancesRequest {
-                    cloud_provider: provider.to_string(),
-                    tag_selector: selector
-                        .iter()
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                }),
-            )
-            .await
-            .map_err(|s| status_error(&s))?
-            .into_inner();
-        Ok(response
-            .instances
-            .into_iter()
-            .map(|i| Instance {
-                instance_id: i.instance_id,
-                created: i
-                    .create_time
-                    .and_then(|t| jiff::Timestamp::new(t.seconds, t.nanos).ok()),
-                tags: i.tags.into_iter().collect(),
-                name: i.name,
-            })
-            .collect())
+        Ok(self.service.instances(provider, selector).await?)
     }
 }
 
-/// The refusals provider-service names (`ErrorInfo.reason`, provider.proto) that get a reason of their own, with
-/// the status code each comes with. All of them are configuration or guards that do not change by themselves.
-fn refusal_reason(code: Code, reason: ErrorReason) -> Option<FailureReason> {
-    use ErrorReason as R;
-    // The condition reason repeats provider-service's word (a test ties each pair).
-    let (refused_with, recorded) = match reason {
-        R::NotOwnedByCluster => (Code::FailedPrecondition, FailureReason::NotOwnedByCluster),
-        R::ProviderNotConfigured => (
-            Code::FailedPrecondition,
-            FailureReason::ProviderNotConfigured,
-        ),
-        R::CloudUnauthenticated => (
-            Code::FailedPrecondition,
-            FailureReason::CloudUnauthenticated,
-        ),
+/// The reason this controller records for a refusal provider-service named: its own word (a test ties each
+/// pair). All of them are configuration or guards that do not change by themselves.
+fn refusal_reason(refusal: Refusal) -> FailureReason {
+    match refusal {
+        Refusal::NotOwnedByCluster => FailureReason::NotOwnedByCluster,
+        Refusal::ProviderNotConfigured => FailureReason::ProviderNotConfigured,
+        Refusal::CloudUnauthenticated => FailureReason::CloudUnauthenticated,
         // The cloud refused provider-service's own credentials a permission: the cloud policy needs fixing,
         // neither this controller's credentials nor provider-service's health.
-        R::CloudPermissionDenied => (Code::PermissionDenied, FailureReason::CloudPermissionDenied),
-        // A hold (read before any refusal), the cloud's failures, and what the status code alone says.
-        R::DoNotDelete
-        | R::CloudUnavailable
-        | R::Throttled
-        | R::InvalidArgument
-        | R::UnknownProvider
-        | R::InvalidConfig
-        | R::Unauthenticated
-        | R::AuthUnavailable
-        | R::CallerNotAllowed
-        | R::MethodNotAllowed
-        | R::UnknownMethod
-        | R::NodeNotBound
-        | R::NotOnCallersNode
-        | R::PlacementUnavailable
-        | R::DeleteInProgress
-        | R::NotYetVisible
-        | R::TooManyDeletes
-        | R::ShuttingDown
-        | R::Overloaded
-        | R::MethodNotFound
-        | R::MalformedRequest
-        | R::MessageTooLarge
-        | R::Timeout
-        | R::Tls
-        | R::Io
-        | R::Internal => return None,
-    };
-    (code == refused_with).then_some(recorded)
-}
-
-/// Reasons provider-service gives for a failure of the cloud behind it (provider.proto), and the reason this
-/// controller records for each: the condition says the cloud failed, not provider-service.
-fn cloud_failure_reason(code: Code, reason: ErrorReason) -> Option<FailureReason> {
-    match (code, reason) {
-        (Code::Unavailable, ErrorReason::CloudUnavailable) => Some(FailureReason::CloudUnavailable),
-        (Code::ResourceExhausted, ErrorReason::Throttled) => Some(FailureReason::CloudThrottled),
-        _ => None,
+        Refusal::CloudPermissionDenied => FailureReason::CloudPermissionDenied,
     }
 }
 
-/// Maps a gRPC status to the domain error, following the status contract in provider.proto. The reason says
-/// who failed: this controller's request (`ProviderRejected`, permanent), provider-service (`Provider*`) or the
-/// cloud behind it (`Cloud*`). The message is cut to a human size ([`crate::error::human_message`]).
-pub fn status_error(status: &tonic::Status) -> Error {
-    use tonic_types::StatusExt;
-    let code = status.code();
-    let message = human_message(&format!("{code:?}: {}", status.message()));
-    let info = status.get_error_details().error_info().cloned();
-    let reason = info.as_ref().and_then(|i| ErrorReason::parse(&i.reason));
-    // The status itself is the source: a status made by this side's transport carries its error under it.
-    let source = Some(Cause::from(status.clone()));
-    if reason == Some(ErrorReason::DoNotDelete) {
-        return Error::InstanceProtected { message, source };
+/// A failure of the cloud behind provider-service: the condition says the cloud failed, not provider-service.
+fn cloud_failure_reason(failure: CloudFailure) -> FailureReason {
+    match failure {
+        CloudFailure::Unavailable => FailureReason::CloudUnavailable,
+        CloudFailure::Throttled => FailureReason::CloudThrottled,
     }
-    // Only named refusals of a precondition or of the cloud's permission: a caller's PERMISSION_DENIED stays
-    // ProviderUnauthorized, which the circuit breaker counts against provider-service, and INVALID_ARGUMENT
-    // stays ProviderRejected.
-    if let Some(reason) = reason.and_then(|r| refusal_reason(code, r)) {
-        return Error::ProviderRefused {
-            reason,
-            message,
-            // A configuration or a guard does not change by itself.
-            permanent: true,
-            source,
-        };
-    }
-    if let Some(reason) = reason.and_then(|r| cloud_failure_reason(code, r)) {
-        return Error::CloudFailed {
-            reason,
-            message,
-            retry_after: peerpods_provider_client::retry_after(status),
-            source,
-        };
-    }
-    match code {
-        // OUT_OF_RANGE: a field (or the whole message) larger than provider-service takes. The same request
-        // fails the same way every time: permanent, never a hot loop.
-        Code::InvalidArgument | Code::OutOfRange => Error::ProviderRejected { message, source },
-        Code::FailedPrecondition => Error::ProviderPrecondition { message, source },
-        Code::ResourceExhausted => Error::ProviderThrottled {
-            retry_after: peerpods_provider_client::retry_after(status),
-            message,
-            source,
-        },
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => {
-            Error::ProviderUnavailable { message, source }
+}
+
+/// An error answer in this controller's terms ([`Failure`] says who failed): this controller's request
+/// (`ProviderRejected`, permanent), provider-service (`Provider*`) or the cloud behind it (`Cloud*`). The message
+/// is cut to a human size ([`crate::error::human_message`]); the status, when there was one, is the source.
+impl From<CallError> for Error {
+    fn from(call: CallError) -> Self {
+        let message = human_message(&call.message);
+        let source = call.status.map(Cause::from);
+        match call.failure {
+            Failure::Protected => Error::InstanceProtected { message, source },
+            Failure::Refused(refusal) => Error::ProviderRefused {
+                reason: refusal_reason(refusal),
+                message,
+                // A configuration or a guard does not change by itself.
+                permanent: true,
+                source,
+            },
+            Failure::Cloud {
+                failure,
+                retry_after,
+            } => Error::CloudFailed {
+                reason: cloud_failure_reason(failure),
+                message,
+                retry_after,
+                source,
+            },
+            Failure::Rejected => Error::ProviderRejected { message, source },
+            Failure::Precondition => Error::ProviderPrecondition { message, source },
+            Failure::Throttled { retry_after } => Error::ProviderThrottled {
+                retry_after,
+                message,
+                source,
+            },
+            Failure::Unavailable => Error::ProviderUnavailable { message, source },
+            Failure::Unauthorized => Error::ProviderUnauthorized { message, source },
+            Failure::Failed => Error::ProviderFailed { message, source },
         }
-        Code::Unauthenticated | Code::PermissionDenied => {
-            Error::ProviderUnauthorized { message, source }
-        }
-        // provider-service puts an ErrorInfo on every error it answers (provider.proto), its framework's
-        // included: an UNKNOWN or INTERNAL without one was made on this side of the connection, by the
-        // transport (a connection cut mid-call, a broken HTTP/2 stream). provider-service is not reachable
-        // then, it did not fail.
-        Code::Unknown | Code::Internal if info.is_none() => {
-            Error::ProviderUnavailable { message, source }
-        }
-        _ => Error::ProviderFailed { message, source },
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+    use tonic::Code;
     use tonic_types::{ErrorDetails, StatusExt};
 
+    /// How this controller reads an error answer.
+    fn status_error(status: &tonic::Status) -> Error {
+        Error::from(CallError::from(status.clone()))
+    }
+
     #[test]
-    fn a_named_refusal_is_recorded_in_provider_services_words_and_only_with_its_code() {
-        let codes = [
-            Code::FailedPrecondition,
-            Code::PermissionDenied,
-            Code::Unavailable,
-            Code::ResourceExhausted,
-        ];
-        let mut recorded = Vec::new();
-        for reason in ErrorReason::ALL {
-            for code in codes {
-                if let Some(r) = refusal_reason(code, reason) {
-                    assert_eq!(r.as_str(), reason.as_str());
-                    recorded.push((code, r));
-                }
-            }
+    fn a_named_refusal_is_recorded_in_provider_services_words() {
+        for refusal in [
+            Refusal::NotOwnedByCluster,
+            Refusal::ProviderNotConfigured,
+            Refusal::CloudUnauthenticated,
+            Refusal::CloudPermissionDenied,
+        ] {
+            assert_eq!(refusal_reason(refusal).as_str(), refusal.reason().as_str());
         }
         assert_eq!(
-            recorded,
-            [
-                (Code::FailedPrecondition, FailureReason::NotOwnedByCluster),
-                (
-                    Code::FailedPrecondition,
-                    FailureReason::ProviderNotConfigured
-                ),
-                (
-                    Code::FailedPrecondition,
-                    FailureReason::CloudUnauthenticated
-                ),
-                (Code::PermissionDenied, FailureReason::CloudPermissionDenied),
-            ]
+            deleted_reason(Deleted::Deleted),
+            CleanedReason::InstanceDeleted
         );
+        assert_eq!(
+            deleted_reason(Deleted::AlreadyGone),
+            CleanedReason::InstanceAlreadyGone
+        );
+    }
+
+    #[test]
+    fn an_unreadable_answer_is_a_failure_of_provider_service_without_a_status() {
+        use std::error::Error as _;
+        let error = Error::from(CallError::unreadable(
+            "DeleteInstance answered without a result",
+        ));
+        assert_eq!(error.reason(), "ProviderFailed");
+        assert!(error.source().is_none());
+        assert!(error.to_string().contains("without a result"), "{error}");
     }
 
     #[test]

@@ -1,9 +1,7 @@
 //! GetCapacity in domain terms: what the controllers read of a cloud's room for peer-pod VMs, without the
 //! protobuf types (the gRPC layer converts, the domain never sees prost types).
 
-use peerpods_proto::v1::{GetCapacityRequest, GetCapacityResponse};
-
-use crate::ProviderClient;
+use peerpods_proto::v1::GetCapacityResponse;
 
 /// One figure a cloud reports: its limit and how much of it is in use, each only if the cloud can tell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,18 +41,6 @@ impl From<GetCapacityResponse> for Capacity {
             memory_mib: figure(answer.memory_mib),
         }
     }
-}
-
-/// GetCapacity of `provider`; the gRPC status as it came when the call fails.
-pub async fn capacity(client: &ProviderClient, provider: &str) -> Result<Capacity, tonic::Status> {
-    let answer = client
-        .clone()
-        .get_capacity(GetCapacityRequest {
-            cloud_provider: provider.to_owned(),
-        })
-        .await?
-        .into_inner();
-    Ok(answer.into())
 }
 
 #[cfg(test)]

@@ -4,19 +4,27 @@
 //! - [`connect`]: a client whose calls carry the ServiceAccount token, the trace context and the call deadline,
 //!   over a channel that trusts a CA file reloaded when it changes.
 //! - [`ProviderArgs`]: the flags that configure it, flattened into a controller's command line.
-//! - [`retry_after`]: how long a throttled answer asks to wait.
-//! - [`capacity()`]: GetCapacity as a [`Capacity`] of [`Figure`]s, the domain's terms.
-//! - [`Error`]: the one error type, with a stable `reason()`.
+//! - [`ProviderService`]: the domain client both controllers call provider-service through; its answers
+//!   ([`DeleteAnswer`], [`Instance`], [`Capacity`] of [`Figure`]s) carry no protobuf type.
+//! - [`Failure`]: what an error answer says (who failed, and whether it changes by itself), read once for both
+//!   controllers, inside a [`CallError`]; [`retry_after`]: how long a throttled answer asks to wait.
+//! - [`Error`]: the one error type of building a client, with a stable `reason()`.
 
+mod answers;
 mod args;
 mod capacity;
 mod client;
 mod error;
+mod failure;
+mod service;
 
+pub use answers::{About, DeleteAnswer, Deleted, Instance, Waiting};
 pub use args::{DEFAULT_PROVIDER_TIMEOUT, ProviderArgs, ProviderAuth};
-pub use capacity::{Capacity, Figure, capacity};
+pub use capacity::{Capacity, Figure};
 pub use client::{
     CallCredentials, ProviderChannel, ProviderClient, ProviderClientConfig, TokenFile, connect,
     retry_after,
 };
 pub use error::Error;
+pub use failure::{CallError, CloudFailure, Failure, Refusal};
+pub use service::ProviderService;

@@ -20,7 +20,7 @@ use crate::Error;
 use crate::breaker;
 use crate::context::{Context, publish};
 use crate::instance::instance_key;
-use crate::provider::{About, DeleteAnswer, Deleted, Waiting};
+use crate::provider::{About, DeleteAnswer, Deleted, Waiting, deleted_reason};
 use peerpods_api::peerpod::{CleanedReason, PeerPod};
 use peerpods_proto::RequesterReason;
 
@@ -173,7 +173,7 @@ pub(crate) async fn delete_instance(
     // With only our finalizer the object vanishes once it is released: the Event and the log line carry
     // the outcome. Held by another finalizer, it stays, and its status says it is cleaned.
     if rules::outlives_release(peerpod.finalizers())
-        && !set_cleaned(&api, peerpod, true, outcome.reason(), &message).await?
+        && !set_cleaned(&api, peerpod, true, deleted_reason(outcome), &message).await?
     {
         return Ok(Action::await_change());
     }
@@ -181,7 +181,7 @@ pub(crate) async fn delete_instance(
         ctx,
         peerpod,
         EventType::Normal,
-        outcome.reason().as_str(),
+        deleted_reason(outcome).as_str(),
         "DeleteInstance",
         message,
     )
