@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use peerpods_provider_core::Error;
+
 pub use peerpods_provider_core::Redactor;
 
 /// How long a throttled caller is asked to wait. EC2 sends no Retry-After; its token buckets
@@ -192,6 +194,47 @@ pub fn ids_named_not_found(message: &str) -> Vec<String> {
     }
 }
 
+/// The crate error for one caller. An id EC2 calls unknown (`InvalidInstanceID.NotFound`) does not
+/// get here from a delete: the ports hand it to the deletion engine as NotFound, which judges it
+/// by the consistency window (`NotYetVisible` until then). An `InstanceNotFound` that gets here
+/// anyway is an answer we did not expect: internal.
+pub fn into_error(failure: Failure) -> Error {
+    match failure {
+        Failure::InstanceMalformed { message } => Error::invalid("instance_id", message),
+        Failure::Throttled { retry_after } => {
+            Error::throttled(retry_after, "EC2 request limit exceeded")
+        }
+        Failure::Unavailable { detail, cause } => with_cause(Error::unavailable(detail), cause),
+        Failure::PermissionDenied { code, message } => {
+            Error::cloud_permission_denied(format!("{code}: {message}"))
+        }
+        // Id-specific (a batch splits per id on it), and for a state in transition retryable.
+        Failure::Refused { code, message } if is_transitional_state(&code) => {
+            Error::unavailable(format!(
+                "EC2: the instance is in a state that does not allow it yet, try again: {code}: {message}"
+            ))
+        }
+        Failure::Refused { code, message } => {
+            Error::internal(format!("EC2 refused the operation: {code}: {message}"))
+        }
+        Failure::InstanceNotFound { message } => {
+            Error::internal(format!("EC2 reported unknown instances: {message}"))
+        }
+        Failure::ResourceNotFound { code, message } => {
+            Error::internal(format!("{code}: {message}"))
+        }
+        Failure::Internal { detail, cause } => with_cause(Error::internal(detail), cause),
+    }
+}
+
+/// `error` caused by the SDK's error of the failure, if it had one.
+fn with_cause(error: Error, cause: Option<Cause>) -> Error {
+    match cause {
+        Some(Cause(cause)) => error.with_source(cause),
+        None => error,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,5 +351,41 @@ mod tests {
             "key [redacted] in about"
         );
         assert!(!format!("{redactor:?}").contains("wJalr"));
+    }
+
+    #[test]
+    fn failures_map_to_the_crate_error_without_losing_the_field() {
+        let error = into_error(Failure::InstanceMalformed {
+            message: "bad id".into(),
+        });
+        assert!(matches!(
+            error,
+            Error::InvalidArgument {
+                field: "instance_id",
+                ..
+            }
+        ));
+        let error = into_error(Failure::Throttled {
+            retry_after: THROTTLE_RETRY_AFTER,
+        });
+        assert!(
+            matches!(error, Error::Throttled { retry_after, .. } if retry_after == THROTTLE_RETRY_AFTER)
+        );
+        assert_eq!(
+            into_error(Failure::Unavailable {
+                detail: "refused".into(),
+                cause: None
+            })
+            .reason(),
+            "CloudUnavailable"
+        );
+        assert_eq!(
+            into_error(Failure::PermissionDenied {
+                code: "AuthFailure".into(),
+                message: "no".into()
+            })
+            .reason(),
+            "CloudPermissionDenied"
+        );
     }
 }

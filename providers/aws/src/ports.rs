@@ -36,8 +36,7 @@ use peerpods_provider_core::{DeletionPorts, Error, InstanceKey};
 use super::batch::BatchPolicy;
 use super::batcher::{Answer, Batcher};
 use super::ec2::{Ec2, Ec2Instance, ElasticIp, MAX_FILTER_VALUES};
-use super::failure::Failure;
-use super::into_error;
+use super::failure::{Failure, into_error};
 use super::terminate::{NextStep, after_failure, resolve_success, single_answer};
 
 /// Tags of an instance or an address.
