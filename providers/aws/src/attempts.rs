@@ -9,7 +9,7 @@ use aws_sdk_ec2::config::{ConfigBag, Intercept, RuntimeComponents};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use peerpods_provider_core::{CloudCalls, attempt_result};
 
-use super::NAME;
+use super::settings::NAME;
 
 /// The operations this backend calls, as labels (label values are static and few).
 const OPERATIONS: &[&str] = &[

@@ -20,10 +20,9 @@ use aws_smithy_http_client::tls;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use tokio::sync::Semaphore;
 
-use super::NAME;
 use super::attempts::AttemptCounter;
 use super::failure::{Failure, Redactor, classify_service_error};
-use super::settings::{AwsSettings, CredentialSource};
+use super::settings::{AwsSettings, CredentialSource, NAME};
 use super::web_identity::WebIdentityProvider;
 use peerpods_provider_core::CloudCalls;
 

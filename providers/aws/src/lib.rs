@@ -1,7 +1,7 @@
 //! The AWS backend: EC2 through the official AWS SDK for Rust.
 //!
 //! [`AwsProvider`] is the [`Provider`](peerpods_provider_core::Provider) implementation; the only
-//! public entry, with its settings and batching policy.
+//! public entry, with its settings, its batching policy and its `cloud_provider` name ([`NAME`]).
 
 /// Every HTTP attempt the EC2 SDK makes (its retries included), counted and classified.
 mod attempts;
@@ -29,7 +29,4 @@ mod web_identity;
 
 pub use batch::BatchPolicy;
 pub use provider::AwsProvider;
-pub use settings::{AwsSettings, CredentialSource, WebIdentity};
-
-/// The `cloud_provider` name of this backend.
-pub const NAME: &str = "aws";
+pub use settings::{AwsSettings, CredentialSource, NAME, WebIdentity};

@@ -37,6 +37,7 @@ use super::batch::BatchPolicy;
 use super::batcher::{Answer, Batcher};
 use super::ec2::{Ec2, Ec2Instance, ElasticIp, MAX_FILTER_VALUES};
 use super::failure::{Failure, into_error};
+use super::settings::NAME;
 use super::terminate::{NextStep, after_failure, resolve_success, single_answer};
 
 /// Tags of an instance or an address.
@@ -347,7 +348,7 @@ async fn addresses_batch(ec2: &Ec2, batch: Vec<String>) -> Vec<(String, Answer<V
 /// names are answered NotFound and the rest is retried as a batch; if the answer does not say
 /// which id is at fault, each id is asked alone (`terminate.rs`).
 async fn terminate_batch(ec2: &Ec2, batch: Vec<String>) -> Vec<(String, Answer<DeleteAnswer>)> {
-    ec2.cloud_calls().record_batch(super::NAME, batch.len());
+    ec2.cloud_calls().record_batch(NAME, batch.len());
     tracing::debug!(
         instances = batch.len(),
         "terminating a batch of EC2 instances"

@@ -10,6 +10,9 @@ use peerpods_provider_core::{Error, OwnerTag, ProviderConfig, parse_tags};
 
 use super::batch::BatchPolicy;
 
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "aws";
+
 /// The setting of the consistency window, named when an instance is not yet visible.
 pub const NOT_FOUND_WINDOW_SETTING: &str = "AWS_NOT_FOUND_WINDOW_SECS";
 
