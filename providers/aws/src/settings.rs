@@ -50,7 +50,7 @@ pub struct WebIdentity {
     pub token_file: PathBuf,
     /// `AWS_ROLE_ARN`: the IAM role to assume.
     pub role_arn: String,
-    /// `AWS_ROLE_SESSION_NAME`; without it [`DEFAULT_SESSION_NAME`].
+    /// `AWS_ROLE_SESSION_NAME`; without it `peerpods-provider-service`.
     pub session_name: String,
 }
 
