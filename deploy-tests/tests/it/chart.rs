@@ -265,20 +265,7 @@ async fn values_schema_refuses_bad_values() {
         ),
         ("unknownSetting=true", "unknownSetting"),
     ] {
-        let (ok, _, err) = run(
-            &tool("helm"),
-            &[
-                "template",
-                "x",
-                CHART,
-                "--kube-version",
-                KUBE_VERSION,
-                "--set",
-                set,
-            ],
-            None,
-        )
-        .await;
+        let (ok, _, err) = template_with(&[set]).await;
         assert!(
             !ok && err.contains(complaint),
             "--set {set} was accepted: {err}"
@@ -292,13 +279,6 @@ async fn values_schema_refuses_bad_values() {
 /// provider-service.
 #[tokio::test(flavor = "multi_thread")]
 async fn default_values_fail_without_a_cluster_tag() {
-    let template = |sets: &'static [&'static str]| async move {
-        let mut args = vec!["template", "x", CHART, "--kube-version", KUBE_VERSION];
-        for set in sets {
-            args.extend(["--set", set]);
-        }
-        run(&tool("helm"), &args, None).await
-    };
     for sets in [
         &[][..],
         &["providerService.cloudProviders={aws}"][..],
@@ -307,7 +287,7 @@ async fn default_values_fail_without_a_cluster_tag() {
             "providerService.deleteUntagged=deny",
         ][..],
     ] {
-        let (ok, _, err) = template(sets).await;
+        let (ok, _, err) = template_with(sets).await;
         assert!(!ok, "{sets:?} rendered without a cluster tag");
         assert!(
             err.contains("no cluster tag")
@@ -349,7 +329,7 @@ async fn default_values_fail_without_a_cluster_tag() {
         ),
         (&["providerService.cloudProviders={libvirt,byom}"][..], ""),
     ] {
-        let (ok, out, err) = template(sets).await;
+        let (ok, out, err) = template_with(sets).await;
         assert!(ok, "{sets:?}: {err}");
         if !env.is_empty() {
             assert!(
@@ -375,7 +355,7 @@ async fn the_chart_knows_every_cloud_and_whether_it_has_tags() {
             .expect("read the values schema"),
     )
     .expect("the values schema is JSON");
-    let listed: Vec<&str> = schema
+    let mut listed: Vec<&str> = schema
         .pointer("/properties/providerService/properties/cloudProviders/items/enum")
         .and_then(|e| e.as_array())
         .expect("providerService.cloudProviders lists its clouds")
@@ -384,26 +364,12 @@ async fn the_chart_knows_every_cloud_and_whether_it_has_tags() {
         .collect();
     let mut clouds: Vec<&str> = CloudProvider::ALL.iter().map(|c| c.as_str()).collect();
     clouds.sort_unstable();
-    let mut sorted = listed.clone();
-    sorted.sort_unstable();
-    assert_eq!(sorted, clouds, "the values schema's clouds");
+    listed.sort_unstable();
+    assert_eq!(listed, clouds, "the values schema's clouds");
 
     for cloud in CloudProvider::ALL {
         let set = format!("providerService.cloudProviders={{{cloud}}}");
-        let (ok, _, err) = run(
-            &tool("helm"),
-            &[
-                "template",
-                "x",
-                CHART,
-                "--kube-version",
-                KUBE_VERSION,
-                "--set",
-                &set,
-            ],
-            None,
-        )
-        .await;
+        let (ok, _, err) = template_with(&[&set]).await;
         assert_eq!(
             !ok && err.contains("no cluster tag"),
             cloud.has_tags(),

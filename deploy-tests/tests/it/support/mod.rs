@@ -128,6 +128,16 @@ pub async fn run_ok(program: &Path, args: &[&str], stdin: Option<&str>) -> Strin
     stdout
 }
 
+/// `helm template` of the chart with its default values and `--set` each of `sets`, for the values the chart
+/// must refuse or accept: (success, stdout, stderr).
+pub async fn template_with(sets: &[&str]) -> (bool, String, String) {
+    let mut args = vec!["template", "x", CHART, "--kube-version", KUBE_VERSION];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    run(&tool("helm"), &args, None).await
+}
+
 /// `helm template` of the chart with the CRDs, as installed into `namespace`.
 pub async fn render(release: &str, namespace: &str, values: &[&str]) -> String {
     let mut args = vec![
