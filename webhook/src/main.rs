@@ -3,13 +3,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
-use peerpods_runtime::args::SecureMetricsArgs;
+use peerpods_runtime::args::{SecureMetricsArgs, duration};
 use peerpods_runtime::telemetry::{self, LogFormat};
 use peerpods_webhook::listen::ListenAddr;
 use peerpods_webhook::mutation::{DEFAULT_EXTENDED_RESOURCE, DEFAULT_RUNTIME_CLASS, Target};
-use peerpods_webhook::server::{self, CERT_POLL_INTERVAL, DEFAULT_CERT_DIR, Options};
+use peerpods_webhook::server::{
+    self, AdmissionLimits, CERT_POLL_INTERVAL, DEFAULT_CERT_DIR, Options,
+};
 use peerpods_webhook::tls::TlsVersion;
 
 const COMPONENT: &str = "peerpods-webhook";
@@ -48,6 +51,10 @@ struct Cli {
     /// ...); unset allows every suite it implements. Not allowed with VersionTLS13, as upstream.
     #[arg(long, env = "TLS_CIPHER_SUITES", value_delimiter = ',')]
     tls_cipher_suites: Vec<String>,
+    /// How long reading an admission request's body may take once its share of the admission budget is held: a
+    /// client sending slowly must not keep the budget. Keep it within the webhook configuration's timeoutSeconds.
+    #[arg(long, env = "BODY_READ_TIMEOUT", default_value = "10s", value_parser = duration)]
+    body_read_timeout: Duration,
     /// Log line format: text or json.
     #[arg(long, env = "LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -77,7 +84,10 @@ impl Cli {
             tls_min_version: self.tls_min_version,
             tls_cipher_suites: self.tls_cipher_suites.clone(),
             target: Target::new(&self.target_runtime_class, &self.pod_vm_extended_resource),
-            admission: peerpods_webhook::server::AdmissionLimits::default(),
+            admission: AdmissionLimits {
+                body_read_timeout: self.body_read_timeout,
+                ..AdmissionLimits::default()
+            },
         }
     }
 }
@@ -137,6 +147,17 @@ mod tests {
             options.target,
             Target::new("kata-remote", "kata.peerpods.io/vm")
         );
+        assert_eq!(options.admission, AdmissionLimits::default());
+    }
+
+    #[test]
+    fn the_body_read_timeout_is_a_duration() {
+        let cli = Cli::try_parse_from([COMPONENT, "--body-read-timeout", "2m"]).unwrap();
+        assert_eq!(
+            cli.options().admission.body_read_timeout,
+            Duration::from_secs(120)
+        );
+        assert!(Cli::try_parse_from([COMPONENT, "--body-read-timeout", "soon"]).is_err());
     }
 
     #[test]
