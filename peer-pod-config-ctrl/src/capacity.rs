@@ -53,7 +53,7 @@ impl ProviderCapacity {
                 .await
                 .map_err(|error| Error::ProviderCapacity {
                     provider: provider.to_owned(),
-                    message: error.message.clone(),
+                    message: error.to_string(),
                     source: Box::new(error),
                 })?;
         if let Ok(mut cache) = self.cache.lock() {

@@ -12,7 +12,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use peerpods_runtime::backoff::{Backoff, Failures};
 use tracing::warn;
 
-use crate::breaker::{self, Breakers};
+use crate::cleanup::reminders::Reminders;
 use crate::cleanup::rules::InProgress;
 use crate::developer_mode::Mode;
 use crate::index::OwnerIndex;
@@ -37,10 +37,8 @@ pub struct Context {
     /// Deletes provider-service answered "still in progress" for, per PeerPod: when to ask again. Cleared
     /// when the VM is confirmed gone and when the object is gone.
     in_progress: Mutex<HashMap<ObjectRef<PeerPod>, InProgress>>,
-    /// Holds DeleteInstance calls back while provider-service or a cloud is down (see `breaker`).
-    pub(crate) breakers: Breakers,
     /// When each failing PeerPod's Warning Event was last published.
-    pub(crate) reminders: breaker::Reminders<ObjectRef<PeerPod>>,
+    pub(crate) reminders: Reminders<ObjectRef<PeerPod>>,
     /// cloud-api-adaptor's developer mode as last read.
     pub(crate) developer_mode: Mode,
 }
@@ -58,7 +56,8 @@ impl Context {
     ) -> Self {
         Context {
             client,
-            provider,
+            // A fresh circuit breaker per term.
+            provider: provider.with_breaker(),
             recorder,
             metrics,
             backoff,
@@ -67,8 +66,7 @@ impl Context {
             failures: Failures::default(),
             deletion_seen: Mutex::default(),
             in_progress: Mutex::default(),
-            breakers: Breakers::default(),
-            reminders: breaker::Reminders::default(),
+            reminders: Reminders::default(),
             developer_mode,
         }
     }

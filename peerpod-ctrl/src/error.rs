@@ -5,6 +5,7 @@ use peerpods_api::peerpod::CleanedReason;
 use std::time::Duration;
 
 use peerpods_api::peerpod::FailureReason;
+use peerpods_provider_client::Held;
 use peerpods_runtime::{Cause, with_cause};
 
 /// Everything that can go wrong while cleaning up PeerPods.
@@ -81,13 +82,10 @@ pub enum Error {
         source: Option<Cause>,
     },
     /// The call was not made: the circuit breaker holds calls back while provider-service or a cloud is down
-    /// (see `breaker`). Not a failure of this PeerPod; retried once the breaker's probe may have closed it.
-    #[error("{scope} is down ({cause}); the call waits for the circuit breaker's probe")]
-    CircuitOpen {
-        scope: String,
-        cause: &'static str,
-        retry_in: Duration,
-    },
+    /// (provider-client's `breaker`). Not a failure of this PeerPod; retried once the breaker's probe may have
+    /// closed it.
+    #[error("{0}")]
+    CircuitOpen(Held),
     /// provider-service answered with an unexpected error (INTERNAL, UNKNOWN, ...).
     #[error("provider-service failed: {message}")]
     ProviderFailed {

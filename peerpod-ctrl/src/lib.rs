@@ -12,12 +12,11 @@
 //! - Scans, each a pass every interval over the term's PeerPod cache (`periodic`): [`orphans`] (VMs no
 //!   PeerPod refers to), [`adopt`] (cloud-api-adaptor's VM and PeerPod names, which tie an untracked VM to its
 //!   live Pod), [`reverse`] (live PeerPods whose VM the cloud no longer has).
-//! - Around them: [`provider`] (the provider-service calls), [`instance`] (a VM's identity), [`breaker`] (holds
-//!   provider-service calls back while it or a cloud is down), [`in_use`] (how many PeerPods hold the
-//!   finalizer, for the chart's uninstall protection), [`metrics`] (Prometheus metrics).
+//! - Around them: [`provider`] (the provider-service calls, deletes behind provider-client's circuit breaker),
+//!   [`instance`] (a VM's identity), [`in_use`] (how many PeerPods hold the finalizer, for the chart's uninstall
+//!   protection), [`metrics`] (Prometheus metrics).
 
 pub mod adopt;
-pub mod breaker;
 pub mod cache;
 pub mod cleanup;
 pub mod context;

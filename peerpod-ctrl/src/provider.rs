@@ -39,6 +39,14 @@ impl Provider {
         }
     }
 
+    /// The same client with a circuit breaker of its own in front of its deletes: while provider-service or a
+    /// cloud is down, one delete probes it and the others fail at once with [`Error::CircuitOpen`].
+    pub fn with_breaker(&self) -> Self {
+        Provider {
+            service: self.service.with_breaker(),
+        }
+    }
+
     /// Connects lazily: the controller starts while provider-service is down, and calls fail with
     /// [`Error::ProviderUnavailable`] until it is up.
     pub fn connect(config: &ProviderClientConfig) -> Result<Self, Error> {
@@ -103,9 +111,17 @@ fn cloud_failure_reason(failure: CloudFailure) -> FailureReason {
 /// is cut to a human size ([`crate::error::human_message`]); the status, when there was one, is the source.
 impl From<CallError> for Error {
     fn from(call: CallError) -> Self {
-        let message = human_message(&call.message);
-        let source = call.status.map(Cause::from);
-        match call.failure {
+        let (failure, message, status) = match call {
+            CallError::Failed {
+                failure,
+                message,
+                status,
+            } => (failure, message, status),
+            CallError::Held(held) => return Error::CircuitOpen(held),
+        };
+        let message = human_message(&message);
+        let source = status.map(Cause::from);
+        match failure {
             Failure::Protected => Error::InstanceProtected { message, source },
             Failure::Refused(refusal) => Error::ProviderRefused {
                 reason: refusal_reason(refusal),
@@ -334,10 +350,6 @@ mod tests {
         let cloud_down = status_error(&with_info(Code::Unavailable, "CloudUnavailable", None));
         assert_eq!(cloud_down.reason(), "CloudUnavailable");
         assert!(!cloud_down.is_permanent());
-        assert!(matches!(
-            crate::breaker::scope_of("aws", &cloud_down),
-            Some(crate::breaker::Scope::Cloud(c)) if c == "aws"
-        ));
         let throttled = status_error(&with_info(
             Code::ResourceExhausted,
             "Throttled",
@@ -352,17 +364,13 @@ mod tests {
         ] {
             let error = status_error(&status);
             assert_eq!(error.reason(), "ProviderUnavailable", "{status:?}");
-            assert!(matches!(
-                crate::breaker::scope_of("aws", &error),
-                Some(crate::breaker::Scope::ProviderService)
-            ));
         }
         assert_eq!(
             status_error(&with_info(Code::ResourceExhausted, "Overloaded", None)).reason(),
             "ProviderThrottled"
         );
         // The cloud refusing provider-service's own permissions is a cloud policy to fix, not this
-        // controller's credentials: its own reason, permanent, and it does not open provider-service's breaker.
+        // controller's credentials: its own reason, and permanent.
         let policy = status_error(&with_info(
             Code::PermissionDenied,
             "CloudPermissionDenied",
@@ -370,7 +378,6 @@ mod tests {
         ));
         assert_eq!(policy.reason(), "CloudPermissionDenied");
         assert!(policy.is_permanent());
-        assert!(crate::breaker::scope_of("aws", &policy).is_none());
         // This controller (the caller) refused: provider-service's ProviderUnauthorized.
         assert_eq!(
             status_error(&with_info(Code::Unauthenticated, "Unauthenticated", None)).reason(),
@@ -403,7 +410,6 @@ mod tests {
             let error = status_error(&status);
             assert_eq!(error.reason(), "ProviderRejected", "{status:?}");
             assert!(error.is_permanent(), "{status:?}");
-            assert!(crate::breaker::scope_of("aws", &error).is_none());
         }
     }
 

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef;
+use peerpods_provider_client::held_delay;
 use peerpods_runtime::backoff;
 use tracing::{Instrument, debug, info_span};
 
 use crate::Error;
-use crate::breaker;
 use crate::cleanup;
 use crate::cleanup::rules::{self, Hold, Plan};
 use crate::context::Context;
@@ -155,10 +155,10 @@ pub(crate) fn error_policy(peerpod: Arc<PeerPod>, error: &Error, ctx: Arc<Contex
         // Not a failure of anything (and not counted as one): re-read soon and decide again.
         return Action::requeue(Duration::from_millis(200));
     }
-    if let Error::CircuitOpen { retry_in, .. } = error {
+    if let Error::CircuitOpen(held) = error {
         // Held back, not failed: the PeerPod's own backoff does not grow, or it would come back minutes after
         // provider-service did. Spread over one more wait, so the held PeerPods do not return together.
-        return Action::requeue(breaker::held_delay(*retry_in, backoff::jitter()));
+        return Action::requeue(held_delay(held.retry_in, backoff::jitter()));
     }
     let key = ObjectRef::from_obj(peerpod.as_ref());
     let failures = ctx.failures.record(key);

@@ -8,6 +8,8 @@ use std::time::Duration;
 use peerpods_proto::ErrorReason;
 use tonic::Code;
 
+use crate::breaker::Held;
+
 /// Who failed, and how, when provider-service answered with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Failure {
@@ -160,22 +162,31 @@ impl Failure {
     }
 }
 
-/// A call to provider-service that failed: what the answer says ([`Failure`]), its code and message as a person
-/// reads them, and the status itself (absent when the answer came but could not be read).
+/// A call to provider-service that did not succeed.
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct CallError {
-    pub failure: Failure,
-    /// `<code>: <message>` of the answer, or what was wrong with an answer that could not be read.
-    pub message: String,
-    /// The status as it came: one made on this side of the connection carries the transport's error under it.
-    #[source]
-    pub status: Option<tonic::Status>,
+pub enum CallError {
+    /// provider-service answered with an error, or could not be reached: what the answer says ([`Failure`]),
+    /// its code and message as a person reads them, and the status itself (absent when the answer came but
+    /// could not be read).
+    #[error("{message}")]
+    Failed {
+        failure: Failure,
+        /// `<code>: <message>` of the answer, or what was wrong with an answer that could not be read.
+        message: String,
+        /// The status as it came: one made on this side of the connection carries the transport's error under
+        /// it.
+        #[source]
+        status: Option<tonic::Status>,
+    },
+    /// Not made: the circuit breaker holds calls back while provider-service or the cloud is down (see
+    /// [`crate::breaker`]). Not a failure of what the call was for.
+    #[error(transparent)]
+    Held(#[from] Held),
 }
 
 impl From<tonic::Status> for CallError {
     fn from(status: tonic::Status) -> Self {
-        CallError {
+        CallError::Failed {
             failure: Failure::read(&status),
             message: format!("{:?}: {}", status.code(), status.message()),
             status: Some(status),
@@ -184,13 +195,45 @@ impl From<tonic::Status> for CallError {
 }
 
 impl CallError {
-    /// An answer that came but says nothing this client can act on (never read as success).
+    /// An answer that came but says nothing this client can act on: a failure of provider-service.
     pub fn unreadable(message: impl Into<String>) -> Self {
-        CallError {
+        CallError::Failed {
             failure: Failure::Failed,
             message: message.into(),
             status: None,
         }
+    }
+
+    /// What provider-service's answer said; `None` for a call the breaker held back.
+    pub fn failure(&self) -> Option<Failure> {
+        match self {
+            CallError::Failed { failure, .. } => Some(*failure),
+            CallError::Held(_) => None,
+        }
+    }
+}
+
+/// Who failed, in a few words (the cause of an open circuit breaker, in its logs and messages).
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Failure::Protected => "the VM is protected",
+            Failure::Refused(_) => "provider-service refused the call",
+            Failure::Cloud {
+                failure: CloudFailure::Unavailable,
+                ..
+            } => "the cloud is unavailable",
+            Failure::Cloud {
+                failure: CloudFailure::Throttled,
+                ..
+            } => "the cloud throttles",
+            Failure::Rejected => "the request is malformed",
+            Failure::Precondition => "provider-service cannot act in its configuration",
+            Failure::Throttled { .. } => "provider-service sheds load",
+            Failure::Unavailable => "provider-service unreachable",
+            Failure::Unauthorized => "provider-service refused our credentials",
+            Failure::Failed => "provider-service failed",
+        })
     }
 }
 
@@ -346,8 +389,8 @@ mod tests {
     fn a_call_error_keeps_the_status_and_says_its_code() {
         use std::error::Error as _;
         let error = CallError::from(tonic::Status::unavailable("down"));
-        assert_eq!(error.message, "Unavailable: down");
-        assert_eq!(error.failure, Failure::Unavailable);
+        assert_eq!(error.to_string(), "Unavailable: down");
+        assert_eq!(error.failure(), Some(Failure::Unavailable));
         assert!(
             error
                 .source()
@@ -355,7 +398,7 @@ mod tests {
                 .is_some()
         );
         let unreadable = CallError::unreadable("DeleteInstance answered without a result");
-        assert_eq!(unreadable.failure, Failure::Failed);
+        assert_eq!(unreadable.failure(), Some(Failure::Failed));
         assert!(unreadable.source().is_none());
     }
 }

@@ -8,10 +8,13 @@
 //!   ([`DeleteAnswer`], [`Instance`], [`Capacity`] of [`Figure`]s) carry no protobuf type.
 //! - [`Failure`]: what an error answer says (who failed, and whether it changes by itself), read once for both
 //!   controllers, inside a [`CallError`]; [`retry_after`]: how long a throttled answer asks to wait.
+//! - [`breaker`]: the circuit breaker a controller turns on in front of its deletes
+//!   ([`ProviderService::with_breaker`]); [`held_delay`]: when a held call asks again.
 //! - [`Error`]: the one error type of building a client, with a stable `reason()`.
 
 mod answers;
 mod args;
+pub mod breaker;
 mod capacity;
 mod client;
 mod error;
@@ -20,6 +23,7 @@ mod service;
 
 pub use answers::{About, DeleteAnswer, Deleted, Instance, Waiting};
 pub use args::{DEFAULT_PROVIDER_TIMEOUT, ProviderArgs, ProviderAuth};
+pub use breaker::{Held, held_delay};
 pub use capacity::{Capacity, Figure};
 pub use client::{
     CallCredentials, ProviderChannel, ProviderClient, ProviderClientConfig, TokenFile, connect,

@@ -3,6 +3,7 @@
 //! a protobuf type.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use peerpods_proto::v1::{
@@ -11,6 +12,7 @@ use peerpods_proto::v1::{
 };
 
 use crate::answers::{About, DeleteAnswer, Deleted, Instance, Waiting};
+use crate::breaker::Breakers;
 use crate::capacity::Capacity;
 use crate::failure::CallError;
 use crate::{Error, ProviderClient, ProviderClientConfig};
@@ -23,11 +25,27 @@ pub struct ProviderService {
     client: ProviderClient,
     /// Who calls, as the requester of a delete names it (`peerpod-ctrl`).
     component: &'static str,
+    /// The circuit breaker deletes go through, when turned on ([`ProviderService::with_breaker`]).
+    breakers: Option<Arc<Breakers>>,
 }
 
 impl ProviderService {
     pub fn new(client: ProviderClient, component: &'static str) -> Self {
-        ProviderService { client, component }
+        ProviderService {
+            client,
+            component,
+            breakers: None,
+        }
+    }
+
+    /// The same client with a circuit breaker of its own in front of its deletes (see [`crate::breaker`]):
+    /// while provider-service or a cloud is down, one delete probes it and the others come back at once as
+    /// [`CallError::Held`]. Clones share the breaker; a controller takes a fresh one per leadership term.
+    pub fn with_breaker(&self) -> Self {
+        ProviderService {
+            breakers: Some(Arc::default()),
+            ..self.clone()
+        }
     }
 
     /// Connects lazily: the caller starts while provider-service is down, and calls fail with an unavailable
@@ -40,6 +58,22 @@ impl ProviderService {
     /// [`DeleteAnswer::Gone`] lets a caller release a finalizer; an error or [`DeleteAnswer::InProgress`] keeps
     /// it in place.
     pub async fn delete_instance(
+        &self,
+        provider: &str,
+        instance_id: &str,
+        about: About<'_>,
+    ) -> Result<DeleteAnswer, CallError> {
+        match &self.breakers {
+            Some(breakers) => {
+                breakers
+                    .guard(provider, self.ask_delete(provider, instance_id, about))
+                    .await
+            }
+            None => self.ask_delete(provider, instance_id, about).await,
+        }
+    }
+
+    async fn ask_delete(
         &self,
         provider: &str,
         instance_id: &str,

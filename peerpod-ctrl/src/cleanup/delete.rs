@@ -17,7 +17,6 @@ use super::release::{live_namesake_by_quorum, release_finalizer, release_still_r
 use super::rules::{self, InProgress};
 use super::status::{Cleaned, waiting_reason};
 use crate::Error;
-use crate::breaker;
 use crate::context::{Context, publish};
 use crate::instance::instance_key;
 use crate::provider::{About, DeleteAnswer, Deleted, Waiting, deleted_reason};
@@ -99,8 +98,11 @@ pub(crate) async fn delete_instance(
         name: &name,
         reason: RequesterReason::PeerPodDeleted,
     };
-    let call = ctx.provider.delete_instance(provider, instance_id, about);
-    let answer = match breaker::guarded(&ctx.breakers, provider, call).await {
+    let answer = match ctx
+        .provider
+        .delete_instance(provider, instance_id, about)
+        .await
+    {
         Ok(answer) => answer,
         Err(error) => {
             ctx.metrics.instance_delete(provider, error.reason());

@@ -11,12 +11,14 @@
 //! - `delete`: `DeleteInstance` and the release once the VM is confirmed gone.
 //! - `release`: the releases without a delete (a live namesake, the operator's annotation).
 //! - `hold`: the holds (do-not-delete, developer mode, a release annotation not acted on).
-//! - `record`: the status writes, and a failure's Event and metric.
+//! - `record`: the status writes, and a failure's Event and metric; [`reminders`]: how often a failure that
+//!   stays the same says so again.
 
 mod delete;
 mod hold;
 mod record;
 mod release;
+pub(crate) mod reminders;
 pub mod rules;
 pub mod status;
 

@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::FIELD_MANAGER;
 use super::status::{Cleaned, cleaned_status};
 use crate::Error;
-use crate::breaker;
+use crate::cleanup::reminders;
 use crate::context::{Context, publish};
 use peerpods_api::peerpod::{CleanedReason, PeerPod};
 
@@ -72,8 +72,8 @@ pub(crate) async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Err
     // way has nothing new to say (the metric and the log count the attempts).
     let key = ObjectRef::from_obj(peerpod);
     let message = format!("Instance not deleted yet, finalizer kept: {error}");
-    if breaker::same_failure_recorded(peerpod, error.reason()) {
-        // The Event repeats (a series update, kube's aggregation) at most every breaker::EVENT_REPEAT.
+    if reminders::same_failure_recorded(peerpod, error.reason()) {
+        // The Event repeats (a series update, kube's aggregation) at most every reminders::EVENT_REPEAT.
         if ctx.reminders.due(&key, Instant::now()) {
             publish(
                 ctx,

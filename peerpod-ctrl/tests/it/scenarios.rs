@@ -1177,7 +1177,7 @@ async fn vms_the_cloud_does_not_show_yet_are_waited_for_without_a_warning_or_the
     use k8s_openapi::api::events::v1::Event;
     use kube::api::{Api, ListParams};
 
-    let unseen: Vec<String> = (0..=peerpod_ctrl::breaker::CLOUD_THRESHOLD)
+    let unseen: Vec<String> = (0..=peerpods_provider_client::breaker::CLOUD_THRESHOLD)
         .map(|i| format!("unseen-{i}"))
         .collect();
     let s = Scenario::start("not-yet-visible").await;
