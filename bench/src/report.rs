@@ -91,6 +91,10 @@ pub struct Storm {
     pub peerpods_per_second: f64,
     /// API writes (PeerPod patches, status, Events) per released PeerPod, counted by the API server.
     pub api_writes_per_delete: f64,
+    /// Of those, writes to the PeerPod itself (patches and status; target: 1.0, the finalizer's release).
+    pub peerpod_writes_per_delete: f64,
+    /// Of those, Events (where a cleanup's outcome goes).
+    pub event_writes_per_delete: f64,
     /// The same storm with provider-service stopped from the delete on for this long, then back.
     pub outage_seconds: f64,
     /// API writes while provider-service was away.
@@ -251,6 +255,16 @@ impl Results {
                     "storm",
                     "API writes per delete (API server's count)",
                     format!("{:.2}", s.api_writes_per_delete),
+                );
+                add(
+                    "storm",
+                    "  of which to the PeerPod (target 1.0)",
+                    format!("{:.2}", s.peerpod_writes_per_delete),
+                );
+                add(
+                    "storm",
+                    "  of which Events",
+                    format!("{:.2}", s.event_writes_per_delete),
                 );
                 add(
                     "storm",
@@ -529,6 +543,8 @@ mod tests {
                 ratio: 4.0,
                 peerpods_per_second: 0.5,
                 api_writes_per_delete: 2.0,
+                peerpod_writes_per_delete: 1.0,
+                event_writes_per_delete: 1.0,
                 outage_seconds: 10.0,
                 outage_writes_during: 4.0,
                 outage_api_writes_per_delete: 2.1,
@@ -575,6 +591,8 @@ mod tests {
                 .is_some_and(|s| s.contains("Setup"))
         );
         assert_eq!(value["storm"]["ratio"], 4.0);
+        assert_eq!(value["storm"]["peerpod_writes_per_delete"], 1.0);
+        assert_eq!(value["storm"]["event_writes_per_delete"], 1.0);
         assert_eq!(value["control_plane_tuning"][0], "etcd-unsafe-no-fsync");
         assert!(results.any_failed());
         let table = results.table();
@@ -582,6 +600,7 @@ mod tests {
         assert!(table.contains("failed: broken"));
         assert!(table.contains("missing: "));
         assert!(table.contains("4.00x"));
+        assert!(table.contains("of which to the PeerPod (target 1.0)"));
     }
 
     #[test]

@@ -130,7 +130,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let cleanup = started.elapsed().as_secs_f64();
     let after = Scrape::parse(&provider.metrics().await?)?;
     let requests_after = moto::provider_requests(&moto);
-    let writes = controller_writes(cluster).await? - writes_before;
+    let writes = controller_writes(cluster).await?.since(writes_before);
     ctrl.stop().await;
     provider.stop().await;
 
@@ -143,7 +143,8 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
             &[("method", "DeleteInstance")],
         )
     };
-    let success_writes_per_delete = if n > 0 { writes / n as f64 } else { 0.0 };
+    let per_delete = |count: f64| if n > 0 { count / n as f64 } else { 0.0 };
+    let success_writes_per_delete = per_delete(writes.total());
     let outage = outage(options, cluster).await?;
     let storm = Storm {
         peerpods: n,
@@ -157,6 +158,8 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
             0.0
         },
         api_writes_per_delete: success_writes_per_delete,
+        peerpod_writes_per_delete: per_delete(writes.peerpods),
+        event_writes_per_delete: per_delete(writes.events),
         outage_seconds: OUTAGE.as_secs_f64(),
         outage_writes_during: outage.writes_during,
         outage_api_writes_per_delete: outage.writes_per_delete,
@@ -209,7 +212,10 @@ async fn outage(options: &Options, cluster: &Cluster) -> Result<OutageWrites, Er
     api.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await?;
     tokio::time::sleep(OUTAGE).await;
-    let writes_during = controller_writes(cluster).await? - writes_before;
+    let writes_during = controller_writes(cluster)
+        .await?
+        .since(writes_before)
+        .total();
     // Back on the same address and configuration, as a restarted Pod behind its Service.
     let config_dir = config.as_ref().map(|dir| dir.path().display().to_string());
     let admin = free_addr()?;
@@ -247,7 +253,10 @@ async fn outage(options: &Options, cluster: &Cluster) -> Result<OutageWrites, Er
         },
     )
     .await?;
-    let writes = controller_writes(cluster).await? - writes_before;
+    let writes = controller_writes(cluster)
+        .await?
+        .since(writes_before)
+        .total();
     ctrl.stop().await;
     provider.stop().await;
     drop(config);
@@ -304,12 +313,35 @@ async fn floor(options: &Options, cluster: &Cluster) -> Result<f64, Error> {
     Ok(started.elapsed().as_secs_f64())
 }
 
-/// Writes of the kinds a cleanup makes (PeerPod patches and status, Events), counted by the API server. The
-/// bench's own DELETE of the PeerPods is not a write of these verbs; nothing else writes them during the storm.
-async fn controller_writes(cluster: &Cluster) -> Result<f64, Error> {
-    Ok(cluster.api_writes("peerpods", "").await?
-        + cluster.api_writes("peerpods", "status").await?
-        + cluster.api_writes("events", "").await?)
+/// Writes of the kinds a cleanup makes, counted by the API server: to the PeerPods (patches and status: the
+/// finalizer's release is the one a cleanup needs) and Events (where its outcome goes). The bench's own DELETE
+/// of the PeerPods is not a write of these verbs; nothing else writes them during the storm.
+#[derive(Debug, Clone, Copy)]
+struct Writes {
+    peerpods: f64,
+    events: f64,
+}
+
+impl Writes {
+    /// The writes made since `before`.
+    fn since(self, before: Writes) -> Writes {
+        Writes {
+            peerpods: self.peerpods - before.peerpods,
+            events: self.events - before.events,
+        }
+    }
+
+    fn total(self) -> f64 {
+        self.peerpods + self.events
+    }
+}
+
+async fn controller_writes(cluster: &Cluster) -> Result<Writes, Error> {
+    Ok(Writes {
+        peerpods: cluster.api_writes("peerpods", "").await?
+            + cluster.api_writes("peerpods", "status").await?,
+        events: cluster.api_writes("events", "").await?,
+    })
 }
 
 /// HTTP requests the cloud received between two counts, by EC2 action.
