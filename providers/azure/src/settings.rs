@@ -13,6 +13,9 @@ use peerpods_provider_core::{ExposeSecret, ProviderConfig, SecretString};
 // The syntax of ARM names lives with instance ids; settings only apply it to their keys.
 use crate::instance_id::{is_guid, resource_group_problem};
 
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "azure";
+
 /// Azure public cloud's Resource Manager endpoint.
 pub const PUBLIC_RESOURCE_MANAGER: &str = "https://management.azure.com";
 /// Azure public cloud's Microsoft Entra ID authority.
