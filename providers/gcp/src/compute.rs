@@ -17,8 +17,8 @@ use google_cloud_gax::retry_result::RetryResult;
 use google_cloud_gax::retry_state::RetryState;
 use peerpods_provider_core::{CloudCalls, Redactor};
 
-use crate::NAME;
 use crate::failure::{self, Failure};
+use crate::settings::NAME;
 
 /// Attempts per call, the first included: a transient failure is retried three times.
 pub const MAX_ATTEMPTS: u32 = 4;

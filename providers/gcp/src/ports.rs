@@ -23,9 +23,9 @@ use async_trait::async_trait;
 use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Lookup, Sighting};
 use peerpods_provider_core::{Error, InstanceKey};
 
-use crate::GcpProvider;
 use crate::failure::Failure;
 use crate::operation::{self, Progress};
+use crate::provider::{GcpProvider, created_of, request_id};
 
 /// A pending operation older than this is forgotten (a deletion abandoned after a failure).
 const FORGET_AFTER: Duration = Duration::from_secs(3600);
@@ -101,7 +101,7 @@ impl DeletionPorts for GcpProvider {
             }
             Err(failure) => return Err(failure.into_error(&format!("reading instance {name}"))),
         };
-        let created = crate::created_of(&instance);
+        let created = created_of(&instance);
         let seen = |sighting| Ok(Lookup::created(sighting, created));
         let labels = instance.labels.into_iter().collect();
         let Some(operation) = self.pending.of(name) else {
@@ -138,11 +138,7 @@ impl DeletionPorts for GcpProvider {
         let what = format!("deleting instance {name}");
         // A fresh requestId per request: an attempt the SDK repeats is the same request, and a
         // request after a failed operation is a new one (the old id would answer that failure).
-        let started = match self
-            .compute
-            .delete_instance(name, &crate::request_id())
-            .await
-        {
+        let started = match self.compute.delete_instance(name, &request_id()).await {
             Ok(started) => started,
             Err(failure) if failure.is_not_found() => return Ok(DeleteAnswer::NotFound),
             Err(failure) if failure.is_not_ready() => return Ok(DeleteAnswer::WrongState),

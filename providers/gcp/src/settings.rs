@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use peerpods_provider_core::SecretString;
 
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "gcp";
+
 /// cloud-api-adaptor's project key (`-gcp-project-id`).
 pub const PROJECT_ID: &str = "GCP_PROJECT_ID";
 /// cloud-api-adaptor's zone key (`-zone`): the zone its pod VMs are created in.
