@@ -695,4 +695,38 @@ mod tests {
             "{answer:?}"
         );
     }
+
+    #[test]
+    fn a_held_call_asks_again_after_the_wait_spread_over_one_more_wait() {
+        let two = Duration::from_secs(2);
+        assert_eq!(held_delay(two, 0), two);
+        assert_eq!(held_delay(two, 500_000), Duration::from_secs(3));
+        assert_eq!(held_delay(two, 1_000_000), 2 * two);
+        // Any draw spreads within the one more wait.
+        assert_eq!(held_delay(two, 1_000_001 + 500_000), Duration::from_secs(3));
+        // A scope about to close still spreads its callers over half the first backoff.
+        assert_eq!(held_delay(Duration::ZERO, 0), Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_scope_probing_holds_a_call_back_for_the_first_backoff_without_a_new_probe() {
+        let b = Breakers::default();
+        let now = Instant::now();
+        b.record("aws", Some(UNAVAILABLE), now);
+        let later = now + Duration::from_secs(31);
+        assert_eq!(b.admit("aws", later), Admission::Go { probe: true });
+        assert_eq!(
+            b.admit_peek("aws", later),
+            Some((Scope::ProviderService, OPEN_BACKOFF.base))
+        );
+        // Peeking starts no probe of its own: after the lost-probe timeout, admitting does.
+        assert_eq!(
+            b.admit_peek("aws", later + PROBE_TIMEOUT),
+            Some((Scope::ProviderService, OPEN_BACKOFF.base))
+        );
+        assert_eq!(
+            b.admit("aws", later + PROBE_TIMEOUT),
+            Admission::Go { probe: true }
+        );
+    }
 }
