@@ -19,13 +19,12 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use super::NAME;
 use super::credentials::{
     ASSUME_ROLE_WITH_OIDC, RrsaError, STS_VERSION, SigningKey, exchange_form, read_answer,
     read_token, refresh_at,
 };
 use super::failure::{Failure, classify};
-use super::settings::{Credential, Rrsa, Settings};
+use super::settings::{Credential, NAME, Rrsa, Settings};
 use super::signature::{SigningInput, sha256_hex, sign};
 
 /// Which API answers an action: each has its endpoint and version.

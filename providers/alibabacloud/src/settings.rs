@@ -11,6 +11,9 @@ use std::time::Duration;
 use peerpods_provider_core::config::{SettingsRefusal, typed};
 use peerpods_provider_core::{ProviderConfig, SecretString};
 
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "alibabacloud";
+
 /// cloud-api-adaptor's key of the access key id.
 pub const ACCESS_KEY_ID: &str = "ALIBABACLOUD_ACCESS_KEY_ID";
 /// cloud-api-adaptor's key of the access key secret.

@@ -9,8 +9,8 @@ use kube::api::{Api, PostParams};
 use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor};
 use tokio::sync::OnceCell;
 
-use crate::NAME;
 use crate::failure::{Failure, attempt_result, classify, timed_out};
+use crate::settings::NAME;
 
 /// Operation names in `provider_service_cloud_api_calls_total`.
 pub const GET_CONFIGMAP: &str = "GetConfigMap";

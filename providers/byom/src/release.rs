@@ -27,10 +27,10 @@ use peerpods_provider_core::{
     Deleter, DeletionPorts, Error, InstanceKey, OwnerTag, Pace, ProviderName, Window,
 };
 
-use crate::ByomProvider;
 use crate::failure::Failure;
 use crate::machine_address::MachineAddress;
 use crate::pool_state::{PoolState, STATE_KEY};
+use crate::provider::ByomProvider;
 
 /// Tries of one release when other writers keep changing the ConfigMap between read and write.
 const RELEASE_ATTEMPTS: u32 = 5;

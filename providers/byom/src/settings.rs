@@ -8,6 +8,9 @@ use peerpods_provider_core::config::{SettingsRefusal, typed};
 
 use crate::machine_address::MachineAddress;
 
+/// The `cloud_provider` name of this backend.
+pub const NAME: &str = "byom";
+
 /// CAA's default name of the pool state ConfigMap (`POOL_CONFIGMAP_NAME`).
 pub const DEFAULT_CONFIGMAP_NAME: &str = "byom-ip-pool-state";
 /// CAA's fallback namespace when neither `POOL_NAMESPACE` nor the pod's namespace is known.
