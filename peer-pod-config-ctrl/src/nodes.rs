@@ -43,8 +43,8 @@ pub enum CapacityChange {
 }
 
 /// Keeps of a Node only what this controller reads (name, labels, the owner annotation and the
-/// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached. A real node's status (images,
-/// conditions, addresses, node info) is most of its size, and the cache holds every node.
+/// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached or kept from a patch's answer. A real
+/// node's status (images, conditions, addresses, node info) is most of its size, and the cache holds every node.
 pub fn keep_what_is_read(node: &mut Node) {
     // Managed fields go as on every cached kind (caches.rs); written out here because the caches import this
     // module, not the other way round.
@@ -279,8 +279,8 @@ impl PatchRate {
     }
 }
 
-/// Apply `changes`, a bounded number at a time and at most at `rate`. Returns the nodes as the patches left them
-/// (a node deleted meanwhile is skipped). `done` counts the changes made so far (a skipped node counts as made),
+/// Apply `changes`, a bounded number at a time and at most at `rate`. Returns the nodes as the patches left them,
+/// each kept only as far as it is read ([`keep_what_is_read`]; a node deleted meanwhile is skipped). `done` counts the changes made so far (a skipped node counts as made),
 /// for the status to show how far a slow rebalance is.
 pub async fn apply(
     api: &Api<Node>,
@@ -299,7 +299,12 @@ pub async fn apply(
                 .patch_status(&node, &PatchParams::default(), &Patch::Merge(&body))
                 .await
             {
-                Ok(live) => Ok::<_, Error>(Some(live)),
+                // The answer is the whole Node (its images, its managed fields): only what is read is kept,
+                // as it arrives, so a rebalance of a thousand nodes never holds a thousand whole Nodes.
+                Ok(mut live) => {
+                    keep_what_is_read(&mut live);
+                    Ok::<_, Error>(Some(live))
+                }
                 // Deleted since the cache saw it: nothing to advertise on; the deletion event rebalances.
                 Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
                 Err(source) => Err(Error::NodeCapacity { node, source }),

@@ -1558,3 +1558,75 @@ async fn the_caches_hold_only_what_is_read_and_capacity_still_converges() {
     );
     s.finish().await;
 }
+
+/// A node patch's answer is the whole Node, a kubelet's images and the managed fields included: `nodes::apply`
+/// keeps of each only what the controller reads as it arrives, so a rebalance of a thousand nodes never holds a
+/// thousand whole Nodes at once (the peak a heap profile of `make bench`'s memory scenario showed).
+#[tokio::test]
+async fn node_patch_answers_are_kept_only_as_far_as_they_are_read() {
+    use k8s_openapi::api::core::v1::NodeStatus;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use peer_pod_config_ctrl::nodes::{self, CapacityChange, PatchRate};
+
+    let s = Scenario::start_idle("ppc-trim").await;
+    s.create_nodes(0..2, |_| true).await;
+    let api = s.nodes();
+    // What a kubelet writes: the node's images.
+    for i in 0..2 {
+        let status = serde_json::json!({"status": {"images": [
+            {"names": ["registry.example/app@sha256:0123", "registry.example/app:1"], "sizeBytes": 1000}
+        ]}});
+        api.patch_status(
+            &s.node_name(i),
+            &PatchParams::default(),
+            &Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    }
+    let as_stored = api.get_status(&s.node_name(0)).await.unwrap();
+    assert!(as_stored.metadata.managed_fields.is_some());
+    assert!(as_stored.status.as_ref().unwrap().images.is_some());
+
+    let changes = vec![
+        (s.node_name(0), CapacityChange::Set { value: 3 }),
+        (s.node_name(1), CapacityChange::Set { value: 2 }),
+    ];
+    let (done, _) = tokio::sync::watch::channel(0);
+    let mut live = nodes::apply(&api, &changes, &Arc::new(PatchRate::new(100, 10)), &done)
+        .await
+        .unwrap();
+    live.sort_by_key(|n| n.name_any());
+    assert_eq!(*done.borrow(), 2);
+    let kept: Vec<_> = live
+        .iter()
+        .map(|n| {
+            (
+                n.name_any(),
+                n.metadata.managed_fields.clone(),
+                n.status.clone(),
+            )
+        })
+        .collect();
+    let capacity = |value: &str| {
+        Some(NodeStatus {
+            capacity: Some(BTreeMap::from([(
+                EXTENDED_RESOURCE.to_owned(),
+                Quantity(value.into()),
+            )])),
+            ..NodeStatus::default()
+        })
+    };
+    assert_eq!(
+        kept,
+        [
+            (s.node_name(0), None, capacity("3")),
+            (s.node_name(1), None, capacity("2")),
+        ]
+    );
+    assert!(
+        live.iter()
+            .all(|n| n.labels().contains_key("peerpods-test/prefix"))
+    );
+    s.finish().await;
+}
