@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 
 use test_support::faults::{CallKind, Fault};
 
+use crate::account::{ACCESS_KEY_ID, OIDC_PROVIDER_ARN, REGION, ROLE_ARN};
 use crate::signature::{expected_signature, parse_authorization, query_params, sha256_hex};
 use crate::state::State as Account;
-use crate::{ACCESS_KEY_ID, OIDC_PROVIDER_ARN, REGION, ROLE_ARN};
 
 const DESCRIBE_INSTANCES: &str = include_str!("../fixtures/describe_instances.json");
 const DELETE_INSTANCE: &str = include_str!("../fixtures/delete_instance.json");

@@ -168,7 +168,7 @@ impl State {
                 DEFAULT_MAX_VCPUS.to_owned(),
             )],
             parts: BTreeMap::new(),
-            oidc_token: crate::OIDC_TOKEN.to_owned(),
+            oidc_token: crate::account::OIDC_TOKEN.to_owned(),
             temporary: BTreeMap::new(),
             issued: Vec::new(),
             key_lifetime: None,

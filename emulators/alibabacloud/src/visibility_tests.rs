@@ -11,8 +11,9 @@ use test_support::cloud::CloudEmulator;
 use test_support::faults::{CallKind, Faults, Visibility};
 use test_support::visibility_checks::{self, Probe};
 
+use crate::account::{ACCESS_KEY_ID, ACCESS_KEY_SECRET, REGION};
+use crate::emulator::AlibabaCloudEmulator;
 use crate::signature::{expected_signature, sha256_hex};
-use crate::{ACCESS_KEY_ID, ACCESS_KEY_SECRET, AlibabaCloudEmulator, REGION};
 
 struct Http<'a> {
     emulator: &'a AlibabaCloudEmulator,

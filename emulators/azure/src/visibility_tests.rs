@@ -10,9 +10,10 @@ use serde_json::Value;
 use test_support::faults::CallKind;
 use test_support::visibility_checks::{self, Probe};
 
-use crate::{
-    AzureEmulator, CLIENT_ID, CLIENT_SECRET, RESOURCE_GROUP, SUBSCRIPTION_ID, TENANT_ID, VmOptions,
+use crate::cloud::{
+    CLIENT_ID, CLIENT_SECRET, RESOURCE_GROUP, SUBSCRIPTION_ID, TENANT_ID, VmOptions,
 };
+use crate::emulator::AzureEmulator;
 
 const API_VERSION: &str = "2024-07-01";
 

@@ -142,10 +142,10 @@ mod tests {
 
     #[test]
     fn accepts_the_trusted_key_and_refuses_another() {
-        let trusted =
-            TrustedKey::from_service_account(crate::SERVICE_ACCOUNT_KEY).expect("trusted key");
-        let right = key_pair(crate::SERVICE_ACCOUNT_KEY);
-        let wrong = key_pair(crate::WRONG_SERVICE_ACCOUNT_KEY);
+        let trusted = TrustedKey::from_service_account(crate::fixtures::SERVICE_ACCOUNT_KEY)
+            .expect("trusted key");
+        let right = key_pair(crate::fixtures::SERVICE_ACCOUNT_KEY);
+        let wrong = key_pair(crate::fixtures::WRONG_SERVICE_ACCOUNT_KEY);
         assert_eq!(trusted.verify(&token(&right, claims()), NOW), Ok(()));
         assert_eq!(
             trusted.verify(&token(&wrong, claims()), NOW),
@@ -155,9 +155,9 @@ mod tests {
 
     #[test]
     fn refuses_expired_unscoped_and_foreign_tokens() {
-        let trusted =
-            TrustedKey::from_service_account(crate::SERVICE_ACCOUNT_KEY).expect("trusted key");
-        let right = key_pair(crate::SERVICE_ACCOUNT_KEY);
+        let trusted = TrustedKey::from_service_account(crate::fixtures::SERVICE_ACCOUNT_KEY)
+            .expect("trusted key");
+        let right = key_pair(crate::fixtures::SERVICE_ACCOUNT_KEY);
         let mut expired = claims();
         expired["exp"] = (NOW - 1).into();
         assert_eq!(

@@ -11,7 +11,9 @@ use test_support::cloud::CloudEmulator;
 use test_support::faults::{self, CallKind};
 use test_support::visibility_checks::{self, Probe};
 
-use crate::{GcpEmulator, PROJECT, SERVICE_ACCOUNT_KEY, ZONE};
+use crate::emulator::GcpEmulator;
+use crate::fixtures::SERVICE_ACCOUNT_KEY;
+use crate::project::{PROJECT, ZONE};
 
 /// A self-signed RS256 JWT of the trusted service-account key, valid for an hour.
 fn bearer() -> String {
