@@ -28,10 +28,11 @@ use peerpods_runtime::health::{self, Health, Progress};
 use peerpods_runtime::watch;
 use tracing::warn;
 
+use crate::apply::FIELD_MANAGER;
 use crate::capacity::ProviderCapacity;
 use crate::metrics::Metrics;
 use crate::reconcile::error_policy;
-use crate::{FIELD_MANAGER, caches, dra, nodes, objects};
+use crate::{caches, dra, nodes, objects};
 use peerpods_api::peerpodconfig::PeerPodConfig;
 use peerpods_provider_client::ProviderService;
 

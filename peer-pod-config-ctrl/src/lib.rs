@@ -33,8 +33,5 @@ pub mod spread;
 pub mod status;
 pub mod validate;
 
+pub use apply::FIELD_MANAGER;
 pub use error::Error;
-
-/// This controller's name: the field manager of its applies and status writes (the deletion hold's condition has
-/// its own, see [`hold`]), the reporter of its Events, and the `app.kubernetes.io/managed-by` of what it owns.
-pub const FIELD_MANAGER: &str = "peer-pod-config-ctrl";

@@ -14,9 +14,10 @@ use super::owned::{current, remember_nodes};
 use super::pool::withdraw_pool;
 use super::record::publish;
 use super::{Context, FINALIZER, node_cache_ready};
+use crate::apply::FIELD_MANAGER;
 use crate::plan;
 use crate::validate;
-use crate::{Error, FIELD_MANAGER, hold, nodes, objects};
+use crate::{Error, hold, nodes, objects};
 use peerpods_api::peerpodconfig::{EventReason, PeerPodConfig};
 
 /// Deletion: remove node capacity and this controller's webhook from the chart's webhook configuration

@@ -8,8 +8,9 @@ use kube::api::Api;
 
 use super::owned::{current, delete_owned, ensure, ensure_cluster};
 use super::{Context, NODE_CACHE_WAIT};
+use crate::apply::FIELD_MANAGER;
 use crate::status;
-use crate::{Error, FIELD_MANAGER, dra};
+use crate::{Error, dra};
 use peerpods_api::peerpodconfig::PeerPodConfig;
 
 /// capacityMode dra: publishes the pool of `total` slots (never fewer than are allocated now), its DeviceClass and

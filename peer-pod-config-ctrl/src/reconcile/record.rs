@@ -10,9 +10,10 @@ use peerpods_runtime::status::apply_status;
 use tracing::{info, warn};
 
 use super::Context;
+use crate::Error;
+use crate::apply::FIELD_MANAGER;
 use crate::plan::CapacityPlan;
 use crate::status::{self, Observed};
-use crate::{Error, FIELD_MANAGER};
 use peerpods_api::peerpodconfig::{CapacityMode, EventReason, PeerPodConfig, PeerPodConfigStatus};
 
 /// Write the status when it differs from `previous`, what is stored (so an unchanged cluster costs no status
