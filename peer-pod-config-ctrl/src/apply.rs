@@ -15,10 +15,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::Error;
-
-/// This controller's name: the field manager of its applies and status writes (the deletion hold's condition has
-/// its own, see [`crate::hold`]), the reporter of its Events, and the `app.kubernetes.io/managed-by` of what it owns.
-pub const FIELD_MANAGER: &str = "peer-pod-config-ctrl";
+use crate::name::FIELD_MANAGER;
 
 /// Annotation with the hash of the last applied desired object.
 pub const APPLIED_HASH: &str = "confidentialcontainers.org/applied-hash";

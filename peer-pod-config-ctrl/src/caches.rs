@@ -322,7 +322,7 @@ mod tests {
         live.metadata.annotations =
             Some([(crate::apply::APPLIED_HASH.to_owned(), "h".to_owned())].into());
         live.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-            manager: Some(crate::apply::FIELD_MANAGER.into()),
+            manager: Some(crate::name::FIELD_MANAGER.into()),
             ..Default::default()
         }]);
         let mut kept = live.clone();

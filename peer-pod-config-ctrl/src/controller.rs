@@ -28,9 +28,9 @@ use peerpods_runtime::health::{self, Health, Progress};
 use peerpods_runtime::watch;
 use tracing::warn;
 
-use crate::apply::FIELD_MANAGER;
 use crate::capacity::ProviderCapacity;
 use crate::metrics::Metrics;
+use crate::name::FIELD_MANAGER;
 use crate::reconcile::error_policy;
 use crate::{caches, dra, nodes, objects};
 use peerpods_api::peerpodconfig::PeerPodConfig;

@@ -254,7 +254,7 @@ pub fn is_ours(slice: &ResourceSlice) -> bool {
         && slice
             .labels()
             .get("app.kubernetes.io/managed-by")
-            .is_some_and(|m| m == crate::apply::FIELD_MANAGER)
+            .is_some_and(|m| m == crate::name::FIELD_MANAGER)
 }
 
 /// The kubelet plugin on every selected node (the contract of the `peerpods-dra-plugin` image): it registers

@@ -25,6 +25,7 @@ pub mod dra;
 mod error;
 pub mod hold;
 pub mod metrics;
+mod name;
 pub mod nodes;
 pub mod objects;
 pub mod plan;
@@ -33,5 +34,5 @@ pub mod spread;
 pub mod status;
 pub mod validate;
 
-pub use apply::FIELD_MANAGER;
 pub use error::Error;
+pub use name::FIELD_MANAGER;

@@ -27,7 +27,7 @@ pub const CAA_OWNER_ANNOTATION: &str = "kata.peerpods.io/caa-owner";
 
 /// This controller's value of [`CAA_OWNER_ANNOTATION`]. Never a pod UID (those are RFC 4122 UUIDs), so no CAA pod
 /// ever takes it for its own.
-pub const CAA_OWNER: &str = crate::apply::FIELD_MANAGER;
+pub const CAA_OWNER: &str = crate::name::FIELD_MANAGER;
 
 /// How many node patches run at once: enough to rebalance a thousand nodes in seconds without flooding the API
 /// server's priority-and-fairness queue.

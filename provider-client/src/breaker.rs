@@ -24,11 +24,10 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use peerpods_proto::ProviderName;
 use peerpods_runtime::backoff::{Backoff, jitter};
 use tracing::{info, warn};
 
-use crate::failure::{CallError, CloudFailure, Failure};
+use crate::failure::{CallError, CloudFailure, Failure, Held, Scope};
 
 /// Failures in a row of one cloud that open its scope.
 pub const CLOUD_THRESHOLD: u32 = 3;
@@ -42,28 +41,6 @@ const OPEN_BACKOFF: Backoff = Backoff {
     base: Duration::from_secs(1),
     cap: Duration::from_secs(30),
 };
-
-/// What a breaker guards.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum Scope {
-    /// provider-service itself.
-    ProviderService,
-    /// One cloud, by its provider name as the caller gave it.
-    Cloud(String),
-}
-
-impl Scope {
-    /// For logs and metric labels: a cloud by its canonical name, `other` for a name no cloud has (bounded).
-    pub fn label(&self) -> String {
-        match self {
-            Scope::ProviderService => "provider-service".to_owned(),
-            Scope::Cloud(name) => match name.parse::<ProviderName>() {
-                Ok(known) => known.as_str().to_owned(),
-                Err(_) => "other".to_owned(),
-            },
-        }
-    }
-}
 
 impl Failure {
     /// Which scope this failure of a call to `cloud` counts against, if any: failures that say nothing about the
@@ -117,15 +94,6 @@ enum State {
         opened: u32,
         cause: Failure,
     },
-}
-
-/// A call held back: `scope` is open because of failures like `cause`; ask again in `retry_in`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{} is down ({cause}); the call waits for the circuit breaker's probe", scope.label())]
-pub struct Held {
-    pub scope: Scope,
-    pub cause: Failure,
-    pub retry_in: Duration,
 }
 
 /// Whether a call may go to provider-service now.

@@ -1,14 +1,12 @@
 //! What an error answer of provider-service says, read once for both controllers: who failed (the caller's
 //! request, provider-service, or the cloud behind it) and whether it can change by itself, from the status code
 //! and the `google.rpc.ErrorInfo` reason as provider.proto's status contract names them. Pure: a status in, a
-//! [`Failure`] out.
+//! [`Failure`] out. A call the circuit breaker held back is a [`Held`] of its [`Scope`].
 
 use std::time::Duration;
 
-use peerpods_proto::ErrorReason;
+use peerpods_proto::{ErrorReason, ProviderName};
 use tonic::Code;
-
-use crate::breaker::Held;
 
 /// Who failed, and how, when provider-service answered with an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -235,6 +233,37 @@ impl std::fmt::Display for Failure {
             Failure::Failed => "provider-service failed",
         })
     }
+}
+
+/// What the circuit breaker ([`crate::breaker`]) guards.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// provider-service itself.
+    ProviderService,
+    /// One cloud, by its provider name as the caller gave it.
+    Cloud(String),
+}
+
+impl Scope {
+    /// For logs and metric labels: a cloud by its canonical name, `other` for a name no cloud has (bounded).
+    pub fn label(&self) -> String {
+        match self {
+            Scope::ProviderService => "provider-service".to_owned(),
+            Scope::Cloud(name) => match name.parse::<ProviderName>() {
+                Ok(known) => known.as_str().to_owned(),
+                Err(_) => "other".to_owned(),
+            },
+        }
+    }
+}
+
+/// A call held back: `scope` is open because of failures like `cause`; ask again in `retry_in`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{} is down ({cause}); the call waits for the circuit breaker's probe", scope.label())]
+pub struct Held {
+    pub scope: Scope,
+    pub cause: Failure,
+    pub retry_in: Duration,
 }
 
 #[cfg(test)]

@@ -23,12 +23,12 @@ mod service;
 
 pub use answers::{About, DeleteAnswer, Deleted, Instance, Waiting};
 pub use args::{DEFAULT_PROVIDER_TIMEOUT, ProviderArgs, ProviderAuth};
-pub use breaker::{Held, held_delay};
+pub use breaker::held_delay;
 pub use capacity::{Capacity, Figure};
 pub use client::{
     CallCredentials, ProviderChannel, ProviderClient, ProviderClientConfig, TokenFile, connect,
     retry_after,
 };
 pub use error::Error;
-pub use failure::{CallError, CloudFailure, Failure, Refusal};
+pub use failure::{CallError, CloudFailure, Failure, Held, Refusal, Scope};
 pub use service::ProviderService;

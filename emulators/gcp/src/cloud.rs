@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use test_support::faults::{CallKind, Fault, FaultLayer};
 
-use crate::emulator::{OperationFailure, RateRefusal};
 use crate::fixtures::{
     ERROR_INVALID_FILTER, ERROR_NOT_FOUND, ERROR_NOT_READY, ERROR_OPERATION_RATE_EXCEEDED,
     ERROR_RATE_LIMIT_EXCEEDED, ERROR_RATE_LIMITED, ERROR_UNAUTHENTICATED, ERROR_UNAVAILABLE,
@@ -19,6 +18,28 @@ use crate::fixtures::{
 };
 use crate::project::{PROJECT, REGION, VCPUS_PER_VM, ZONE};
 use crate::{filter, jwt};
+
+/// How Compute Engine refuses a call for its rate with 403 (not 429), as its rate-quota
+/// documentation says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateRefusal {
+    /// The project's per-minute rate quota is spent: 403, `errors[].reason` `rateLimitExceeded`
+    /// (domain `usageLimits`), status `PERMISSION_DENIED`. Any call.
+    RateLimitExceeded,
+    /// Too frequent operations on one resource: 403 with an `ErrorInfo` detail of reason
+    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (domain `compute.googleapis.com`). Deletions only.
+    ResourceOperationRateExceeded,
+}
+
+/// How an accepted deletion's operation can end without deleting: `DONE` with an `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OperationFailure {
+    /// `RESOURCE_NOT_READY` (HTTP 400 in `httpErrorStatusCode`): another operation held the
+    /// instance. The instance stays, `RUNNING` again.
+    ResourceNotReady,
+    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (HTTP 403): too frequent operations on the instance.
+    ResourceOperationRateExceeded,
+}
 
 pub(crate) struct Vm {
     pub(crate) id: u64,

@@ -6,32 +6,10 @@ use axum::Router;
 use test_support::cloud::CloudEmulator;
 use test_support::faults::FaultLayer;
 
-use crate::cloud::{Cloud, Vm, creation_timestamp, handle};
+use crate::cloud::{Cloud, OperationFailure, RateRefusal, Vm, creation_timestamp, handle};
 use crate::fixtures::{SERVICE_ACCOUNT_KEY, WRONG_SERVICE_ACCOUNT_KEY};
 use crate::jwt;
 use crate::project::{PROJECT, ZONE};
-
-/// How Compute Engine refuses a call for its rate with 403 (not 429), as its rate-quota
-/// documentation says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateRefusal {
-    /// The project's per-minute rate quota is spent: 403, `errors[].reason` `rateLimitExceeded`
-    /// (domain `usageLimits`), status `PERMISSION_DENIED`. Any call.
-    RateLimitExceeded,
-    /// Too frequent operations on one resource: 403 with an `ErrorInfo` detail of reason
-    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (domain `compute.googleapis.com`). Deletions only.
-    ResourceOperationRateExceeded,
-}
-
-/// How an accepted deletion's operation can end without deleting: `DONE` with an `error`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OperationFailure {
-    /// `RESOURCE_NOT_READY` (HTTP 400 in `httpErrorStatusCode`): another operation held the
-    /// instance. The instance stays, `RUNNING` again.
-    ResourceNotReady,
-    /// `RESOURCE_OPERATION_RATE_EXCEEDED` (HTTP 403): too frequent operations on the instance.
-    ResourceOperationRateExceeded,
-}
 
 /// A running Compute Engine emulator. Stopped when dropped.
 pub struct GcpEmulator {

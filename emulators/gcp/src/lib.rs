@@ -31,5 +31,6 @@ mod project;
 #[cfg(test)]
 mod visibility_tests;
 
-pub use emulator::{GcpEmulator, OperationFailure, RateRefusal};
+pub use cloud::{OperationFailure, RateRefusal};
+pub use emulator::GcpEmulator;
 pub use project::{PROJECT, REGION, VCPUS_PER_VM, ZONE};

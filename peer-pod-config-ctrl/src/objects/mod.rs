@@ -45,7 +45,7 @@ pub const OWNER_LABEL: &str = "confidentialcontainers.org/peerpodconfig";
 /// Label naming the namespace of that PeerPodConfig.
 pub const OWNER_NAMESPACE_LABEL: &str = "confidentialcontainers.org/peerpodconfig-namespace";
 
-const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", crate::apply::FIELD_MANAGER);
+const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", crate::name::FIELD_MANAGER);
 /// Lifetime of CAA's projected tokens (provider-service's and the clouds'); the kubelet renews them at 80 %.
 const CAA_TOKEN_SECONDS: i64 = 3600;
 

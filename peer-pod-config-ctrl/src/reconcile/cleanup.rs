@@ -14,7 +14,7 @@ use super::owned::{current, remember_nodes};
 use super::pool::withdraw_pool;
 use super::record::publish;
 use super::{Context, FINALIZER, node_cache_ready};
-use crate::apply::FIELD_MANAGER;
+use crate::name::FIELD_MANAGER;
 use crate::plan;
 use crate::validate;
 use crate::{Error, hold, nodes, objects};

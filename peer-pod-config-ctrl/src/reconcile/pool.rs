@@ -8,7 +8,7 @@ use kube::api::Api;
 
 use super::owned::{current, delete_owned, ensure, ensure_cluster};
 use super::{Context, NODE_CACHE_WAIT};
-use crate::apply::FIELD_MANAGER;
+use crate::name::FIELD_MANAGER;
 use crate::status;
 use crate::{Error, dra};
 use peerpods_api::peerpodconfig::PeerPodConfig;

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::Error;
-use crate::apply::FIELD_MANAGER;
+use crate::name::FIELD_MANAGER;
 use crate::plan::CapacityPlan;
 use crate::status::{self, Observed};
 use peerpods_api::peerpodconfig::{CapacityMode, EventReason, PeerPodConfig, PeerPodConfigStatus};

@@ -10,6 +10,7 @@ use peerpods_provider_core::{CloudCalls, Error, ExposeSecret, Redactor};
 use tokio::sync::OnceCell;
 
 use crate::failure::{Failure, attempt_result, classify, timed_out};
+use crate::pool_state::{PoolState, STATE_KEY};
 use crate::settings::NAME;
 
 /// Operation names in `provider_service_cloud_api_calls_total`.
@@ -50,6 +51,30 @@ pub struct PoolConfigMap {
 }
 
 impl PoolConfigMap {
+    /// The pool state as CAA last wrote it, with the ConfigMap it came from.
+    pub async fn read_state(&self) -> Result<(ConfigMap, PoolState), Error> {
+        let configmap = self.get().await.map_err(|f| self.error_of(f))?;
+        let state = state_of(&configmap, &self.path())?;
+        Ok((configmap, state))
+    }
+
+    pub fn error_of(&self, failure: Failure) -> Error {
+        match failure {
+            Failure::NotFound => Error::config(
+                "POOL_CONFIGMAP_NAME",
+                format!(
+                    "ConfigMap {} does not exist: cloud-api-adaptor creates it when it starts \
+                     with CLOUD_PROVIDER=byom; check POOL_NAMESPACE and POOL_CONFIGMAP_NAME",
+                    self.path()
+                ),
+            ),
+            Failure::Conflict => {
+                Error::unavailable(format!("ConfigMap {} changed meanwhile", self.path()))
+            }
+            Failure::Transient(error) | Failure::Final(error) => error,
+        }
+    }
+
     pub fn new(connection: Connection, namespace: String, name: String, calls: CloudCalls) -> Self {
         Self {
             connection,
@@ -215,4 +240,20 @@ fn redactor_for(config: &kube::Config) -> Redactor {
             .flatten()
             .map(|secret| secret.expose_secret().to_owned()),
     )
+}
+/// The pool state of `configmap`; an error when there is none or it is not CAA's JSON.
+pub(crate) fn state_of(configmap: &ConfigMap, path: &str) -> Result<PoolState, Error> {
+    let text = configmap
+        .data
+        .as_ref()
+        .and_then(|data| data.get(STATE_KEY))
+        .ok_or_else(|| Error::config("POOL_CONFIGMAP_NAME", format!(
+                "ConfigMap {path} has no key {STATE_KEY}: it is not cloud-api-adaptor's byom pool state"
+            )))?;
+    PoolState::parse(text).map_err(|e| {
+        Error::internal(format!(
+            "ConfigMap {path} key {STATE_KEY} is not cloud-api-adaptor's pool state: {e}"
+        ))
+        .with_source(e)
+    })
 }

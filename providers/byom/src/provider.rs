@@ -4,17 +4,14 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::ConfigMap;
 
 use peerpods_provider_core::{
     Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance, OwnerTag,
     Provider, ProviderConfig, ProviderName, TagSelector,
 };
 
-use crate::failure::Failure;
 use crate::machine_address::MachineAddress;
 use crate::pool_configmap::{Connection, PoolConfigMap};
-use crate::pool_state::{PoolState, STATE_KEY};
 use crate::release::{self, Release};
 use crate::settings::ByomSettings;
 
@@ -24,7 +21,7 @@ const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
 
 pub struct ByomProvider {
     settings: ByomSettings,
-    pub(crate) pool: PoolConfigMap,
+    pool: PoolConfigMap,
     /// The deletion engine's driver: this backend's guard (`CLUSTER_TAG`, do-not-delete), its
     /// zero window and pace.
     deleter: Deleter,
@@ -123,47 +120,6 @@ impl ByomProvider {
             deleter: release::deleter(owner),
         }
     }
-
-    /// The pool state as CAA last wrote it, with the ConfigMap it came from.
-    pub(crate) async fn read_state(&self) -> Result<(ConfigMap, PoolState), Error> {
-        let configmap = self.pool.get().await.map_err(|f| self.error_of(f))?;
-        let state = state_of(&configmap, &self.pool.path())?;
-        Ok((configmap, state))
-    }
-
-    pub(crate) fn error_of(&self, failure: Failure) -> Error {
-        match failure {
-            Failure::NotFound => Error::config(
-                "POOL_CONFIGMAP_NAME",
-                format!(
-                    "ConfigMap {} does not exist: cloud-api-adaptor creates it when it starts \
-                     with CLOUD_PROVIDER=byom; check POOL_NAMESPACE and POOL_CONFIGMAP_NAME",
-                    self.pool.path()
-                ),
-            ),
-            Failure::Conflict => {
-                Error::unavailable(format!("ConfigMap {} changed meanwhile", self.pool.path()))
-            }
-            Failure::Transient(error) | Failure::Final(error) => error,
-        }
-    }
-}
-
-/// The pool state of `configmap`; an error when there is none or it is not CAA's JSON.
-fn state_of(configmap: &ConfigMap, path: &str) -> Result<PoolState, Error> {
-    let text = configmap
-        .data
-        .as_ref()
-        .and_then(|data| data.get(STATE_KEY))
-        .ok_or_else(|| Error::config("POOL_CONFIGMAP_NAME", format!(
-                "ConfigMap {path} has no key {STATE_KEY}: it is not cloud-api-adaptor's byom pool state"
-            )))?;
-    PoolState::parse(text).map_err(|e| {
-        Error::internal(format!(
-            "ConfigMap {path} key {STATE_KEY} is not cloud-api-adaptor's pool state: {e}"
-        ))
-        .with_source(e)
-    })
 }
 
 /// Capacity of a pool of `pool_size` machines of which `allocated` are handed out. Machines
@@ -201,7 +157,7 @@ impl Provider for ByomProvider {
         }
         let outcome = self
             .deleter
-            .delete(&Release::new(self, address), instance_id)
+            .delete(&Release::new(&self.pool, address), instance_id)
             .await;
         match &outcome {
             Ok(outcome) => {
@@ -219,13 +175,13 @@ impl Provider for ByomProvider {
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
-        let (_, state) = self.read_state().await?;
+        let (_, state) = self.pool.read_state().await?;
         let allocated = state.allocations_of(|a| self.settings.owns(a)).len();
         Ok(capacity_from(self.settings.pool.len(), allocated))
     }
 
     async fn list_instances(&self, selector: &TagSelector) -> Result<Vec<Instance>, Error> {
-        let (_, state) = self.read_state().await?;
+        let (_, state) = self.pool.read_state().await?;
         // Keyed by canonical address: already ordered by id.
         Ok(state
             .allocations_of(|a| self.settings.owns(a))
@@ -241,7 +197,7 @@ impl Provider for ByomProvider {
     }
 
     async fn health(&self) -> Health {
-        match self.read_state().await {
+        match self.pool.read_state().await {
             Ok((_, state)) => Health {
                 healthy: true,
                 message: format!(
@@ -272,6 +228,9 @@ fn parse_instance_id(instance_id: &str) -> Result<MachineAddress, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pool_configmap::state_of;
+    use crate::pool_state::STATE_KEY;
+    use k8s_openapi::api::core::v1::ConfigMap;
 
     #[test]
     fn instance_ids_are_machine_addresses() {

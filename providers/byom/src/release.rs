@@ -29,8 +29,8 @@ use peerpods_provider_core::{
 
 use crate::failure::Failure;
 use crate::machine_address::MachineAddress;
+use crate::pool_configmap::PoolConfigMap;
 use crate::pool_state::{PoolState, STATE_KEY};
-use crate::provider::ByomProvider;
 
 /// Tries of one release when other writers keep changing the ConfigMap between read and write.
 const RELEASE_ATTEMPTS: u32 = 5;
@@ -77,15 +77,15 @@ struct Seen {
 
 /// The deletion engine's ports for the release of one machine.
 pub struct Release<'a> {
-    provider: &'a ByomProvider,
+    pool: &'a PoolConfigMap,
     address: MachineAddress,
     seen: Mutex<Seen>,
 }
 
 impl<'a> Release<'a> {
-    pub fn new(provider: &'a ByomProvider, address: MachineAddress) -> Self {
+    pub fn new(pool: &'a PoolConfigMap, address: MachineAddress) -> Self {
         Release {
-            provider,
+            pool,
             address,
             seen: Mutex::default(),
         }
@@ -99,7 +99,7 @@ impl<'a> Release<'a> {
 #[async_trait]
 impl DeletionPorts for Release<'_> {
     async fn look_up(&self, _instance: &InstanceKey) -> Result<Lookup, Error> {
-        let (configmap, state) = self.provider.read_state().await?;
+        let (configmap, state) = self.pool.read_state().await?;
         let mut seen = self.seen();
         let on_machine = state.allocations_on(&self.address);
         let ours = seen
@@ -123,7 +123,7 @@ impl DeletionPorts for Release<'_> {
     /// read), release, write with the read's resourceVersion as precondition; on a conflicting
     /// write, again from a fresh read.
     async fn request_delete(&self, _instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
-        let pool = &self.provider.pool;
+        let pool = self.pool;
         let (ours, mut read) = {
             let mut seen = self.seen();
             let Some(ours) = seen.ours.clone() else {
@@ -147,7 +147,7 @@ impl DeletionPorts for Release<'_> {
         for attempt in 1..=RELEASE_ATTEMPTS {
             let (mut configmap, mut state) = match read.take() {
                 Some(read) => read,
-                None => self.provider.read_state().await?,
+                None => self.pool.read_state().await?,
             };
             let released = state.release(&self.address, &ours, jiff::Timestamp::now());
             if released.is_empty() {
@@ -175,7 +175,7 @@ impl DeletionPorts for Release<'_> {
                     tokio::time::sleep(backoff).await;
                     backoff *= 2;
                 }
-                Err(failure) => return Err(self.provider.error_of(failure)),
+                Err(failure) => return Err(self.pool.error_of(failure)),
             }
         }
         Err(Error::unavailable(format!(

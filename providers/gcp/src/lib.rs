@@ -18,6 +18,8 @@ mod instance_name;
 mod labels;
 /// Reading zone operations (pure).
 mod operation;
+/// The delete operations this process started and has not seen end.
+mod pending;
 /// The deletion engine's ports (lookup, delete request); the engine decides what "deleted" means.
 mod ports;
 /// [`GcpProvider`]: the `Provider` implementation over Compute Engine.

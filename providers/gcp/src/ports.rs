@@ -15,10 +15,6 @@
 //!   removes them in the instance's own delete operation. Any other disk is not the VM's and is
 //!   never deleted.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant};
-
 use async_trait::async_trait;
 use peerpods_provider_core::deletion::{DeleteAnswer, DeletionPorts, Lookup, Sighting};
 use peerpods_provider_core::{Error, InstanceKey};
@@ -26,33 +22,6 @@ use peerpods_provider_core::{Error, InstanceKey};
 use crate::failure::Failure;
 use crate::operation::{self, Progress};
 use crate::provider::{GcpProvider, created_of, request_id};
-
-/// A pending operation older than this is forgotten (a deletion abandoned after a failure).
-const FORGET_AFTER: Duration = Duration::from_secs(3600);
-
-/// The delete operations this process started and has not seen end, by instance name.
-#[derive(Debug, Default)]
-pub struct Pending(Mutex<HashMap<String, (String, Instant)>>);
-
-impl Pending {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (String, Instant)>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn started(&self, instance: &str, operation: String) {
-        let mut pending = self.lock();
-        pending.retain(|_, (_, at)| at.elapsed() < FORGET_AFTER);
-        pending.insert(instance.to_owned(), (operation, Instant::now()));
-    }
-
-    fn of(&self, instance: &str) -> Option<String> {
-        self.lock().get(instance).map(|(op, _)| op.clone())
-    }
-
-    fn ended(&self, instance: &str) {
-        self.lock().remove(instance);
-    }
-}
 
 /// What a `DONE` operation with an error means for the deletion.
 enum Ended {

@@ -13,8 +13,9 @@ use peerpods_provider_core::{
 };
 
 use crate::compute::{Compute, Target};
+use crate::pending::Pending;
 use crate::settings::{self, GcpSettings};
-use crate::{credentials, instance_name, labels, ports, quota};
+use crate::{credentials, instance_name, labels, quota};
 
 /// How long one deletion call may follow Compute Engine (its operation, or another deletion
 /// already under way) before the caller is told to come back; the next call resumes from what
@@ -41,7 +42,7 @@ pub struct GcpProvider {
     /// window and the pace of lookups.
     deleter: Deleter,
     /// The delete operations this process started and has not seen end, by instance name.
-    pub(crate) pending: ports::Pending,
+    pub(crate) pending: Pending,
 }
 
 impl std::fmt::Debug for GcpProvider {
@@ -96,7 +97,7 @@ impl GcpProvider {
         Ok(GcpProvider {
             compute,
             deleter: deleter(&OwnerTag::default(), Window(NOT_FOUND_WINDOW), DELETE_POLL),
-            pending: ports::Pending::default(),
+            pending: Pending::default(),
         })
     }
 
