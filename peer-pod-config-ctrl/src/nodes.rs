@@ -280,8 +280,9 @@ impl PatchRate {
 }
 
 /// Apply `changes`, a bounded number at a time and at most at `rate`. Returns the nodes as the patches left them,
-/// each kept only as far as it is read ([`keep_what_is_read`]; a node deleted meanwhile is skipped). `done` counts the changes made so far (a skipped node counts as made),
-/// for the status to show how far a slow rebalance is.
+/// each kept only as far as it is read ([`keep_what_is_read`]; a node deleted meanwhile is skipped). `done`
+/// counts the changes made so far (a skipped node counts as made), for the status to show how far a slow
+/// rebalance is.
 pub async fn apply(
     api: &Api<Node>,
     changes: &[(String, CapacityChange)],
