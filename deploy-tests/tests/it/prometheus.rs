@@ -18,6 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::*;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use tokio::process::{Child, Command};
@@ -247,10 +248,12 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
     .await;
     let mut rules = None;
     let mut dashboards = Vec::new();
+    let mut webhook_configuration = None;
     for doc in documents(&manifest) {
         let object: serde_json::Value = serde_saphyr::from_str(&doc).expect("rendered YAML");
         match kind_of(&doc) {
             "PrometheusRule" => rules = Some(object["spec"].clone()),
+            "MutatingWebhookConfiguration" => webhook_configuration = Some(object),
             "ConfigMap" if object["metadata"]["labels"]["grafana_dashboard"] == "1" => {
                 for (key, json) in object["data"].as_object().expect("data") {
                     let dashboard: serde_json::Value =
@@ -262,6 +265,17 @@ async fn stuck_cleanup_alert_fires_and_resolves_and_every_dashboard_query_return
         }
     }
     let rules = rules.expect("the chart renders a PrometheusRule");
+    // The chart's (empty) webhook configuration, which peer-pod-config-ctrl adds its webhook to. Without it each
+    // reconcile ends in WebhookConfigurationMissing and backs off further each time: the capacity refresh, and
+    // so the capacity panel's series after provider-service's restart, would wait out that backoff.
+    let webhook_configuration: MutatingWebhookConfiguration = serde_json::from_value(
+        webhook_configuration.expect("the chart renders a MutatingWebhookConfiguration"),
+    )
+    .expect("MutatingWebhookConfiguration");
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .create(&PostParams::default(), &webhook_configuration)
+        .await
+        .expect("create the chart's MutatingWebhookConfiguration");
     assert_eq!(
         dashboards.len(),
         4,
