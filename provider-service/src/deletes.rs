@@ -15,7 +15,9 @@
 //!
 //! A delete waits for one of its cloud's delete slots (the call budget, 32 at once, see
 //! [`crate::backends::guarded`]) before it asks the cloud anything; while it waits it is "in
-//! progress" to its callers, as a running one is.
+//! progress" to its callers, as a running one is. It gives the slot back while it waits between
+//! two asks (the cloud still deleting, a lookup to confirm later) and takes one again for the next:
+//! slots bound the calls the cloud sees at once, not the deletes waiting for it.
 //!
 //! Deadlines nest, innermost first (provider-service/README.md, "Deadlines"): a backend's own wait
 //! (Azure 300 s by default, the slowest) < [`DELETE_BOUND`], counted from when the delete holds its

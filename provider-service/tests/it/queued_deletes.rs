@@ -1,7 +1,9 @@
 //! A delete waiting for one of its cloud's delete slots is not running yet: its bound starts once it
-//! holds a slot. On the Azure emulator, whose VM deletions take several looks (the backend looks
-//! every 200 ms here), deletes queued behind slow ones wait longer than the bound, are answered
-//! "in progress" meanwhile, and each ends deleted once it gets its slot.
+//! holds a slot, and the time it queues for a slot again after a pause (the cloud still deleting)
+//! is not counted either. On the Azure emulator, whose VM deletions take several looks (the backend
+//! looks every 200 ms here) and whose every request takes 200 ms, deletes that share few slots
+//! take longer together than the bound, are answered "in progress" meanwhile, and each ends
+//! deleted.
 //!
 //! The deletes go through the service's own layering (`backends::guarded_with`: the call budget
 //! and the cache over the real Azure backend) and its detached deletes (`Deletes`), with a
@@ -15,6 +17,7 @@ use peerpods_provider_core::{CallBudget, CloudCalls, DeleteOutcome, Provider, Pr
 use provider_service::backends::guarded_with;
 use provider_service::deletes::{Answer, DeleteSettings, Deletes, Job};
 use test_support::cloud::CloudEmulator;
+use test_support::faults::Faults;
 
 /// The Azure backend on `emulator`, as the service guards it, with `budget` and `bound`.
 fn azure(emulator: &AzureEmulator, budget: CallBudget, bound: Duration) -> Arc<dyn Provider> {
@@ -30,8 +33,24 @@ fn azure(emulator: &AzureEmulator, budget: CallBudget, bound: Duration) -> Arc<d
     guarded_with(Arc::new(backend), budget, bound)
 }
 
-/// The Azure backend's wait between two looks at a VM being deleted.
+/// The Azure backend's wait between two looks at a VM being deleted, and the time ARM takes to
+/// answer each request: a delete holds its slot for its requests, not for its waits.
 const PACE_MS: u64 = 200;
+
+/// The bound of each delete here: over twice one deletion's own time (10 requests or more and 8
+/// waits: 3.6 s or more), under the time the deletes of each test hold their slots together.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// The Azure emulator, every request answered `PACE_MS` late, each VM deletion taking 8 looks.
+fn slow_azure() -> AzureEmulator {
+    let emulator = AzureEmulator::start();
+    emulator.set_faults(Faults {
+        latency: Duration::from_millis(PACE_MS),
+        ..Faults::default()
+    });
+    emulator.set_operation_polls(8, 0);
+    emulator
+}
 
 fn vm_deletes(emulator: &AzureEmulator, name: &str) -> usize {
     emulator.arm_requests_matching("DELETE", &format!("/virtualMachines/{name}"))
@@ -86,13 +105,12 @@ fn assert_all_deleted(answers: &[Answer], names: &[String]) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted() {
-    // One delete slot; each deletion takes 8 looks (1.6 s or more, a fifth of the bound): the last
-    // of six deletes waits 8 s or more for the slot, as long as the bound, and ends 9.6 s or more
-    // after it was queued.
-    let emulator = AzureEmulator::start();
-    emulator.set_operation_polls(8, 0);
-    let bound = Duration::from_millis(8 * PACE_MS * 5);
+async fn deletes_sharing_one_slot_for_longer_than_the_bound_end_deleted() {
+    // One delete slot; each deletion takes 8 looks and 10 requests or more (2 s of requests, 1.6 s of
+    // waits, under half the bound): six deletes hold the one slot 12 s or more together, longer
+    // than the bound, and each ends deleted.
+    let emulator = slow_azure();
+    let bound = BOUND;
     let provider = azure(
         &emulator,
         CallBudget {
@@ -111,18 +129,16 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
         names.iter().position(|n| vm_deletes(&emulator, n) > 0)
     })
     .await;
-    // Another one waits for the slot, and its caller hears "in progress" (the call joins the
-    // queued delete); ARM has not heard of it even after the answer.
-    let queued = (running + 1) % names.len();
+    // Asked again, a delete that runs (or queues for the slot) is joined, and its caller hears
+    // "in progress".
     let asked_again = deletes
-        .delete(provider.clone(), &ids[queued], tracing::Span::none())
+        .delete(provider.clone(), &ids[running], tracing::Span::none())
         .unwrap();
     assert!(asked_again.joined);
     assert!(matches!(
         asked_again.answer(Duration::from_millis(200)).await,
         Answer::InProgress { .. }
     ));
-    assert_eq!(vm_deletes(&emulator, &names[queued]), 0, "still queued");
     assert_eq!(deletes.in_flight(), 6);
 
     all_end_deleted_once_past_the_bound(
@@ -139,11 +155,10 @@ async fn deletes_queued_behind_slow_ones_for_longer_than_the_bound_end_deleted()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hundred_slow_azure_deletes_end_with_none_timing_out_in_the_queue() {
-    // The default budget (32 delete slots) and deletions of 8 looks (1.6 s or more): the last of 7
-    // waves starts 9.6 s or more after it was queued, past the bound (five deletions' least time).
-    let emulator = AzureEmulator::start();
-    emulator.set_operation_polls(8, 0);
-    let bound = Duration::from_millis(8 * PACE_MS * 5);
+    // The default budget (32 delete slots) and deletions of 10 requests or more (2 s of slot time
+    // each): 200 of them hold the slots 12.5 s or more together, past the bound (10 s).
+    let emulator = slow_azure();
+    let bound = BOUND;
     let provider = azure(&emulator, CallBudget::default(), bound);
     let deletes = Deletes::new(DeleteSettings::default());
     let names: Vec<String> = (0..200).map(|i| format!("podvm-storm-{i:03}")).collect();

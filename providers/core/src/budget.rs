@@ -4,15 +4,25 @@
 //! the cloud; backends that bound their calls further (AWS's own semaphore and rate limit) keep
 //! doing so inside it.
 //!
-//! A delete's time bound ([`Budgeted::with_delete_bound`]) starts once the delete holds its slot:
-//! in a storm of slow deletes the ones queued for a slot wait as long as the slots stay taken,
-//! and that wait is not theirs to be cut short for (they have not asked the cloud anything yet).
+//! A delete holds its slot while it asks the cloud, not while it waits between two asks (the
+//! deletion driver's pace, [`without_delete_slot`]): a delete waiting seconds for the cloud to
+//! confirm leaves its slot to the next delete's call, so a storm's deletes wait for the cloud
+//! side by side, and its lookups and deletes reach the cloud together (where the backend batches
+//! them, in one call), instead of 32 at a time each holding its slot through its waits.
+//!
+//! A delete's time bound ([`Budgeted::with_delete_bound`]) starts once the delete first holds its
+//! slot: in a storm of slow deletes the ones queued for a slot wait as long as the slots stay
+//! taken, and that wait is not theirs to be cut short for (they have not asked the cloud anything
+//! yet). A delete that started counts the waits to take its slot back after a pause: it is
+//! answered retryably at its bound as any slow delete is, and the next call resumes it.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::{
     Capacity, DeleteOutcome, Error, Health, Instance, Provider, ProviderName, TagSelector,
@@ -40,7 +50,7 @@ impl Default for CallBudget {
 /// A backend behind a [`CallBudget`].
 pub struct Budgeted {
     inner: Arc<dyn Provider>,
-    deletes: Semaphore,
+    deletes: Arc<Semaphore>,
     reads: Semaphore,
     /// The longest one delete runs once it holds its slot; `None`: as long as the backend takes.
     delete_bound: Option<Duration>,
@@ -50,7 +60,7 @@ impl Budgeted {
     pub fn new(inner: Arc<dyn Provider>, budget: CallBudget) -> Self {
         Budgeted {
             inner,
-            deletes: Semaphore::new(budget.deletes.max(1)),
+            deletes: Arc::new(Semaphore::new(budget.deletes.max(1))),
             reads: Semaphore::new(budget.reads.max(1)),
             delete_bound: None,
         }
@@ -76,6 +86,80 @@ fn closed() -> Error {
     Error::internal("call budget closed")
 }
 
+tokio::task_local! {
+    /// The delete slot of the delete running in this task: set by [`Budgeted::delete_instance`]
+    /// around the backend's delete, read by [`without_delete_slot`] in the deletion driver's
+    /// pauses. A task-local, because the slot belongs to the budget wrapped around a backend and
+    /// the pauses to the driver inside it, with the backend's own code between the two.
+    static DELETE_SLOT: Arc<HeldSlot>;
+}
+
+/// The slot one delete holds, and how long it has queued to take it back after its pauses.
+struct HeldSlot {
+    slots: Arc<Semaphore>,
+    state: Mutex<SlotState>,
+}
+
+#[derive(Default)]
+struct SlotState {
+    /// `None` while the delete pauses or queues.
+    permit: Option<OwnedSemaphorePermit>,
+    /// Since when the delete queues for its slot again, if it does now.
+    queued_since: Option<Instant>,
+    /// How long its earlier queueings took together.
+    queued_for: Duration,
+}
+
+impl HeldSlot {
+    fn holding(slots: Arc<Semaphore>, permit: OwnedSemaphorePermit) -> Self {
+        HeldSlot {
+            slots,
+            state: Mutex::new(SlotState {
+                permit: Some(permit),
+                ..SlotState::default()
+            }),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, SlotState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How long the delete has queued for its slot again by `now` (a queueing going on counts up
+    /// to `now`): time the delete's bound does not count.
+    fn queued(&self, now: Instant) -> Duration {
+        let state = self.state();
+        state.queued_for
+            + state
+                .queued_since
+                .map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+}
+
+/// Runs `pause` (a wait between two cloud calls of one delete) without the delete slot the delete
+/// holds, and takes a slot again before returning, so the delete's next call is budgeted as its
+/// first was; the queueing for it is left out of the delete's bound, as the first one is. Outside
+/// a budgeted delete (a backend called directly, as in tests) it only waits.
+pub(crate) async fn without_delete_slot<T>(pause: impl Future<Output = T>) -> Result<T, Error> {
+    let held = DELETE_SLOT.try_with(Arc::clone).ok();
+    if let Some(held) = &held {
+        drop(held.state().permit.take());
+    }
+    let output = pause.await;
+    if let Some(held) = held {
+        held.state().queued_since = Some(Instant::now());
+        let permit = held.slots.clone().acquire_owned().await;
+        let mut state = held.state();
+        let queued = state
+            .queued_since
+            .take()
+            .map_or(Duration::ZERO, |since| since.elapsed());
+        state.queued_for += queued;
+        state.permit = Some(permit.map_err(|_| closed())?);
+    }
+    Ok(output)
+}
+
 #[async_trait]
 impl Provider for Budgeted {
     fn name(&self) -> ProviderName {
@@ -87,19 +171,39 @@ impl Provider for Budgeted {
     }
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
-        let _slot = self.deletes.acquire().await.map_err(|_| closed())?;
+        let permit = self
+            .deletes
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| closed())?;
+        // The slot goes with the delete (its pauses give it back a while, [`without_delete_slot`])
+        // and is released when the delete ends or is cut off at its bound.
+        let held = Arc::new(HeldSlot::holding(self.deletes.clone(), permit));
+        let delete = DELETE_SLOT.scope(held.clone(), self.inner.delete_instance(instance_id));
         // The delete starts now, and so does its bound.
         let Some(bound) = self.delete_bound else {
-            return self.inner.delete_instance(instance_id).await;
+            return delete.await;
         };
-        match tokio::time::timeout(bound, self.inner.delete_instance(instance_id)).await {
-            Ok(outcome) => outcome,
-            Err(_elapsed) => Err(Error::unavailable(format!(
-                "the delete of {instance_id} did not end within {} s of its start; ask again to \
-                 resume it",
-                bound.as_secs_f64()
-            ))),
+        let started = Instant::now();
+        let mut delete = std::pin::pin!(delete);
+        loop {
+            // The bound less the time queued for the slot again: pushed back while the delete queues.
+            let deadline = started + bound + held.queued(Instant::now());
+            tokio::select! {
+                outcome = &mut delete => return outcome,
+                () = tokio::time::sleep_until(deadline) => {
+                    if Instant::now() >= started + bound + held.queued(Instant::now()) {
+                        break;
+                    }
+                }
+            }
         }
+        Err(Error::unavailable(format!(
+            "the delete of {instance_id} did not end within {} s of its start; ask again to \
+             resume it",
+            bound.as_secs_f64()
+        )))
     }
 
     async fn capacity(&self) -> Result<Capacity, Error> {
@@ -206,6 +310,173 @@ mod tests {
         for read in reads {
             read.abort();
         }
+    }
+
+    /// A backend whose deletes pause once ([`without_delete_slot`]) until `together` deletes
+    /// pause at the same time.
+    struct Pausing {
+        together: tokio::sync::Barrier,
+        /// The budget's delete slots, and how many were free as each delete went on after its pause.
+        slots: std::sync::OnceLock<Arc<Semaphore>>,
+        free_after_pause: std::sync::Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl Provider for Pausing {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, _: &str) -> Result<DeleteOutcome, Error> {
+            without_delete_slot(self.together.wait()).await?;
+            if let Some(slots) = self.slots.get() {
+                self.free_after_pause
+                    .lock()
+                    .unwrap()
+                    .push(slots.available_permits());
+            }
+            Ok(DeleteOutcome::Deleted)
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_paused_delete_leaves_its_slot_to_the_next_delete_and_takes_one_back() {
+        let pausing = Arc::new(Pausing {
+            together: tokio::sync::Barrier::new(3),
+            slots: std::sync::OnceLock::new(),
+            free_after_pause: std::sync::Mutex::new(Vec::new()),
+        });
+        let budgeted = Arc::new(Budgeted::new(
+            pausing.clone(),
+            CallBudget {
+                deletes: 1,
+                reads: 1,
+            },
+        ));
+        pausing.slots.set(budgeted.deletes.clone()).unwrap();
+        // Three deletes on one slot can only meet in their pauses if each pause gives the slot up.
+        let deletes: Vec<_> = (0..3)
+            .map(|i| {
+                let b = budgeted.clone();
+                tokio::spawn(async move { b.delete_instance(&format!("vm-{i}")).await })
+            })
+            .collect();
+        for delete in deletes {
+            let outcome = tokio::time::timeout(Duration::from_secs(10), delete)
+                .await
+                .expect("the deletes meet in their pauses")
+                .unwrap();
+            assert_eq!(outcome.unwrap(), DeleteOutcome::Deleted);
+        }
+        assert_eq!(
+            *pausing.free_after_pause.lock().unwrap(),
+            [0, 0, 0],
+            "after its pause each delete holds the slot again"
+        );
+        assert_eq!(
+            budgeted.free_delete_slots(),
+            1,
+            "every slot back after the deletes"
+        );
+    }
+
+    /// A backend whose delete `pausing` pauses until `busy` has started, then works 1 s; `busy`
+    /// works 1.6 s.
+    struct Scripted {
+        started: AtomicUsize,
+        busy_started: Notify,
+    }
+
+    #[async_trait]
+    impl Provider for Scripted {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+            self.started.fetch_add(1, Ordering::SeqCst);
+            if instance_id == "pausing" {
+                without_delete_slot(self.busy_started.notified()).await?;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            } else {
+                self.busy_started.notify_one();
+                tokio::time::sleep(Duration::from_millis(1600)).await;
+            }
+            Ok(DeleteOutcome::Deleted)
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_time_a_delete_queues_to_take_its_slot_back_is_not_counted_against_its_bound() {
+        let scripted = Arc::new(Scripted {
+            started: AtomicUsize::new(0),
+            busy_started: Notify::new(),
+        });
+        let budgeted = Arc::new(
+            Budgeted::new(
+                scripted.clone(),
+                CallBudget {
+                    deletes: 1,
+                    reads: 1,
+                },
+            )
+            .with_delete_bound(Duration::from_secs(2)),
+        );
+        let started = Instant::now();
+        let pausing = tokio::spawn({
+            let b = budgeted.clone();
+            async move { b.delete_instance("pausing").await }
+        });
+        while scripted.started.load(Ordering::SeqCst) == 0 {
+            tokio::task::yield_now().await;
+        }
+        // `busy` can only start in `pausing`'s pause, and keeps the slot 1.6 s: `pausing` ends 2.6 s
+        // or more after its start, past its bound, having worked 1 s of it.
+        let busy = tokio::spawn({
+            let b = budgeted.clone();
+            async move { b.delete_instance("busy").await }
+        });
+        assert_eq!(pausing.await.unwrap().unwrap(), DeleteOutcome::Deleted);
+        assert!(
+            started.elapsed() > Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(busy.await.unwrap().unwrap(), DeleteOutcome::Deleted);
+        assert_eq!(budgeted.free_delete_slots(), 1);
+    }
+
+    #[tokio::test]
+    async fn outside_a_budgeted_delete_a_pause_only_waits() {
+        assert_eq!(without_delete_slot(async { 7 }).await.unwrap(), 7);
     }
 
     /// A backend whose deletes take as many milliseconds as their id says (`hang`: forever).

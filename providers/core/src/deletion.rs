@@ -14,6 +14,7 @@ use peerpods_protocol::{Guard, InstanceKey, Refusal, Window};
 
 pub use peerpods_protocol::engine::{DeleteAnswer, Part, PartId, PartKind, Sighting, Tie, Waiting};
 
+use crate::budget::without_delete_slot;
 use crate::{DeleteOutcome, Error, ProviderConfig, ProviderName};
 
 /// The calls a backend makes for the engine. Each translates the cloud's answer and nothing
@@ -244,7 +245,8 @@ impl Deleter {
                     if let Some(bound) = self.bound.filter(|b| started.elapsed() >= b.within) {
                         return self.out_of_time(&key, deletion.memo(), waiting, bound, ports);
                     }
-                    tokio::time::sleep(self.pace.of(waiting)).await;
+                    // Paused, the delete leaves its delete slot to other deletes' calls.
+                    without_delete_slot(tokio::time::sleep(self.pace.of(waiting))).await?;
                     Observation::Waited
                 }
                 Command::Finish(verdict) => {
@@ -316,6 +318,110 @@ impl Deleter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Budgeted, CallBudget, Capacity, Health, Instance, Provider, TagSelector};
+    use async_trait::async_trait;
+    use std::collections::BTreeSet;
+    use std::sync::Arc;
+
+    /// Two instances in memory: one asked to be deleted shows `Deleting` until both were asked,
+    /// then `Gone`. Pure logic of the driver, no cloud.
+    #[derive(Default)]
+    struct DeletedTogether {
+        requested: Mutex<BTreeSet<String>>,
+    }
+
+    #[async_trait]
+    impl DeletionPorts for DeletedTogether {
+        async fn look_up(&self, instance: &InstanceKey) -> Result<Lookup, Error> {
+            let requested = self.requested.lock().unwrap();
+            Ok(Lookup::of(if !requested.contains(instance.id()) {
+                Sighting::Present(Default::default())
+            } else if requested.len() == 2 {
+                Sighting::Gone
+            } else {
+                Sighting::Deleting(Default::default())
+            }))
+        }
+
+        async fn request_delete(&self, instance: &InstanceKey) -> Result<DeleteAnswer, Error> {
+            self.requested
+                .lock()
+                .unwrap()
+                .insert(instance.id().to_owned());
+            Ok(DeleteAnswer::Accepted)
+        }
+    }
+
+    struct Backend {
+        deleter: Deleter,
+        cloud: DeletedTogether,
+    }
+
+    #[async_trait]
+    impl Provider for Backend {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+            self.deleter.delete(&self.cloud, instance_id).await
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn deletes_waiting_for_the_cloud_wait_side_by_side_on_one_delete_slot() {
+        let backend = Backend {
+            deleter: Deleter::new(
+                ProviderName::Libvirt,
+                Guard::new(None),
+                Window(Duration::ZERO),
+                "NOT_FOUND_WINDOW",
+                Pace::every(Duration::from_millis(1)),
+            ),
+            cloud: DeletedTogether::default(),
+        };
+        let budgeted = Arc::new(Budgeted::new(
+            Arc::new(backend),
+            CallBudget {
+                deletes: 1,
+                reads: 1,
+            },
+        ));
+        // Holding its slot through its waits, the first delete would wait for a cloud that waits
+        // for the second delete, which waits for the slot.
+        let deletes: Vec<_> = [
+            "6f1a3c55-0d7e-4a4e-9d59-3c0f2b8c9a01",
+            "6f1a3c55-0d7e-4a4e-9d59-3c0f2b8c9a02",
+        ]
+        .into_iter()
+        .map(|id| {
+            let b = budgeted.clone();
+            tokio::spawn(async move { b.delete_instance(id).await })
+        })
+        .collect();
+        for delete in deletes {
+            let outcome = tokio::time::timeout(Duration::from_secs(10), delete)
+                .await
+                .expect("both deletes reach the cloud while the other waits")
+                .unwrap();
+            assert_eq!(outcome.unwrap(), DeleteOutcome::Deleted);
+        }
+        assert_eq!(budgeted.free_delete_slots(), 1);
+    }
 
     #[test]
     fn an_age_is_the_time_since_creation_less_the_clock_skew() {
