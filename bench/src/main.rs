@@ -26,7 +26,7 @@ struct Cli {
     /// deletes do).
     #[arg(long, env = "BENCH_FAULT_STORM_LOOKUP_LAG", default_value_t = true, action = clap::ArgAction::Set)]
     fault_storm_lookup_lag: bool,
-    /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
+    /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --api-writes).
     #[arg(long, env = "BENCH_FLOOR_CONCURRENCY", default_value_t = 32)]
     floor_concurrency: usize,
     /// PeerPods in the cluster while peak RSS is measured.

@@ -27,7 +27,7 @@ pub struct Options {
     /// known older than the cloud's consistency window (model/: the assumption `lag_only_while_young`),
     /// so lagging lookups of the storm's new VMs make it wait, not release early.
     pub fault_storm_lookup_lag: bool,
-    /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --concurrency).
+    /// Parallel finalizer patches of the storm's floor (peerpod-ctrl's default --api-writes).
     pub floor_concurrency: usize,
     /// PeerPods in the cluster while peak RSS is measured.
     pub memory_peerpods: usize,

@@ -3,6 +3,7 @@
 //! first seen, when its Warning Event was last published).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use peerpods_runtime::backoff::{Backoff, Failures};
+use tokio::sync::Semaphore;
 use tracing::warn;
 
 use crate::cleanup::reminders::Reminders;
@@ -41,6 +43,8 @@ pub struct Context {
     pub(crate) reminders: Reminders<ObjectRef<PeerPod>>,
     /// cloud-api-adaptor's developer mode as last read.
     pub(crate) developer_mode: Mode,
+    /// The reconciles' API writes in flight ([`Context::write`]).
+    writes: WriteBound,
 }
 
 impl Context {
@@ -51,6 +55,7 @@ impl Context {
         recorder: Recorder,
         metrics: Metrics,
         backoff: Backoff,
+        api_writes: u16,
         (store, index): (Store<PeerPod>, OwnerIndex),
         developer_mode: Mode,
     ) -> Self {
@@ -68,7 +73,15 @@ impl Context {
             in_progress: Mutex::default(),
             reminders: Reminders::default(),
             developer_mode,
+            writes: WriteBound::new(api_writes),
         }
+    }
+
+    /// Runs one API write of a reconcile once fewer than the bound of writes are in flight: a storm of
+    /// cleanups whose VMs the cloud confirms together writes to the API server at a steady rate, not all at
+    /// once.
+    pub(crate) async fn write<T>(&self, write: impl Future<Output = T>) -> T {
+        self.writes.run(write).await
     }
 
     pub(crate) fn deletion_seen(
@@ -105,6 +118,21 @@ impl Context {
     }
 }
 
+/// At most so many writes in flight at once.
+struct WriteBound(Semaphore);
+
+impl WriteBound {
+    fn new(at_once: u16) -> Self {
+        WriteBound(Semaphore::new(usize::from(at_once.max(1))))
+    }
+
+    async fn run<T>(&self, write: impl Future<Output = T>) -> T {
+        // Never closed; were it ever, the write would go ahead unbounded rather than not at all.
+        let _permit = self.0.acquire().await.ok();
+        write.await
+    }
+}
+
 /// Publishes an Event about `peerpod`; best effort.
 pub(crate) async fn publish(
     ctx: &Context,
@@ -121,8 +149,36 @@ pub(crate) async fn publish(
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(error) = ctx.recorder.publish(&event, &peerpod.object_ref(&())).await {
+    if let Err(error) = ctx
+        .write(ctx.recorder.publish(&event, &peerpod.object_ref(&())))
+        .await
+    {
         // Events are best effort: the condition and the metric carry the same information.
         warn!(%error, reason, "cannot publish Event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn no_more_writes_than_the_bound_are_in_flight() {
+        let bound = WriteBound::new(2);
+        let (in_flight, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let write = || async {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+        };
+        futures::future::join_all((0..5).map(|_| bound.run(write()))).await;
+        assert_eq!(most.load(Ordering::SeqCst), 2);
+        // Zero is no bound that stops every write: one at a time.
+        let one = WriteBound::new(0);
+        assert_eq!(one.run(async { 7 }).await, 7);
     }
 }

@@ -189,10 +189,19 @@ pub async fn run_until(
 }
 
 /// Settings of the reconciler.
+/// The default of [`ReconcilerSettings::concurrency`]: as many as provider-service runs deletes for one caller
+/// (its `MAX_DETACHED_DELETES_PER_CALLER`).
+pub const DEFAULT_CONCURRENCY: u16 = 1024;
+/// The default of [`ReconcilerSettings::api_writes`].
+pub const DEFAULT_API_WRITES: u16 = 32;
+
 #[derive(Debug, Clone)]
 pub struct ReconcilerSettings {
-    /// Reconciles in flight at once.
+    /// Reconciles in flight at once. Most of a cleanup is a wait for provider-service's answer, which costs
+    /// a reconcile only its place: this bound is high, and the API writes are bounded apart.
     pub concurrency: u16,
+    /// Writes to the API server (finalizer releases, status, Events) in flight at once across reconciles.
+    pub api_writes: u16,
     pub backoff: Backoff,
 }
 
@@ -229,6 +238,7 @@ pub async fn reconciler(
         recorder,
         metrics,
         settings.backoff,
+        settings.api_writes,
         (store.clone(), cache.index()),
         developer_mode.clone(),
     ));

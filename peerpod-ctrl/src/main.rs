@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use kube::runtime::events::Reporter;
-use peerpod_ctrl::controller::ReconcilerSettings;
+use peerpod_ctrl::controller::{DEFAULT_API_WRITES, DEFAULT_CONCURRENCY, ReconcilerSettings};
 use peerpod_ctrl::developer_mode::{self, DeveloperModeSettings};
 use peerpod_ctrl::orphans::{OrphanCap, OrphanPolicy, OrphanSettings, parse_tag};
 use peerpod_ctrl::provider::Provider;
@@ -41,9 +41,14 @@ struct Cli {
     provider: ProviderArgs,
     #[command(flatten)]
     shared: ControllerArgs,
-    /// PeerPod reconciles in flight at once.
-    #[arg(long, env = "CONCURRENCY", default_value_t = 32)]
+    /// PeerPod reconciles in flight at once. Most of a cleanup waits for provider-service's answer, which
+    /// costs a reconcile nothing but its place, so this is high; the API writes are bounded by --api-writes.
+    #[arg(long, env = "CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]
     concurrency: u16,
+    /// Writes to the API server (finalizer releases, status, Events) in flight at once across reconciles.
+    #[arg(long, env = "API_WRITES", default_value_t = DEFAULT_API_WRITES,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    api_writes: u16,
     /// Longest wait between retries of a failing PeerPod (the backoff cap).
     #[arg(long, env = "RETRY_MAX_DELAY", default_value = "5m", value_parser = duration)]
     retry_max_delay: Duration,
@@ -118,6 +123,7 @@ async fn serve(cli: Cli, metrics: Metrics, wiring: Wiring) -> Result<(), binary:
     let settings = Settings {
         reconciler: ReconcilerSettings {
             concurrency: cli.concurrency,
+            api_writes: cli.api_writes,
             backoff: Backoff {
                 cap: cli.retry_max_delay,
                 ..Backoff::default()
@@ -226,7 +232,7 @@ mod tests {
         );
         let unread = unread_env(
             &Cli::command(),
-            "POD_NAMESPACE CONCURRENCY RETRY_MAX_DELAY ORPHAN_SCAN_INTERVAL \
+            "POD_NAMESPACE CONCURRENCY API_WRITES RETRY_MAX_DELAY ORPHAN_SCAN_INTERVAL \
              ORPHAN_GRACE ORPHAN_POLICY CLUSTER_TAG ORPHAN_DELETE_MAX \
              ORPHAN_DELETE_MAX_PERCENT CAA_NAMESPACE CAA_CONFIG_MAP",
         );
@@ -251,6 +257,11 @@ mod tests {
             (cli.orphan_delete_max, cli.orphan_delete_max_percent),
             (10, 50)
         );
+        assert_eq!(
+            (cli.concurrency, cli.api_writes),
+            (DEFAULT_CONCURRENCY, DEFAULT_API_WRITES)
+        );
+        assert!(Cli::try_parse_from(["peerpod-ctrl", "--api-writes", "0"]).is_err());
         // cloud-api-adaptor's own defaults.
         assert_eq!(
             (cli.caa_namespace.as_str(), cli.caa_config_map.as_str()),

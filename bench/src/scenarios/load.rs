@@ -5,7 +5,7 @@
 //!   connect, a TLS handshake and one call (ListProviders; an AdmissionReview). Their latency is reported beside
 //!   the same clients' latency with no idle connection held (target: within 50 ms).
 //! - **Capacity flood during a cleanup storm.** Instances in moto are deleted through DeleteInstance, 32 at a time
-//!   (peerpod-ctrl's default concurrency): alone, while one caller asks GetCapacity every 5 s, and while 1,000
+//!   (a caller with 32 calls in flight): alone, while one caller asks GetCapacity every 5 s, and while 1,000
 //!   pollers (a node's CAA each) call GetCapacity once a second. Cleanup throughput each way (target: the flood
 //!   within 10% of alone), and the capacity refreshes (DescribeAccountAttributes, counted by moto) each run
 //!   caused. The lone caller's first call finds the cache empty, so its run shows what one capacity refresh

@@ -175,7 +175,15 @@ pub(crate) async fn delete_instance(
     // With only our finalizer the object vanishes once it is released: the Event and the log line carry
     // the outcome. Held by another finalizer, it stays, and its status says it is cleaned.
     if rules::outlives_release(peerpod.finalizers())
-        && !set_cleaned(&api, peerpod, true, deleted_reason(outcome), &message).await?
+        && !ctx
+            .write(set_cleaned(
+                &api,
+                peerpod,
+                true,
+                deleted_reason(outcome),
+                &message,
+            ))
+            .await?
     {
         return Ok(Action::await_change());
     }
@@ -188,7 +196,7 @@ pub(crate) async fn delete_instance(
         message,
     )
     .await;
-    release_finalizer(&api, peerpod).await?;
+    ctx.write(release_finalizer(&api, peerpod)).await?;
     ctx.metrics
         .finalizer_release_seconds
         .observe(deletion_seen.elapsed().as_secs_f64());
@@ -258,7 +266,15 @@ pub(crate) async fn delete_in_progress(
         .is_none_or(|c| CleanedReason::parse(&c.reason) != Some(reason) || c.message != message);
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if !set_condition(&api, peerpod, Cleaned::pending(reason), &message).await? {
+    if !ctx
+        .write(set_condition(
+            &api,
+            peerpod,
+            Cleaned::pending(reason),
+            &message,
+        ))
+        .await?
+    {
         return Ok(Action::await_change());
     }
     if entering {

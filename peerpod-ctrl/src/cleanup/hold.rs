@@ -43,7 +43,15 @@ pub(crate) async fn keep_held(
 ) -> Result<Action, Error> {
     let namespace = peerpod.namespace().unwrap_or_default();
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(&api, peerpod, Cleaned::held(reason), &message).await? {
+    if !ctx
+        .write(set_condition(
+            &api,
+            peerpod,
+            Cleaned::held(reason),
+            &message,
+        ))
+        .await?
+    {
         return Ok(Action::await_change());
     }
     if let Some((event_type, action)) = event {

@@ -89,7 +89,16 @@ pub(crate) async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Err
     }
     let api: Api<PeerPod> =
         Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if let Err(e) = set_cleaned(&api, peerpod, false, error.cleaned_reason(), &message).await {
+    if let Err(e) = ctx
+        .write(set_cleaned(
+            &api,
+            peerpod,
+            false,
+            error.cleaned_reason(),
+            &message,
+        ))
+        .await
+    {
         warn!(error = %e, "cannot record the failure in status");
     }
     ctx.reminders.published(&key, Instant::now());

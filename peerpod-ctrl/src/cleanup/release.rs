@@ -107,13 +107,14 @@ pub(crate) async fn release_without_delete(
 ) -> Result<Action, Error> {
     let namespace = peerpod.namespace().unwrap_or_default();
     let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !set_condition(
-        &api,
-        peerpod,
-        Cleaned::done_without_delete(reason),
-        &message,
-    )
-    .await?
+    if !ctx
+        .write(set_condition(
+            &api,
+            peerpod,
+            Cleaned::done_without_delete(reason),
+            &message,
+        ))
+        .await?
     {
         return Ok(Action::await_change());
     }
@@ -126,7 +127,7 @@ pub(crate) async fn release_without_delete(
         message,
     )
     .await;
-    release_finalizer(&api, peerpod).await?;
+    ctx.write(release_finalizer(&api, peerpod)).await?;
     ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
 }

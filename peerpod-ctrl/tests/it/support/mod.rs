@@ -526,7 +526,7 @@ impl ControllerOptions {
             cluster_tag: false,
             orphan_cap: OrphanCap::default(),
             leader: None,
-            concurrency: 32,
+            concurrency: peerpod_ctrl::controller::DEFAULT_CONCURRENCY,
             provider_tls: None,
             health: None,
             provider_timeout: Duration::from_secs(10),
@@ -575,6 +575,7 @@ impl Controller {
         let settings = Settings {
             reconciler: ReconcilerSettings {
                 concurrency: options.concurrency,
+                api_writes: peerpod_ctrl::controller::DEFAULT_API_WRITES,
                 backoff: Backoff {
                     base: Duration::from_millis(200),
                     cap: options.retry_cap,
