@@ -22,6 +22,9 @@ use crate::metrics::Metrics;
 use crate::provider::Provider;
 use peerpods_api::peerpod::PeerPod;
 
+/// The default bound of the reconciles' API writes in flight ([`Context::write`]).
+pub const DEFAULT_API_WRITES: u16 = 32;
+
 /// Everything a reconcile needs. One per leadership term: a new term starts with fresh watches.
 pub struct Context {
     pub client: kube::Client,
@@ -55,7 +58,6 @@ impl Context {
         recorder: Recorder,
         metrics: Metrics,
         backoff: Backoff,
-        api_writes: u16,
         (store, index): (Store<PeerPod>, OwnerIndex),
         developer_mode: Mode,
     ) -> Self {
@@ -73,8 +75,14 @@ impl Context {
             in_progress: Mutex::default(),
             reminders: Reminders::default(),
             developer_mode,
-            writes: WriteBound::new(api_writes),
+            writes: WriteBound::new(DEFAULT_API_WRITES),
         }
+    }
+
+    /// At most `at_once` API writes of the reconciles in flight (at least one).
+    pub(crate) fn with_api_writes(mut self, at_once: u16) -> Self {
+        self.writes = WriteBound::new(at_once);
+        self
     }
 
     /// Runs one API write of a reconcile once fewer than the bound of writes are in flight: a storm of

@@ -192,8 +192,7 @@ pub async fn run_until(
 /// The default of [`ReconcilerSettings::concurrency`]: as many as provider-service runs deletes for one caller
 /// (its `MAX_DETACHED_DELETES_PER_CALLER`).
 pub const DEFAULT_CONCURRENCY: u16 = 1024;
-/// The default of [`ReconcilerSettings::api_writes`].
-pub const DEFAULT_API_WRITES: u16 = 32;
+pub use crate::context::DEFAULT_API_WRITES;
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerSettings {
@@ -232,16 +231,18 @@ pub async fn reconciler(
     };
     let mut cache = Cache::default();
     let store = cache.store();
-    let ctx = Arc::new(Context::new(
-        client,
-        provider,
-        recorder,
-        metrics,
-        settings.backoff,
-        settings.api_writes,
-        (store.clone(), cache.index()),
-        developer_mode.clone(),
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client,
+            provider,
+            recorder,
+            metrics,
+            settings.backoff,
+            (store.clone(), cache.index()),
+            developer_mode.clone(),
+        )
+        .with_api_writes(settings.api_writes),
+    );
     if let Some(tx) = store_out {
         // The orphan scanner reads the same cache instead of keeping a second copy of every PeerPod.
         tx.send_replace(Some(store.clone()));
