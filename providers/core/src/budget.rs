@@ -234,6 +234,7 @@ impl Provider for Budgeted {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::testing::{DeleteOnly, Deletes};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use tokio::sync::Notify;
 
@@ -322,14 +323,8 @@ mod tests {
     }
 
     #[async_trait]
-    impl Provider for Pausing {
-        fn name(&self) -> ProviderName {
-            ProviderName::Libvirt
-        }
-        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn delete_instance(&self, _: &str) -> Result<DeleteOutcome, Error> {
+    impl Deletes for Pausing {
+        async fn delete(&self, _: &str) -> Result<DeleteOutcome, Error> {
             without_delete_slot(self.together.wait()).await?;
             if let Some(slots) = self.slots.get() {
                 self.free_after_pause
@@ -339,27 +334,15 @@ mod tests {
             }
             Ok(DeleteOutcome::Deleted)
         }
-        async fn capacity(&self) -> Result<Capacity, Error> {
-            Ok(Capacity::default())
-        }
-        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
-            Ok(Vec::new())
-        }
-        async fn health(&self) -> Health {
-            Health {
-                healthy: true,
-                message: String::new(),
-            }
-        }
     }
 
     #[tokio::test]
     async fn a_paused_delete_leaves_its_slot_to_the_next_delete_and_takes_one_back() {
-        let pausing = Arc::new(Pausing {
+        let pausing = Arc::new(DeleteOnly(Pausing {
             together: tokio::sync::Barrier::new(3),
             slots: std::sync::OnceLock::new(),
             free_after_pause: std::sync::Mutex::new(Vec::new()),
-        });
+        }));
         let budgeted = Arc::new(Budgeted::new(
             pausing.clone(),
             CallBudget {
@@ -367,7 +350,7 @@ mod tests {
                 reads: 1,
             },
         ));
-        pausing.slots.set(budgeted.deletes.clone()).unwrap();
+        pausing.0.slots.set(budgeted.deletes.clone()).unwrap();
         // Three deletes on one slot can only meet in their pauses if each pause gives the slot up.
         let deletes: Vec<_> = (0..3)
             .map(|i| {
@@ -383,7 +366,7 @@ mod tests {
             assert_eq!(outcome.unwrap(), DeleteOutcome::Deleted);
         }
         assert_eq!(
-            *pausing.free_after_pause.lock().unwrap(),
+            *pausing.0.free_after_pause.lock().unwrap(),
             [0, 0, 0],
             "after its pause each delete holds the slot again"
         );
@@ -402,14 +385,8 @@ mod tests {
     }
 
     #[async_trait]
-    impl Provider for Scripted {
-        fn name(&self) -> ProviderName {
-            ProviderName::Libvirt
-        }
-        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+    impl Deletes for Scripted {
+        async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
             self.started.fetch_add(1, Ordering::SeqCst);
             if instance_id == "pausing" {
                 without_delete_slot(self.busy_started.notified()).await?;
@@ -420,26 +397,14 @@ mod tests {
             }
             Ok(DeleteOutcome::Deleted)
         }
-        async fn capacity(&self) -> Result<Capacity, Error> {
-            Ok(Capacity::default())
-        }
-        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
-            Ok(Vec::new())
-        }
-        async fn health(&self) -> Health {
-            Health {
-                healthy: true,
-                message: String::new(),
-            }
-        }
     }
 
     #[tokio::test]
     async fn the_time_a_delete_queues_to_take_its_slot_back_is_not_counted_against_its_bound() {
-        let scripted = Arc::new(Scripted {
+        let scripted = Arc::new(DeleteOnly(Scripted {
             started: AtomicUsize::new(0),
             busy_started: Notify::new(),
-        });
+        }));
         let budgeted = Arc::new(
             Budgeted::new(
                 scripted.clone(),
@@ -455,7 +420,7 @@ mod tests {
             let b = budgeted.clone();
             async move { b.delete_instance("pausing").await }
         });
-        while scripted.started.load(Ordering::SeqCst) == 0 {
+        while scripted.0.started.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
         // `busy` can only start in `pausing`'s pause, and keeps the slot 1.6 s: `pausing` ends 2.6 s
@@ -485,14 +450,8 @@ mod tests {
     }
 
     #[async_trait]
-    impl Provider for Timed {
-        fn name(&self) -> ProviderName {
-            ProviderName::Libvirt
-        }
-        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+    impl Deletes for Timed {
+        async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
             self.started.fetch_add(1, Ordering::SeqCst);
             match instance_id.parse() {
                 Ok(millis) => tokio::time::sleep(std::time::Duration::from_millis(millis)).await,
@@ -500,25 +459,13 @@ mod tests {
             }
             Ok(DeleteOutcome::Deleted)
         }
-        async fn capacity(&self) -> Result<Capacity, Error> {
-            Ok(Capacity::default())
-        }
-        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
-            Ok(Vec::new())
-        }
-        async fn health(&self) -> Health {
-            Health {
-                healthy: true,
-                message: String::new(),
-            }
-        }
     }
 
     #[tokio::test]
     async fn the_delete_bound_starts_with_the_delete_not_with_the_wait_for_its_slot() {
-        let timed = Arc::new(Timed {
+        let timed = Arc::new(DeleteOnly(Timed {
             started: AtomicUsize::new(0),
-        });
+        }));
         let bound = Duration::from_secs(2);
         let budgeted = Arc::new(
             Budgeted::new(
@@ -535,7 +482,7 @@ mod tests {
             let b = budgeted.clone();
             async move { b.delete_instance("hang").await }
         });
-        while timed.started.load(Ordering::SeqCst) == 0 {
+        while timed.0.started.load(Ordering::SeqCst) == 0 {
             tokio::task::yield_now().await;
         }
         let queued = tokio::spawn({
@@ -549,7 +496,7 @@ mod tests {
             "a hung delete ends at its bound: {hung:?}"
         );
         assert_eq!(queued.await.unwrap().unwrap(), DeleteOutcome::Deleted);
-        assert_eq!(timed.started.load(Ordering::SeqCst), 2);
+        assert_eq!(timed.0.started.load(Ordering::SeqCst), 2);
         assert_eq!(budgeted.free_delete_slots(), 1);
     }
 }

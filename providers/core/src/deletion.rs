@@ -318,7 +318,8 @@ impl Deleter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Budgeted, CallBudget, Capacity, Health, Instance, Provider, TagSelector};
+    use crate::provider::testing::{DeleteOnly, Deletes};
+    use crate::{Budgeted, CallBudget, Provider};
     use async_trait::async_trait;
     use std::collections::BTreeSet;
     use std::sync::Arc;
@@ -358,27 +359,9 @@ mod tests {
     }
 
     #[async_trait]
-    impl Provider for Backend {
-        fn name(&self) -> ProviderName {
-            ProviderName::Libvirt
-        }
-        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
-            Ok(())
-        }
-        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+    impl Deletes for Backend {
+        async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
             self.deleter.delete(&self.cloud, instance_id).await
-        }
-        async fn capacity(&self) -> Result<Capacity, Error> {
-            Ok(Capacity::default())
-        }
-        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
-            Ok(Vec::new())
-        }
-        async fn health(&self) -> Health {
-            Health {
-                healthy: true,
-                message: String::new(),
-            }
         }
     }
 
@@ -395,7 +378,7 @@ mod tests {
             cloud: DeletedTogether::default(),
         };
         let budgeted = Arc::new(Budgeted::new(
-            Arc::new(backend),
+            Arc::new(DeleteOnly(backend)),
             CallBudget {
                 deletes: 1,
                 reads: 1,

@@ -146,6 +146,47 @@ pub trait Provider: Send + Sync + 'static {
 /// Suggested wait for throttled calls when the cloud gives none.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// Backends of this crate's unit tests that only delete: the rest of [`Provider`] written once.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+
+    /// What a test backend does for a delete.
+    #[async_trait]
+    pub(crate) trait Deletes: Send + Sync + 'static {
+        async fn delete(&self, instance_id: &str) -> Result<DeleteOutcome, Error>;
+    }
+
+    /// A libvirt-named [`Provider`] that deletes as `D` says, accepts every id, has no capacity
+    /// and no instances, and is healthy.
+    pub(crate) struct DeleteOnly<D>(pub D);
+
+    #[async_trait]
+    impl<D: Deletes> Provider for DeleteOnly<D> {
+        fn name(&self) -> ProviderName {
+            ProviderName::Libvirt
+        }
+        fn validate_instance_id(&self, _: &str) -> Result<(), Error> {
+            Ok(())
+        }
+        async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
+            self.0.delete(instance_id).await
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(Vec::new())
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: true,
+                message: String::new(),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
