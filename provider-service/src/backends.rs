@@ -110,7 +110,8 @@ pub async fn build(
 /// from when it holds its slot) and with capacity and health answers cached, one cloud call in
 /// flight.
 pub fn guarded(backend: Arc<dyn Provider>) -> Arc<dyn Provider> {
-    guarded_with(backend, CallBudget::default(), DELETE_BOUND)
+    let budget = backend.call_budget();
+    guarded_with(backend, budget, DELETE_BOUND)
 }
 
 /// [`guarded`] with another budget and delete bound (tests).

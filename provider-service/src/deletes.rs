@@ -13,8 +13,8 @@
 //! ([`DeleteOutcome::NotYetVisible`]), ends its task like any other and is answered "in progress"
 //! too, saying it waits for the instance to show ([`Wait`]); the next call looks again.
 //!
-//! A delete waits for one of its cloud's delete slots (the call budget, 32 at once, see
-//! [`crate::backends::guarded`]) before it asks the cloud anything; while it waits it is "in
+//! A delete waits for one of its cloud's delete slots (the call budget, 32 at once unless the
+//! backend batches its calls, see [`crate::backends::guarded`]) before it asks the cloud anything; while it waits it is "in
 //! progress" to its callers, as a running one is. It gives the slot back while it waits between
 //! two asks (the cloud still deleting, a lookup to confirm later) and takes one again for the next:
 //! slots bound the calls the cloud sees at once, not the deletes waiting for it.

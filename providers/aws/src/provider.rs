@@ -7,10 +7,11 @@ use async_trait::async_trait;
 use aws_sdk_ec2::types::Filter;
 
 use peerpods_provider_core::{
-    Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance, OwnerTag, Pace,
-    Provider, ProviderConfig, ProviderName, TagSelector, Window,
+    CallBudget, Capacity, CloudCalls, DeleteOutcome, Deleter, Error, Figure, Health, Instance,
+    OwnerTag, Pace, Provider, ProviderConfig, ProviderName, TagSelector, Window,
 };
 
+use super::batch::BatchPolicy;
 use super::ec2::{Ec2, Ec2Instance};
 use super::failure::{Failure, into_error};
 use super::instance_id;
@@ -28,6 +29,15 @@ pub struct AwsProvider {
     deleter: Deleter,
     cluster_tags: BTreeMap<String, String>,
     region: String,
+    batch: BatchPolicy,
+}
+
+/// The call budget of a backend batching its deletions' calls by `batch`.
+fn call_budget(batch: &BatchPolicy) -> CallBudget {
+    CallBudget {
+        deletes: batch.max_ids,
+        ..CallBudget::default()
+    }
 }
 
 impl AwsProvider {
@@ -61,6 +71,7 @@ impl AwsProvider {
             ec2,
             cluster_tags: settings.cluster_tags,
             region: settings.region.unwrap_or_default(),
+            batch: settings.batch,
         })
     }
 
@@ -106,6 +117,13 @@ impl Provider for AwsProvider {
                 format!("not an EC2 instance id: {problem}"),
             )),
         }
+    }
+
+    /// As many deletes ask at once as one batch carries: the batches, the bound on EC2 calls in
+    /// flight (`AWS_MAX_CONCURRENT_CALLS`) and the rate limit bound what EC2 sees, where 32
+    /// deletes at once would cap every batch at 32 ids.
+    fn call_budget(&self) -> CallBudget {
+        call_budget(&self.batch)
     }
 
     async fn delete_instance(&self, instance_id: &str) -> Result<DeleteOutcome, Error> {
@@ -231,6 +249,15 @@ mod tests {
         let partly_unknown = capacity_from(None, &[instance("i-0000000a", None)]);
         assert_eq!(partly_unknown.instances.limit, None);
         assert_eq!(partly_unknown.vcpus.in_use, None);
+    }
+
+    #[test]
+    fn as_many_deletes_ask_at_once_as_a_batch_carries() {
+        let batch = BatchPolicy::default();
+        let budget = call_budget(&batch);
+        assert_eq!(budget.deletes, batch.max_ids);
+        assert!(budget.deletes > CallBudget::default().deletes);
+        assert_eq!(budget.reads, CallBudget::default().reads);
     }
 
     /// A real transport failure of the real SDK: nothing listens where EC2 should be. The caller

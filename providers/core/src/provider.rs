@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{Error, ProviderName};
+use crate::{CallBudget, Error, ProviderName};
 
 /// Tags an instance must carry, each with exactly this value. Empty matches every instance.
 pub type TagSelector = BTreeMap<String, String>;
@@ -134,6 +134,14 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Whether the cloud answers now.
     async fn health(&self) -> Health;
+
+    /// How many of its calls may run at once ([`crate::Budgeted`], which provider-service puts
+    /// around every backend). The default suits a cloud that takes one call per instance; a
+    /// backend that batches many deletes into one cloud call lets as many ask at once as a batch
+    /// carries, and bounds the cloud calls itself.
+    fn call_budget(&self) -> CallBudget {
+        CallBudget::default()
+    }
 
     /// The result of the last health check, when one is remembered, without waiting for the
     /// cloud beyond a first check. Plain backends remember nothing; the cache provider-service
