@@ -188,12 +188,13 @@ pub async fn run_until(
     }
 }
 
-/// Settings of the reconciler.
-/// The default of [`ReconcilerSettings::concurrency`]: as many as provider-service runs deletes for one caller
-/// (its `MAX_DETACHED_DELETES_PER_CALLER`).
-pub const DEFAULT_CONCURRENCY: u16 = 1024;
+/// The default of [`ReconcilerSettings::concurrency`]: as many calls as provider-service serves at once on the
+/// one connection this controller holds to it (its streams per connection); more would only queue in the
+/// client.
+pub const DEFAULT_CONCURRENCY: u16 = 256;
 pub use crate::context::DEFAULT_API_WRITES;
 
+/// Settings of the reconciler.
 #[derive(Debug, Clone)]
 pub struct ReconcilerSettings {
     /// Reconciles in flight at once. Most of a cleanup is a wait for provider-service's answer, which costs
