@@ -25,27 +25,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::{
-    Capacity, DeleteOutcome, Error, Health, Instance, Provider, ProviderName, TagSelector,
+    CallBudget, Capacity, DeleteOutcome, Error, Health, Instance, Provider, ProviderName,
+    TagSelector,
 };
-
-/// How many calls of each kind may run against one backend at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CallBudget {
-    /// Deletes in flight at most.
-    pub deletes: usize,
-    /// Capacity, listing and health calls in flight at most. Answers of capacity and health are
-    /// cached above the backend, so few reach it; listings are rare (orphan scans).
-    pub reads: usize,
-}
-
-impl Default for CallBudget {
-    fn default() -> Self {
-        CallBudget {
-            deletes: 32,
-            reads: 4,
-        }
-    }
-}
 
 /// A backend behind a [`CallBudget`].
 pub struct Budgeted {

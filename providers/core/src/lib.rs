@@ -27,7 +27,7 @@ mod ownership;
 pub mod provider;
 mod redact;
 
-pub use budget::{Budgeted, CallBudget};
+pub use budget::Budgeted;
 pub use config::{ExposeSecret, ProviderConfig, SecretString};
 pub use deletion::{Deleter, DeletionPorts, Pace};
 pub use error::Error;
@@ -40,7 +40,7 @@ pub use ownership::{
 pub use peerpods_proto::ProviderName;
 pub use peerpods_protocol::{Guard, InstanceKey, Window};
 pub use provider::{
-    Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider, Requester,
-    TagSelector,
+    CallBudget, Capacity, DEFAULT_RETRY_AFTER, DeleteOutcome, Figure, Health, Instance, Provider,
+    Requester, TagSelector,
 };
 pub use redact::Redactor;

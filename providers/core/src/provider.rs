@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{CallBudget, Error, ProviderName};
+use crate::{Error, ProviderName};
 
 /// Tags an instance must carry, each with exactly this value. Empty matches every instance.
 pub type TagSelector = BTreeMap<String, String>;
@@ -97,6 +97,25 @@ pub struct Health {
     pub healthy: bool,
     /// Why it is (un)healthy; never contains credentials.
     pub message: String,
+}
+
+/// How many calls of each kind may run against one backend at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallBudget {
+    /// Deletes asking the cloud at most (a delete waiting between two asks holds none).
+    pub deletes: usize,
+    /// Capacity, listing and health calls in flight at most. Answers of capacity and health are
+    /// cached above the backend, so few reach it; listings are rare (orphan scans).
+    pub reads: usize,
+}
+
+impl Default for CallBudget {
+    fn default() -> Self {
+        CallBudget {
+            deletes: 32,
+            reads: 4,
+        }
+    }
 }
 
 /// Who asks for a call and why; for logs only, never for decisions.
