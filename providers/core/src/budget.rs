@@ -13,8 +13,9 @@
 //! A delete's time bound ([`Budgeted::with_delete_bound`]) starts once the delete first holds its
 //! slot: in a storm of slow deletes the ones queued for a slot wait as long as the slots stay
 //! taken, and that wait is not theirs to be cut short for (they have not asked the cloud anything
-//! yet). A delete that started counts the waits to take its slot back after a pause: it is
-//! answered retryably at its bound as any slow delete is, and the next call resumes it.
+//! yet). Nor are its waits to take a slot back after a pause: a delete is cut off at its bound
+//! (answered retryably; the next call resumes it) for the time it spent asking and pausing, never
+//! for the time other deletes held the slots.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, PoisonError};
