@@ -170,13 +170,13 @@ impl Provider for Budgeted {
         };
         let started = Instant::now();
         let mut delete = std::pin::pin!(delete);
+        // The bound plus the time queued for the slot again: pushed back while the delete queues.
+        let deadline = || started + bound + held.queued(Instant::now());
         loop {
-            // The bound less the time queued for the slot again: pushed back while the delete queues.
-            let deadline = started + bound + held.queued(Instant::now());
             tokio::select! {
                 outcome = &mut delete => return outcome,
-                () = tokio::time::sleep_until(deadline) => {
-                    if Instant::now() >= started + bound + held.queued(Instant::now()) {
+                () = tokio::time::sleep_until(deadline()) => {
+                    if Instant::now() >= deadline() {
                         break;
                     }
                 }
@@ -420,6 +420,24 @@ mod tests {
         );
         assert_eq!(busy.await.unwrap().unwrap(), DeleteOutcome::Deleted);
         assert_eq!(budgeted.free_delete_slots(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_time_queued_adds_the_queueing_going_on_to_the_earlier_ones() {
+        let held = HeldSlot {
+            slots: Arc::new(Semaphore::new(1)),
+            state: Mutex::new(SlotState {
+                queued_for: Duration::from_secs(1),
+                ..SlotState::default()
+            }),
+        };
+        let now = Instant::now();
+        assert_eq!(held.queued(now), Duration::from_secs(1));
+        held.state().queued_since = Some(now);
+        assert_eq!(
+            held.queued(now + Duration::from_secs(2)),
+            Duration::from_secs(3)
+        );
     }
 
     #[tokio::test]
