@@ -440,6 +440,63 @@ mod tests {
         );
     }
 
+    /// A backend whose every answer can be told from a default one.
+    struct Telling;
+
+    #[async_trait]
+    impl Provider for Telling {
+        fn name(&self) -> ProviderName {
+            ProviderName::Aws
+        }
+        fn validate_instance_id(&self, instance_id: &str) -> Result<(), Error> {
+            Err(Error::invalid("instance_id", instance_id))
+        }
+        async fn delete_instance(&self, _: &str) -> Result<DeleteOutcome, Error> {
+            Ok(DeleteOutcome::AlreadyGone)
+        }
+        async fn capacity(&self) -> Result<Capacity, Error> {
+            Ok(Capacity::default())
+        }
+        async fn list_instances(&self, _: &TagSelector) -> Result<Vec<Instance>, Error> {
+            Ok(vec![Instance {
+                id: "i-1".into(),
+                created: None,
+                tags: Default::default(),
+                name: String::new(),
+            }])
+        }
+        async fn health(&self) -> Health {
+            Health {
+                healthy: false,
+                message: "checked".into(),
+            }
+        }
+        async fn last_health(&self) -> Option<Health> {
+            Some(self.health().await)
+        }
+    }
+
+    #[tokio::test]
+    async fn every_call_reaches_the_backend_and_its_answer_comes_back() {
+        let budgeted = Budgeted::new(Arc::new(Telling), CallBudget::default());
+        assert_eq!(budgeted.name(), ProviderName::Aws);
+        assert!(budgeted.validate_instance_id("x").is_err());
+        assert_eq!(
+            budgeted.delete_instance("x").await.unwrap(),
+            DeleteOutcome::AlreadyGone
+        );
+        assert_eq!(
+            budgeted
+                .list_instances(&TagSelector::default())
+                .await
+                .unwrap()[0]
+                .id,
+            "i-1"
+        );
+        assert_eq!(budgeted.health().await.message, "checked");
+        assert_eq!(budgeted.last_health().await.unwrap().message, "checked");
+    }
+
     #[tokio::test]
     async fn outside_a_budgeted_delete_a_pause_only_waits() {
         assert_eq!(without_delete_slot(async { 7 }).await.unwrap(), 7);
