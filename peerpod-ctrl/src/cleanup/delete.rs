@@ -5,7 +5,6 @@
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -171,19 +170,10 @@ pub(crate) async fn delete_instance(
         result = outcome.label(),
         "instance confirmed gone; releasing finalizer"
     );
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
     // With only our finalizer the object vanishes once it is released: the Event and the log line carry
     // the outcome. Held by another finalizer, it stays, and its status says it is cleaned.
     if rules::outlives_release(peerpod.finalizers())
-        && !ctx
-            .write(set_cleaned(
-                &api,
-                peerpod,
-                true,
-                deleted_reason(outcome),
-                &message,
-            ))
-            .await?
+        && !set_cleaned(ctx, peerpod, true, deleted_reason(outcome), &message).await?
     {
         return Ok(Action::await_change());
     }
@@ -196,7 +186,7 @@ pub(crate) async fn delete_instance(
         message,
     )
     .await;
-    ctx.write(release_finalizer(&api, peerpod)).await?;
+    release_finalizer(ctx, peerpod).await?;
     ctx.metrics
         .finalizer_release_seconds
         .observe(deletion_seen.elapsed().as_secs_f64());
@@ -264,17 +254,7 @@ pub(crate) async fn delete_in_progress(
     let entering = peerpod
         .cleaned_condition()
         .is_none_or(|c| CleanedReason::parse(&c.reason) != Some(reason) || c.message != message);
-    let api: Api<PeerPod> =
-        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if !ctx
-        .write(set_condition(
-            &api,
-            peerpod,
-            Cleaned::pending(reason),
-            &message,
-        ))
-        .await?
-    {
+    if !set_condition(ctx, peerpod, Cleaned::pending(reason), &message).await? {
         return Ok(Action::await_change());
     }
     if entering {

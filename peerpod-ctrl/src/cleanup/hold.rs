@@ -1,8 +1,6 @@
 //! Holds: a PeerPod being deleted keeps its VM and its finalizer (do-not-delete annotation, developer mode, a
 //! release annotation not acted on), and the object says why.
 
-use kube::ResourceExt;
-use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use tracing::{info, warn};
@@ -41,17 +39,7 @@ pub(crate) async fn keep_held(
     event: Option<(EventType, &str)>,
     message: String,
 ) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !ctx
-        .write(set_condition(
-            &api,
-            peerpod,
-            Cleaned::held(reason),
-            &message,
-        ))
-        .await?
-    {
+    if !set_condition(ctx, peerpod, Cleaned::held(reason), &message).await? {
         return Ok(Action::await_change());
     }
     if let Some((event_type, action)) = event {

@@ -20,7 +20,7 @@ use peerpods_api::peerpod::{CleanedReason, PeerPod};
 /// Writes `status.cleand` and the Cleaned condition when they differ from what is there. Returns false when
 /// the PeerPod no longer exists.
 pub(crate) async fn set_cleaned(
-    api: &Api<PeerPod>,
+    ctx: &Context,
     peerpod: &PeerPod,
     cleaned: bool,
     reason: CleanedReason,
@@ -31,12 +31,13 @@ pub(crate) async fn set_cleaned(
         vm_gone: cleaned,
         reason,
     };
-    set_condition(api, peerpod, state, message).await
+    set_condition(ctx, peerpod, state, message).await
 }
 
-/// Writes `state` when it differs from what is there. Returns false when the PeerPod no longer exists.
+/// Writes `state` when it differs from what is there, within the reconciles' bound on API writes
+/// ([`Context::write`]). Returns false when the PeerPod no longer exists.
 pub(crate) async fn set_condition(
-    api: &Api<PeerPod>,
+    ctx: &Context,
     peerpod: &PeerPod,
     state: Cleaned,
     message: &str,
@@ -47,7 +48,13 @@ pub(crate) async fn set_condition(
     // Forced (see `apply_status`): state, reason and lastAttemptTime are shared with reverse collection's
     // field manager, the later write of the two wins by design, and PeerPods written by versions that
     // merge-patched their status have these fields under that older Update manager.
-    match apply_status(api, &peerpod.name_any(), FIELD_MANAGER, &status, None).await {
+    let api: Api<PeerPod> =
+        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
+    let name = peerpod.name_any();
+    match ctx
+        .write(apply_status(&api, &name, FIELD_MANAGER, &status, None))
+        .await
+    {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(status)) if status.is_not_found() => Ok(false),
         Err(e) => Err(e.into()),
@@ -87,18 +94,7 @@ pub(crate) async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Err
         }
         return;
     }
-    let api: Api<PeerPod> =
-        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
-    if let Err(e) = ctx
-        .write(set_cleaned(
-            &api,
-            peerpod,
-            false,
-            error.cleaned_reason(),
-            &message,
-        ))
-        .await
-    {
+    if let Err(e) = set_cleaned(ctx, peerpod, false, error.cleaned_reason(), &message).await {
         warn!(error = %e, "cannot record the failure in status");
     }
     ctx.reminders.published(&key, Instant::now());

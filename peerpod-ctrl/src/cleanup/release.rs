@@ -105,17 +105,7 @@ pub(crate) async fn release_without_delete(
     event_type: EventType,
     message: String,
 ) -> Result<Action, Error> {
-    let namespace = peerpod.namespace().unwrap_or_default();
-    let api: Api<PeerPod> = Api::namespaced(ctx.client.clone(), &namespace);
-    if !ctx
-        .write(set_condition(
-            &api,
-            peerpod,
-            Cleaned::done_without_delete(reason),
-            &message,
-        ))
-        .await?
-    {
+    if !set_condition(ctx, peerpod, Cleaned::done_without_delete(reason), &message).await? {
         return Ok(Action::await_change());
     }
     publish(
@@ -127,7 +117,7 @@ pub(crate) async fn release_without_delete(
         message,
     )
     .await;
-    ctx.write(release_finalizer(&api, peerpod)).await?;
+    release_finalizer(ctx, peerpod).await?;
     ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
 }
@@ -169,17 +159,18 @@ pub(crate) async fn release_ignored(peerpod: &PeerPod, ctx: &Context) {
     .await;
 }
 
-/// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it.
-pub(crate) async fn release_finalizer(api: &Api<PeerPod>, peerpod: &PeerPod) -> Result<(), Error> {
+/// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it; within the
+/// reconciles' bound on API writes ([`Context::write`]).
+pub(crate) async fn release_finalizer(ctx: &Context, peerpod: &PeerPod) -> Result<(), Error> {
     let Some(patch) = rules::release_finalizer_patch(peerpod.finalizers()) else {
         return Ok(());
     };
-    match api
-        .patch(
-            &peerpod.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
+    let api: Api<PeerPod> =
+        Api::namespaced(ctx.client.clone(), &peerpod.namespace().unwrap_or_default());
+    let name = peerpod.name_any();
+    let patch = Patch::Json::<()>(patch);
+    match ctx
+        .write(api.patch(&name, &PatchParams::default(), &patch))
         .await
     {
         Ok(_) => Ok(()),
