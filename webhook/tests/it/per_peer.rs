@@ -1,7 +1,8 @@
 //! What one client can hold is bounded per peer address, so a flood from one address leaves room for the API
 //! server: a peer at 127.0.0.2 (Linux loopback accepts any 127/8 source) holds slow admissions until it is shed,
-//! or connections until one is closed at once, and an admission from 127.0.0.1 is still decided. And `/metrics`
-//! behind TLS, TokenReview and SubjectAccessReview (`--metrics-secure`), against the real API server.
+//! connections until one is closed at once, or a body it never finishes until the read timeout refuses it, and an
+//! admission from 127.0.0.1 is still decided. And `/metrics` behind TLS, TokenReview and SubjectAccessReview
+//! (`--metrics-secure`), against the real API server.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -49,6 +50,11 @@ fn review(uid: &str) -> Vec<u8> {
 /// The status code of one response read from a kept-alive connection (its head, then `Content-Length` bytes),
 /// or `None` when the connection ends first.
 async fn answer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<u16> {
+    response(stream).await.map(|(status, _)| status)
+}
+
+/// [`answer`] with the response's body.
+async fn response<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<(u16, Vec<u8>)> {
     let mut raw = Vec::new();
     let mut buf = [0u8; 4096];
     let head_end = loop {
@@ -72,7 +78,8 @@ async fn answer<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> Option<u16> 
             Ok(n) => raw.extend_from_slice(&buf[..n]),
         }
     }
-    head.split_whitespace().nth(1)?.parse().ok()
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, raw[head_end..head_end + length].to_vec()))
 }
 
 async fn wait_served(webhook: &Webhook, pair: &Pair) {
@@ -167,6 +174,75 @@ async fn slow_admissions_from_one_address_leave_the_budget_to_another() {
     for task in flood {
         task.abort();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_not_sent_within_the_read_timeout_is_refused_and_another_is_served() {
+    let pair = Pair::issue();
+    let webhook = Webhook::start_with(
+        Target::new("", ""),
+        Some(&pair),
+        AdmissionLimits {
+            body_read_timeout: Duration::from_secs(1),
+            ..AdmissionLimits::default()
+        },
+    )
+    .await;
+    wait_served(&webhook, &pair).await;
+
+    // Headers and a tenth of the body promised, then nothing: the webhook answers once its read timeout is
+    // over, with an AdmissionReview refusing the request (the API server shows its message), not a dropped
+    // connection.
+    let mut tls = connect_tls_from(Some(FLOODER), webhook.webhook_addr, &pair.ca, "127.0.0.1")
+        .await
+        .unwrap();
+    tls.write_all(
+        format!(
+            "POST {WEBHOOK_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{}",
+            " ".repeat(100)
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let (status, body) = tokio::time::timeout(PATIENCE, response(&mut tls))
+        .await
+        .expect("answered before the test's patience ran out")
+        .expect("answered, not dropped");
+    assert_eq!(status, 200);
+    let answered: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let refusal = &answered["response"];
+    assert_eq!(refusal["allowed"], false, "{answered}");
+    assert_eq!(refusal["status"]["code"], 408, "{answered}");
+    assert_eq!(
+        refusal["status"]["message"],
+        "malformed admission request: the request body: not read within 1 s",
+        "{answered}"
+    );
+    let metrics = webhook.running.as_ref().unwrap().metrics.clone();
+    assert_eq!(
+        metrics
+            .reviews
+            .get_or_create(&OutcomeLabels { outcome: "invalid" })
+            .get(),
+        1,
+        "counted as invalid"
+    );
+
+    let served = post_tls(
+        webhook.webhook_addr,
+        &pair.ca,
+        WEBHOOK_PATH,
+        &review("other"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        served.json()["response"]["allowed"],
+        true,
+        "{}",
+        served.text()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -442,7 +442,13 @@ async fn every_malformed_review_gets_an_answer_and_the_webhook_keeps_serving() {
     let inputs = inputs();
     assert!(inputs.len() > 250, "{} inputs", inputs.len());
     let pair = Pair::issue();
-    let ours = Webhook::start(Target::default(), Some(&pair)).await;
+    // The body read timeout is what `per_peer` tests; here it is set to the answer's deadline, so a near-limit
+    // body read slowly by a debug build on a busy machine is not refused with 408 for the time it took.
+    let limits = peerpods_webhook::server::AdmissionLimits {
+        body_read_timeout: OURS_DEADLINE,
+        ..Default::default()
+    };
+    let ours = Webhook::start_with(Target::default(), Some(&pair), limits).await;
 
     let mut ours_by_category: BTreeMap<(&str, String), usize> = BTreeMap::new();
     let mut ours_by_label: BTreeMap<&str, String> = BTreeMap::new();
