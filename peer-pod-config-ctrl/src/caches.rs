@@ -8,11 +8,14 @@
 //! the older cached object and write the same value again. So the object a write returned is kept, by kind and
 //! name, and used instead of the cached one while the cache holds an older resourceVersion. resourceVersions are
 //! compared as numbers, which they are for every etcd-backed API server; one that is not a number is trusted to be
-//! the cache's. A remembered write counts for a short while only ([`WRITTEN_TTL`]): after that the cache has seen
-//! it, or seen it deleted, and is the truth again.
+//! the cache's. A remembered write is forgotten as soon as the cache is seen holding it (or a newer version), and
+//! counts for a short while only ([`WRITTEN_TTL`]): after that the cache has seen it, or seen it deleted, and is
+//! the truth again. It is kept as the typed object it is (not as JSON), so a spread over thousands of nodes costs
+//! the nodes' trimmed size while the watch catches up, and nothing once it has.
 
+use std::any::Any;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -57,7 +60,7 @@ pub use peerpods_api::keys::CAA_CONFIG_MAP;
 
 /// A kind whose cache [`Owned`] holds.
 pub trait Cached:
-    Resource<DynamicType = ()> + Clone + Default + DeserializeOwned + Serialize + 'static
+    Resource<DynamicType = ()> + Clone + Default + DeserializeOwned + Serialize + Send + Sync + 'static
 {
     fn store(owned: &Owned) -> &Store<Self>;
 }
@@ -119,7 +122,8 @@ pub fn resource_version(
 
 struct Remembered {
     resource_version: u64,
-    object: serde_json::Value,
+    /// The object as written, of the kind named in its key.
+    object: Arc<dyn Any + Send + Sync>,
     at: Instant,
 }
 
@@ -144,10 +148,11 @@ impl Written {
     }
 
     /// Remembers `live`, the object a write of ours returned.
-    pub fn remember<K: Resource<DynamicType = ()> + Serialize>(&self, live: &K) {
-        let (Some(resource_version), Ok(object)) =
-            (resource_version(live.meta()), serde_json::to_value(live))
-        else {
+    pub fn remember<K>(&self, live: &K)
+    where
+        K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let Some(resource_version) = resource_version(live.meta()) else {
             return;
         };
         let mut objects = self.objects();
@@ -156,7 +161,7 @@ impl Written {
             Self::key(live),
             Remembered {
                 resource_version,
-                object,
+                object: Arc::new(live.clone()),
                 at: Instant::now(),
             },
         );
@@ -167,14 +172,16 @@ impl Written {
         self.objects().remove(&Self::key(object));
     }
 
-    /// What to compare with: `cached`, unless a write of ours of `desired`'s object is newer than it.
+    /// What to compare with: `cached`, unless a write of ours of `desired`'s object is newer than it. A write the
+    /// cache has caught up with is forgotten here.
     pub fn newest<K>(&self, desired: &K, cached: Option<K>) -> Option<K>
     where
-        K: Resource<DynamicType = ()> + DeserializeOwned,
+        K: Resource<DynamicType = ()> + Clone + 'static,
     {
-        let objects = self.objects();
+        let mut objects = self.objects();
+        let key = Self::key(desired);
         let Some(written) = objects
-            .get(&Self::key(desired))
+            .get(&key)
             .filter(|r| r.at.elapsed() < WRITTEN_TTL)
         else {
             return cached;
@@ -184,12 +191,17 @@ impl Written {
             Some(c) => resource_version(c.meta()).is_some_and(|v| v < written.resource_version),
         };
         if cache_behind {
-            serde_json::from_value(written.object.clone())
-                .ok()
-                .or(cached)
+            written.object.downcast_ref::<K>().cloned().or(cached)
         } else {
+            objects.remove(&key);
             cached
         }
+    }
+
+    /// How many writes are remembered.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.objects().len()
     }
 }
 
@@ -272,6 +284,17 @@ mod tests {
             None,
             "deleted since: the cache's word"
         );
+    }
+
+    #[test]
+    fn a_write_is_forgotten_once_the_cache_holds_it() {
+        let written = Written::default();
+        let desired = service("", 443);
+        written.remember(&service("7", 443));
+        written.newest(&desired, Some(service("5", 80)));
+        assert_eq!(written.len(), 1, "the cache is behind: kept");
+        written.newest(&desired, Some(service("7", 443)));
+        assert_eq!(written.len(), 0, "the cache caught up: forgotten");
     }
 
     fn node(rv: &str, value: Option<&str>, owner: Option<&str>) -> Node {
