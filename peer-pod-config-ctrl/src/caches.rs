@@ -20,12 +20,14 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::Resource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::nodes::Node;
 
 /// How long a remembered write overrides an older cached object.
 pub const WRITTEN_TTL: Duration = Duration::from_secs(10);
@@ -180,10 +182,7 @@ impl Written {
     {
         let mut objects = self.objects();
         let key = Self::key(desired);
-        let Some(written) = objects
-            .get(&key)
-            .filter(|r| r.at.elapsed() < WRITTEN_TTL)
-        else {
+        let Some(written) = objects.get(&key).filter(|r| r.at.elapsed() < WRITTEN_TTL) else {
             return cached;
         };
         let cache_behind = match &cached {
@@ -303,7 +302,7 @@ mod tests {
         node.metadata.resource_version = Some(rv.into());
         node.metadata.annotations =
             owner.map(|o| [(crate::nodes::CAA_OWNER_ANNOTATION.to_owned(), o.to_owned())].into());
-        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+        node.status = Some(crate::nodes::NodeStatus {
             capacity: value.map(|v| {
                 [(
                     crate::objects::EXTENDED_RESOURCE.to_owned(),
@@ -311,7 +310,6 @@ mod tests {
                 )]
                 .into()
             }),
-            ..Default::default()
         });
         node
     }

@@ -16,7 +16,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::Api;
 use kube::runtime::events::{Recorder, Reporter};
@@ -94,7 +94,7 @@ pub fn build(
     let managed = format!("app.kubernetes.io/managed-by={FIELD_MANAGER}");
     let owned = || watcher::Config::default().labels(&managed);
     let config_api = Api::<PeerPodConfig>::all(client.clone());
-    let node_api = Api::<Node>::all(client.clone());
+    let node_api = Api::<nodes::Node>::all(client.clone());
     let config_progress = health.map(|h| h.track(CONFIG_WATCH));
     let node_progress = health.map(|h| h.track(NODE_WATCH));
     let heartbeats = futures::future::join(
@@ -102,11 +102,16 @@ pub fn build(
         heartbeat(node_api.clone(), node_progress.clone()),
     );
 
-    let (node_cache, node_writer) = reflector::store::<Node>();
-    let node_events = watch::backoff(watcher(node_api, watcher::Config::default()))
-        .map(observed_by(node_progress))
-        .modify(nodes::keep_what_is_read)
-        .reflect(node_writer);
+    let (node_cache, node_writer) = reflector::store::<nodes::Node>();
+    // A streaming list, as peerpod-ctrl's PeerPod watch: nodes arrive one by one and are trimmed as they come,
+    // so no page of 500 whole Nodes (about 10 KiB of JSON each, most of it images) is held at once.
+    let node_events = watch::backoff(watcher(
+        node_api,
+        watcher::Config::default().streaming_lists(),
+    ))
+    .map(observed_by(node_progress))
+    .modify(nodes::keep_what_is_read)
+    .reflect(node_writer);
 
     // As Controller::new builds its own watch, with the events counted on the way.
     let (configs, config_writer) = reflector::store::<PeerPodConfig>();
@@ -424,8 +429,8 @@ fn owner_of(
 /// Node events that can change what a PeerPodConfig wants: a node appearing or leaving, its labels, or the
 /// capacity value and owner annotation this controller owns. Status heartbeats and other updates are dropped here.
 fn relevant_node_changes(
-    events: impl Stream<Item = Result<watcher::Event<Node>, watcher::Error>> + Send + 'static,
-) -> impl Stream<Item = Result<Node, watcher::Error>> + Send + 'static {
+    events: impl Stream<Item = Result<watcher::Event<nodes::Node>, watcher::Error>> + Send + 'static,
+) -> impl Stream<Item = Result<nodes::Node, watcher::Error>> + Send + 'static {
     let mut seen: HashMap<String, u64> = HashMap::new();
     events.filter_map(move |event| {
         let out = match event {

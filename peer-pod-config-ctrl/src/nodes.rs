@@ -11,9 +11,11 @@
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Node, NodeStatus};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
+use serde::Deserialize;
 
 use crate::Error;
 use crate::objects::EXTENDED_RESOURCE;
@@ -33,6 +35,51 @@ pub const CAA_OWNER: &str = crate::name::FIELD_MANAGER;
 /// server's priority-and-fairness queue.
 pub const PATCH_CONCURRENCY: usize = 16;
 
+/// A Node as this controller reads it: its metadata and its status's capacity map, parsed straight from what the
+/// API server sends (watch events, list pages, patch answers). The rest of a Node (spec, images, conditions,
+/// addresses, node info: about 10 KiB of JSON on a real node) is skipped while parsing, so the cache of every node,
+/// a node arriving in the watch and a patch's answer never hold it. A kind of its own rather than k8s-openapi's
+/// `Node` trimmed after parsing: that type's empty fields alone take about 1.5 KiB per node, and the cache, the
+/// remembered patches and a spread's working copies each hold every selected node.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Node {
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: Option<NodeStatus>,
+}
+
+/// Of a Node's status, the capacity map (the resources a node advertises, [`EXTENDED_RESOURCE`] among them).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct NodeStatus {
+    #[serde(default)]
+    pub capacity: Option<BTreeMap<String, Quantity>>,
+}
+
+/// The API's Node, read as [`Node`]: its kind, version and path are k8s-openapi's, so kube's clients, watches and
+/// caches serve it as they serve that type.
+type ApiNode = k8s_openapi::api::core::v1::Node;
+
+impl k8s_openapi::Resource for Node {
+    const API_VERSION: &'static str = <ApiNode as k8s_openapi::Resource>::API_VERSION;
+    const GROUP: &'static str = <ApiNode as k8s_openapi::Resource>::GROUP;
+    const KIND: &'static str = <ApiNode as k8s_openapi::Resource>::KIND;
+    const VERSION: &'static str = <ApiNode as k8s_openapi::Resource>::VERSION;
+    const URL_PATH_SEGMENT: &'static str = <ApiNode as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+    type Scope = <ApiNode as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::Metadata for Node {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 /// What one node needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CapacityChange {
@@ -42,9 +89,9 @@ pub enum CapacityChange {
     Remove,
 }
 
-/// Keeps of a Node only what this controller reads (name, labels, the owner annotation and the
-/// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached or kept from a patch's answer. A real
-/// node's status (images, conditions, addresses, node info) is most of its size, and the cache holds every node.
+/// Keeps of a [`Node`] only what this controller reads (name, labels, the owner annotation and the
+/// `kata.peerpods.io/vm` entry of `status.capacity`), before it is cached or kept from a patch's answer: of what
+/// parsing kept, the other annotations and capacities, and the managed fields.
 pub fn keep_what_is_read(node: &mut Node) {
     // Managed fields go as on every cached kind (caches.rs); written out here because the caches import this
     // module, not the other way round.
@@ -60,7 +107,6 @@ pub fn keep_what_is_read(node: &mut Node) {
                 .collect::<BTreeMap<_, _>>()
         })
         .filter(|kept| !kept.is_empty());
-    node.spec = None;
     node.status = node.status.take().map(|status| NodeStatus {
         capacity: status.capacity.map(|capacity| {
             capacity
@@ -68,7 +114,6 @@ pub fn keep_what_is_read(node: &mut Node) {
                 .filter(|(resource, _)| resource == EXTENDED_RESOURCE)
                 .collect()
         }),
-        ..NodeStatus::default()
     });
 }
 
@@ -323,8 +368,6 @@ pub async fn apply(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeStatus;
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn node(name: &str, labels: &[(&str, &str)], vm: Option<&str>) -> Node {
         let mut node = Node::default();
@@ -342,7 +385,6 @@ mod tests {
                     .chain(vm.map(|v| (EXTENDED_RESOURCE.to_owned(), Quantity(v.into()))))
                     .collect(),
             ),
-            ..NodeStatus::default()
         });
         node
     }
@@ -494,17 +536,44 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_read_as_its_metadata_and_capacity() {
+        // A whole Node as the API server sends it: spec, images, conditions and the rest are not read.
+        let mut whole = ApiNode::default();
+        whole.metadata.name = Some("n1".into());
+        whole.metadata.resource_version = Some("42".into());
+        whole.spec = Some(k8s_openapi::api::core::v1::NodeSpec {
+            provider_id: Some("aws:///i-1".into()),
+            ..Default::default()
+        });
+        whole.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            capacity: Some([(EXTENDED_RESOURCE.to_owned(), Quantity("3".into()))].into()),
+            images: Some(vec![Default::default(); 3]),
+            ..Default::default()
+        });
+        let mut json = serde_json::to_value(&whole).unwrap();
+        json["apiVersion"] = "v1".into();
+        json["kind"] = "Node".into();
+        let read: Node = serde_json::from_value(json).unwrap();
+        assert_eq!(read.metadata, whole.metadata);
+        assert_eq!(current(&read).as_deref(), Some("3"));
+        assert_eq!(
+            kube::core::ApiResource::erase::<Node>(&()),
+            kube::core::ApiResource::erase::<ApiNode>(&()),
+            "served as the API's Node"
+        );
+    }
+
+    #[test]
     fn the_cache_keeps_labels_and_our_capacity_only() {
         let mut full = node("n1", &[("node.kubernetes.io/worker", "")], Some("3"));
         let status = full.status.as_mut().unwrap();
-        status.capacity.as_mut().unwrap().insert(
-            "cpu".into(),
-            k8s_openapi::apimachinery::pkg::api::resource::Quantity("8".into()),
-        );
-        status.images = Some(vec![Default::default(); 3]);
+        status
+            .capacity
+            .as_mut()
+            .unwrap()
+            .insert("cpu".into(), Quantity("8".into()));
         full.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
         full.metadata.managed_fields = Some(vec![Default::default()]);
-        full.spec = Some(Default::default());
         let mut kept = full.clone();
         keep_what_is_read(&mut kept);
         assert_eq!(kept.metadata.labels, full.metadata.labels);
@@ -515,7 +584,6 @@ mod tests {
         );
         let status = kept.status.unwrap();
         assert_eq!(status.capacity.unwrap().len(), 1);
-        assert!(status.images.is_none() && kept.spec.is_none());
         assert!(kept.metadata.managed_fields.is_none());
 
         // The owner annotation is kept: the plan reads it.

@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use peerpods_protocol::decide::DeveloperMode;
 
-use crate::nodes::{self, CapacityChange};
+use crate::nodes::{self, CapacityChange, Node};
 use crate::spread;
 use crate::status::{Capacity, NodeCeiling};
 use peerpods_api::peerpodconfig::{Limit, PeerPodConfig};
@@ -167,7 +166,7 @@ pub fn next_check(config: &PeerPodConfig) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeStatus;
+    use crate::nodes::NodeStatus;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     use kube::api::ObjectMeta;
 
@@ -196,9 +195,7 @@ mod tests {
             },
             status: advertised.map(|v| NodeStatus {
                 capacity: Some([(EXTENDED_RESOURCE.to_owned(), Quantity(v.into()))].into()),
-                ..NodeStatus::default()
             }),
-            ..Node::default()
         }
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
@@ -22,6 +22,7 @@ use super::record::{
 use super::{Context, node_cache_ready};
 use crate::capacity::free_instances;
 use crate::cert::{self, ServingCert};
+use crate::nodes::Node;
 use crate::plan;
 use crate::status::{self, Observed};
 use crate::validate::{self, InvalidReason};

@@ -27,7 +27,6 @@ use cleanup::{cleanup, hold_deletion};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
@@ -39,6 +38,7 @@ use tracing::{Instrument, info_span, warn};
 
 use crate::capacity::ProviderCapacity;
 use crate::metrics::{Metrics, ResultLabels};
+use crate::nodes::Node;
 use crate::plan::RESYNC;
 use crate::validate::{self, AllowedServiceAccounts};
 use crate::{Error, caches, nodes, objects};

@@ -2,12 +2,12 @@
 //! write) show, deleted by name; every write counted in the metrics, named for the Applied Event and remembered
 //! until the caches catch up.
 
-use k8s_openapi::api::core::v1::Node;
 use kube::Resource;
 use kube::api::{Api, DeleteParams};
 
 use super::Context;
 use crate::metrics::KindLabels;
+use crate::nodes::Node;
 use crate::{Error, apply, caches};
 
 /// Apply one owned object unless it already matches; returns the live object.
