@@ -47,37 +47,62 @@ pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Resul
             ctx.developer_mode.current(),
         );
         let is_cleanup = plan.is_cleanup();
+        // Each act is boxed: a reconcile's task is then the size of the plan and one pointer, and an act's state
+        // (API and gRPC calls in flight) is allocated only while that act runs. Unboxed, every task was the size
+        // of the largest act, and with 256 reconciles at once and 10,000 queued at a start, 5 MiB of peak RSS
+        // (make bench's memory scenario).
         let result = match plan {
             Plan::ReapStale => {
                 if peerpod.release_ask().is_some() {
-                    cleanup::release_ignored(&peerpod, &ctx).await;
+                    Box::pin(cleanup::release_ignored(&peerpod, &ctx)).await;
                 }
-                stale::reap_stale(&peerpod, &ctx).await
+                Box::pin(stale::reap_stale(&peerpod, &ctx)).await
             }
             Plan::Nothing => {
                 debug!("released by cloud-api-adaptor; nothing to do");
                 Ok(Action::await_change())
             }
             Plan::Hold(Hold::Invalid(why)) => Err(Error::InvalidInstance(why)),
-            Plan::Hold(Hold::DoNotDelete) => cleanup::hold(&peerpod, &ctx).await,
-            Plan::Hold(Hold::DeveloperMode) => cleanup::developer_hold(&peerpod, &ctx).await,
+            Plan::Hold(Hold::DoNotDelete) => Box::pin(cleanup::hold(&peerpod, &ctx)).await,
+            Plan::Hold(Hold::DeveloperMode) => {
+                Box::pin(cleanup::developer_hold(&peerpod, &ctx)).await
+            }
             Plan::Hold(Hold::DeveloperModeUnknown) => Err(Error::DeveloperModeUnknown),
             Plan::Hold(Hold::UnknownRelease(value)) => {
                 let why = format!("{value:?} is not a value it knows (operator or instance-gone)");
-                cleanup::release_refused(&peerpod, &ctx, CleanedReason::UnknownReleaseValue, &why)
-                    .await
+                Box::pin(cleanup::release_refused(
+                    &peerpod,
+                    &ctx,
+                    CleanedReason::UnknownReleaseValue,
+                    &why,
+                ))
+                .await
             }
             Plan::ReleaseByOperator {
                 provider,
                 instance_id,
-            } => cleanup::release_by_operator(&peerpod, &ctx, &provider, &instance_id).await,
+            } => {
+                Box::pin(cleanup::release_by_operator(
+                    &peerpod,
+                    &ctx,
+                    &provider,
+                    &instance_id,
+                ))
+                .await
+            }
             Plan::Release {
                 provider,
                 instance_id,
                 by,
             } => {
-                cleanup::release_still_referenced(&peerpod, &ctx, &provider, &instance_id, &by)
-                    .await
+                Box::pin(cleanup::release_still_referenced(
+                    &peerpod,
+                    &ctx,
+                    &provider,
+                    &instance_id,
+                    &by,
+                ))
+                .await
             }
             Plan::Wait { until, .. } => {
                 debug!("provider-service is deleting the VM; asking again later");
@@ -88,28 +113,28 @@ pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Resul
             Plan::ConfirmGone {
                 provider,
                 instance_id,
-            } => match cleanup::still_listed(&ctx, &provider, &instance_id).await {
+            } => match Box::pin(cleanup::still_listed(&ctx, &provider, &instance_id)).await {
                 Err(error) => Err(error),
                 Ok(true) => {
                     let why = "instance-gone, but provider-service still lists the instance";
-                    cleanup::release_refused(
+                    Box::pin(cleanup::release_refused(
                         &peerpod,
                         &ctx,
                         CleanedReason::InstanceStillListed,
                         why,
-                    )
+                    ))
                     .await
                 }
                 // Not listed: provider-service's DeleteInstance is the judge of gone (it waits out the
                 // cloud's consistency window), as for any cleanup.
                 Ok(false) => {
-                    cleanup::planned_delete(
+                    Box::pin(cleanup::planned_delete(
                         &peerpod,
                         &ctx,
                         &key,
                         progress,
                         (&provider, &instance_id, false),
-                    )
+                    ))
                     .await
                 }
             },
@@ -118,13 +143,13 @@ pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Resul
                 instance_id,
                 in_progress,
             } => {
-                cleanup::planned_delete(
+                Box::pin(cleanup::planned_delete(
                     &peerpod,
                     &ctx,
                     &key,
                     progress,
                     (&provider, &instance_id, in_progress),
-                )
+                ))
                 .await
             }
         };
@@ -139,7 +164,7 @@ pub(crate) async fn reconcile(peerpod: Arc<PeerPod>, ctx: Arc<Context>) -> Resul
                 Err(Error::FinalizerConflict)
             }
             Err(error) => {
-                cleanup::record_failure(&peerpod, &ctx, &error, is_cleanup).await;
+                Box::pin(cleanup::record_failure(&peerpod, &ctx, &error, is_cleanup)).await;
                 Err(error)
             }
         }
