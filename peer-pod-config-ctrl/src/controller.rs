@@ -188,7 +188,7 @@ pub fn build(
         Api::<ResourceClaim>::all(client.clone()),
         watcher::Config::default(),
     ))
-    .modify(keep_allocation)
+    .modify(dra::keep_allocation)
     .reflect(claim_writer);
     let context = Arc::new(Context {
         client: client.clone(),
@@ -455,22 +455,6 @@ fn relevant_node_changes(
         };
         std::future::ready(out)
     })
-}
-
-/// Keeps of a ResourceClaim only what the pool reads: its name and namespace, and its allocation results.
-fn keep_allocation(claim: &mut ResourceClaim) {
-    claim.metadata = kube::api::ObjectMeta {
-        name: claim.metadata.name.take(),
-        namespace: claim.metadata.namespace.take(),
-        resource_version: claim.metadata.resource_version.take(),
-        uid: claim.metadata.uid.take(),
-        ..Default::default()
-    };
-    claim.spec = Default::default();
-    if let Some(status) = claim.status.as_mut() {
-        status.devices = None;
-        status.reserved_for = None;
-    }
 }
 
 /// ResourceClaim events that change which pool devices are allocated: a claim whose pool devices differ from what

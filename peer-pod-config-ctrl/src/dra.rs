@@ -58,6 +58,22 @@ pub fn allocated<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> BTr
         .collect()
 }
 
+/// Keeps of a ResourceClaim only what the pool reads: its name and namespace, and its allocation results.
+pub fn keep_allocation(claim: &mut ResourceClaim) {
+    claim.metadata = ObjectMeta {
+        name: claim.metadata.name.take(),
+        namespace: claim.metadata.namespace.take(),
+        resource_version: claim.metadata.resource_version.take(),
+        uid: claim.metadata.uid.take(),
+        ..Default::default()
+    };
+    claim.spec = Default::default();
+    if let Some(status) = claim.status.as_mut() {
+        status.devices = None;
+        status.reserved_for = None;
+    }
+}
+
 /// How many ResourceClaims hold a device of this driver's pool now (the claims whose changes the controller
 /// watches for, so a release reconciles again).
 pub fn claims_holding<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> usize {
@@ -377,6 +393,40 @@ pub fn plugin_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<Daemo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cached_claim_keeps_its_name_and_allocation_only() {
+        let mut claim: ResourceClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "c", "namespace": "apps", "uid": "u", "resourceVersion": "7",
+                "labels": {"a": "b"}, "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"devices": {"requests": [{"name": "vm", "exactly": {"deviceClassName": DEVICE_CLASS}}]}},
+            "status": {
+                "allocation": {"devices": {"results": [
+                    {"request": "vm", "driver": DRIVER, "pool": POOL, "device": "vm-0"}]}},
+                "reservedFor": [{"resource": "pods", "name": "p", "uid": "pu"}],
+                "devices": [{"driver": DRIVER, "pool": POOL, "device": "vm-0"}]
+            }
+        }))
+        .unwrap();
+        keep_allocation(&mut claim);
+        assert_eq!(claim.metadata.name.as_deref(), Some("c"));
+        assert_eq!(claim.metadata.namespace.as_deref(), Some("apps"));
+        assert_eq!(claim.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(
+            (
+                claim.metadata.labels.as_ref(),
+                claim.metadata.managed_fields.as_ref()
+            ),
+            (None, None)
+        );
+        assert_eq!(claim.spec, Default::default());
+        let status = claim.status.as_ref().unwrap();
+        assert_eq!(
+            (status.devices.as_ref(), status.reserved_for.as_ref()),
+            (None, None)
+        );
+        assert_eq!(allocated([&claim]), BTreeSet::from(["vm-0".to_owned()]));
+    }
     use k8s_openapi::api::resource::v1::{
         AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
         ResourceClaimStatus,
