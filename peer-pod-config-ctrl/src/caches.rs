@@ -154,16 +154,24 @@ impl Written {
     where
         K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
+        self.keep(live.clone());
+    }
+
+    /// [`Written::remember`] of an object the caller no longer needs: kept as it is, without a copy.
+    fn keep<K>(&self, live: K)
+    where
+        K: Resource<DynamicType = ()> + Send + Sync + 'static,
+    {
         let Some(resource_version) = resource_version(live.meta()) else {
             return;
         };
         let mut objects = self.objects();
         objects.retain(|_, r| r.at.elapsed() < WRITTEN_TTL);
         objects.insert(
-            Self::key(live),
+            Self::key(&live),
             Remembered {
                 resource_version,
-                object: Arc::new(live.clone()),
+                object: Arc::new(live),
                 at: Instant::now(),
             },
         );
@@ -211,11 +219,10 @@ pub struct WrittenNodes {
 }
 
 impl WrittenNodes {
-    /// Remembers the node a patch of ours returned.
-    pub fn remember(&self, live: &Node) {
-        let mut kept = live.clone();
-        crate::nodes::keep_what_is_read(&mut kept);
-        self.nodes.remember(&kept);
+    /// Remembers the node a patch of ours returned (taken, not copied: a spread remembers every node it patched).
+    pub fn remember(&self, mut live: Node) {
+        crate::nodes::keep_what_is_read(&mut live);
+        self.nodes.keep(live);
     }
 
     /// `cached`, or the node as we last patched it when that is newer.
@@ -324,7 +331,7 @@ mod tests {
             "the cache alone asks for the patch"
         );
         let written = WrittenNodes::default();
-        written.remember(&node("11", Some("3"), Some(crate::nodes::CAA_OWNER)));
+        written.remember(node("11", Some("3"), Some(crate::nodes::CAA_OWNER)));
         let seen = written.newest(&stale);
         assert!(
             crate::nodes::plan([&seen], &desired).is_empty(),

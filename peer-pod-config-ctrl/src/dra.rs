@@ -393,6 +393,10 @@ pub fn plugin_daemonset(config: &PeerPodConfig, namespace: &str) -> Result<Daemo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
+        ResourceClaimStatus,
+    };
 
     #[test]
     fn a_cached_claim_keeps_its_name_and_allocation_only() {
@@ -427,10 +431,6 @@ mod tests {
         );
         assert_eq!(allocated([&claim]), BTreeSet::from(["vm-0".to_owned()]));
     }
-    use k8s_openapi::api::resource::v1::{
-        AllocationResult, DeviceAllocationResult, DeviceRequestAllocationResult,
-        ResourceClaimStatus,
-    };
 
     fn names(list: &[&str]) -> BTreeSet<String> {
         list.iter().map(|s| (*s).to_owned()).collect()

@@ -149,7 +149,7 @@ pub(super) async fn apply_config(
         .map(|e| (e.failure_reason(), e.to_string()));
     let node_api: Api<Node> = Api::all(ctx.client.clone());
     let (patched, shown) = apply_nodes(ctx, &config, &node_api, &node_changes, &observed).await;
-    let patched = patched.map(|live| remember_nodes(ctx, &live));
+    let patched = patched.map(|live| remember_nodes(ctx, live));
     let patched_count = match &patched {
         Ok(n) => *n,
         Err(_) => 0,

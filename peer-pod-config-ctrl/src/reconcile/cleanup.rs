@@ -39,7 +39,7 @@ pub(super) async fn cleanup(config: Arc<PeerPodConfig>, ctx: &Context) -> Result
         &unreported,
     )
     .await
-    .map(|live| remember_nodes(ctx, &live))?;
+    .map(|live| remember_nodes(ctx, live))?;
     ctx.metrics
         .node_writes
         .inc_by(u64::try_from(removed).unwrap_or(0));

@@ -37,11 +37,12 @@ pub(super) fn current<K: caches::Cached>(
 }
 
 /// Remembers the nodes the patches returned; returns how many were written.
-pub(super) fn remember_nodes(ctx: &Context, live: &[Node]) -> usize {
+pub(super) fn remember_nodes(ctx: &Context, live: Vec<Node>) -> usize {
+    let written = live.len();
     for node in live {
         ctx.written_nodes.remember(node);
     }
-    live.len()
+    written
 }
 
 async fn apply_with<K>(
