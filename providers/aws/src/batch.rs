@@ -6,9 +6,13 @@
 //! unit-tested with plain values. The I/O driver (`batcher.rs`) owns one [`BatchQueue`] per kind
 //! of call.
 //!
-//! Rules:
-//! - a batch is flushed when no new id arrived for `idle`, when its oldest id waited `max_wait`,
-//!   or as soon as it holds `max_ids` ids;
+//! Rules (group commit, as databases batch their log writes):
+//! - while no batch is in flight, a batch is flushed `idle` after its oldest id arrived: a lone
+//!   call waits only that long for company;
+//! - while a batch is in flight, the ids arriving meanwhile wait for it to land (its flight is
+//!   their wait for company), then go together; at most `max_wait` after the oldest arrived, so a
+//!   slow call does not hold the next batch;
+//! - a batch holding `max_ids` ids goes at once;
 //! - an id that is already queued or in flight is not queued again: its caller joins the callers
 //!   already waiting for that id (singleflight), so all of them get the answer of one cloud call.
 
@@ -18,9 +22,9 @@ use std::time::{Duration, Instant};
 /// When a batch of calls is sent to the cloud.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BatchPolicy {
-    /// Flush after no new id arrived for this long.
+    /// While no batch is in flight: flush this long after the oldest queued id arrived.
     pub idle: Duration,
-    /// Flush when the oldest queued id has waited this long, even if ids keep arriving.
+    /// Flush when the oldest queued id has waited this long, even while a batch is in flight.
     pub max_wait: Duration,
     /// Most ids in one `TerminateInstances` call (a `DescribeInstances` or `DescribeAddresses`
     /// call carries at most 200, EC2's limit of values per filter).
@@ -30,7 +34,9 @@ pub struct BatchPolicy {
 impl Default for BatchPolicy {
     fn default() -> Self {
         Self {
-            idle: Duration::from_millis(100),
+            // Calls made together (the deletes of one storm) arrive within microseconds of each
+            // other; later ones wait for the batch in flight.
+            idle: Duration::from_millis(20),
             max_wait: Duration::from_secs(1),
             // EC2 accepts up to 1000 ids per TerminateInstances; 500 keeps one failed call cheap.
             max_ids: 500,
@@ -55,8 +61,8 @@ pub struct BatchQueue<W> {
     waiters: HashMap<String, Vec<W>>,
     /// Queued ids in arrival order, with their arrival time.
     pending: VecDeque<(String, Instant)>,
-    /// Arrival time of the newest queued id.
-    last_arrival: Option<Instant>,
+    /// Batches taken and not yet landed ([`BatchQueue::landed`]).
+    flights: usize,
 }
 
 impl<W> BatchQueue<W> {
@@ -69,7 +75,7 @@ impl<W> BatchQueue<W> {
             },
             waiters: HashMap::new(),
             pending: VecDeque::new(),
-            last_arrival: None,
+            flights: 0,
         }
     }
 
@@ -81,18 +87,18 @@ impl<W> BatchQueue<W> {
         }
         self.waiters.insert(instance_id.to_owned(), vec![waiter]);
         self.pending.push_back((instance_id.to_owned(), now));
-        self.last_arrival = Some(now);
         Enqueued::Queued
     }
 
-    /// The moment the queued ids must be flushed, if any are queued.
+    /// The moment the queued ids must be flushed, if any are queued. While a batch is in flight
+    /// the queued ids may go earlier, once it lands.
     pub fn deadline(&self) -> Option<Instant> {
         let (_, oldest) = self.pending.front()?;
-        let by_age = *oldest + self.policy.max_wait;
-        let by_idle = self
-            .last_arrival
-            .map_or(by_age, |last| last + self.policy.idle);
-        Some(by_age.min(by_idle))
+        let wait = match self.flights {
+            0 => self.policy.idle.min(self.policy.max_wait),
+            _ => self.policy.max_wait,
+        };
+        Some(*oldest + wait)
     }
 
     /// Takes the next batch if one is due at `now`: up to `max_ids` ids, oldest first. Taken ids
@@ -105,10 +111,13 @@ impl<W> BatchQueue<W> {
         }
         let count = self.pending.len().min(self.policy.max_ids);
         let batch: Vec<String> = self.pending.drain(..count).map(|(id, _)| id).collect();
-        if self.pending.is_empty() {
-            self.last_arrival = None;
-        }
+        self.flights += 1;
         Some(batch)
+    }
+
+    /// One batch taken by [`BatchQueue::take_batch`] has its answers (or failed as a whole).
+    pub fn landed(&mut self) {
+        self.flights = self.flights.saturating_sub(1);
     }
 
     /// Ends the flight of `instance_id` and returns every caller waiting for its answer.
@@ -152,35 +161,60 @@ mod tests {
     }
 
     #[test]
-    fn flushes_after_idle_period() {
+    fn with_nothing_in_flight_a_batch_goes_idle_after_its_oldest_id() {
         let t0 = Instant::now();
-        let mut queue = BatchQueue::new(policy());
+        let mut queue = BatchQueue::new(BatchPolicy {
+            max_ids: 100,
+            ..policy()
+        });
         queue.enqueue("i-1", 1, t0);
         queue.enqueue("i-2", 2, ms(t0, 50));
-        assert_eq!(queue.deadline(), Some(ms(t0, 150)));
-        assert_eq!(queue.take_batch(ms(t0, 149)), None);
+        // Ids that keep arriving do not hold the batch back.
+        queue.enqueue("i-3", 3, ms(t0, 99));
+        assert_eq!(queue.deadline(), Some(ms(t0, 100)));
+        assert_eq!(queue.take_batch(ms(t0, 99)), None);
         assert_eq!(
-            queue.take_batch(ms(t0, 150)),
-            Some(vec!["i-1".to_owned(), "i-2".to_owned()])
+            queue.take_batch(ms(t0, 100)),
+            Some(vec!["i-1".to_owned(), "i-2".to_owned(), "i-3".to_owned()])
         );
         assert_eq!(queue.queued(), 0);
         assert_eq!(queue.deadline(), None);
     }
 
     #[test]
-    fn steady_arrivals_flush_at_max_wait() {
+    fn ids_arriving_during_a_flight_go_together_once_it_lands_or_at_max_wait() {
         let t0 = Instant::now();
         let mut queue = BatchQueue::new(BatchPolicy {
             max_ids: 100,
             ..policy()
         });
-        // One id every 90 ms never lets the idle timer fire.
-        for n in 0..12u64 {
-            queue.enqueue(&format!("i-{n}"), n, ms(t0, n * 90));
+        queue.enqueue("i-first", 0, t0);
+        assert_eq!(queue.take_batch(ms(t0, 100)), Some(vec!["i-first".into()]));
+        // One id every 90 ms while that batch is in flight: they wait for it, past `idle`.
+        for n in 1..12u64 {
+            queue.enqueue(&format!("i-{n}"), n, ms(t0, 100 + n * 90));
         }
-        assert_eq!(queue.deadline(), Some(ms(t0, 1000)));
-        let batch = queue.take_batch(ms(t0, 1000)).expect("due at max wait");
-        assert_eq!(batch.len(), 12);
+        assert_eq!(queue.deadline(), Some(ms(t0, 1190)));
+        assert_eq!(queue.take_batch(ms(t0, 400)), None);
+        // Once it lands, what waited longer than `idle` goes at once.
+        queue.landed();
+        assert_eq!(queue.deadline(), Some(ms(t0, 290)));
+        let batch = queue.take_batch(ms(t0, 400)).expect("due once landed");
+        assert_eq!(batch.len(), 11);
+
+        // A flight that does not land holds the next batch at most `max_wait`.
+        queue.enqueue("i-late", 12, ms(t0, 500));
+        assert_eq!(queue.take_batch(ms(t0, 1499)), None);
+        assert_eq!(queue.take_batch(ms(t0, 1500)), Some(vec!["i-late".into()]));
+        // Two flights: one landing leaves the other in flight.
+        queue.enqueue("i-next", 13, ms(t0, 1600));
+        queue.landed();
+        assert_eq!(queue.deadline(), Some(ms(t0, 2600)));
+        queue.landed();
+        assert_eq!(queue.deadline(), Some(ms(t0, 1700)));
+        // Landing more often than batches were taken counts nothing below zero.
+        queue.landed();
+        assert_eq!(queue.deadline(), Some(ms(t0, 1700)));
     }
 
     #[test]
@@ -192,11 +226,12 @@ mod tests {
         }
         let first = queue.take_batch(ms(t0, 5)).expect("full batch");
         assert_eq!(first, vec!["i-0", "i-1", "i-2"]);
-        // Two left: not full, so they wait for idle after the newest arrival (t0+4ms).
+        // Two left: not full, and a batch is in flight: they wait for it, at most max_wait after
+        // the older of them (t0+3ms).
         assert_eq!(queue.take_batch(ms(t0, 5)), None);
-        assert_eq!(queue.deadline(), Some(ms(t0, 104)));
+        assert_eq!(queue.deadline(), Some(ms(t0, 1003)));
         assert_eq!(
-            queue.take_batch(ms(t0, 104)),
+            queue.take_batch(ms(t0, 1003)),
             Some(vec!["i-3".into(), "i-4".into()])
         );
     }

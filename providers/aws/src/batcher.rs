@@ -91,6 +91,7 @@ async fn drive<T, F, Fut>(
                 None => accepting = false,
             },
             Some(finished) = batches.join_next_with_id() => {
+                queue.landed();
                 let (ids, answers) = match finished {
                     Ok((task, answers)) => (in_flight.remove(&task).unwrap_or_default(), answers),
                     // A batch task that panicked still owes its callers an answer.

@@ -66,7 +66,7 @@ impl AwsProvider {
                 OwnerTag::requiring(settings.owner_tag).guard(),
                 Window(settings.not_found_window),
                 settings::NOT_FOUND_WINDOW_SETTING,
-                Pace::every(settings.delete_poll),
+                Pace::every(settings.delete_poll).looking_first_after(settings.delete_first_look),
             ),
             ec2,
             cluster_tags: settings.cluster_tags,

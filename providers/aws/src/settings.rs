@@ -27,6 +27,12 @@ pub const DEFAULT_NOT_FOUND_WINDOW: Duration = Duration::from_secs(300);
 /// address: lookups of concurrent deletions share one `DescribeInstances`, so this costs little.
 pub const DEFAULT_DELETE_POLL: Duration = Duration::from_secs(2);
 
+/// How long a deletion waits after EC2 accepted the termination before its first look: an
+/// instance that terminates at once (one already stopped) is confirmed then, one still
+/// `shutting-down` is looked at again every [`DEFAULT_DELETE_POLL`]. The looks of concurrent
+/// deletions share one `DescribeInstances`, so a storm of deletions pays one more call.
+pub const DEFAULT_DELETE_FIRST_LOOK: Duration = Duration::from_millis(250);
+
 /// Static credentials given in the configuration. Never printed: `Debug` hides the values.
 #[derive(Clone, PartialEq, Eq)]
 pub struct StaticCredentials {
@@ -126,6 +132,9 @@ pub struct AwsSettings {
     pub not_found_window: Duration,
     /// `AWS_DELETE_POLL_MS` (ours): how long a deletion waits before looking again.
     pub delete_poll: Duration,
+    /// `AWS_DELETE_FIRST_LOOK_MS` (ours): the wait before the first look after EC2 accepted
+    /// the termination (the poll when longer).
+    pub delete_first_look: Duration,
 }
 
 /// A configuration key with an unusable value: the key and why (never the value itself, which
@@ -212,6 +221,8 @@ impl AwsSettings {
             .0,
             delete_poll: typed(config.positive_duration_ms("AWS_DELETE_POLL_MS"))?
                 .unwrap_or(DEFAULT_DELETE_POLL),
+            delete_first_look: typed(config.positive_duration_ms("AWS_DELETE_FIRST_LOOK_MS"))?
+                .unwrap_or(DEFAULT_DELETE_FIRST_LOOK),
         })
     }
 
@@ -292,10 +303,11 @@ mod tests {
         assert!(s.secrets().is_empty());
         assert_eq!(s.not_found_window, Duration::from_secs(300));
         assert_eq!(s.delete_poll, Duration::from_secs(2));
+        assert_eq!(s.delete_first_look, Duration::from_millis(250));
     }
 
     #[test]
-    fn the_delete_poll_is_read_in_milliseconds_and_is_never_zero() {
+    fn the_delete_poll_and_its_first_look_are_read_in_milliseconds_and_are_never_zero() {
         let s = settings(&[("AWS_DELETE_POLL_MS", "50")]).expect("valid");
         assert_eq!(s.delete_poll, Duration::from_millis(50));
         assert_eq!(
@@ -303,6 +315,14 @@ mod tests {
                 .expect_err("zero")
                 .key,
             "AWS_DELETE_POLL_MS"
+        );
+        let s = settings(&[("AWS_DELETE_FIRST_LOOK_MS", "10")]).expect("valid");
+        assert_eq!(s.delete_first_look, Duration::from_millis(10));
+        assert_eq!(
+            settings(&[("AWS_DELETE_FIRST_LOOK_MS", "0")])
+                .expect_err("zero")
+                .key,
+            "AWS_DELETE_FIRST_LOOK_MS"
         );
     }
 
@@ -328,7 +348,7 @@ mod tests {
             ("AWS_SECRET_ACCESS_KEY", "secret-value-1234"),
             ("AWS_SESSION_TOKEN", " token-value-5678\n"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:5000"),
-            ("AWS_DELETE_BATCH_IDLE_MS", "20"),
+            ("AWS_DELETE_BATCH_IDLE_MS", "30"),
             ("AWS_DELETE_BATCH_MAX_IDS", "7"),
         ])
         .expect("valid");
@@ -338,7 +358,7 @@ mod tests {
         };
         assert_eq!(creds.session_token.as_deref(), Some("token-value-5678"));
         assert_eq!(s.endpoint_url.as_deref(), Some("http://127.0.0.1:5000"));
-        assert_eq!(s.batch.idle, Duration::from_millis(20));
+        assert_eq!(s.batch.idle, Duration::from_millis(30));
         assert_eq!(s.batch.max_ids, 7);
         assert_eq!(s.secrets(), vec!["secret-value-1234", "token-value-5678"]);
         let printed = format!("{s:?}");

@@ -107,6 +107,11 @@ pub const CLOCK_SKEW: Duration = Duration::from_secs(60);
 pub struct Pace {
     /// While the cloud deletes the instance.
     pub deleting: Duration,
+    /// The first of those waits in a delete call: a VM the cloud deletes at once (one already
+    /// stopped, a cloud that answers when it is done) is then confirmed without a whole
+    /// `deleting`; one still being deleted is looked at again at `deleting`. Never longer than
+    /// `deleting`.
+    pub first_look: Duration,
     /// After the cloud refused the delete for the instance's state, or answered NotFound.
     pub busy: Duration,
     /// While a part is deleted, refused or unconfirmed.
@@ -118,16 +123,45 @@ impl Pace {
     pub const fn every(wait: Duration) -> Self {
         Pace {
             deleting: wait,
+            first_look: wait,
             busy: wait,
             part: wait,
         }
     }
 
-    fn of(&self, waiting: Waiting) -> Duration {
+    /// The first wait while the cloud deletes the instance is `first_look` (at most the pace).
+    pub const fn looking_first_after(self, first_look: Duration) -> Self {
+        Pace { first_look, ..self }
+    }
+}
+
+/// The waits of one delete call, in order: the first wait for the cloud's deleting is the pace's
+/// `first_look`, every later one its `deleting`.
+#[derive(Debug, Clone, Copy)]
+struct Waits {
+    pace: Pace,
+    waited_for_deleting: bool,
+}
+
+impl Waits {
+    fn new(pace: Pace) -> Self {
+        Waits {
+            pace,
+            waited_for_deleting: false,
+        }
+    }
+
+    /// How long to wait for `waiting` now.
+    fn next(&mut self, waiting: Waiting) -> Duration {
+        let pace = &self.pace;
         match waiting {
-            Waiting::CloudDeleting => self.deleting,
-            Waiting::CloudBusy | Waiting::Confirming => self.busy,
-            Waiting::Part(_) => self.part,
+            Waiting::CloudDeleting if !self.waited_for_deleting => {
+                self.waited_for_deleting = true;
+                pace.first_look.min(pace.deleting)
+            }
+            Waiting::CloudDeleting => pace.deleting,
+            Waiting::CloudBusy | Waiting::Confirming => pace.busy,
+            Waiting::Part(_) => pace.part,
         }
     }
 }
@@ -221,6 +255,7 @@ impl Deleter {
         let mut deletion = Deletion::new(self.guard.clone(), window, memo);
         let mut observation = Observation::Start;
         let started = Instant::now();
+        let mut waits = Waits::new(self.pace);
         loop {
             let command = deletion.step(observation, Instant::now());
             self.book().keep(&key, deletion.memo());
@@ -246,7 +281,7 @@ impl Deleter {
                         return self.out_of_time(&key, deletion.memo(), waiting, bound, ports);
                     }
                     // Paused, the delete leaves its delete slot to other deletes' calls.
-                    without_delete_slot(tokio::time::sleep(self.pace.of(waiting))).await?;
+                    without_delete_slot(tokio::time::sleep(waits.next(waiting))).await?;
                     Observation::Waited
                 }
                 Command::Finish(verdict) => {
@@ -323,6 +358,38 @@ mod tests {
     use async_trait::async_trait;
     use std::collections::BTreeSet;
     use std::sync::Arc;
+
+    #[test]
+    fn only_the_first_wait_for_the_clouds_deleting_is_the_first_look() {
+        let ms = Duration::from_millis;
+        let pace = Pace {
+            deleting: ms(2000),
+            first_look: ms(250),
+            busy: ms(3000),
+            part: ms(4000),
+        };
+        let mut waits = Waits::new(pace);
+        let order = [
+            Waiting::CloudBusy,
+            Waiting::CloudDeleting,
+            Waiting::Confirming,
+            Waiting::CloudDeleting,
+            Waiting::Part(PartKind::Disk),
+            Waiting::CloudDeleting,
+        ];
+        assert_eq!(
+            order.map(|w| waits.next(w)),
+            [ms(3000), ms(250), ms(3000), ms(2000), ms(4000), ms(2000)]
+        );
+        // A first look longer than the pace waits the pace; without one set, every wait is the pace.
+        let mut slow = Waits::new(Pace::every(ms(100)).looking_first_after(ms(500)));
+        assert_eq!(slow.next(Waiting::CloudDeleting), ms(100));
+        let mut even = Waits::new(Pace::every(ms(100)));
+        assert_eq!(
+            [Waiting::CloudDeleting, Waiting::CloudDeleting].map(|w| even.next(w)),
+            [ms(100), ms(100)]
+        );
+    }
 
     /// Two instances in memory: one asked to be deleted shows `Deleting` until both were asked,
     /// then `Gone`. Pure logic of the driver, no cloud.
