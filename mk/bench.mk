@@ -26,7 +26,7 @@
 #
 # The idle scenario (idle) starts all three services in a cluster of BENCH_MEMORY_PEERPODS PeerPods (default
 # 10,000) and BENCH_MEMORY_NODES Nodes (default 1,000) that a PeerPodConfig selects, waits until every PeerPod is
-# reconciled and every node has its capacity, then reports each service's CPU (millicores, over 30 s at rest),
+# in peerpod-ctrl's cache and every node has its capacity, then reports each service's CPU (millicores, over 30 s at rest),
 # RSS and peak RSS: the figures the chart's requests and limits are checked against (deploy/README.md).
 #
 #   make bench BENCH_SCENARIOS=idle

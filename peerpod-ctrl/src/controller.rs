@@ -276,11 +276,23 @@ pub async fn reconciler(
             };
             std::future::ready(request)
         });
+    // A change of developer mode changes the plan of every PeerPod being deleted, and of no other: switched
+    // off, the held cleanups resume; switched on, the ones failing meanwhile turn into holds. kube's
+    // `reconcile_all_on` would queue every cached PeerPod, 10,000 live ones for a handful being deleted.
+    let deleting = store.clone();
+    let mode_changed = developer_mode.changes().flat_map(move |()| {
+        futures::stream::iter(
+            deleting
+                .state()
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .map(|p| cache::key(&p))
+                .collect::<Vec<_>>(),
+        )
+    });
     let controller = Controller::for_stream(trigger, store)
         .with_config(ControllerConfig::default().concurrency(settings.concurrency))
-        // A change of developer mode changes the plan of every PeerPod being deleted: switched off, the held
-        // cleanups resume; switched on, the ones failing meanwhile turn into holds.
-        .reconcile_all_on(developer_mode.changes())
+        .reconcile_on(mode_changed)
         // Once `drain` completes: no new reconcile starts, and the run ends when the running ones are done (a
         // DeleteInstance answered is then also recorded and its finalizer released, not abandoned).
         .graceful_shutdown_on(drain)

@@ -137,6 +137,23 @@ impl OwnerIndex {
             .unwrap_or_default()
     }
 
+    /// Whether another PeerPod has the controlling owner `peerpod` has, in the index as it stands or in the
+    /// list being taken: during a re-list the PeerPods of the previous list still count, so a PeerPod that
+    /// arrives before its unchanged sibling is still seen as one of a group.
+    pub fn shares_owner(&self, peerpod: &PeerPod) -> bool {
+        let Some(owner) = controlling_owner_uid(peerpod) else {
+            return false;
+        };
+        let member = Member::of(peerpod);
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        [Some(&state.live), state.relisting.as_ref()]
+            .into_iter()
+            .flatten()
+            .filter_map(|maps| maps.by_owner.get(owner))
+            .flatten()
+            .any(|other| *other != member)
+    }
+
     /// Number of owners with at least one PeerPod.
     pub fn owners(&self) -> usize {
         self.state
@@ -248,5 +265,26 @@ mod tests {
         assert_eq!(names(index.owned_by("u1")), vec!["gone"]);
         index.apply(&watcher::Event::InitDone, None);
         assert_eq!(names(index.owned_by("u1")), vec!["kept"]);
+    }
+
+    #[test]
+    fn a_peerpod_shares_its_owner_with_others_of_the_index_or_of_the_list_being_taken() {
+        let index = OwnerIndex::default();
+        let a = peerpod("a", Some("u1"));
+        let b = peerpod("b", Some("u1"));
+        index.apply(&watcher::Event::Apply(a.clone()), None);
+        assert!(!index.shares_owner(&a), "alone with its owner");
+        assert!(index.shares_owner(&b), "a is there");
+        assert!(!index.shares_owner(&peerpod("c", Some("u2"))));
+        assert!(!index.shares_owner(&peerpod("ownerless", None)));
+        // A re-list: the previous list still counts while the new one is taken, and so does the new one.
+        index.apply(&watcher::Event::Init, None);
+        assert!(index.shares_owner(&b));
+        index.apply(&watcher::Event::InitApply(b.clone()), None);
+        index.apply(&watcher::Event::InitDone, None);
+        assert!(!index.shares_owner(&b), "a was not listed again");
+        index.apply(&watcher::Event::Init, None);
+        index.apply(&watcher::Event::InitApply(peerpod("d", Some("u3"))), None);
+        assert!(index.shares_owner(&peerpod("e", Some("u3"))));
     }
 }

@@ -199,6 +199,8 @@ pub struct AgeLabels {
 /// What [`Terminating`] exports, computed from the PeerPods as last seen.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct TerminatingCounts {
+    /// PeerPods counted, being deleted or not.
+    pub cached: usize,
     /// PeerPods being deleted and still carrying the finalizer, by provider and age bucket. Every bucket of
     /// every provider any PeerPod names is present (zero when empty), so a cleared backlog reads as 0, not
     /// as a vanished series.
@@ -217,6 +219,7 @@ pub fn terminating_counts<'a>(
 ) -> TerminatingCounts {
     let mut counts = TerminatingCounts::default();
     for peerpod in peerpods {
+        counts.cached += 1;
         let provider = provider_label(&peerpod.spec.cloud_provider);
         if !counts.oldest_seconds.contains_key(&provider) {
             counts.oldest_seconds.insert(provider.clone(), 0);
@@ -323,6 +326,14 @@ impl Collector for Terminating {
         let Some(counts) = self.counts() else {
             return Ok(());
         };
+        let cached = Gauge::<i64>::default();
+        cached.set(i64::try_from(counts.cached).unwrap_or(i64::MAX));
+        cached.encode(encoder.encode_descriptor(
+            "cached_peerpods",
+            "PeerPods in the leader's cache (all namespaces), every one the watch has delivered and not seen deleted",
+            None,
+            cached.metric_type(),
+        )?)?;
         // A family without samples is valid text, but some parsers (and readers) trip on a bare HELP/TYPE
         // pair: with nothing terminating, the scrape carries neither gauge.
         if counts.by_age.is_empty() && counts.oldest_seconds.is_empty() {
@@ -440,6 +451,7 @@ mod tests {
             peerpod("libvirt-live", "libvirt", None, true),
         ];
         let counts = terminating_counts(&pods, at(now));
+        assert_eq!(counts.cached, 5, "every PeerPod, being deleted or not");
         let get = |provider: &str, age: &'static str| {
             counts.by_age[&AgeLabels {
                 provider: provider.into(),
@@ -515,6 +527,7 @@ mod tests {
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(stuck));
         m.terminating.watch(Some(store));
         let text = encode(&registry);
+        assert!(text.contains("peerpod_ctrl_cached_peerpods 1\n"), "{text}");
         assert!(
             text.contains(
                 r#"peerpod_ctrl_terminating_peerpods{provider="libvirt",age="over_6h"} 1"#
@@ -526,7 +539,8 @@ mod tests {
             "{text}"
         );
         m.terminating.watch(None);
-        assert!(!encode(&registry).contains("terminating_peerpods"));
+        let text = encode(&registry);
+        assert!(!text.contains("terminating_peerpods") && !text.contains("cached_peerpods"));
     }
 
     #[test]
@@ -539,5 +553,6 @@ mod tests {
         prometheus_client::encoding::text::encode(&mut text, &registry).expect("encodes");
         test_support::metrics::Scrape::parse(&text).expect("the scrape parses");
         assert!(!text.contains("terminating_peerpods"), "{text}");
+        assert!(text.contains("peerpod_ctrl_cached_peerpods 0\n"), "{text}");
     }
 }

@@ -1,5 +1,5 @@
 //! Idle: CPU and memory of all three services at rest in a cluster of N PeerPods and M Nodes (peerpod-ctrl with
-//! every PeerPod reconciled, peer-pod-config-ctrl with a PeerPodConfig selecting the M nodes and their capacity
+//! every PeerPod cached, peer-pod-config-ctrl with a PeerPodConfig selecting the M nodes and their capacity
 //! written, provider-service answering both), measured over a window in which nothing changes. These are the
 //! figures the chart's requests stand for: what each service takes when nothing happens.
 
@@ -7,16 +7,15 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use peerpods_api::peerpod::PeerPod;
 use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 use serde::Serialize;
 
 use crate::Error;
-use crate::cluster::{Cluster, wait_until};
+use crate::cluster::Cluster;
 use crate::options::Options;
 use crate::procs::Service;
-use test_support::metrics::Scrape;
 
 const NAMESPACE: &str = "bench-idle";
 const LABEL: &str = "bench.peerpods.io/idle";
@@ -58,7 +57,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Idle, Error> {
     // The cluster may hold another scenario's PeerPods already (memory's stay behind): add only what is missing
     // for N in all, which is what peerpod-ctrl holds.
     let peerpods: Api<PeerPod> = Api::all(cluster.client.clone());
-    let existing = count(&peerpods).await?;
+    let existing = super::count(&peerpods).await?;
     let ids: Vec<String> = (0..n.saturating_sub(existing))
         .map(|_| uuid::Uuid::new_v4().to_string())
         .collect();
@@ -77,25 +76,15 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Idle, Error> {
     configs
         .create(&PostParams::default(), &PeerPodConfig::new("bench", spec))
         .await?;
-    let in_cluster = count(&peerpods).await?;
+    let in_cluster = super::count(&peerpods).await?;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
-    let node_count = count(&nodes).await?;
+    let node_count = super::count(&nodes).await?;
 
     let (provider, provider_addr, _config) = super::start_provider(options, "idle", None).await?;
     let peerpod_ctrl = super::start_peerpod_ctrl(options, "idle", cluster, provider_addr).await?;
     let config_ctrl = super::start_config_ctrl(options, "idle", cluster, NAMESPACE).await?;
 
-    wait_until(
-        "peerpod-ctrl to reconcile every PeerPod",
-        options.timeout,
-        Duration::from_millis(500),
-        || async {
-            let text = peerpod_ctrl.metrics().await?;
-            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
-            Ok((reconciles >= in_cluster as f64).then_some(()))
-        },
-    )
-    .await?;
+    super::wait_cached(cluster, &peerpod_ctrl, options.timeout).await?;
     super::convergence::wait_spread(&nodes, &format!("{LABEL}=yes"), total, options.timeout)
         .await?;
     tokio::time::sleep(SETTLE).await;
@@ -134,16 +123,6 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Idle, Error> {
         window_seconds: window,
         services: measured,
     })
-}
-
-/// Objects of `api`, counted with a one-item list (the API server says how many remain).
-async fn count<K>(api: &Api<K>) -> Result<usize, Error>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let page = api.list_metadata(&ListParams::default().limit(1)).await?;
-    let remaining = page.metadata.remaining_item_count.unwrap_or(0);
-    Ok(page.items.len() + usize::try_from(remaining).unwrap_or(0))
 }
 
 /// CPU time the service used so far (user and system), in clock ticks (`/proc/<pid>/stat`).

@@ -1,5 +1,5 @@
 //! Memory: peak RSS (`VmHWM`) of peerpod-ctrl and peer-pod-config-ctrl once they have taken in N PeerPods and M
-//! Nodes (every PeerPod reconciled, every node given its capacity).
+//! Nodes (every PeerPod cached, every node given its capacity).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,10 +9,9 @@ use kube::api::{Api, PostParams};
 use peerpods_api::peerpodconfig::{PeerPodConfig, PeerPodConfigSpec};
 
 use crate::Error;
-use crate::cluster::{Cluster, wait_until};
+use crate::cluster::Cluster;
 use crate::options::Options;
 use crate::report::Memory;
-use test_support::metrics::Scrape;
 
 const NAMESPACE: &str = "bench-memory";
 const LABEL: &str = "bench.peerpods.io/memory";
@@ -45,17 +44,7 @@ pub async fn run(options: &Options, cluster: &Cluster) -> Result<Memory, Error> 
     let peerpod_ctrl = super::start_peerpod_ctrl(options, "memory", cluster, provider_addr).await?;
     let config_ctrl = super::start_config_ctrl(options, "memory", cluster, NAMESPACE).await?;
 
-    wait_until(
-        "peerpod-ctrl to reconcile every PeerPod",
-        options.timeout,
-        Duration::from_millis(200),
-        || async {
-            let text = peerpod_ctrl.metrics().await?;
-            let reconciles = Scrape::parse(&text)?.sum("peerpod_ctrl_reconciles_total", &[]);
-            Ok((reconciles >= n as f64).then_some(()))
-        },
-    )
-    .await?;
+    super::wait_cached(cluster, &peerpod_ctrl, options.timeout).await?;
     let nodes: Api<Node> = Api::all(cluster.client.clone());
     super::convergence::wait_spread(&nodes, &format!("{LABEL}=yes"), total, options.timeout)
         .await?;

@@ -10,9 +10,14 @@ mod memory;
 mod storm;
 
 use std::net::SocketAddr;
+use std::time::Duration;
+
+use kube::api::{Api, ListParams};
+use peerpods_api::peerpod::PeerPod;
+use test_support::metrics::Scrape;
 
 use crate::Error;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, wait_until};
 use crate::moto::Moto;
 use crate::options::Options;
 use crate::procs::{Service, Spec, free_addr};
@@ -191,6 +196,34 @@ async fn start_peerpod_ctrl(
         log_dir: &options.log_dir,
     })
     .await
+}
+
+/// Waits until peerpod-ctrl's cache holds every PeerPod in the cluster (counted now): live PeerPods alone with
+/// their Pod are cached but never reconciled, so reconciles would not tell.
+async fn wait_cached(cluster: &Cluster, ctrl: &Service, timeout: Duration) -> Result<(), Error> {
+    let peerpods: Api<PeerPod> = Api::all(cluster.client.clone());
+    let in_cluster = count(&peerpods).await?;
+    wait_until(
+        &format!("peerpod-ctrl to cache all {in_cluster} PeerPods"),
+        timeout,
+        Duration::from_millis(100),
+        || async {
+            let text = ctrl.metrics().await?;
+            let cached = Scrape::parse(&text)?.sum("peerpod_ctrl_cached_peerpods", &[]);
+            Ok((cached >= in_cluster as f64).then_some(()))
+        },
+    )
+    .await
+}
+
+/// Objects of `api`, counted with a one-item list (the API server says how many remain).
+async fn count<K>(api: &Api<K>) -> Result<usize, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let page = api.list_metadata(&ListParams::default().limit(1)).await?;
+    let remaining = page.metadata.remaining_item_count.unwrap_or(0);
+    Ok(page.items.len() + usize::try_from(remaining).unwrap_or(0))
 }
 
 /// peer-pod-config-ctrl (release build) acting on the PeerPodConfigs of `namespace`.

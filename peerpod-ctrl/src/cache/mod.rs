@@ -48,7 +48,8 @@ impl Cache {
     }
 
     /// Applies one watch event to the index and the store. Returns what to reconcile, if the event changed
-    /// something a reconcile decides on (see [`rules::needs_reconcile`]): a PeerPod with only a name and a
+    /// something a reconcile decides on (see [`rules::needs_reconcile`]) and a reconcile of it can act (see
+    /// [`rules::can_act`]): a PeerPod with only a name and a
     /// namespace, which is all the controller's queue keeps of it.
     pub fn apply(&mut self, event: &watcher::Event<PeerPod>) -> Option<PeerPod> {
         let seen = match event {
@@ -64,7 +65,8 @@ impl Cache {
         self.writer.apply_watcher_event(event);
         match event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p)
-                if rules::needs_reconcile(cached.as_deref(), p) =>
+                if rules::needs_reconcile(cached.as_deref(), p)
+                    && rules::can_act(p, self.index.shares_owner(p)) =>
             {
                 Some(reconcile_request(p))
             }
@@ -75,7 +77,7 @@ impl Cache {
 
 /// The store's key of a PeerPod. Keys compare by namespace and name only, so the resourceVersion and UID that
 /// `ObjectRef::from_obj` would copy are left out.
-fn key(peerpod: &PeerPod) -> ObjectRef<PeerPod> {
+pub fn key(peerpod: &PeerPod) -> ObjectRef<PeerPod> {
     let key = ObjectRef::new(peerpod.metadata.name.as_deref().unwrap_or_default());
     match peerpod.metadata.namespace.as_deref() {
         Some(namespace) => key.within(namespace),
@@ -97,7 +99,8 @@ fn reconcile_request(peerpod: &PeerPod) -> PeerPod {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-    use peerpods_api::peerpod::{FINALIZER, PeerPodSpec, PeerPodStatus};
+    use kube::ResourceExt;
+    use peerpods_api::peerpod::{FINALIZER, PeerPodSpec, PeerPodStatus, RELEASE};
     use watcher::Event;
 
     fn peerpod(name: &str, owner: &str, version: &str) -> PeerPod {
@@ -137,27 +140,43 @@ mod tests {
         requested(cache, events)
     }
 
-    fn names(refs: Vec<ObjectRef<PeerPod>>) -> Vec<String> {
-        refs.into_iter().map(|r| r.name).collect()
+    fn names_of(refs: Vec<ObjectRef<PeerPod>>) -> Vec<String> {
+        let mut names: Vec<_> = refs.into_iter().map(|r| r.name).collect();
+        names.sort();
+        names
+    }
+
+    fn deleting(mut p: PeerPod) -> PeerPod {
+        p.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        p
     }
 
     #[test]
-    fn the_first_list_fills_store_and_index_and_requests_every_peerpod_by_name_only() {
+    fn the_first_list_fills_store_and_index_and_requests_by_name_only_what_a_reconcile_can_act_on()
+    {
         let mut cache = Cache::default();
         let events = [
             Event::Init,
             Event::InitApply(peerpod("a", "pod-1", "1")),
             Event::InitApply(peerpod("b", "pod-2", "1")),
+            // A second PeerPod of pod-1: its reconcile reaps the older one.
+            Event::InitApply(peerpod("c", "pod-1", "1")),
+            Event::InitApply(deleting(peerpod("d", "pod-3", "1"))),
         ];
         let mut requests: Vec<PeerPod> = events.iter().filter_map(|e| cache.apply(e)).collect();
-        assert_eq!(requests.len(), 2);
+        let names: Vec<_> = requests.iter().map(|p| p.name_any()).collect();
+        assert_eq!(
+            names,
+            ["c", "d"],
+            "live PeerPods alone with their Pod are not queued"
+        );
         let request = requests.remove(0);
         assert_eq!(
             (
                 request.metadata.name.as_deref(),
                 request.metadata.namespace.as_deref()
             ),
-            (Some("a"), Some("ns"))
+            (Some("c"), Some("ns"))
         );
         assert!(
             request.metadata.uid.is_none()
@@ -176,7 +195,16 @@ mod tests {
             (&cached.metadata, &cached.spec),
             (&expected.metadata, &expected.spec)
         );
-        assert_eq!(names(cache.index().owned_by("pod-2")), vec!["b"]);
+        assert_eq!(names_of(cache.index().owned_by("pod-2")), vec!["b"]);
+    }
+
+    #[test]
+    fn a_live_peerpod_alone_with_its_pod_is_queued_once_asked_for_a_release() {
+        let mut cache = Cache::default();
+        assert!(listed(&mut cache, [peerpod("a", "pod-1", "1")]).is_empty());
+        let mut asked = peerpod("a", "pod-1", "2");
+        asked.metadata.annotations = Some([(RELEASE.to_string(), "operator".to_string())].into());
+        assert_eq!(requested(&mut cache, vec![Event::Apply(asked)]), ["a"]);
     }
 
     #[test]
@@ -192,9 +220,13 @@ mod tests {
         let cached = cache.store().get(&key(&updated)).expect("cached");
         assert_eq!(cached.metadata.resource_version.as_deref(), Some("2"));
 
-        let mut deleting = peerpod("a", "pod-1", "3");
-        deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
-        assert_eq!(requested(&mut cache, vec![Event::Apply(deleting)]), ["a"]);
+        assert_eq!(
+            requested(
+                &mut cache,
+                vec![Event::Apply(deleting(peerpod("a", "pod-1", "3")))]
+            ),
+            ["a"]
+        );
     }
 
     #[test]
@@ -204,19 +236,22 @@ mod tests {
             &mut cache,
             [
                 peerpod("same", "pod-1", "1"),
-                peerpod("moved", "pod-2", "1"),
+                peerpod("deleted", "pod-2", "1"),
                 peerpod("gone", "pod-3", "1"),
+                peerpod("old", "pod-6", "1"),
             ],
         );
         let relisted = listed(
             &mut cache,
             [
                 peerpod("same", "pod-1", "1"),
-                peerpod("moved", "pod-4", "5"),
-                peerpod("new", "pod-5", "6"),
+                deleting(peerpod("deleted", "pod-2", "5")),
+                // Listed before its unchanged sibling: the previous list still tells it has one.
+                peerpod("new", "pod-6", "6"),
+                peerpod("old", "pod-6", "1"),
             ],
         );
-        assert_eq!(relisted, ["moved", "new"]);
+        assert_eq!(relisted, ["deleted", "new"]);
         assert!(
             cache
                 .store()
@@ -224,23 +259,31 @@ mod tests {
                 .is_none()
         );
         assert!(cache.index().owned_by("pod-3").is_empty());
-        assert!(cache.index().owned_by("pod-2").is_empty());
-        assert_eq!(names(cache.index().owned_by("pod-4")), vec!["moved"]);
+        assert_eq!(names_of(cache.index().owned_by("pod-1")), vec!["same"]);
     }
 
     #[test]
     fn an_owner_change_and_a_deletion_keep_the_index_in_step_with_the_store() {
         let mut cache = Cache::default();
-        listed(&mut cache, [peerpod("a", "pod-1", "1")]);
+        listed(
+            &mut cache,
+            [peerpod("a", "pod-1", "1"), peerpod("b", "pod-2", "1")],
+        );
+        assert!(
+            requested(&mut cache, vec![Event::Apply(peerpod("a", "pod-3", "2"))]).is_empty(),
+            "alone with its new owner"
+        );
         assert_eq!(
-            requested(&mut cache, vec![Event::Apply(peerpod("a", "pod-2", "2"))]),
-            ["a"]
+            requested(&mut cache, vec![Event::Apply(peerpod("a", "pod-2", "3"))]),
+            ["a"],
+            "joins b"
         );
         assert!(cache.index().owned_by("pod-1").is_empty());
-        assert_eq!(names(cache.index().owned_by("pod-2")), vec!["a"]);
-        // A Delete whose object still names the old owner removes what the index holds.
-        assert!(requested(&mut cache, vec![Event::Delete(peerpod("a", "pod-1", "3"))]).is_empty());
-        assert_eq!(cache.index().owners(), 0);
-        assert!(cache.store().is_empty());
+        assert!(cache.index().owned_by("pod-3").is_empty());
+        assert_eq!(names_of(cache.index().owned_by("pod-2")), vec!["a", "b"]);
+        // A Delete whose object still names an old owner removes what the index holds.
+        assert!(requested(&mut cache, vec![Event::Delete(peerpod("a", "pod-1", "4"))]).is_empty());
+        assert_eq!(names_of(cache.index().owned_by("pod-2")), vec!["b"]);
+        assert_eq!(cache.index().owners(), 1);
     }
 }

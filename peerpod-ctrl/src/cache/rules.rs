@@ -47,6 +47,15 @@ pub fn needs_reconcile(cached: Option<&PeerPod>, seen: &PeerPod) -> bool {
     })
 }
 
+/// Whether a reconcile of `peerpod` can do anything, given whether another PeerPod shares its controlling
+/// owner: a live PeerPod's reconcile only reaps older PeerPods of its Pod and answers a release asked of it,
+/// so a live PeerPod alone with its Pod and asked nothing needs none. At a start that is nearly every PeerPod:
+/// queued anyway, 10,000 of them filled the controller's queue (a map and a timer wheel that never shrink) for
+/// reconciles that did nothing. When a second PeerPod of the Pod comes, its own reconcile reaps the group.
+pub fn can_act(peerpod: &PeerPod, shares_owner: bool) -> bool {
+    peerpod.metadata.deletion_timestamp.is_some() || peerpod.release_ask().is_some() || shares_owner
+}
+
 /// Drops what the controller never reads from a PeerPod before it is cached: managedFields (the largest part),
 /// labels and annotations but `peerpods.io/do-not-delete` and `peerpods.io/release` (kubectl's last-applied copy among them; CAA sets
 /// none), generateName and selfLink,
@@ -114,6 +123,25 @@ mod tests {
         let mut lifted = p.clone();
         lifted.metadata.annotations = None;
         assert!(needs_reconcile(Some(&p), &lifted));
+    }
+
+    #[test]
+    fn a_reconcile_acts_on_a_peerpod_being_deleted_asked_for_a_release_or_sharing_its_pod() {
+        let live = peerpod("a", 0);
+        assert!(!can_act(&live, false), "alone, live, asked nothing");
+        assert!(can_act(&live, true), "another PeerPod of its Pod");
+        assert!(can_act(&deleting(live.clone()), false));
+        let mut asked = live.clone();
+        asked.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            RELEASE.to_string(),
+            "operator".to_string(),
+        )]));
+        assert!(can_act(&asked, false));
+        // What a reconcile of the one left out plans is indeed nothing but looking for older PeerPods.
+        assert_eq!(
+            plan(&live, None, None, Instant::now(), DeveloperMode::Off),
+            Plan::ReapStale
+        );
     }
 
     #[test]
