@@ -68,6 +68,11 @@ pub struct Subject {
     pub uid: String,
 }
 
+/// When each live PeerPod whose VM a scan did not find was first found absent, by the PeerPod's UID (unique
+/// across namespaces and across a namesake created later). The UID alone, boxed: when a cloud loses many VMs
+/// this holds an entry per PeerPod, and a namespace and a name beside each would triple it.
+pub type AbsentSince = HashMap<Box<str>, jiff::Timestamp>;
+
 /// What one scan concluded about one live PeerPod whose provider answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
@@ -79,20 +84,26 @@ pub enum Verdict {
     Missing { since: jiff::Timestamp },
 }
 
-/// Judges one PeerPod from the listing of its provider. `absent_since` remembers first absences across scans
-/// and is updated: cleared when the VM is listed, set when it is first absent.
+/// Judges one PeerPod, by its UID, from the listing of its provider. `absent_since` remembers first absences
+/// across scans and is updated: cleared when the VM is listed, set when it is first absent.
 pub fn judge(
-    subject: &Subject,
+    uid: &str,
     listed: bool,
-    absent_since: &mut HashMap<Subject, jiff::Timestamp>,
+    absent_since: &mut AbsentSince,
     now: jiff::Timestamp,
     grace: Duration,
 ) -> Verdict {
     if listed {
-        absent_since.remove(subject);
+        absent_since.remove(uid);
         return Verdict::Present;
     }
-    let since = *absent_since.entry(subject.clone()).or_insert(now);
+    let since = match absent_since.get(uid) {
+        Some(since) => *since,
+        None => {
+            absent_since.insert(uid.into(), now);
+            now
+        }
+    };
     let absent_for = now.duration_since(since);
     // The first scan that sees the absence never confirms it, even with a zero grace: "gone" needs a later
     // lookup that agrees.
@@ -151,7 +162,7 @@ pub struct ReverseScanner {
     pub recorder: Recorder,
     pub metrics: Metrics,
     pub settings: ReverseSettings,
-    absent_since: HashMap<Subject, jiff::Timestamp>,
+    absent_since: AbsentSince,
     /// Providers whose gauge this scanner has set, so one that drops out is set back to 0.
     gauged: std::collections::BTreeSet<String>,
 }
@@ -210,9 +221,15 @@ impl ReverseScanner {
         let state = store.state();
         let mut by_provider = live(&state);
         let mut unlinked = without_id(&state);
-        let alive: HashSet<Subject> = by_provider.values().flatten().map(|p| subject(p)).collect();
-        // PeerPods deleted (or being deleted) are no longer this scan's business.
-        self.absent_since.retain(|s, _| alive.contains(s));
+        // PeerPods deleted (or being deleted) are no longer this scan's business. Their UIDs are borrowed from
+        // the cache's PeerPods, not copied.
+        let alive: HashSet<&str> = by_provider
+            .values()
+            .flatten()
+            .filter_map(|p| p.metadata.uid.as_deref())
+            .collect();
+        self.absent_since.retain(|uid, _| alive.contains(&**uid));
+        drop(alive);
         let mut missing_per_provider: BTreeMap<String, i64> = BTreeMap::new();
         let providers: std::collections::BTreeSet<String> =
             by_provider.keys().chain(unlinked.keys()).cloned().collect();
@@ -243,9 +260,8 @@ impl ReverseScanner {
             let now = jiff::Timestamp::now();
             let mut missing = 0;
             for p in peerpods {
-                let who = subject(&p);
                 let verdict = judge(
-                    &who,
+                    p.metadata.uid.as_deref().unwrap_or_default(),
                     listed.contains(&crate::instance::instance_key(
                         &provider,
                         &p.spec.instance_id,
@@ -258,7 +274,7 @@ impl ReverseScanner {
                     Verdict::Missing { since } => {
                         missing += 1;
                         self.report_missing(&p, since).await;
-                        report.missing.push(who);
+                        report.missing.push(subject(&p));
                     }
                     Verdict::Present => self.report_found(&p).await,
                     Verdict::Unconfirmed => {}
@@ -489,12 +505,8 @@ fn instance_condition(peerpod: &PeerPod) -> Option<&Condition> {
 mod tests {
     use super::*;
 
-    fn who(name: &str) -> Subject {
-        Subject {
-            namespace: "ns".into(),
-            name: name.into(),
-            uid: format!("uid-{name}"),
-        }
+    fn who(name: &str) -> String {
+        format!("uid-{name}")
     }
 
     fn at(seconds: i64) -> jiff::Timestamp {
