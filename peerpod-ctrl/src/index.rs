@@ -28,6 +28,12 @@ impl Member {
         }
     }
 
+    /// Whether this member is `peerpod`, compared in place (no key is built).
+    fn is(&self, peerpod: &PeerPod) -> bool {
+        *self.name == *peerpod.metadata.name.as_deref().unwrap_or_default()
+            && self.namespace.as_deref() == peerpod.metadata.namespace.as_deref()
+    }
+
     fn key(&self) -> ObjectRef<PeerPod> {
         let key = ObjectRef::new(&self.name);
         match &self.namespace {
@@ -144,14 +150,13 @@ impl OwnerIndex {
         let Some(owner) = controlling_owner_uid(peerpod) else {
             return false;
         };
-        let member = Member::of(peerpod);
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         [Some(&state.live), state.relisting.as_ref()]
             .into_iter()
             .flatten()
             .filter_map(|maps| maps.by_owner.get(owner))
             .flatten()
-            .any(|other| *other != member)
+            .any(|other| !other.is(peerpod))
     }
 
     /// Number of owners with at least one PeerPod.

@@ -49,8 +49,8 @@ impl Cache {
 
     /// Applies one watch event to the index and the store. Returns what to reconcile, if the event changed
     /// something a reconcile decides on (see [`rules::needs_reconcile`]) and a reconcile of it can act (see
-    /// [`rules::can_act`]): a PeerPod with only a name and a
-    /// namespace, which is all the controller's queue keeps of it.
+    /// [`rules::can_act`]): a PeerPod with only a name and a namespace, which is all the controller's queue keeps
+    /// of it.
     pub fn apply(&mut self, event: &watcher::Event<PeerPod>) -> Option<PeerPod> {
         let seen = match event {
             watcher::Event::Apply(p) | watcher::Event::InitApply(p) | watcher::Event::Delete(p) => {
