@@ -8,11 +8,11 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use kube::Resource;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use peerpods_runtime::backoff::{Backoff, Failures};
+use peerpods_runtime::events::Events;
 use tokio::sync::Semaphore;
-use tracing::warn;
 
 use crate::cleanup::reminders::Reminders;
 use crate::cleanup::rules::InProgress;
@@ -29,7 +29,8 @@ pub const DEFAULT_API_WRITES: u16 = 32;
 pub struct Context {
     pub client: kube::Client,
     pub provider: Provider,
-    pub recorder: Recorder,
+    /// Events are queued and written behind the reconciles (peerpods_runtime::events).
+    pub events: Events,
     pub metrics: Metrics,
     pub backoff: Backoff,
     pub store: Store<PeerPod>,
@@ -55,7 +56,7 @@ impl Context {
     pub(crate) fn new(
         client: kube::Client,
         provider: Provider,
-        recorder: Recorder,
+        events: Events,
         metrics: Metrics,
         backoff: Backoff,
         (store, index): (Store<PeerPod>, OwnerIndex),
@@ -65,7 +66,7 @@ impl Context {
             client,
             // A fresh circuit breaker per term.
             provider: provider.with_breaker(),
-            recorder,
+            events,
             metrics,
             backoff,
             store,
@@ -141,8 +142,9 @@ impl WriteBound {
     }
 }
 
-/// Publishes an Event about `peerpod`; best effort.
-pub(crate) async fn publish(
+/// Publishes an Event about `peerpod`; best effort. Queued, not written here: the reconcile goes on (to the
+/// finalizer's release) without waiting for the API server to take it.
+pub(crate) fn publish(
     ctx: &Context,
     peerpod: &PeerPod,
     type_: EventType,
@@ -157,13 +159,7 @@ pub(crate) async fn publish(
         action: action.to_string(),
         secondary: None,
     };
-    if let Err(error) = ctx
-        .write(ctx.recorder.publish(&event, &peerpod.object_ref(&())))
-        .await
-    {
-        // Events are best effort: the condition and the metric carry the same information.
-        warn!(%error, reason, "cannot publish Event");
-    }
+    ctx.events.publish(event, peerpod.object_ref(&()));
 }
 
 #[cfg(test)]

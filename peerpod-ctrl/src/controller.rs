@@ -11,6 +11,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use peerpods_runtime::backoff::Backoff;
+use peerpods_runtime::events::Events;
 use peerpods_runtime::health::{self, Health};
 use peerpods_runtime::leader::{self, LeaderConfig};
 use peerpods_runtime::shutdown::CancellationToken;
@@ -52,7 +53,12 @@ pub async fn run(
     health: Option<Health>,
     drain: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let recorder = Recorder::new(client.clone(), settings.reporter.clone());
+    // Events go through a queue and one writer, behind the work they describe (peerpods_runtime::events).
+    let (events, event_writer) = peerpods_runtime::events::queue(
+        Recorder::new(client.clone(), settings.reporter.clone()),
+        peerpods_runtime::events::DEFAULT_QUEUED_EVENTS,
+        metrics.events_dropped.clone(),
+    );
     let client_for_in_use = client.clone();
     let watchdog = health
         .as_ref()
@@ -64,7 +70,7 @@ pub async fn run(
     let reverse = reverse::ReverseScanner::new(
         client.clone(),
         provider.clone(),
-        recorder.clone(),
+        events.clone(),
         metrics.clone(),
         settings.reverse.clone(),
     );
@@ -81,7 +87,7 @@ pub async fn run(
     let scanner = orphans::Scanner {
         client: client.clone(),
         provider: provider.clone(),
-        recorder: recorder.clone(),
+        events: events.clone(),
         metrics: metrics.clone(),
         settings: settings.orphans,
         first_seen: orphans::FirstSeen::default(),
@@ -95,7 +101,7 @@ pub async fn run(
         reconciler(
             client,
             provider,
-            recorder,
+            events,
             metrics,
             settings.reconciler,
             mode,
@@ -118,8 +124,12 @@ pub async fn run(
             None => std::future::pending().await,
         }
     };
+    let event_writer = event_writer.run();
+    tokio::pin!(event_writer);
     tokio::select! {
         () = controller => {}
+        // Ends only once every publisher is gone, after the select.
+        () = &mut event_writer => {}
         () = scan => {}
         // Ends only with the term: the watch retries on its own.
         () = follow_mode => {}
@@ -133,7 +143,18 @@ pub async fn run(
             std::future::pending::<()>().await
         } => {}
     }
+    // The term's work is dropped, and with it every publisher: the Events it queued are written, for a moment
+    // at most (a stopping controller has DRAIN_GRACE in all, a lost lease drops this future at once).
+    if tokio::time::timeout(EVENTS_FLUSH, event_writer)
+        .await
+        .is_err()
+    {
+        tracing::warn!("Events still queued after {EVENTS_FLUSH:?}; dropped");
+    }
 }
+
+/// How long a term that ended writes the Events it queued.
+const EVENTS_FLUSH: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// How long a stopping controller lets its running reconciles finish: the same with leader election
 /// ([`LeaderConfig::drain_grace`]'s default) and without.
@@ -200,7 +221,8 @@ pub struct ReconcilerSettings {
     /// Reconciles in flight at once. Most of a cleanup is a wait for provider-service's answer, which costs
     /// a reconcile only its place: this bound is high, and the API writes are bounded apart.
     pub concurrency: u16,
-    /// Writes to the API server (finalizer releases, status, Events) in flight at once across reconciles.
+    /// Writes to the API server (finalizer releases, status) in flight at once across reconciles. Events are
+    /// queued and written apart, one at a time (peerpods_runtime::events).
     pub api_writes: u16,
     pub backoff: Backoff,
 }
@@ -214,7 +236,7 @@ pub struct ReconcilerSettings {
 pub async fn reconciler(
     client: kube::Client,
     provider: Provider,
-    recorder: Recorder,
+    events: Events,
     metrics: Metrics,
     settings: ReconcilerSettings,
     developer_mode: Mode,
@@ -236,7 +258,7 @@ pub async fn reconciler(
         Context::new(
             client,
             provider,
-            recorder,
+            events,
             metrics,
             settings.backoff,
             (store.clone(), cache.index()),

@@ -45,7 +45,8 @@ struct Cli {
     /// costs a reconcile nothing but its place, so this is high; the API writes are bounded by --api-writes.
     #[arg(long, env = "CONCURRENCY", default_value_t = DEFAULT_CONCURRENCY)]
     concurrency: u16,
-    /// Writes to the API server (finalizer releases, status, Events) in flight at once across reconciles.
+    /// Writes to the API server (finalizer releases, status) in flight at once across reconciles. Events are
+    /// written apart, one at a time, behind the work they describe.
     #[arg(long, env = "API_WRITES", default_value_t = DEFAULT_API_WRITES,
           value_parser = clap::value_parser!(u16).range(1..))]
     api_writes: u16,

@@ -65,6 +65,8 @@ pub struct Metrics {
     pub orphan_scans: Counter,
     /// Live PeerPods whose VM the cloud reports gone (last check), by provider.
     pub reverse_orphans: Family<ProviderLabels, Gauge>,
+    /// Events dropped because the queue of Events to write was full (peerpods_runtime::events).
+    pub events_dropped: Counter,
     /// PeerPods held by the finalizer while being deleted, counted at scrape time.
     pub terminating: Terminating,
 }
@@ -85,6 +87,7 @@ impl Default for Metrics {
             orphan_deletions_refused: Family::default(),
             orphan_scans: Counter::default(),
             reverse_orphans: Family::default(),
+            events_dropped: Counter::default(),
             terminating: Terminating::default(),
         }
     }
@@ -157,6 +160,12 @@ impl Metrics {
             "reverse_orphans",
             "Live PeerPods (not being deleted) whose VM the cloud reports gone, past the grace period (last check)",
             m.reverse_orphans.clone(),
+        );
+        r.register(
+            "events_dropped",
+            "Events not written because the queue of Events to write was full (the API server behind); the \
+             conditions, metrics and logs carry the same outcomes",
+            m.events_dropped.clone(),
         );
         r.register_collector(Box::new(m.terminating.clone()));
         m

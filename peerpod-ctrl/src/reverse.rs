@@ -30,9 +30,10 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::Api;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
+use peerpods_runtime::events::Events;
 use peerpods_runtime::status::apply_status;
 use tracing::{info, warn};
 
@@ -159,7 +160,7 @@ fn subject(p: &PeerPod) -> Subject {
 pub struct ReverseScanner {
     pub client: kube::Client,
     pub provider: Provider,
-    pub recorder: Recorder,
+    pub events: Events,
     pub metrics: Metrics,
     pub settings: ReverseSettings,
     absent_since: AbsentSince,
@@ -180,14 +181,14 @@ impl ReverseScanner {
     pub fn new(
         client: kube::Client,
         provider: Provider,
-        recorder: Recorder,
+        events: Events,
         metrics: Metrics,
         settings: ReverseSettings,
     ) -> Self {
         ReverseScanner {
             client,
             provider,
-            recorder,
+            events,
             metrics,
             settings,
             absent_since: HashMap::new(),
@@ -335,8 +336,7 @@ impl ReverseScanner {
                 EventType::Warning,
                 InstancePresentReason::InstanceNotFound.as_str(),
                 message,
-            )
-            .await;
+            );
         }
     }
 
@@ -363,8 +363,7 @@ impl ReverseScanner {
                 EventType::Normal,
                 InstancePresentReason::InstanceFound.as_str(),
                 message,
-            )
-            .await;
+            );
         }
     }
 
@@ -470,11 +469,10 @@ impl ReverseScanner {
             EventType::Normal,
             EventReason::InstanceMatchedByName.as_str(),
             message,
-        )
-        .await;
+        );
     }
 
-    async fn publish(&self, peerpod: &PeerPod, type_: EventType, reason: &str, note: String) {
+    fn publish(&self, peerpod: &PeerPod, type_: EventType, reason: &str, note: String) {
         let event = Event {
             type_,
             reason: reason.to_string(),
@@ -482,13 +480,7 @@ impl ReverseScanner {
             action: "ListInstances".to_string(),
             secondary: None,
         };
-        if let Err(error) = self
-            .recorder
-            .publish(&event, &peerpod.object_ref(&()))
-            .await
-        {
-            warn!(%error, reason, "cannot publish Event");
-        }
+        self.events.publish(event, peerpod.object_ref(&()));
     }
 }
 

@@ -12,12 +12,13 @@
 //! - [`watch`]: backoff for a failing watch that only progress resets.
 //! - [`leader`]: leader election on a Lease; work runs only while leading.
 //! - [`status`]: a controller's status writes, by server-side apply under a field manager per writer.
+//! - [`events`]: Events queued and written behind the work they describe, as client-go's broadcaster does.
 //! - [`tls`]: the TLS listener of the services' ports (handshakes never block accepting) and the TLS version
 //!   and cipher settings upstream's webhook takes from its environment.
 //! - [`Error`]: the one error type, with a stable `reason()`.
 //!
 //! The feature `controller` (on by default) adds what only a controller needs: [`leader`] (and with it the Lease
-//! manager), the `peerpods_leader` gauge ([`metrics`]), [`status`] and [`binary`]. The webhook and
+//! manager), the `peerpods_leader` gauge ([`metrics`]), [`status`], [`events`] and [`binary`]. The webhook and
 //! provider-service turn it off. The provider-service client is the `peerpods-provider-client` crate.
 
 pub mod admin;
@@ -26,6 +27,8 @@ pub mod backoff;
 #[cfg(feature = "controller")]
 pub mod binary;
 mod error;
+#[cfg(feature = "controller")]
+pub mod events;
 pub mod health;
 #[cfg(feature = "controller")]
 pub mod leader;

@@ -184,8 +184,7 @@ pub(crate) async fn delete_instance(
         deleted_reason(outcome).as_str(),
         "DeleteInstance",
         message,
-    )
-    .await;
+    );
     release_finalizer(ctx, peerpod).await?;
     ctx.metrics
         .finalizer_release_seconds
@@ -265,8 +264,7 @@ pub(crate) async fn delete_in_progress(
             reason.as_str(),
             "DeleteInstance",
             message,
-        )
-        .await;
+        );
     }
     Ok(Action::requeue(wait))
 }

@@ -43,7 +43,7 @@ pub(crate) async fn keep_held(
         return Ok(Action::await_change());
     }
     if let Some((event_type, action)) = event {
-        publish(ctx, peerpod, event_type, reason.as_str(), action, message).await;
+        publish(ctx, peerpod, event_type, reason.as_str(), action, message);
     }
     Ok(Action::await_change())
 }

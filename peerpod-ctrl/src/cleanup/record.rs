@@ -89,8 +89,7 @@ pub(crate) async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Err
                 error.reason(),
                 "DeleteInstance",
                 message,
-            )
-            .await;
+            );
         }
         return;
     }
@@ -105,6 +104,5 @@ pub(crate) async fn record_failure(peerpod: &PeerPod, ctx: &Context, error: &Err
         error.reason(),
         "DeleteInstance",
         message,
-    )
-    .await;
+    );
 }

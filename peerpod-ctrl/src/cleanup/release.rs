@@ -115,8 +115,7 @@ pub(crate) async fn release_without_delete(
         reason.as_str(),
         "ReleaseFinalizer",
         message,
-    )
-    .await;
+    );
     release_finalizer(ctx, peerpod).await?;
     ctx.deletion_seen().remove(&ObjectRef::from_obj(peerpod));
     Ok(Action::await_change())
@@ -155,8 +154,7 @@ pub(crate) async fn release_ignored(peerpod: &PeerPod, ctx: &Context) {
         EventReason::ReleaseIgnored.as_str(),
         "ReleaseFinalizer",
         message,
-    )
-    .await;
+    );
 }
 
 /// Removes exactly our finalizer, failing (not guessing) when the list changed since we read it; within the

@@ -8,8 +8,9 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::Store;
+use peerpods_runtime::events::Events;
 use tracing::{info, warn};
 
 use super::rules::{self, DeletionRefused, Vm};
@@ -30,7 +31,7 @@ pub struct Scanner {
     /// Reads the Pods (metadata only) an untracked VM's name may belong to.
     pub client: kube::Client,
     pub provider: Provider,
-    pub recorder: Recorder,
+    pub events: Events,
     pub metrics: Metrics,
     pub settings: OrphanSettings,
     pub first_seen: FirstSeen,
@@ -114,8 +115,7 @@ impl Scanner {
             why.reason(),
             "DeleteInstance",
             format!("{provider}: {why}"),
-        )
-        .await;
+        );
     }
 
     fn scan_failed(&self, provider: &str, error: &Error) {
@@ -192,8 +192,7 @@ impl Scanner {
                 EventReason::OrphanInstanceFound.as_str(),
                 "ScanInstances",
                 note,
-            )
-            .await;
+            );
         }
         report.orphans.extend(orphans.iter().cloned());
         if self.settings.policy != OrphanPolicy::Delete {
@@ -246,8 +245,7 @@ impl Scanner {
                         error.reason(),
                         "DeleteInstance",
                         error.to_string(),
-                    )
-                    .await;
+                    );
                     continue;
                 }
                 Err(error) => return Err(error),
@@ -266,8 +264,7 @@ impl Scanner {
                 EventReason::OrphanInstanceDeleted.as_str(),
                 "DeleteInstance",
                 note,
-            )
-            .await;
+            );
             report.deleted.push(vm);
         }
         Ok(())
@@ -350,27 +347,25 @@ impl Scanner {
                 EventReason::AdoptableInstanceFound.as_str(),
                 "ScanInstances",
                 note,
-            )
-            .await;
+            );
         }
     }
 
     /// An Event about `vm` on the Namespace. The VM is the Event's related object (`<provider>/<instance id>`,
     /// kind `Instance`): the recorder keys its series by it, so every orphan VM gets an Event of its own
     /// (and a repeat finding of the same VM counts up in its series instead of adding an Event).
-    async fn publish(&self, vm: &Vm, type_: EventType, reason: &str, action: &str, note: String) {
+    fn publish(&self, vm: &Vm, type_: EventType, reason: &str, action: &str, note: String) {
         let instance = ObjectReference {
             api_version: Some(INSTANCE_API_VERSION.into()),
             kind: Some("Instance".into()),
             name: Some(format!("{}/{}", vm.provider, vm.instance_id)),
             ..ObjectReference::default()
         };
-        self.publish_event(Some(instance), type_, reason, action, note)
-            .await;
+        self.publish_event(Some(instance), type_, reason, action, note);
     }
 
     /// An Event on the Namespace, about `related` if given.
-    async fn publish_event(
+    fn publish_event(
         &self,
         related: Option<ObjectReference>,
         type_: EventType,
@@ -395,9 +390,7 @@ impl Scanner {
             action: action.to_string(),
             secondary: related,
         };
-        if let Err(error) = self.recorder.publish(&event, &reference).await {
-            warn!(%error, reason, "cannot publish Event");
-        }
+        self.events.publish(event, reference);
     }
 }
 

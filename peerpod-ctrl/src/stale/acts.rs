@@ -58,8 +58,7 @@ pub(crate) async fn reap_stale(peerpod: &PeerPod, ctx: &Context) -> Result<Actio
                     EventReason::StalePeerPodDeleted.as_str(),
                     "DeletePeerPod",
                     note,
-                )
-                .await;
+                );
             }
             Err(kube::Error::Api(status)) if status.is_not_found() || status.is_conflict() => {}
             Err(e) => return Err(e.into()),

@@ -1077,6 +1077,18 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
 
     let (s, provider) = Scenario::with_provider("unsynced").await;
     let tracked_elsewhere = s.define_domain(true);
+    let (events, event_writer) = peerpods_runtime::events::queue(
+        Recorder::new(
+            s.client.clone(),
+            Reporter {
+                controller: "peerpod-ctrl".into(),
+                instance: None,
+            },
+        ),
+        peerpods_runtime::events::DEFAULT_QUEUED_EVENTS,
+        Default::default(),
+    );
+    tokio::spawn(event_writer.run());
     let mut scanner = Scanner {
         client: s.client.clone(),
         provider: Provider::connect(&ProviderClientConfig {
@@ -1085,13 +1097,7 @@ async fn an_orphan_scan_before_the_first_list_deletes_nothing() {
             ..Default::default()
         })
         .expect("provider client"),
-        recorder: Recorder::new(
-            s.client.clone(),
-            Reporter {
-                controller: "peerpod-ctrl".into(),
-                instance: None,
-            },
-        ),
+        events,
         metrics: Default::default(),
         settings: OrphanSettings {
             interval: Duration::from_secs(3600),
