@@ -88,6 +88,11 @@ pub struct Storm {
     pub floor_concurrency: usize,
     /// cleanup_seconds / floor_seconds.
     pub ratio: f64,
+    /// The EC2 calls a confirmed delete of every instance needs (look, terminate, look), made by the bench
+    /// itself on a moto of its own: what the cloud alone costs.
+    pub cloud_floor_seconds: f64,
+    /// cleanup_seconds / the slower of the two floors.
+    pub ratio_to_slower_floor: f64,
     pub peerpods_per_second: f64,
     /// API writes (PeerPod patches, status, Events) per released PeerPod, counted by the API server.
     pub api_writes_per_delete: f64,
@@ -95,6 +100,9 @@ pub struct Storm {
     pub peerpod_writes_per_delete: f64,
     /// Of those, Events (where a cleanup's outcome goes).
     pub event_writes_per_delete: f64,
+    /// Delete of all PeerPods → the last of the storm's Events written: Events are written behind the releases,
+    /// by one writer, so they may land after the cleanup.
+    pub events_written_seconds: f64,
     /// The same storm with provider-service stopped from the delete on for this long, then back.
     pub outage_seconds: f64,
     /// API writes while provider-service was away.
@@ -248,6 +256,16 @@ impl Results {
                 add("storm", "ratio cleanup / floor", format!("{:.2}x", s.ratio));
                 add(
                     "storm",
+                    "cloud floor (EC2 look, terminate, look; moto)",
+                    secs(s.cloud_floor_seconds),
+                );
+                add(
+                    "storm",
+                    "ratio cleanup / slower floor",
+                    format!("{:.2}x", s.ratio_to_slower_floor),
+                );
+                add(
+                    "storm",
                     "PeerPods/s",
                     format!("{:.1}", s.peerpods_per_second),
                 );
@@ -265,6 +283,11 @@ impl Results {
                     "storm",
                     "  of which Events",
                     format!("{:.2}", s.event_writes_per_delete),
+                );
+                add(
+                    "storm",
+                    "every Event written (behind the releases)",
+                    secs(s.events_written_seconds),
                 );
                 add(
                     "storm",
@@ -541,10 +564,13 @@ mod tests {
                 floor_seconds: 1.0,
                 floor_concurrency: 32,
                 ratio: 4.0,
+                cloud_floor_seconds: 2.0,
+                ratio_to_slower_floor: 2.0,
                 peerpods_per_second: 0.5,
                 api_writes_per_delete: 2.0,
                 peerpod_writes_per_delete: 1.0,
                 event_writes_per_delete: 1.0,
+                events_written_seconds: 5.0,
                 outage_seconds: 10.0,
                 outage_writes_during: 4.0,
                 outage_api_writes_per_delete: 2.1,

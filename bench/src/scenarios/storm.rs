@@ -80,6 +80,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let n = options.storm;
     // The floor first, while no controller runs that could release a finalizer itself.
     let floor = floor(options, cluster).await?;
+    let cloud_floor = cloud_floor(options).await?;
 
     let StormRun {
         moto,
@@ -120,7 +121,8 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
     let cleanup = started.elapsed().as_secs_f64();
     let after = Scrape::parse(&provider.metrics().await?)?;
     let requests_after = moto::provider_requests(&moto);
-    let writes = controller_writes(cluster).await?.since(writes_before);
+    let writes = settled_writes(options, cluster).await?.since(writes_before);
+    let events_written = started.elapsed().as_secs_f64() - SETTLED.as_secs_f64();
     ctrl.stop().await;
     provider.stop().await;
 
@@ -142,6 +144,12 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         floor_seconds: floor,
         floor_concurrency: options.floor_concurrency,
         ratio: if floor > 0.0 { cleanup / floor } else { 0.0 },
+        cloud_floor_seconds: cloud_floor,
+        ratio_to_slower_floor: if floor.max(cloud_floor) > 0.0 {
+            cleanup / floor.max(cloud_floor)
+        } else {
+            0.0
+        },
         peerpods_per_second: if cleanup > 0.0 {
             n as f64 / cleanup
         } else {
@@ -150,6 +158,7 @@ async fn measure(options: &Options, cluster: &Cluster) -> Result<(Storm, CloudCa
         api_writes_per_delete: success_writes_per_delete,
         peerpod_writes_per_delete: per_delete(writes.peerpods),
         event_writes_per_delete: per_delete(writes.events),
+        events_written_seconds: events_written.max(cleanup),
         outage_seconds: OUTAGE.as_secs_f64(),
         outage_writes_during: outage.writes_during,
         outage_api_writes_per_delete: outage.writes_per_delete,
@@ -243,7 +252,7 @@ async fn outage(options: &Options, cluster: &Cluster) -> Result<OutageWrites, Er
         },
     )
     .await?;
-    let writes = controller_writes(cluster)
+    let writes = settled_writes(options, cluster)
         .await?
         .since(writes_before)
         .total();
@@ -303,6 +312,32 @@ async fn floor(options: &Options, cluster: &Cluster) -> Result<f64, Error> {
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Instances per EC2 call of the cloud floor: EC2's bound on a filter's values, the batch provider-service
+/// sends at most.
+const CLOUD_FLOOR_BATCH: usize = 200;
+
+/// Seconds for the bench itself to make the EC2 calls a confirmed delete of N instances needs, batched as
+/// provider-service batches them, on a moto of its own with N running instances: `DescribeInstances` by id
+/// (the look before deleting, for the guards), `TerminateInstances`, `DescribeInstances` again (the look that
+/// confirms). No API server and no controller: what the cloud alone costs, as the floor is what the API server
+/// alone costs. moto answers one call at a time, so the calls go one after another.
+async fn cloud_floor(options: &Options) -> Result<f64, Error> {
+    let moto = moto::start(&options.moto_python, &options.log_dir.join("cloud-floor")).await?;
+    let ec2 = moto.client();
+    let ids = moto::run_instances(&ec2, options.storm).await?;
+    let started = Instant::now();
+    for chunk in ids.chunks(CLOUD_FLOOR_BATCH) {
+        moto::describe(&ec2, chunk).await?;
+    }
+    for chunk in ids.chunks(CLOUD_FLOOR_BATCH) {
+        moto::terminate(&ec2, chunk).await?;
+    }
+    for chunk in ids.chunks(CLOUD_FLOOR_BATCH) {
+        moto::describe(&ec2, chunk).await?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// Writes of the kinds a cleanup makes, counted by the API server: to the PeerPods (patches and status: the
 /// finalizer's release is the one a cleanup needs) and Events (where its outcome goes). The bench's own DELETE
 /// of the PeerPods is not a write of these verbs; nothing else writes them during the storm.
@@ -323,6 +358,24 @@ impl Writes {
 
     fn total(self) -> f64 {
         self.peerpods + self.events
+    }
+}
+
+/// How long the writes' count stays the same before [`settled_writes`] takes it as final.
+const SETTLED: Duration = Duration::from_millis(500);
+
+/// The controller's writes once they stop: its Events are written behind the releases (by one writer), so some
+/// land after the last release. Taken when two counts [`SETTLED`] apart agree.
+async fn settled_writes(options: &Options, cluster: &Cluster) -> Result<Writes, Error> {
+    let mut last = controller_writes(cluster).await?;
+    let deadline = Instant::now() + options.timeout;
+    loop {
+        tokio::time::sleep(SETTLED).await;
+        let now = controller_writes(cluster).await?;
+        if now.total() == last.total() || Instant::now() >= deadline {
+            return Ok(now);
+        }
+        last = now;
     }
 }
 
