@@ -50,7 +50,7 @@ impl Events {
                     kind = queued.about.kind.as_deref().unwrap_or_default(),
                     namespace = queued.about.namespace.as_deref().unwrap_or_default(),
                     name = queued.about.name.as_deref().unwrap_or_default(),
-                    "Event dropped: the queue of Events to write is full"
+                    "Event dropped: the queue of Events to write is full, or its writer has stopped"
                 );
                 false
             }
