@@ -104,23 +104,19 @@ pub async fn run_instances(
     Ok(ids)
 }
 
-/// `DescribeInstances` of `ids`, filtered by `instance-id` as provider-service asks; how many it listed.
-pub async fn describe(client: &aws_sdk_ec2::Client, ids: &[String]) -> Result<usize, Error> {
+/// `DescribeInstances` of `ids`, filtered by `instance-id` as provider-service asks.
+pub async fn describe(client: &aws_sdk_ec2::Client, ids: &[String]) -> Result<(), Error> {
     let by_id = Filter::builder()
         .name("instance-id")
         .set_values(Some(ids.to_vec()))
         .build();
-    let output = client
+    client
         .describe_instances()
         .filters(by_id)
         .send()
         .await
         .map_err(|e| Error::ec2_from("DescribeInstances", e))?;
-    Ok(output
-        .reservations()
-        .iter()
-        .map(|r| r.instances().len())
-        .sum())
+    Ok(())
 }
 
 /// `TerminateInstances` of `ids`.
